@@ -1,0 +1,355 @@
+"""Whole-spec validation: every rule a spec must meet before anything runs.
+
+Run on every spec, built in Python or received over RPC. Each failure is a
+SpecError naming the step, what was expected, what arrived and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from cameo_actors.dataflow.expressions import parse_expression
+from cameo_actors.dataflow.spec import (
+    AGGREGATE_FUNCTIONS,
+    SCHEMA_TYPES,
+    ConnectorSpec,
+    DataflowSpec,
+    FilterStep,
+    FlatMapStep,
+    JoinStep,
+    KeyByStep,
+    MapStep,
+    SinkStep,
+    SourceStep,
+    Step,
+    UnionStep,
+    WindowStep,
+)
+from cameo_actors.errors import SpecError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+FUNCTION_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+MAX_STEPS = 1000
+MAX_PARALLELISM = 1024
+
+
+def validate(spec: DataflowSpec) -> None:
+    """Raise SpecError at the first rule the spec breaks."""
+    _check_header(spec)
+    by_id: dict[str, Step] = {}
+    for step in spec.steps:
+        if not isinstance(step.id, str) or not NAME_RE.match(step.id):
+            raise SpecError(str(step.id), "a step id of letters, digits, '_', '.', '-' (1-128 chars)",
+                            step.id, "rename the step")
+        if step.id in by_id:
+            raise SpecError(step.id, "unique step ids", f"a second step named {step.id!r}",
+                            "give each step its own id")
+        by_id[step.id] = step
+    for step in spec.steps:
+        _check_step(step, by_id)
+    order = topological_order(spec)
+    consumed = {i for s in spec.steps for i in s.inputs}
+    for step in spec.steps:
+        if not isinstance(step, SinkStep) and step.id not in consumed:
+            raise SpecError(step.id, "every step's output to reach a sink", "no step reads it",
+                            f"add .sink(...) after {step.id!r}, or remove it")
+    for step_id in order:
+        _check_stream_fields(spec, by_id[step_id])
+
+
+def topological_order(spec: DataflowSpec) -> list[str]:
+    """Step ids, upstream first. Raises SpecError on a cycle."""
+    pending = {s.id: len(set(s.inputs)) for s in spec.steps}
+    readers: dict[str, list[str]] = {s.id: [] for s in spec.steps}
+    for s in spec.steps:
+        for i in set(s.inputs):
+            readers[i].append(s.id)
+    ready = [sid for sid, n in pending.items() if n == 0]
+    order: list[str] = []
+    while ready:
+        sid = ready.pop(0)
+        order.append(sid)
+        for r in readers[sid]:
+            pending[r] -= 1
+            if pending[r] == 0:
+                ready.append(r)
+    if len(order) < len(spec.steps):
+        # What is left are cycles plus steps downstream of them; prune the latter.
+        left = {sid for sid, n in pending.items() if n > 0}
+        while True:
+            tails = {sid for sid in left if not any(r in left for r in readers[sid])}
+            if not tails:
+                break
+            left -= tails
+        cycle = sorted(left)
+        raise SpecError(cycle[0], "an acyclic graph (a DAG)", f"a cycle through {cycle}",
+                        "remove the edge that feeds a step back into its own upstream")
+    return order
+
+
+def stream_key(spec: DataflowSpec, step_id: str) -> str | None:
+    """The key expression of the stream a step outputs, or None if unkeyed.
+
+    key_by sets it; filter and sink keep it; a union keeps it when all inputs
+    share it; map, flat_map, window and join outputs are unkeyed (a window's
+    results carry the key in their "key" field, so key_by("key") re-keys them).
+    """
+    step = spec.step(step_id)
+    if isinstance(step, KeyByStep):
+        return step.key
+    if isinstance(step, (FilterStep, SinkStep)):
+        return stream_key(spec, step.inputs[0])
+    if isinstance(step, UnionStep):
+        keys = {stream_key(spec, i) for i in step.inputs}
+        return keys.pop() if len(keys) == 1 else None
+    return None
+
+
+def stream_time_field(spec: DataflowSpec, step_id: str) -> str | None:
+    """The event-time field of the stream a step outputs (None if unknown)."""
+    step = spec.step(step_id)
+    if isinstance(step, SourceStep):
+        return step.event_time
+    if isinstance(step, WindowStep):
+        return step.time_field
+    if isinstance(step, JoinStep):
+        return step.left_time_field
+    if isinstance(step, MapStep) and step.fields is not None:
+        upstream = stream_time_field(spec, step.inputs[0])
+        return upstream if upstream in dict(step.fields) else None
+    if isinstance(step, UnionStep):
+        fields = {stream_time_field(spec, i) for i in step.inputs}
+        return fields.pop() if len(fields) == 1 else None
+    return stream_time_field(spec, step.inputs[0]) if step.inputs else None
+
+
+# -- per-step rules -------------------------------------------------------------
+
+_ARITY = {SourceStep: (0, 0), JoinStep: (2, 2), UnionStep: (2, 64)}
+
+
+def _check_header(spec: DataflowSpec) -> None:
+    if not isinstance(spec.name, str) or not NAME_RE.match(spec.name):
+        raise SpecError(None, "a dataflow name of letters, digits, '_', '.', '-' (1-128 chars)",
+                        spec.name, "rename the dataflow")
+    if not isinstance(spec.tenant, str) or not NAME_RE.match(spec.tenant):
+        raise SpecError(None, "a tenant name of letters, digits, '_', '.', '-'", spec.tenant,
+                        "rename the tenant")
+    target = spec.latency_target_ms
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 86_400_000:
+        raise SpecError(None, "latency_target_ms > 0 (and under a day)", target,
+                        "set latency_target_ms, e.g. 50 for alerts, 1000 for bulk aggregates")
+    sched = spec.scheduling
+    if not _positive(sched.weight):
+        raise SpecError(None, "scheduling.weight > 0", sched.weight, "use a positive weight, e.g. 1.0")
+    if sched.rate_limit_eps is not None and not _positive(sched.rate_limit_eps):
+        raise SpecError(None, "scheduling.rate_limit_eps > 0 or null", sched.rate_limit_eps,
+                        "use a positive events/s limit or none")
+    if spec.errors is not None:
+        _check_connector(spec.errors, "errors")
+    if not spec.steps:
+        raise SpecError(None, "at least a source and a sink", "no steps", "add .source(...) and .sink(...)")
+    if len(spec.steps) > MAX_STEPS:
+        raise SpecError(None, f"at most {MAX_STEPS} steps", len(spec.steps), "split the dataflow")
+    if not spec.sources or not spec.sinks:
+        raise SpecError(None, "at least one source and one sink",
+                        f"{len(spec.sources)} sources, {len(spec.sinks)} sinks",
+                        "add the missing .source(...) or .sink(...)")
+
+
+def _check_step(step: Step, by_id: dict[str, Step]) -> None:
+    lo, hi = _ARITY.get(type(step), (1, 1))
+    n = len(step.inputs)
+    if not lo <= n <= hi:
+        want = f"{lo} input(s)" if lo == hi else f"{lo} to {hi} inputs"
+        raise SpecError(step.id, f"a {step.OP} step with {want}", f"{n} inputs {list(step.inputs)}",
+                        "connect the step to the right number of upstream steps")
+    for i in step.inputs:
+        if i not in by_id:
+            raise SpecError(step.id, "inputs that name existing steps", i,
+                            f"add a step named {i!r} or correct the input (known: {sorted(by_id)})")
+        if isinstance(by_id[i], SinkStep):
+            raise SpecError(step.id, "an input that is not a sink", i, "read the step before the sink")
+    if isinstance(step.parallelism, bool) or not isinstance(step.parallelism, int) \
+            or not 1 <= step.parallelism <= MAX_PARALLELISM:
+        raise SpecError(step.id, f"parallelism an integer from 1 to {MAX_PARALLELISM}",
+                        step.parallelism, "set parallelism=1 or more")
+    check_step_rules(step)
+
+
+def _check_source(step: SourceStep) -> None:
+    if not step.schema:
+        raise SpecError(step.id, "a schema (field -> type)", "no fields",
+                        f"declare the fields, e.g. schema={{'ts': 'int', 'level': 'str'}}; types: {sorted(SCHEMA_TYPES)}")
+    for name, typ in step.schema:
+        if typ not in SCHEMA_TYPES:
+            raise SpecError(step.id, f"field types from {sorted(SCHEMA_TYPES)}", f"{name}: {typ!r}",
+                            f"declare {name!r} with one of those types")
+    names = [n for n, _ in step.schema]
+    if step.event_time is not None:
+        if step.event_time not in names:
+            raise SpecError(step.id, f"event_time to be a schema field ({names})", step.event_time,
+                            "name a schema field that holds event time in ms")
+        if dict(step.schema)[step.event_time] not in ("int", "float"):
+            raise SpecError(step.id, "event_time field of type int or float (ms)",
+                            dict(step.schema)[step.event_time], "declare it as int or float ms")
+    if not _non_negative(step.allowed_lateness_ms):
+        raise SpecError(step.id, "allowed_lateness_ms >= 0", step.allowed_lateness_ms,
+                        "use 0 or a positive number of ms")
+    if step.connector is not None:
+        _check_connector(step.connector, step.id)
+
+
+def _check_sink(step: SinkStep) -> None:
+    if step.connector is not None:
+        _check_connector(step.connector, step.id)
+
+
+def _check_connector(c: ConnectorSpec, where: str) -> None:
+    if not isinstance(c.format, str) or not c.format:
+        raise SpecError(where, "a connector format (e.g. 'json', 'parquet')", c.format, "set format")
+    if c.trigger_ms is not None and not _positive(c.trigger_ms):
+        raise SpecError(where, "trigger_ms > 0 or null", c.trigger_ms, "use e.g. 1000")
+    if c.checkpoint is not None and not isinstance(c.checkpoint, str):
+        raise SpecError(where, "checkpoint as a path string", c.checkpoint, "give a folder path")
+
+
+def _check_filter(step: FilterStep) -> None:
+    if not isinstance(step.predicate, str) or not step.predicate.strip():
+        raise SpecError(step.id, "a predicate expression", step.predicate, "e.g. \"level == 'ERROR'\"")
+    parse_expression(step.predicate, step.id)
+
+
+def _check_map(step: MapStep) -> None:
+    if (step.fields is None) == (step.function is None):
+        raise SpecError(step.id, "exactly one of 'fields' (projection) or 'function' (import path)",
+                        {"fields": step.fields, "function": step.function},
+                        "give map(fields={...}) or map(function='pkg.mod:fn')")
+    if step.fields is not None:
+        if not step.fields:
+            raise SpecError(step.id, "at least one output field", "no fields", "name the fields to keep")
+        for _name, expr in step.fields:
+            parse_expression(expr, step.id)
+    else:
+        _check_function(step.function, step.id)
+
+
+def _check_flat_map(step: FlatMapStep) -> None:
+    _check_function(step.function, step.id)
+
+
+def _check_function(path: object, step_id: str) -> None:
+    if not isinstance(path, str) or not FUNCTION_RE.match(path):
+        raise SpecError(step_id, "a function import path 'package.module:function'", path,
+                        "reference a module-level function, e.g. 'myjobs.parse:split_words'")
+
+
+def _check_key_by(step: KeyByStep) -> None:
+    if not isinstance(step.key, str) or not step.key.strip():
+        raise SpecError(step.id, "a key expression (e.g. a field name)", step.key, "key_by('user_id')")
+    parse_expression(step.key, step.id)
+
+
+def check_window_shape(step: WindowStep) -> None:
+    """Kind and sizes of a window (the builder checks these before the aggregates exist)."""
+    if step.kind == "session":
+        _require_positive(step, "gap_ms", step.gap_ms, "session_gap_ms=30_000")
+    elif step.kind in ("tumbling", "sliding"):
+        _require_positive(step, "size_ms", step.size_ms, "tumbling_ms=1000")
+        if step.kind == "sliding":
+            _require_positive(step, "slide_ms", step.slide_ms, "slide_ms=500")
+            if step.slide_ms > step.size_ms:  # type: ignore[operator]  # both checked positive above
+                raise SpecError(step.id, f"slide_ms <= size_ms ({step.size_ms})", step.slide_ms,
+                                "use a slide no larger than the window, or a tumbling window")
+    else:
+        raise SpecError(step.id, "a window kind: tumbling, sliding or session", step.kind,
+                        "use tumbling_ms=..., sliding_ms=... with slide_ms=..., or session_gap_ms=...")
+
+
+def _check_window(step: WindowStep) -> None:
+    check_window_shape(step)
+    if not step.aggregates:
+        raise SpecError(step.id, "at least one aggregate", "none",
+                        ".aggregate(n=count(), total=sum_('value'))")
+    seen: set[str] = set()
+    for agg in step.aggregates:
+        if agg.fn not in AGGREGATE_FUNCTIONS:
+            raise SpecError(step.id, f"an aggregate from {list(AGGREGATE_FUNCTIONS)}", agg.fn,
+                            "use count, sum, min, max or avg")
+        if agg.fn != "count" and not agg.field:
+            raise SpecError(step.id, f"a field for {agg.fn}", None, f"{agg.name}={agg.fn}_('field')")
+        if not isinstance(agg.name, str) or not agg.name or agg.name in seen:
+            raise SpecError(step.id, "unique aggregate names", agg.name, "name each aggregate once")
+        if agg.name in ("key", "window_start", "window_end", step.time_field):
+            raise SpecError(step.id, "aggregate names other than the result's own fields", agg.name,
+                            "rename the aggregate")
+        seen.add(agg.name)
+
+
+def _check_join(step: JoinStep) -> None:
+    if step.kind not in ("tumbling", "sliding"):
+        raise SpecError(step.id, "a join window: tumbling or sliding", step.kind, "use tumbling_ms=...")
+    _require_positive(step, "size_ms", step.size_ms, "tumbling_ms=1000")
+    if step.kind == "sliding":
+        _require_positive(step, "slide_ms", step.slide_ms, "slide_ms=500")
+        if step.slide_ms > step.size_ms:  # type: ignore[operator]  # checked positive above
+            raise SpecError(step.id, f"slide_ms <= size_ms ({step.size_ms})", step.slide_ms,
+                            "use a slide no larger than the window")
+
+
+_STEP_CHECKS = {
+    SourceStep: _check_source, SinkStep: _check_sink, FilterStep: _check_filter,
+    MapStep: _check_map, FlatMapStep: _check_flat_map, KeyByStep: _check_key_by,
+    WindowStep: _check_window, JoinStep: _check_join,
+}
+
+
+def check_step_rules(step: Step) -> None:
+    """A step's own rules, those that need no other step (the builder runs them at once)."""
+    check = _STEP_CHECKS.get(type(step))
+    if check:
+        check(step)
+
+
+def _check_stream_fields(spec: DataflowSpec, step: Step) -> None:
+    """Rules that need the upstream graph: event time and keys for windows and joins."""
+    if isinstance(step, WindowStep):
+        if step.parallelism > 1 and stream_key(spec, step.inputs[0]) is None:
+            raise SpecError(step.id, "a keyed input for a window with parallelism > 1",
+                            f"an unkeyed stream and parallelism {step.parallelism}",
+                            "call .key_by(...) before .window(...), or use parallelism=1")
+        if not step.time_field:
+            raise SpecError(step.id, "an event-time field", "none",
+                            "set event_time= on the source, or time_field= on the window")
+        _require_time(spec, step, step.inputs[0], step.time_field)
+    if isinstance(step, JoinStep):
+        for side, upstream, tf in (("left", step.inputs[0], step.left_time_field),
+                                   ("right", step.inputs[1], step.right_time_field)):
+            if stream_key(spec, upstream) is None:
+                raise SpecError(step.id, f"a keyed {side} input", f"unkeyed stream from {upstream!r}",
+                                f"call .key_by(...) on the {side} stream before .join(...)")
+            if not tf:
+                raise SpecError(step.id, f"an event-time field on the {side} input", "none",
+                                "set event_time= on that stream's source")
+            _require_time(spec, step, upstream, tf)
+
+
+def _require_time(spec: DataflowSpec, step: Step, upstream: str, time_field: str) -> None:
+    upstream_step = spec.step(upstream)
+    # A projection that drops the time field is caught here; a Python map is checked at run time.
+    if isinstance(upstream_step, MapStep) and upstream_step.fields is not None \
+            and time_field not in dict(upstream_step.fields):
+        raise SpecError(step.id, f"the field {time_field!r} in its input", f"a projection without it ({upstream!r})",
+                        f"keep {time_field!r} in the fields of {upstream!r}")
+
+
+def _require_positive(step: Step, name: str, value: object, example: str) -> None:
+    if not _positive(value):
+        raise SpecError(step.id, f"{name} > 0", value, f"give a positive size in ms, e.g. {example}")
+
+
+def _positive(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _non_negative(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0

@@ -1,0 +1,1 @@
+"""The operator layer: pure state machines over batches. Imports no Ray or Spark."""

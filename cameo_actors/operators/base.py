@@ -1,0 +1,106 @@
+"""The contract every operator keeps: a pure state machine over batches.
+
+An operator receives batches of events (dicts) and watermarks on numbered
+input ports and returns an `Output`: events for its main output, error records
+for the dataflow's error output, and its output watermark when that advanced.
+Operators never read the clock, never sleep and never do I/O; the runtime
+(in-process or on Ray) owns time, queues and transport.
+
+Watermark rule, kept by `Operator.on_watermark`: an operator's input watermark
+is the minimum over its ports; when it advances, `advance_to` runs (windows
+fire there) and the output lists the results *before* the new watermark, so a
+downstream operator never sees a result as late.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+Event = dict[str, Any]
+
+#: The watermark that ends a stream: every window fires, nothing is late after it.
+END_OF_STREAM = math.inf
+#: Before any watermark arrived.
+NO_WATERMARK = -math.inf
+
+
+@dataclass(slots=True)
+class ErrorRecord:
+    """A record the dataflow could not process, kept with the reason, never dropped.
+
+    kind is one of: "malformed" (missing field, wrong type), "late" (behind the
+    watermark), "user_function" (a user callable raised).
+    """
+
+    step: str
+    kind: str
+    message: str
+    event: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "kind": self.kind, "message": self.message, "event": self.event}
+
+
+@dataclass(slots=True)
+class Output:
+    events: list[Event] = field(default_factory=list)
+    errors: list[ErrorRecord] = field(default_factory=list)
+    #: The operator's new output watermark, or None when it did not advance.
+    watermark: float | None = None
+
+
+class Operator:
+    """Base of all operators. Subclasses override `process` and, if stateful,
+    `advance_to`, `snapshot` and `restore`.
+
+    Attributes:
+        step_id: the spec step this operator runs (named in every error).
+        n_inputs: number of input ports (2 for a join, n for a union).
+    """
+
+    #: Stateful operators keep per-key state and need keyed routing.
+    stateful: bool = False
+
+    def __init__(self, step_id: str, n_inputs: int = 1) -> None:
+        self.step_id = step_id
+        self.n_inputs = n_inputs
+        self._port_watermarks = [NO_WATERMARK] * n_inputs
+        self.watermark = NO_WATERMARK
+
+    # -- what the runtime calls -------------------------------------------------
+    def on_batch(self, events: list[Event], port: int = 0) -> Output:
+        out = Output()
+        self.process(events, port, out)
+        return out
+
+    def on_watermark(self, watermark: float, port: int = 0) -> Output:
+        out = Output()
+        if watermark > self._port_watermarks[port]:
+            self._port_watermarks[port] = watermark
+            low = min(self._port_watermarks)
+            if low > self.watermark:
+                self.watermark = low
+                self.advance_to(low, out)
+                out.watermark = low
+        return out
+
+    # -- what subclasses implement -------------------------------------------
+    def process(self, events: list[Event], port: int, out: Output) -> None:
+        raise NotImplementedError
+
+    def advance_to(self, watermark: float, out: Output) -> None:
+        """The input watermark rose to `watermark`: emit what is now complete."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """State to restore from, as msgpack-able data (dicts, lists, numbers, strings)."""
+        return {"port_watermarks": list(self._port_watermarks), "watermark": self.watermark}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._port_watermarks = list(state["port_watermarks"])
+        self.watermark = state["watermark"]
+
+    # -- helpers -----------------------------------------------------------------
+    def error(self, out: Output, kind: str, message: str, event: Any) -> None:
+        out.errors.append(ErrorRecord(self.step_id, kind, message, event))

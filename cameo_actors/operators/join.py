@@ -1,0 +1,235 @@
+"""Inner join of two streams per event-time window and key.
+
+Port 0 is the left stream, port 1 the right. Both are cut into the same
+tumbling or sliding windows (``[start, end)``, aligned to 0), each side by its
+own time field. When the watermark (the minimum over both ports) reaches a
+window's end, every pair of a left and a right event of that window with equal
+keys comes out, then the window's state is dropped::
+
+    {"key": k, "window_start": s, "window_end": e, <left_time_field>: e - 1,
+     "left": <left event>, "right": <right event>}
+
+Late and malformed events go to the error output, as in `windows`.
+
+>>> op = WindowJoinOperator("j", kind="tumbling", size_ms=1000,
+...                         left_key_fn=lambda e: e["id"], right_key_fn=lambda e: e["id"],
+...                         left_time_field="t", right_time_field="ts")
+>>> _ = op.on_batch([{"t": 10, "id": 1}], port=0)
+>>> _ = op.on_batch([{"ts": 20, "id": 1}, {"ts": 30, "id": 2}], port=1)
+>>> _ = op.on_watermark(1000, port=0)
+>>> op.on_watermark(1000, port=1).events
+[{'key': 1, 'window_start': 0, 'window_end': 1000, 't': 999, 'left': {'t': 10, 'id': 1}, 'right': {'ts': 20, 'id': 1}}]
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from typing import Any
+
+from cameo_actors.operators.aggregates import is_time
+from cameo_actors.operators.base import Event, Operator, Output
+from cameo_actors.operators.windows import (
+    RESULT_FIELDS,
+    AlignedWindows,
+    KeyFn,
+    decode_key,
+    encode_key,
+    event_time,
+    positive_number,
+    time_error,
+    unhashable_key_error,
+)
+
+JOIN_KINDS = ("tumbling", "sliding")
+_SIDES = ("left", "right")
+
+
+class WindowJoinOperator(Operator):
+    """Windowed inner equi-join of a left (port 0) and a right (port 1) stream.
+
+    In a sliding join a pair that shares several windows comes out once per
+    window, like a windowed aggregate counts an event once per window.
+
+    Args:
+        step_id: the spec step (named in every error record).
+        kind: "tumbling" or "sliding".
+        size_ms: window length in ms.
+        slide_ms: distance between window starts (sliding only; <= size_ms).
+        left_key_fn: left event -> key (hashable; tuples allowed).
+        right_key_fn: right event -> key, compared with == to left keys.
+        left_time_field: event-time field of left events (also the result's
+            time field).
+        right_time_field: event-time field of right events.
+
+    Raises:
+        ValueError: a bad kind, size or slide, a missing key function, or a
+            left time field that clashes with a result field.
+    """
+
+    stateful = True
+
+    def __init__(
+        self,
+        step_id: str,
+        *,
+        kind: str,
+        size_ms: float,
+        slide_ms: float | None = None,
+        left_key_fn: KeyFn,
+        right_key_fn: KeyFn,
+        left_time_field: str,
+        right_time_field: str,
+    ) -> None:
+        super().__init__(step_id, n_inputs=2)
+        if kind not in JOIN_KINDS:
+            raise ValueError(f"step {step_id!r}: join kind must be one of {list(JOIN_KINDS)}, "
+                             f"got {kind!r}")
+        for side, fn in zip(_SIDES, (left_key_fn, right_key_fn), strict=True):
+            if not callable(fn):
+                raise ValueError(f"step {step_id!r}: a join needs a {side} key function, got {fn!r}; "
+                                 f"key_by both inputs")
+        for side, tf in zip(_SIDES, (left_time_field, right_time_field), strict=True):
+            if not isinstance(tf, str) or not tf:
+                raise ValueError(f"step {step_id!r}: {side}_time_field must name the event-time "
+                                 f"field, got {tf!r}")
+        if left_time_field in (*RESULT_FIELDS, *_SIDES):
+            raise ValueError(f"step {step_id!r}: left_time_field {left_time_field!r} clashes with a "
+                             f"result field {[*RESULT_FIELDS, *_SIDES]}; rename the event-time field")
+        self.kind = kind
+        self.size_ms = positive_number(step_id, "size_ms", size_ms)
+        if kind == "sliding":
+            self.slide_ms = positive_number(step_id, "slide_ms", slide_ms)
+            if self.slide_ms > self.size_ms:
+                raise ValueError(f"step {step_id!r}: slide_ms must be <= size_ms ({size_ms}), "
+                                 f"got {slide_ms}; use a smaller slide or a tumbling window")
+        else:
+            self.slide_ms = self.size_ms
+        self._aligned = AlignedWindows(self.size_ms, self.slide_ms)
+        self.key_fns = (left_key_fn, right_key_fn)
+        self.time_fields = (left_time_field, right_time_field)
+        #: Events routed to the error output, by kind.
+        self.late_count = 0
+        self.malformed_count = 0
+        # window end -> key -> [left events, right events], plus a heap of the ends.
+        self._windows: dict[float, dict[Any, list[list[Event]]]] = {}
+        self._ends: list[float] = []
+
+    # -- scheduling hints --------------------------------------------------------------
+    def window_id(self, event_time: float) -> float:
+        """Local priority of an event: the end of the earliest window containing it."""
+        return self._aligned.first_end(event_time)
+
+    def earliest_window_end(self, events: Iterable[Event], port: int = 0) -> float | None:
+        """The end of the earliest not-yet-fired window any of `events` (arriving
+        on `port`) belongs to; None if every event is late or has no valid time."""
+        wm, tf, first_open_end = self.watermark, self.time_fields[port], self._aligned.first_open_end
+        best: float | None = None
+        for ev in events:
+            t = event_time(ev, tf)
+            if t is not None:
+                end = first_open_end(t, wm)
+                if end is not None and (best is None or end < best):
+                    best = end
+        return best
+
+    # -- event processing --------------------------------------------------------------
+    def process(self, events: list[Event], port: int, out: Output) -> None:
+        if port not in (0, 1):
+            raise ValueError(f"step {self.step_id!r}: a join has ports 0 (left) and 1 (right), "
+                             f"got {port!r}")
+        tf, key_fn, wm = self.time_fields[port], self.key_fns[port], self.watermark
+        windows, open_ends = self._windows, self._aligned.open_ends
+        for ev in events:
+            try:
+                t = ev[tf]
+            except Exception:
+                self._malformed(out, ev, time_error(ev, tf))
+                continue
+            if not is_time(t):
+                self._malformed(out, ev, time_error(ev, tf))
+                continue
+            ends = open_ends(t, wm)
+            if not ends:
+                self._late(out, ev, f"{_SIDES[port]} event at {tf}={t} is behind the watermark "
+                                    f"{wm}: every window containing it already fired")
+                continue
+            try:
+                k = key_fn(ev)
+            except Exception as exc:
+                self._malformed(out, ev, f"the {_SIDES[port]} key function raised "
+                                         f"{type(exc).__name__}: {exc}")
+                continue
+            message = unhashable_key_error(k)
+            if message is not None:
+                self._malformed(out, ev, message)
+                continue
+            for end in ends:
+                w = windows.get(end)
+                if w is None:
+                    w = windows[end] = {}
+                    heapq.heappush(self._ends, end)
+                sides = w.get(k)
+                if sides is None:
+                    sides = w[k] = [[], []]
+                sides[port].append(ev)
+
+    # -- firing ------------------------------------------------------------------------
+    def advance_to(self, watermark: float, out: Output) -> None:
+        ends, windows, size, tf = self._ends, self._windows, self.size_ms, self.time_fields[0]
+        emit = out.events.append
+        while ends and ends[0] <= watermark:
+            end = heapq.heappop(ends)
+            start = end - size
+            for k, (lefts, rights) in windows.pop(end).items():
+                for left in lefts:
+                    for right in rights:
+                        emit({"key": k, "window_start": start, "window_end": end, tf: end - 1,
+                              "left": left, "right": right})
+
+    # -- errors ------------------------------------------------------------------------
+    def _malformed(self, out: Output, ev: Any, message: str) -> None:
+        self.malformed_count += 1
+        self.error(out, "malformed", message, ev)
+
+    def _late(self, out: Output, ev: Any, message: str) -> None:
+        self.late_count += 1
+        self.error(out, "late", message, ev)
+
+    # -- state -------------------------------------------------------------------------
+    def _config(self) -> list[Any]:
+        return [self.kind, self.size_ms, self.slide_ms, *self.time_fields]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The operator's state as msgpack-able data, provided the buffered
+        events are (tuple keys are stored as lists)."""
+        state = super().snapshot()
+        state.update(
+            config=self._config(),
+            late_count=self.late_count,
+            malformed_count=self.malformed_count,
+            windows=[
+                [end, [[encode_key(k), list(lefts), list(rights)]
+                       for k, (lefts, rights) in self._windows[end].items()]]
+                for end in sorted(self._windows)
+            ],
+        )
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load a `snapshot` (possibly after a msgpack round trip).
+
+        Raises:
+            ValueError: the snapshot is of a differently configured join.
+        """
+        if list(state["config"]) != self._config():
+            raise ValueError(f"step {self.step_id!r}: snapshot is of a join configured as "
+                             f"{state['config']}, this one is {self._config()}")
+        super().restore(state)
+        self.late_count = state["late_count"]
+        self.malformed_count = state["malformed_count"]
+        self._windows = {
+            end: {decode_key(k): [list(lefts), list(rights)] for k, lefts, rights in rows}
+            for end, rows in state["windows"]
+        }
+        self._ends = sorted(self._windows)

@@ -1,0 +1,111 @@
+"""An activation: one instance of one operator of one dataflow, hosted on an executor.
+
+It adds to the operator what running on many instances needs: a watermark
+per input channel (the minimum over a port's channels is the port's
+watermark), and routing of outputs to the instances of downstream steps
+(by key group for keyed steps, round robin otherwise, watermarks to all).
+Pure: no Ray.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cameo_actors.dataflow.functions import FunctionResolver
+from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, SinkStep, SourceStep, WindowStep
+from cameo_actors.operators.base import Event, Operator, Output
+from cameo_actors.operators.build import build_operator, key_function
+from cameo_actors.runtime.routing import activation_id, split_by_key
+from cameo_actors.scheduling import WindowTiming
+
+NO_WM = -math.inf
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one output of an activation goes: a downstream step's port and instances."""
+
+    step: str
+    port: int
+    targets: tuple[str, ...]
+    key_fn: Callable[[Event], Any] | None  # set when targets > 1 and the step is keyed
+
+
+class Activation:
+    def __init__(self, spec: DataflowSpec, step_id: str, instance: int,
+                 resolver: FunctionResolver | None = None) -> None:
+        step = spec.step(step_id)
+        self.id = activation_id(spec.name, step_id, instance)
+        self.dataflow = spec.name
+        self.step = step
+        self.operator: Operator = build_operator(spec, step, resolver)
+        self.is_source = isinstance(step, SourceStep)
+        self.is_sink = isinstance(step, SinkStep)
+        # Input channels per port: every instance of the upstream step ("" = ingress for sources).
+        self.channels: list[dict[str, float]] = [
+            {activation_id(spec.name, up, i): NO_WM for i in range(spec.step(up).parallelism)}
+            for up in step.inputs
+        ] or [{"": NO_WM}]
+        self.routes = [self._route(spec, consumer, port) for consumer, port in spec.consumers(step_id)]
+        self._round_robin = 0
+        self.window_timing = _window_timing(spec, step)
+
+    def _route(self, spec: DataflowSpec, consumer: Any, port: int) -> Route:
+        targets = tuple(activation_id(spec.name, consumer.id, i) for i in range(consumer.parallelism))
+        keyed = isinstance(consumer, (WindowStep, JoinStep)) and len(targets) > 1
+        return Route(consumer.id, port, targets, key_function(spec, self.step.id) if keyed else None)
+
+    # -- input -------------------------------------------------------------------
+    def on_data(self, events: list[Event], port: int) -> Output:
+        return self.operator.on_batch(events, port)
+
+    def on_watermark(self, watermark: float, port: int, channel: str) -> Output:
+        """A channel's watermark; the operator sees the port's minimum when it rises."""
+        if self.is_source:  # one channel: the ingress
+            return self.operator.on_watermark(watermark, port)
+        chans = self.channels[port]
+        if watermark <= chans.get(channel, NO_WM):
+            return Output()
+        chans[channel] = watermark
+        return self.operator.on_watermark(min(chans.values()), port)
+
+    # -- output --------------------------------------------------------------------
+    def split(self, events: list[Event]) -> list[tuple[str, int, list[Event]]]:
+        """Output events -> [(target activation, port, events)]."""
+        out: list[tuple[str, int, list[Event]]] = []
+        for route in self.routes:
+            targets = route.targets
+            if len(targets) == 1:
+                out.append((targets[0], route.port, events))
+            elif route.key_fn is not None:
+                for i, part in split_by_key(events, route.key_fn, len(targets)).items():
+                    out.append((targets[i], route.port, part))
+            else:
+                self._round_robin = (self._round_robin + 1) % len(targets)
+                out.append((targets[self._round_robin], route.port, events))
+        return out
+
+    def watermark_targets(self) -> list[tuple[str, int]]:
+        return [(t, r.port) for r in self.routes for t in r.targets]
+
+    def upstreams(self) -> list[str]:
+        return [c for port in self.channels for c in port if c]
+
+
+def _window_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:
+    """How the scheduler maps this step's windows to physical deadlines (None: not a window)."""
+    lateness = float(max((s.allowed_lateness_ms for s in spec.sources), default=0))
+    if isinstance(step, WindowStep):
+        if step.kind == "session":
+            return WindowTiming.session_gap(float(step.gap_ms or 0), lateness)
+        if step.kind == "sliding":
+            return WindowTiming.sliding(float(step.size_ms or 0), float(step.slide_ms or 0), lateness)
+        return WindowTiming.tumbling(float(step.size_ms or 0), lateness)
+    if isinstance(step, JoinStep):
+        if step.kind == "sliding":
+            return WindowTiming.sliding(float(step.size_ms), float(step.slide_ms or 0), lateness)
+        return WindowTiming.tumbling(float(step.size_ms), lateness)
+    return None

@@ -1,0 +1,232 @@
+"""The two queue levels: a `Mailbox` per activation and one global `RunQueue`.
+
+Both are binary heaps with lazy deletion: every operation is O(log n)
+amortized, and dead entries are compacted away once they outnumber live ones.
+"""
+
+from __future__ import annotations
+
+import math
+from heapq import heapify, heappop, heappush
+from typing import Any
+
+from .context import Message, SortKey
+
+_INF = math.inf
+
+
+class Mailbox:
+    """One activation's pending messages, in the order the operator must see them.
+
+    Order: local priority (window id), then arrival; but a watermark is a
+    barrier. Each mailbox keeps an epoch; data is keyed `(epoch, local_priority,
+    seq)`, a watermark `(epoch, +inf, seq)` after which the epoch advances. So
+    data never overtakes an earlier watermark and a watermark never overtakes
+    earlier data, while data between two watermarks is ordered by window.
+
+    The mailbox also knows the most urgent *policy* key (`msg.key`, smaller =
+    more urgent) among its pending messages: the activation's key in the run
+    queue. `put` needs `msg.key` set (the scheduler stamps it on arrival).
+
+    Example:
+        >>> from cameo_actors.scheduling import Message, PriorityContext
+        >>> mb = Mailbox()
+        >>> def msg(lp, key, wm=False):
+        ...     m = Message("a", 0, 5.0 if wm else [], wm, PriorityContext("d", "t", 0.0))
+        ...     m.ctx.local_priority, m.key = lp, key
+        ...     return m
+        >>> for m in (msg(2, 30.0), msg(1, 20.0), msg(0, 50.0, wm=True), msg(0, 10.0)):
+        ...     mb.put(m)
+        >>> mb.urgent_key()
+        10.0
+        >>> [(m.ctx.local_priority, m.is_watermark) for m in (mb.pop(), mb.pop(), mb.pop())]
+        [(1, False), (2, False), (0, True)]
+        >>> len(mb)
+        1
+    """
+
+    __slots__ = ("_order", "_urgent", "_pending", "_epoch", "_seq")
+
+    def __init__(self) -> None:
+        self._order: list[tuple[int, float, int, Message]] = []
+        self._urgent: list[tuple[SortKey, int]] = []
+        self._pending: dict[int, Message] = {}
+        self._epoch = 0
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+    def __repr__(self) -> str:
+        return f"Mailbox(pending={len(self._pending)}, epoch={self._epoch})"
+
+    def put(self, msg: Message) -> None:
+        """Add a message (its `key` must be set)."""
+        self._seq = seq = self._seq + 1
+        if msg.is_watermark:
+            heappush(self._order, (self._epoch, _INF, seq, msg))
+            self._epoch += 1
+        else:
+            lp = msg.ctx.local_priority
+            if lp != lp:  # NaN would break the heap order
+                raise ValueError(
+                    f"message to {msg.target!r}: local_priority is NaN; expected a window id or 0"
+                )
+            heappush(self._order, (self._epoch, lp, seq, msg))
+        heappush(self._urgent, (msg.key, seq))
+        self._pending[seq] = msg
+
+    def pop(self) -> Message:
+        """Remove and return the next message in operator order.
+
+        Raises:
+            IndexError: the mailbox is empty.
+        """
+        if not self._order:
+            raise IndexError("pop from an empty Mailbox")
+        _, _, seq, msg = heappop(self._order)
+        pending = self._pending
+        del pending[seq]
+        if not pending:
+            self._urgent.clear()
+        elif len(self._urgent) > 2 * len(pending) + 32:
+            self._compact()
+        return msg
+
+    def peek(self) -> Message | None:
+        """The message `pop` would return, or None."""
+        return self._order[0][3] if self._order else None
+
+    def urgent_key(self) -> SortKey | None:
+        """The most urgent policy key among pending messages, or None when empty."""
+        urgent = self._urgent
+        pending = self._pending
+        while urgent:
+            key, seq = urgent[0]
+            if seq in pending:
+                return key
+            heappop(urgent)
+        return None
+
+    def clear(self) -> list[Message]:
+        """Empty the mailbox; return what was pending, in operator order."""
+        out = [e[3] for e in sorted(self._order, key=lambda e: e[:3])]
+        self._order.clear()
+        self._urgent.clear()
+        self._pending.clear()
+        return out
+
+    def _compact(self) -> None:
+        self._urgent = [(m.key, s) for s, m in self._pending.items()]
+        heapify(self._urgent)
+
+
+class RunQueue:
+    """Activations ordered by their key; equal keys in the order they were (re)queued.
+
+    `push` inserts or re-keys (up or down) an activation. Replaced and removed
+    entries stay in the heap, marked dead, until they reach the top or a
+    compaction, so every operation is O(log n) amortized.
+
+    Example:
+        >>> rq = RunQueue()
+        >>> rq.push("a", 30.0); rq.push("b", 20.0); rq.push("a", 10.0)
+        >>> rq.peek()
+        ('a', 10.0)
+        >>> rq.remove("a")
+        True
+        >>> rq.pop(), len(rq)
+        (('b', 20.0), 0)
+    """
+
+    __slots__ = ("_heap", "_entries", "_seq")
+
+    def __init__(self) -> None:
+        # Entries are [key, seq, activation_id]; activation_id None marks a dead entry.
+        # seq is unique, so comparison never reaches the id.
+        self._heap: list[list[Any]] = []
+        self._entries: dict[str, list[Any]] = {}
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def __contains__(self, activation_id: object) -> bool:
+        return activation_id in self._entries
+
+    def __repr__(self) -> str:
+        return f"RunQueue(live={len(self._entries)}, heap={len(self._heap)})"
+
+    def push(self, activation_id: str, key: SortKey) -> None:
+        """Queue `activation_id` under `key`, replacing its previous key if queued."""
+        entries = self._entries
+        old = entries.get(activation_id)
+        if old is not None:
+            if old[0] == key:
+                return
+            old[2] = None
+        self._seq = seq = self._seq + 1
+        entry = [key, seq, activation_id]
+        entries[activation_id] = entry
+        heappush(self._heap, entry)
+        if len(self._heap) > 2 * len(entries) + 64:
+            self._compact()
+
+    def key_of(self, activation_id: str) -> SortKey | None:
+        """The key `activation_id` is queued under, or None if not queued."""
+        e = self._entries.get(activation_id)
+        return None if e is None else e[0]
+
+    def remove(self, activation_id: str) -> bool:
+        """Dequeue `activation_id`; False if it was not queued."""
+        e = self._entries.pop(activation_id, None)
+        if e is None:
+            return False
+        e[2] = None
+        if not self._entries:
+            self._heap.clear()
+        return True
+
+    def pop(self) -> tuple[str, SortKey]:
+        """Remove and return (activation_id, key) of the most urgent activation.
+
+        Raises:
+            IndexError: the run queue is empty.
+        """
+        heap = self._heap
+        while heap:
+            key, _, aid = heappop(heap)
+            if aid is not None:
+                del self._entries[aid]
+                return aid, key
+        raise IndexError("pop from an empty RunQueue")
+
+    def peek(self) -> tuple[str, SortKey] | None:
+        """(activation_id, key) of the most urgent activation, or None."""
+        heap = self._heap
+        while heap:
+            top = heap[0]
+            if top[2] is not None:
+                return top[2], top[0]
+            heappop(heap)
+        return None
+
+    def peek_key(self) -> SortKey | None:
+        """The most urgent key, or None when empty."""
+        heap = self._heap
+        while heap:
+            top = heap[0]
+            if top[2] is not None:
+                return top[0]
+            heappop(heap)
+        return None
+
+    def _compact(self) -> None:
+        self._heap = [e for e in self._heap if e[2] is not None]
+        heapify(self._heap)
