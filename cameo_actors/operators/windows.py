@@ -152,7 +152,7 @@ class AlignedWindows:
 
 
 class _Session:
-    """One open session of one key: events from `first` to `last`, no gap >= gap."""
+    """One open session of one key: events from `first` to `last`, each less than gap from the next."""
 
     __slots__ = ("key", "first", "last", "acc", "seq", "alive")
 

@@ -1,0 +1,292 @@
+"""The Python API of the runtime: start or join a pool, deploy dataflows, push
+events, read results and latency.
+
+>>> from cameo_actors import Dataflow
+>>> from cameo_actors.runtime import Runtime
+>>> rt = Runtime.start()                                  # doctest: +SKIP
+>>> rt.deploy(Dataflow("errors", latency_target_ms=50)
+...           .source("logs", schema={"ts": "int", "level": "str"}, event_time="ts")
+...           .filter("level == 'ERROR'").sink("alerts"))  # doctest: +SKIP
+>>> rt.push("errors", "logs", [{"ts": 1, "level": "ERROR"}])  # doctest: +SKIP
+>>> rt.close("errors"); rt.wait_idle()                    # doctest: +SKIP
+>>> rt.results("errors")                                  # doctest: +SKIP
+[{'ts': 1, 'level': 'ERROR'}]
+
+The embedded default starts a private local Ray (`address="local"`), so it
+never attaches by accident to a cluster someone else started; pass
+`address=` to join one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from cameo_actors.dataflow.builder import Dataflow
+from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.errors import CameoError
+from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Event
+from cameo_actors.runtime.config import RuntimeConfig, default_run_dir
+from cameo_actors.runtime.controller import NAMESPACE, Controller, controller_name
+from cameo_actors.runtime.egress import LatencyStats
+from cameo_actors.runtime.routing import activation_id
+from cameo_actors.runtime.wire import pack_events
+
+#: Events per ingest call: a Ray call costs about 1 ms, so batches, not single events.
+DEFAULT_BATCH = 2_000
+#: Ingest calls in flight per executor before push waits for one to return.
+MAX_IN_FLIGHT = 8
+
+
+def _unwrap(e: Exception) -> Exception:
+    """A Ray task error -> the exception the actor raised (SpecError etc.)."""
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, Exception) else e
+
+
+def _get(refs: Any) -> Any:
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as e:
+        raise _unwrap(e) from None
+
+
+class Runtime:
+    """A handle on one executor pool and its dataflows. Cheap to create; many
+    processes may hold handles on the same pool."""
+
+    def __init__(self, pool: str, controller: Any, owns_ray: bool) -> None:
+        self.pool = pool
+        self.controller = controller
+        self.config = RuntimeConfig.from_dict(_get(controller.config_dict.remote()))
+        self.executors: list[Any] = _get(controller.executor_handles.remote())
+        self._owns_ray = owns_ray
+        self._client = uuid.uuid4().hex
+        self._seq: dict[int, itertools.count[int]] = {}
+        self._in_flight: dict[int, list[Any]] = {}
+        self._described: dict[str, dict[str, Any]] = {}
+        self._offsets: dict[tuple[str, str], int] = {}
+        self._round_robin = itertools.count()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @classmethod
+    def start(cls, config: RuntimeConfig | None = None, *, pool: str = "default",
+              address: str | None = None, run_dir: str | None = None,
+              num_cpus: int | None = None) -> Runtime:
+        """Start (or find) the pool `pool`, starting Ray first if needed.
+
+        Args:
+            config: how the pool runs (used only when the pool is created).
+            pool: the pool's name; several pools (e.g. one per scheduling mode) can coexist.
+            address: a Ray cluster to join ("auto", "ray://host:10001", "host:6379");
+                None starts a private local Ray.
+            run_dir: where a private Ray keeps its files (default: ./.run).
+            num_cpus: logical CPUs of a private Ray (default: 4x the cores, so that
+                several pools fit; the executor count defaults to the cores).
+        """
+        config = config or RuntimeConfig()
+        owns = False
+        if not ray.is_initialized():
+            if address is None:
+                run = os.path.join(run_dir or default_run_dir(), "ray")
+                os.makedirs(run, exist_ok=True)
+                cores = os.cpu_count() or 1
+                ray.init(address="local", num_cpus=num_cpus or 4 * cores, include_dashboard=False,
+                         namespace=NAMESPACE, _temp_dir=run, log_to_driver=True,
+                         configure_logging=False)
+                if config.num_executors is None:
+                    config = RuntimeConfig.from_dict({**config.to_dict(), "num_executors": cores})
+            else:
+                ray.init(address=address, namespace=NAMESPACE)
+            owns = True
+        controller = Controller.options(
+            name=controller_name(pool), namespace=NAMESPACE, lifetime="detached",
+            get_if_exists=True).remote(pool, config.to_dict())
+        return cls(pool, controller, owns)
+
+    @classmethod
+    def connect(cls, *, pool: str = "default", address: str | None = "auto") -> Runtime:
+        """A handle on a pool that is already running (e.g. after a service restart)."""
+        if not ray.is_initialized():
+            ray.init(address=address, namespace=NAMESPACE)
+        try:
+            controller = ray.get_actor(controller_name(pool), namespace=NAMESPACE)
+        except ValueError as e:
+            raise CameoError(f"no cameo pool named {pool!r} on this Ray cluster; start one with "
+                             "Runtime.start() or `cameo serve`") from e
+        return cls(pool, controller, owns_ray=False)
+
+    def shutdown(self, *, stop_ray: bool | None = None) -> None:
+        """Stop the pool's executors and controller (and Ray, if this handle started it)."""
+        _get(self.controller.shutdown.remote())
+        ray.kill(self.controller)
+        if stop_ray if stop_ray is not None else self._owns_ray:
+            ray.shutdown()
+
+    # -- dataflows -----------------------------------------------------------------------------
+    def deploy(self, dataflow: Dataflow | DataflowSpec | dict[str, Any]) -> str:
+        """Validate and start a dataflow; returns its name. A bad spec changes nothing."""
+        if isinstance(dataflow, Dataflow):
+            spec_dict = dataflow.spec.to_dict()
+        elif isinstance(dataflow, DataflowSpec):
+            spec_dict = dataflow.to_dict()
+        else:
+            spec_dict = DataflowSpec.from_dict(dataflow).to_dict()
+        info = _get(self.controller.deploy.remote(spec_dict))
+        return str(info["name"])
+
+    def cancel(self, name: str) -> dict[str, Any]:
+        result = _get(self.controller.cancel.remote(name))
+        self._described.pop(name, None)
+        return dict(result)
+
+    def update(self, name: str, *, latency_target_ms: float | None = None,
+               weight: float | None = None) -> dict[str, Any]:
+        return dict(_get(self.controller.update.remote(name, latency_target_ms, weight)))
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(_get(self.controller.list.remote()))
+
+    def describe(self, name: str) -> dict[str, Any]:
+        info = self._described.get(name)
+        if info is None:
+            info = self._described[name] = dict(_get(self.controller.describe.remote(name)))
+        return info
+
+    # -- input ----------------------------------------------------------------------------------
+    def push(self, name: str, source: str, events: Sequence[Event], *,
+             batch_size: int = DEFAULT_BATCH) -> None:
+        """Send events to a source of a running dataflow, in batches.
+
+        Returns when the batches are handed over; blocks while the source has
+        too many events waiting (backpressure). Events keep their order per
+        source instance.
+        """
+        for i in range(0, len(events), batch_size):
+            self._send(name, source, list(events[i:i + batch_size]))
+
+    def watermark(self, name: str, source: str, ts: float) -> None:
+        """Declare that no event older than `ts` will follow on `source`."""
+        for target in self._source_instances(name, source):
+            self._send_to(name, target, [float(ts)])
+
+    def close(self, name: str) -> None:
+        """End every source of the dataflow: all windows fire."""
+        for src in self._spec(name).sources:
+            self.watermark(name, src.id, END_OF_STREAM)
+
+    def flush(self) -> None:
+        """Wait until every pushed batch was accepted by its executor."""
+        for refs in self._in_flight.values():
+            _get(refs)
+            refs.clear()
+
+    def _send(self, name: str, source: str, items: list[Any]) -> None:
+        targets = self._source_instances(name, source)
+        target = targets[next(self._round_robin) % len(targets)]
+        self._send_to(name, target, [items])
+
+    def _send_to(self, name: str, target: str, items: list[Any]) -> None:
+        host = self.describe(name)["hosts"][target]
+        refs = self._in_flight.setdefault(host, [])
+        if len(refs) >= MAX_IN_FLIGHT:
+            done, rest = ray.wait(refs, num_returns=len(refs) - MAX_IN_FLIGHT + 1)
+            _get(done)
+            self._in_flight[host] = refs = rest
+        seq = next(self._seq.setdefault(host, itertools.count()))
+        refs.append(self.executors[host].ingest.remote(self._client, seq, target, pack_events(items)))
+
+    def _source_instances(self, name: str, source: str) -> list[str]:
+        spec = self._spec(name)
+        try:
+            step = spec.step(source)
+        except KeyError:
+            raise CameoError(f"dataflow {name!r} has no source {source!r}; sources: "
+                             f"{[s.id for s in spec.sources]}") from None
+        return [activation_id(name, step.id, i) for i in range(step.parallelism)]
+
+    def _spec(self, name: str) -> DataflowSpec:
+        return DataflowSpec.from_dict(self.describe(name)["spec"])
+
+    # -- output ---------------------------------------------------------------------------------
+    def result_rows(self, name: str, sink: str | None = None, *, commit: bool = True
+                    ) -> list[tuple[Event, float, float]]:
+        """New results since the last read: (event, ingest_ms, egress_ms) rows.
+        With commit, the runtime forgets them (and a sink held on a full log resumes)."""
+        spec = self._spec(name)
+        sinks = [s for s in spec.sinks if sink is None or s.id == sink]
+        hosts = self.describe(name)["hosts"]
+        rows: list[tuple[Event, float, float]] = []
+        for s in sinks:
+            for i in range(s.parallelism):
+                aid = activation_id(name, s.id, i)
+                ex = self.executors[hosts[aid]]
+                start = self._offsets.get((name, aid))
+                if start is None:
+                    start = _get(ex.result_offsets.remote(name))[aid][0]
+                got = _get(ex.read_results.remote(name, aid, start, None))
+                rows.extend((e, ing, eg) for e, ing, eg in got)
+                self._offsets[(name, aid)] = start + len(got)
+                if commit:
+                    _get(ex.commit_results.remote(name, aid, start + len(got)))
+        return rows
+
+    def results(self, name: str, sink: str | None = None) -> list[Event]:
+        """New results since the last read (and committed)."""
+        return [e for e, _, _ in self.result_rows(name, sink)]
+
+    def stats(self, name: str) -> dict[str, Any]:
+        """Latency percentiles, share within target, throughput counters, backlog, errors."""
+        info = self.describe(name)
+        parts = _get([self.executors[i].dataflow_stats.remote(name) for i in info["executors"]])
+        latency = LatencyStats(info["spec"]["latency_target_ms"])
+        errors: dict[str, int] = {}
+        for p in parts:
+            latency.merge(LatencyStats.from_dict(p["latency"]))
+            for k, n in p["errors"].items():
+                errors[k] = errors.get(k, 0) + n
+        sources = {s["id"] for s in info["spec"]["steps"] if s["op"] == "source"}
+        return {
+            "name": name,
+            "tenant": info["spec"]["tenant"],
+            **latency.summary(),
+            "events_in": sum(p["events_in"] for p in parts),
+            "events_out": sum(p["events_out"] for p in parts),
+            "backlog": sum(p["backlog"] for p in parts),
+            "errors": errors,
+            "failures": [f for p in parts for f in p["failures"]],
+            "held": [h for p in parts for h in p["held"]],
+            "sources": sorted(sources),
+            "latency_buckets": latency.buckets,
+        }
+
+    def errors(self, name: str, limit: int = 100) -> list[ErrorRecord]:
+        """Recent records of the dataflow's error output (counts are in stats())."""
+        info = self.describe(name)
+        parts = _get([self.executors[i].error_records.remote(name, limit) for i in info["executors"]])
+        return [ErrorRecord(**r) for part in parts for r in part][-limit:]
+
+    def executor_stats(self) -> list[dict[str, Any]]:
+        return list(_get(self.controller.executor_stats.remote()))
+
+    def wait_idle(self, timeout_s: float = 60.0) -> None:
+        """Block until every pushed event was processed: every executor idle and
+        every batch one executor sent to another applied there."""
+        self.flush()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = _get([e.idle.remote() for e in self.executors])
+            sent = {(i, int(j)): n for i, (_, out, _) in enumerate(states) for j, n in out.items()}
+            got = {(int(j), i): n for i, (_, _, inn) in enumerate(states) for j, n in inn.items()}
+            if all(idle for idle, _, _ in states) and sent == got:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"runtime not idle after {timeout_s} s: "
+                                   f"{[s['backlog'] for s in self.executor_stats()]} messages queued")
+            time.sleep(0.01)

@@ -1,0 +1,136 @@
+"""The executor: a Ray actor hosting many activations, with its own worker thread.
+
+Ray's threads only hand work to the worker thread (an inbox of closures);
+the worker thread alone runs the scheduler, so the runtime, not the OS or
+Ray's call order, decides what runs next (the Orleans-silo model). A short
+interpreter switch interval lets Ray's threads get incoming batches in
+promptly while the worker computes.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import ray
+
+from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.core import ExecutorCore
+from cameo_actors.runtime.wire import unpack_events
+
+T = TypeVar("T")
+IDLE_WAIT_S = 0.05
+CALL_TIMEOUT_S = 60.0
+
+
+@ray.remote(max_concurrency=8, concurrency_groups={"ingest": 4})
+class Executor:
+    def __init__(self, index: int, config: dict[str, Any]) -> None:
+        self.config = RuntimeConfig.from_dict(config)
+        sys.setswitchinterval(self.config.switch_interval_s)
+        self.index = index
+        self.peers: list[Any] = []
+        self.core = ExecutorCore(index, self.config, self._send_to)
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name=f"cameo-executor-{index}", daemon=True)
+        self._thread.start()
+
+    # -- the worker thread ----------------------------------------------------------
+    def _loop(self) -> None:
+        core = self.core
+        while not self._stopped:
+            core.drain_inbox()
+            ran = core.run_slice()
+            core.flush()
+            if not ran and not core.inbox:
+                self._wake.wait(IDLE_WAIT_S)
+                self._wake.clear()
+
+    def _send_to(self, host: int, blob: bytes) -> None:
+        self.peers[host].deliver.remote(blob)
+
+    def _submit(self, fn: Callable[[], None]) -> None:
+        self.core.inbox.append(fn)
+        self._wake.set()
+
+    def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run fn on the worker thread and return its result (exceptions re-raised here)."""
+        fut: Future[T] = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # handed back to the Ray caller
+                fut.set_exception(e)
+
+        self._submit(run)
+        return fut.result(CALL_TIMEOUT_S)
+
+    # -- data ----------------------------------------------------------------------
+    def deliver(self, blob: bytes) -> None:
+        """A batch from another executor."""
+        self._submit(lambda: self.core.receive(blob))
+
+    @ray.method(concurrency_group="ingest")
+    def ingest(self, client: str, seq: int, target: str, blob: bytes) -> int:
+        """Events from a client (driver, Spark writer). Blocks while the target source
+        has `ingress_events` waiting: that is the backpressure a writer feels.
+        Returns the events waiting at the target after this batch."""
+        core = self.core
+        limit = self.config.ingress_events
+        with core.ingress_cond:
+            core.ingress_cond.wait_for(
+                lambda: core.ingress_pending[target] < limit or target not in core.activations,
+                timeout=CALL_TIMEOUT_S)
+        items = unpack_events(blob)
+        ingest_ms = core.clock.now_ms()  # the data enters the runtime now
+        self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms))
+        return core.ingress_pending[target]
+
+    # -- control -------------------------------------------------------------------
+    def set_peers(self, peers: list[Any]) -> int:
+        self.peers = peers
+        return self.index
+
+    def deploy(self, spec: dict[str, Any], hosts: dict[str, int]) -> list[str]:
+        return self._call(self.core.deploy, DataflowSpec.from_dict(spec), hosts)
+
+    def cancel(self, dataflow: str) -> int:
+        return self._call(self.core.cancel, dataflow)
+
+    def update(self, dataflow: str, latency_target_ms: float | None, weight: float | None) -> None:
+        self._call(self.core.update, dataflow, latency_target_ms=latency_target_ms, weight=weight)
+
+    def read_results(self, dataflow: str, sink_activation: str, start: int, end: int | None = None
+                     ) -> list[tuple[Any, float, float]]:
+        return self._call(self.core.read_results, dataflow, sink_activation, start, end)
+
+    def commit_results(self, dataflow: str, sink_activation: str, offset: int) -> None:
+        self._call(self.core.commit_results, dataflow, sink_activation, offset)
+
+    def result_offsets(self, dataflow: str) -> dict[str, tuple[int, int]]:
+        return self._call(self.core.result_offsets, dataflow)
+
+    def dataflow_stats(self, dataflow: str) -> dict[str, Any]:
+        return self._call(self.core.dataflow_stats, dataflow)
+
+    def error_records(self, dataflow: str, limit: int = 100) -> list[dict[str, Any]]:
+        return self._call(self.core.error_records, dataflow, limit)
+
+    def executor_stats(self) -> dict[str, Any]:
+        stats = self._call(self.core.executor_stats)
+        stats["node"] = ray.get_runtime_context().get_node_id()
+        return stats
+
+    def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:
+        return self._call(self.core.idle)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(timeout=5)

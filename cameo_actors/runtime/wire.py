@@ -1,0 +1,45 @@
+"""The bytes that travel between executors: batched messages and credit returns.
+
+One Ray call carries everything one executor has for another: a link sequence
+number (calls may be reordered by Ray; the receiver restores order), the
+messages, and the credit returns with Cameo cost feedback for upstreams there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from cameo_actors.scheduling import Message, PriorityContext
+
+#: (upstream activation, downstream activation, events consumed, downstream's path cost ms)
+Ack = tuple[str, str, int, float]
+
+
+def encode_message(m: Message) -> tuple[Any, ...]:
+    return (m.target, m.port, m.is_watermark, m.payload, m.ctx.to_tuple(), m.upstream, m.size,
+            m.sent_ms)
+
+
+def decode_message(t: list[Any]) -> Message:
+    target, port, is_wm, payload, ctx, upstream, size, sent = t
+    return Message(target, port, payload, is_wm, PriorityContext.from_tuple(ctx), upstream, size,
+                   sent_ms=sent)
+
+
+def pack_link(sender: int, seq: int, messages: list[tuple[Any, ...]], acks: list[Ack]) -> bytes:
+    return msgpack.packb((sender, seq, messages, acks), use_bin_type=True)
+
+
+def unpack_link(blob: bytes) -> tuple[int, int, list[Any], list[Any]]:
+    sender, seq, messages, acks = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    return sender, seq, messages, acks
+
+
+def pack_events(items: list[Any]) -> bytes:
+    return msgpack.packb(items, use_bin_type=True)
+
+
+def unpack_events(blob: bytes) -> list[Any]:
+    return msgpack.unpackb(blob, raw=False, strict_map_key=False)
