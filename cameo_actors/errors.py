@@ -20,3 +20,7 @@ class SpecError(CameoError, ValueError):
         self.fix = fix
         where = f"step {step!r}" if step else "dataflow"
         super().__init__(f"{where}: expected {expected}, got {got!r}. Fix: {fix}")
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        # Rebuilt from its parts, so it crosses process boundaries (Ray) intact.
+        return (type(self), (self.step, self.expected, self.got, self.fix))

@@ -44,9 +44,11 @@ class Activation:
         self.operator: Operator = build_operator(spec, step, resolver)
         self.is_source = isinstance(step, SourceStep)
         self.is_sink = isinstance(step, SinkStep)
-        # Input channels per port: every instance of the upstream step ("" = ingress for sources).
+        self.instance = instance
+        # Input channels per port: the upstream instances that send here ("" = ingress for sources).
         self.channels: list[dict[str, float]] = [
-            {activation_id(spec.name, up, i): NO_WM for i in range(spec.step(up).parallelism)}
+            {activation_id(spec.name, up, i): NO_WM
+             for i in ([instance] if is_forward(spec.step(up), step) else range(spec.step(up).parallelism))}
             for up in step.inputs
         ] or [{"": NO_WM}]
         self.routes = [self._route(spec, consumer, port) for consumer, port in spec.consumers(step_id)]
@@ -55,8 +57,11 @@ class Activation:
 
     def _route(self, spec: DataflowSpec, consumer: Any, port: int) -> Route:
         targets = tuple(activation_id(spec.name, consumer.id, i) for i in range(consumer.parallelism))
-        keyed = isinstance(consumer, (WindowStep, JoinStep)) and len(targets) > 1
-        return Route(consumer.id, port, targets, key_function(spec, self.step.id) if keyed else None)
+        if is_forward(self.step, consumer):
+            return Route(consumer.id, port, (targets[self.instance],), None)
+        if _keyed(consumer):
+            return Route(consumer.id, port, targets, key_function(spec, self.step.id))
+        return Route(consumer.id, port, targets, None)
 
     # -- input -------------------------------------------------------------------
     def on_data(self, events: list[Event], port: int) -> Output:
@@ -93,6 +98,17 @@ class Activation:
 
     def upstreams(self) -> list[str]:
         return [c for port in self.channels for c in port if c]
+
+
+def _keyed(step: Any) -> bool:
+    return isinstance(step, (WindowStep, JoinStep)) and step.parallelism > 1
+
+
+def is_forward(upstream: Any, consumer: Any) -> bool:
+    """Instance i feeds only instance i: same parallelism and no key partitioning.
+    Such hops stay on one executor (placement puts instance i of every step
+    together) and keep their order, as Flink's forward edges do."""
+    return upstream.parallelism == consumer.parallelism and not _keyed(consumer)
 
 
 def _window_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:

@@ -27,9 +27,13 @@ class DataflowNotFound(CameoError, KeyError):
     def __init__(self, name: str, known: list[str]) -> None:
         super().__init__(f"no dataflow named {name!r}; running: {known}")
         self.name = name
+        self.known = known
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return (type(self), (self.name, self.known))
 
 
 class DataflowExists(CameoError, ValueError):

@@ -76,6 +76,8 @@ class ExecutorCore:
         self.ingress_cond = threading.Condition()
         # Work handed over by other threads, run by the owner thread.
         self.inbox: deque[Callable[[], None]] = deque()
+        #: Tracebacks of faults in the runtime itself (never expected; shown in stats).
+        self.faults: deque[str] = deque(maxlen=20)
 
     # == control (called on the owner thread) ======================================
     def deploy(self, spec: DataflowSpec, hosts: dict[str, int]) -> list[str]:
@@ -325,7 +327,7 @@ class ExecutorCore:
                 "backlog": self.sched.backlog, "executed": s.executed, "slices": s.slices,
                 "preempted": s.preempted, "busy_ms": s.busy_ms, "overhead_ms": s.overhead_ms,
                 "overhead_us_per_message": s.overhead_us_per_message,
-                "held": len(self._starved)}
+                "held": len(self._starved), "faults": list(self.faults)}
 
     def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:
         """(nothing to do here, batches sent per executor, batches applied per sender)."""

@@ -9,8 +9,10 @@ promptly while the worker computes.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -23,6 +25,7 @@ from cameo_actors.runtime.core import ExecutorCore
 from cameo_actors.runtime.wire import unpack_events
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.05
 CALL_TIMEOUT_S = 60.0
 
@@ -44,9 +47,14 @@ class Executor:
     def _loop(self) -> None:
         core = self.core
         while not self._stopped:
-            core.drain_inbox()
-            ran = core.run_slice()
-            core.flush()
+            try:
+                core.drain_inbox()
+                ran = core.run_slice()
+                core.flush()
+            except Exception:  # a runtime bug: report it, keep serving the other dataflows
+                core.faults.append(traceback.format_exc(limit=8))
+                logger.exception("executor %d: fault in the worker loop", self.index)
+                continue
             if not ran and not core.inbox:
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()

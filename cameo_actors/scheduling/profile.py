@@ -370,7 +370,7 @@ class ActivationProfile:
             prev = self.input_watermark_ms
             if wm > prev:
                 self.input_watermark_ms = wm
-            if wm == _INF:
+            if wm == _INF or prev == _INF:  # end of stream (on this or another channel)
                 return ctx.ingest_ms
             end = w.closing_window_end(prev, wm)
             return end + w.allowed_lateness_ms + self.flow.lag_ms

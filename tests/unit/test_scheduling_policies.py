@@ -493,3 +493,16 @@ def test_priority_context_wire_form_round_trips() -> None:
     assert PriorityContext.from_tuple(list(ctx.to_tuple())) == ctx
     with pytest.raises(ValueError):
         PriorityContext.from_tuple([1, 2])
+
+
+def test_window_frontier_after_end_of_stream_on_another_channel() -> None:
+    from cameo_actors.scheduling import ActivationProfile, Message, WindowTiming
+
+    p = ActivationProfile("d/w/0", dataflow="d", tenant="t", latency_target_ms=10,
+                          window=WindowTiming.tumbling(100.0))
+    eos = Message.ingress("d/w/0", float("inf"), dataflow="d", tenant="t", ingest_ms=5.0,
+                          is_watermark=True)
+    late_wm = Message.ingress("d/w/0", 250.0, dataflow="d", tenant="t", ingest_ms=7.0,
+                              is_watermark=True)
+    assert p.frontier_ms(eos) == 5.0
+    assert p.frontier_ms(late_wm) == 7.0  # not an overflow: the stream already ended

@@ -1,0 +1,59 @@
+"""Integration tests: a real local Ray, started once for the whole session.
+
+Executor pools are created lazily, one per configuration, and shared by the
+tests; every test deploys dataflows under its own names and cancels them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+RUN_DIR = os.path.abspath(os.environ.get("CAMEO_RUN_DIR", ".run"))
+
+#: name -> RuntimeConfig keyword arguments
+POOLS = {
+    "cameo2": dict(num_executors=2, policy="cameo"),
+    "fifo1": dict(num_executors=1, policy="fifo"),
+    "edf2": dict(num_executors=2, policy="edf"),
+    "fair2": dict(num_executors=2, policy="fair_share"),
+    "isolated2": dict(num_executors=2, policy="fifo", isolation="isolated"),
+    "tiny_credits": dict(num_executors=2, policy="cameo", credit_events=50, ingress_events=100,
+                         result_capacity=300),
+}
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    import ray
+
+    os.makedirs(os.path.join(RUN_DIR, "ray"), exist_ok=True)
+    ray.init(address="local", num_cpus=16, include_dashboard=False, namespace="cameo",
+             _temp_dir=os.path.join(RUN_DIR, "ray"), configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+class Pools:
+    def __init__(self) -> None:
+        self._made: dict[str, object] = {}
+
+    def __getitem__(self, name: str):  # type: ignore[no-untyped-def]
+        from cameo_actors.runtime import Runtime, RuntimeConfig
+
+        if name not in self._made:
+            self._made[name] = Runtime.start(RuntimeConfig(**POOLS[name]), pool=f"test-{name}")
+        return self._made[name]
+
+    def close(self) -> None:
+        for rt in self._made.values():
+            rt.shutdown(stop_ray=False)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def pools(ray_session: None) -> Iterator[Pools]:
+    p = Pools()
+    yield p
+    p.close()

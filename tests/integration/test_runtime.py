@@ -1,0 +1,223 @@
+"""The Ray runtime against the in-process reference, and multi-tenant behaviour."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from cameo_actors import Dataflow, SpecError, count
+from cameo_actors.testing import run_local
+from tests.shared.zoo import SCHEMA, canon, events, flows
+
+pytestmark = pytest.mark.integration
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{next(_names)}"
+
+
+def run_on(rt: Any, d: Dataflow, data: list[dict[str, Any]], batch: int = 300) -> list[dict[str, Any]]:
+    name = rt.deploy(d)
+    try:
+        for i in range(0, len(data), batch):
+            for source in (s.id for s in d.spec.sources):
+                rt.push(name, source, data[i:i + batch], batch_size=batch)
+        rt.close(name)
+        rt.wait_idle()
+        return rt.results(name)
+    finally:
+        rt.cancel(name)
+
+
+@pytest.mark.parametrize("pool,p", [("cameo2", 1), ("cameo2", 2), ("fifo1", 2), ("edf2", 2),
+                                    ("fair2", 2)])
+def test_every_operator_equals_run_local(pools: Any, pool: str, p: int) -> None:
+    rt = pools[pool]
+    data = events(3000, seed=p)
+    for d in flows(unique(pool), p):
+        expected = run_local(d, {s.id: data for s in d.spec.sources})
+        got = run_on(rt, d, data)
+        assert expected.sinks["o"], f"{d.name}: the reference produced nothing; the test data is off"
+        assert canon(got) == canon(expected.sinks["o"]), d.name
+        stats_free = rt.list()
+        assert d.name not in [x["name"] for x in stats_free]
+
+
+def test_isolated_mode_gives_each_dataflow_its_own_executor(pools: Any) -> None:
+    rt = pools["isolated2"]
+    a = Dataflow(unique("iso-a"), latency_target_ms=50).source("s", schema=SCHEMA).sink("o")
+    b = Dataflow(unique("iso-b"), latency_target_ms=50).source("s", schema=SCHEMA).sink("o")
+    c = Dataflow(unique("iso-c"), latency_target_ms=50).source("s", schema=SCHEMA).sink("o")
+    na, nb = rt.deploy(a), rt.deploy(b)
+    try:
+        listed = {x["name"]: x["executors"] for x in rt.list()}
+        assert {tuple(listed[na]), tuple(listed[nb])} == {(0,), (1,)}
+        with pytest.raises(Exception, match="dedicated executor"):
+            rt.deploy(c)
+        data = events(500)
+        rt.push(na, "s", data)
+        rt.push(nb, "s", data)
+        rt.wait_idle()
+        assert len(rt.results(na)) == len(rt.results(nb)) == 500
+    finally:
+        rt.cancel(na)
+        rt.cancel(nb)
+
+
+def test_cancel_one_tenant_while_the_other_continues(pools: Any) -> None:
+    rt = pools["cameo2"]
+    keep = (Dataflow(unique("keep"), latency_target_ms=50, tenant="a")
+            .source("s", schema=SCHEMA, event_time="ts").filter("level == 'ERROR'").sink("o"))
+    drop = (Dataflow(unique("drop"), latency_target_ms=1000, tenant="b")
+            .source("s", schema=SCHEMA, event_time="ts").key_by("key").window(tumbling_ms=100)
+            .aggregate(n=count()).sink("o"))
+    nk, nd = rt.deploy(keep), rt.deploy(drop)
+    data = events(4000)
+    rt.push(nk, "s", data[:2000])
+    rt.push(nd, "s", data[:2000])
+    result = rt.cancel(nd)
+    assert result["state"] == "cancelled"
+    assert nd not in [x["name"] for x in rt.list()]
+    rt.push(nk, "s", data[2000:])
+    rt.wait_idle()
+    got = rt.results(nk)
+    assert len(got) == sum(1 for e in data if e["level"] == "ERROR")
+    assert all(s["activations"] >= 0 for s in rt.executor_stats())
+    with pytest.raises(Exception, match="no dataflow named"):
+        rt.cancel(nd)  # a second cancel is refused, nothing changes
+    rt.cancel(nk)
+
+
+def test_failing_user_function_is_reported_and_others_run(pools: Any) -> None:
+    rt = pools["cameo2"]
+    bad = (Dataflow(unique("bad"), latency_target_ms=50).source("s", schema=SCHEMA)
+           .map(function="tests.udfs:double", id="dbl").sink("o"))
+    good = Dataflow(unique("good"), latency_target_ms=50).source("s", schema=SCHEMA).sink("o")
+    nb, ng = rt.deploy(bad), rt.deploy(good)
+    try:
+        data = events(1000)
+        rt.push(nb, "s", data)
+        rt.push(ng, "s", data)
+        rt.wait_idle()
+        negatives = sum(1 for e in data if e["value"] < 0)
+        stats = rt.stats(nb)
+        assert stats["errors"] == {"dbl:user_function": negatives}
+        errors = rt.errors(nb)
+        assert errors and errors[0].step == "dbl" and "negative value" in errors[0].message
+        assert len(rt.results(nb)) == 1000 - negatives
+        assert len(rt.results(ng)) == 1000
+    finally:
+        rt.cancel(nb)
+        rt.cancel(ng)
+
+
+def test_schema_mismatch_goes_to_error_output(pools: Any) -> None:
+    rt = pools["cameo2"]
+    d = Dataflow(unique("schema"), latency_target_ms=50).source("s", schema=SCHEMA).sink("o")
+    name = rt.deploy(d)
+    try:
+        rows = events(10)
+        rows[3] = {**rows[3], "value": "high"}
+        rows[5] = {"ts": 1}
+        rt.push(name, "s", rows)
+        rt.wait_idle()
+        assert len(rt.results(name)) == 8
+        assert rt.stats(name)["errors"] == {"s:malformed": 2}
+    finally:
+        rt.cancel(name)
+
+
+def test_bad_deploys_change_nothing(pools: Any) -> None:
+    rt = pools["cameo2"]
+    before = rt.list()
+    spec = (Dataflow(unique("x"), latency_target_ms=5).source("s", schema=SCHEMA).sink("o")).spec.to_dict()
+    spec["steps"][0]["schema"]["ts"] = "timestamp"
+    with pytest.raises(SpecError, match="field types from"):
+        rt.deploy(spec)
+    missing_fn = (Dataflow(unique("y"), latency_target_ms=5).source("s", schema=SCHEMA)
+                  .map(function="no_such_module_q:f").sink("o"))
+    with pytest.raises(SpecError, match="importable module"):
+        rt.deploy(missing_fn)
+    assert rt.list() == before
+    twice = Dataflow(unique("twice"), latency_target_ms=5).source("s", schema=SCHEMA).sink("o")
+    name = rt.deploy(twice)
+    with pytest.raises(Exception, match="running already"):
+        rt.deploy(twice)
+    rt.cancel(name)
+
+
+def test_order_is_kept_per_channel_across_executors(pools: Any) -> None:
+    """Source and map instances 1 live on the other executor than the sink: their
+    batches cross a Ray link, and must arrive in order."""
+    rt = pools["cameo2"]
+    d = (Dataflow(unique("order"), latency_target_ms=100)
+         .source("s", schema={"seq": "int"}, parallelism=2)
+         .map({"seq": "seq"}, parallelism=2).sink("o"))
+    name = rt.deploy(d)
+    hosts = rt.describe(name)["hosts"]
+    assert hosts[f"{name}/s/1"] != hosts[f"{name}/o/0"]
+    try:
+        batch = 7
+        data = [{"seq": i} for i in range(7000)]
+        rt.push(name, "s", data, batch_size=batch)
+        rt.wait_idle()
+        got = [r["seq"] for r in rt.results(name)]
+        assert sorted(got) == list(range(7000))
+        for instance in (0, 1):
+            mine = [s for s in got if (s // batch) % 2 == instance]
+            assert mine == sorted(mine), f"instance {instance} reordered"
+    finally:
+        rt.cancel(name)
+
+
+def test_backpressure_with_tiny_credits_loses_nothing(pools: Any) -> None:
+    rt = pools["tiny_credits"]
+    d = (Dataflow(unique("bp"), latency_target_ms=100)
+         .source("s", schema=SCHEMA, event_time="ts", parallelism=2)
+         .map({"ts": "ts", "key": "key", "value": "value"}, parallelism=2)
+         .key_by("key").window(tumbling_ms=20, parallelism=2).aggregate(n=count()).sink("o"))
+    data = events(6000, disorder_ms=1)
+    expected = run_local(d, {"s": data}).sinks["o"]
+    name = rt.deploy(d)
+    try:
+        got: list[dict[str, Any]] = []
+        for i in range(0, len(data), 500):
+            rt.push(name, "s", data[i:i + 500], batch_size=50)
+            got += rt.results(name)  # reading commits, so a full result log frees the sink
+        rt.close(name)
+        for _ in range(100):
+            got += rt.results(name)
+            try:
+                rt.wait_idle(timeout_s=0.5)
+                break
+            except TimeoutError:
+                continue
+        got += rt.results(name)
+        assert canon(got) == canon(expected)
+    finally:
+        rt.cancel(name)
+
+
+def test_latency_is_recorded_per_dataflow(pools: Any) -> None:
+    rt = pools["cameo2"]
+    d = (Dataflow(unique("lat"), latency_target_ms=10_000).source("s", schema=SCHEMA).sink("o"))
+    name = rt.deploy(d)
+    try:
+        rt.push(name, "s", events(2000))
+        rt.wait_idle()
+        rows = rt.result_rows(name)
+        assert len(rows) == 2000
+        assert all(egress >= ingest for _, ingest, egress in rows)
+        s = rt.stats(name)
+        assert s["results"] == 2000 and s["within_target"] == 1.0
+        assert 0 <= s["p50_ms"] <= s["p99_ms"] <= s["max_ms"]
+        assert s["events_in"] == 2000 and s["backlog"] == 0
+        rt.update(name, latency_target_ms=0.000001)
+        rt.push(name, "s", events(100))
+        rt.wait_idle()
+        assert rt.stats(name)["within_target"] < 1.0
+    finally:
+        rt.cancel(name)
