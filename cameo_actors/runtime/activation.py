@@ -53,7 +53,7 @@ class Activation:
         ] or [{"": NO_WM}]
         self.routes = [self._route(spec, consumer, port) for consumer, port in spec.consumers(step_id)]
         self._round_robin = 0
-        self.window_timing = _window_timing(spec, step)
+        self.window_timing = frontier_timing(spec, step)
 
     def _route(self, spec: DataflowSpec, consumer: Any, port: int) -> Route:
         targets = tuple(activation_id(spec.name, consumer.id, i) for i in range(consumer.parallelism))
@@ -111,8 +111,27 @@ def is_forward(upstream: Any, consumer: Any) -> bool:
     return upstream.parallelism == consumer.parallelism and not _keyed(consumer)
 
 
+def frontier_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:
+    """The windows that decide when this step's output is due (None: at once).
+
+    A window's own timing; for a step whose every path to a sink runs through
+    a window (the source, filter and map before an aggregation), that window's
+    timing too: an event early in a one-second window contributes to a result
+    that cannot be produced before the window closes, so its work can wait for
+    more urgent work (the Cameo frontier). Watermarks stay barriers in the
+    mailbox, so reordering by window never changes results.
+    """
+    own = _window_timing(spec, step)
+    if own is not None or isinstance(step, SinkStep):
+        return own
+    downstream = [frontier_timing(spec, consumer) for consumer, _ in spec.consumers(step.id)]
+    if not downstream or any(t is None for t in downstream):
+        return None
+    return min(downstream, key=lambda t: t.slide_ms)  # the soonest-firing windows decide
+
+
 def _window_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:
-    """How the scheduler maps this step's windows to physical deadlines (None: not a window)."""
+    """How the scheduler maps a window step's windows to physical deadlines."""
     lateness = float(max((s.allowed_lateness_ms for s in spec.sources), default=0))
     if isinstance(step, WindowStep):
         if step.kind == "session":

@@ -24,6 +24,9 @@ class RuntimeConfig:
         quantum_ms: the longest an activation runs before yielding to others.
         credit_events: events in flight per channel before the sender is held.
         ingress_events: events waiting at a source before ingest blocks (backpressure).
+        max_message_events: ingress batches are cut into messages of at most this many
+            events: the runtime preempts at message boundaries, so this bounds how long
+            one bulk message can keep urgent work waiting.
         result_capacity: results kept uncommitted per sink before the sink is held.
         allowed_modules: module prefixes user functions may come from; None = any.
         executor_cpus: CPUs each executor reserves in Ray.
@@ -39,6 +42,7 @@ class RuntimeConfig:
     quantum_ms: float = 5.0
     credit_events: int = 20_000
     ingress_events: int = 20_000
+    max_message_events: int = 500
     result_capacity: int = 1_000_000
     allowed_modules: tuple[str, ...] | None = None
     executor_cpus: float = 1.0
@@ -50,7 +54,8 @@ class RuntimeConfig:
                              f"got {self.isolation!r}")
         if self.num_executors is not None and self.num_executors < 1:
             raise ValueError(f"RuntimeConfig.num_executors: expected >= 1 or None, got {self.num_executors}")
-        for name in ("quantum_ms", "credit_events", "ingress_events", "result_capacity"):
+        for name in ("quantum_ms", "credit_events", "ingress_events", "max_message_events",
+                     "result_capacity"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
 

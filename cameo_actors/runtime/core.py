@@ -150,20 +150,23 @@ class ExecutorCore:
         if act is None:
             return  # cancelled meanwhile
         state = self.dataflows[act.dataflow]
-        tf = act.operator.event_time if hasattr(act.operator, "event_time") else None
+        tf = getattr(act.operator, "event_time", None)  # sources know their event-time field
         now = self.clock.now_ms()
+        cut = self.config.max_message_events
         for item in items:
-            if isinstance(item, list):
-                event_ms = _max_time(item, tf)
-                msg = Message.ingress(target, item, dataflow=state.spec.name, tenant=state.spec.tenant,
-                                      ingest_ms=ingest_ms, event_ms=event_ms, size=len(item))
-                state.events_in += len(item)
+            if not isinstance(item, list):  # a watermark
+                self.sched.enqueue(Message.ingress(target, float(item), dataflow=state.spec.name,
+                                                   tenant=state.spec.tenant, ingest_ms=ingest_ms,
+                                                   is_watermark=True), now)
+                continue
+            for i in range(0, len(item), cut):
+                part = item[i:i + cut]
+                msg = Message.ingress(target, part, dataflow=state.spec.name, tenant=state.spec.tenant,
+                                      ingest_ms=ingest_ms, event_ms=_max_time(part, tf), size=len(part))
+                state.events_in += len(part)
                 with self.ingress_cond:
-                    self.ingress_pending[target] += len(item)
-            else:
-                msg = Message.ingress(target, float(item), dataflow=state.spec.name,
-                                      tenant=state.spec.tenant, ingest_ms=ingest_ms, is_watermark=True)
-            self.sched.enqueue(msg, now)
+                    self.ingress_pending[target] += len(part)
+                self.sched.enqueue(msg, now)
 
     def receive(self, blob: bytes) -> None:
         """A batch from another executor; applied in the sender's order."""
@@ -222,8 +225,11 @@ class ExecutorCore:
             self._ack(msg.upstream, aid, msg.size, self.sched.feedback_for(aid, msg.upstream).path_cost_ms)
         elif msg.size:
             with self.ingress_cond:
-                self.ingress_pending[aid] -= msg.size
-                self.ingress_cond.notify_all()
+                before = self.ingress_pending[aid]
+                self.ingress_pending[aid] = after = before - msg.size
+                # Wake blocked writers only when the source drops below its limit (no herd).
+                if after < self.config.ingress_events <= before:
+                    self.ingress_cond.notify_all()
 
     def _egress(self, act: Activation, state: DataflowState, events: list[Any], msg: Message,
                 now: float) -> None:

@@ -1,0 +1,126 @@
+"""Throughput of filter -> map -> tumbling count, per core.
+
+Run: `python -m bench.throughput [--events N] [--repeat R] [--json FILE]`
+
+Measured in one run, side by side:
+- operators: the three operators alone, in-process (`run_local`);
+- executor core: the same dataflow through one `ExecutorCore` in-process:
+  scheduling, mailboxes, credits and egress included, no Ray;
+- ray x1: on Ray, one executor, events pushed from this process;
+- ray x2: on Ray, two executors, source/filter/map/window with parallelism 2.
+Figures are medians over --repeat runs; on Ray they include the driver's
+cost of encoding and sending batches, which shares the machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from typing import Any
+
+from cameo_actors import Dataflow, count
+from cameo_actors.operators.base import END_OF_STREAM
+
+SCHEMA = {"ts": "int", "level": "str", "key": "str", "value": "float"}
+BATCH = 2_000
+
+
+def dataflow(name: str, p: int = 1) -> Dataflow:
+    return (Dataflow(name, latency_target_ms=1000)
+            .source("s", schema=SCHEMA, event_time="ts", parallelism=p)
+            .filter("value > 10", id="f")
+            .map({"ts": "ts", "key": "key", "value": "value"}, parallelism=p)
+            .key_by("key").window(tumbling_ms=1000, parallelism=p).aggregate(n=count())
+            .sink("o"))
+
+
+def make_events(n: int, seed: int = 1) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [{"ts": i // 10, "level": "INFO", "key": f"k{rng.randrange(100)}",
+             "value": rng.uniform(0, 100)} for i in range(n)]
+
+
+def bench_operators(events: list[dict[str, Any]]) -> float:
+    from cameo_actors.testing import TestingSource, run_local
+
+    t0 = time.perf_counter()
+    run_local(dataflow("ops"), {"s": TestingSource(events, batch_size=BATCH)})
+    return len(events) / (time.perf_counter() - t0)
+
+
+def bench_core(events: list[dict[str, Any]]) -> float:
+    from cameo_actors.runtime.config import RuntimeConfig
+    from cameo_actors.runtime.core import ExecutorCore
+    from cameo_actors.runtime.routing import place
+
+    spec = dataflow("core").spec
+    core = ExecutorCore(0, RuntimeConfig(), lambda host, blob: None)
+    core.deploy(spec, place(spec, [0], {}).hosts)
+    t0 = time.perf_counter()
+    for seq, i in enumerate(range(0, len(events), BATCH)):
+        core.ingest("bench", seq, "core/s/0", [events[i:i + BATCH]], 0.0)
+        while core.run_slice():
+            pass
+    core.ingest("bench", seq + 1, "core/s/0", [END_OF_STREAM], 0.0)
+    while core.run_slice():
+        pass
+    elapsed = time.perf_counter() - t0
+    assert core.dataflows["core"].events_out > 0
+    return len(events) / elapsed
+
+
+def bench_ray(rt: Any, events: list[dict[str, Any]], p: int, tag: str) -> float:
+    name = rt.deploy(dataflow(f"tp-{tag}", p))
+    try:
+        t0 = time.perf_counter()
+        rt.push(name, "s", events, batch_size=BATCH)
+        rt.close(name)
+        rt.wait_idle(timeout_s=600)
+        elapsed = time.perf_counter() - t0
+        assert rt.stats(name)["events_in"] == len(events)
+        return len(events) / elapsed
+    finally:
+        rt.cancel(name)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=400_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(argv)
+
+    from cameo_actors.runtime import Runtime, RuntimeConfig
+
+    events = make_events(args.events)
+    one = Runtime.start(RuntimeConfig(num_executors=1), pool="bench-tp1")
+    two = Runtime.start(RuntimeConfig(num_executors=2), pool="bench-tp2")
+    runs: dict[str, list[float]] = {"operators": [], "executor_core": [], "ray_x1": [], "ray_x2": []}
+    try:
+        for r in range(args.repeat):
+            runs["operators"].append(bench_operators(events))
+            runs["executor_core"].append(bench_core(events))
+            runs["ray_x1"].append(bench_ray(one, events, 1, f"a{r}"))
+            runs["ray_x2"].append(bench_ray(two, events, 2, f"b{r}"))
+    finally:
+        one.shutdown(stop_ray=False)
+        two.shutdown()
+    cores = {"operators": 1, "executor_core": 1, "ray_x1": 1, "ray_x2": 2}
+    result = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
+                  "runs": v} for k, v in runs.items()}
+    print(f"filter -> map -> tumbling count, {args.events:,} events, median of {args.repeat}:")
+    for k, v in result.items():
+        spread = f"{min(v['runs']) / 1e3:,.0f}-{max(v['runs']) / 1e3:,.0f}k"
+        print(f"  {k:14s} {v['events_per_s'] / 1e3:9,.0f}k events/s  "
+              f"({v['per_core'] / 1e3:,.0f}k per core; runs {spread})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    main()
