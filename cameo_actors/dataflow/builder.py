@@ -16,6 +16,7 @@ Each call checks its own arguments at once (a window of size 0 fails on the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -190,12 +191,13 @@ class Stream:
                             ".window(sliding_ms=1000, slide_ms=250)")
         kind = {"tumbling_ms": "tumbling", "sliding_ms": "sliding", "session_gap_ms": "session"}[
             next(iter(given))]
-        params = dict(size_ms=tumbling_ms if tumbling_ms is not None else sliding_ms,
-                      slide_ms=slide_ms, gap_ms=session_gap_ms,
-                      time_field=time_field or self.dataflow._time_field(self.step_id) or "",
-                      parallelism=parallelism)
-        check_window_shape(WindowStep(id=step_id, inputs=(self.step_id,), kind=kind, **params))
-        return WindowedStream(self, step_id, kind, **params)
+        shape = WindowStep(id=step_id, inputs=(self.step_id,), kind=kind,
+                           size_ms=tumbling_ms if tumbling_ms is not None else sliding_ms,
+                           slide_ms=slide_ms, gap_ms=session_gap_ms,
+                           time_field=time_field or self.dataflow._time_field(self.step_id) or "",
+                           parallelism=parallelism)
+        check_window_shape(shape)
+        return WindowedStream(self, shape)
 
     def join(self, right: Stream, *, tumbling_ms: int | None = None, sliding_ms: int | None = None,
              slide_ms: int | None = None, id: str | None = None, parallelism: int = 1) -> Stream:
@@ -237,21 +239,18 @@ class Stream:
 class WindowedStream:
     """A window waiting for its aggregates."""
 
-    def __init__(self, stream: Stream, step_id: str, kind: str, **params: Any) -> None:
+    def __init__(self, stream: Stream, shape: WindowStep) -> None:
         self._stream = stream
-        self._step_id = step_id
-        self._kind = kind
-        self._params = params
+        self._shape = shape  # the window step, still without aggregates
 
     def aggregate(self, **aggregates: Aggregate) -> Stream:
         """Name the aggregates: .aggregate(n=count(), total=sum_("value"), mean=avg("value"))."""
         for name, agg in aggregates.items():
             if not isinstance(agg, Aggregate):
-                raise SpecError(self._step_id, "aggregates made by count(), sum_(), min_(), max_(), avg()",
+                raise SpecError(self._shape.id, "aggregates made by count(), sum_(), min_(), max_(), avg()",
                                 f"{name}={agg!r}", f"write {name}=sum_('field') or similar")
-        step = WindowStep(id=self._step_id, inputs=(self._stream.step_id,), kind=self._kind,
-                          aggregates=tuple(AggSpec(n, a.fn, a.field) for n, a in aggregates.items()),
-                          **self._params)
+        step = dataclasses.replace(
+            self._shape, aggregates=tuple(AggSpec(n, a.fn, a.field) for n, a in aggregates.items()))
         check_step_rules(step)  # fail on the line that made it
         return self._stream.dataflow._add(step)
 

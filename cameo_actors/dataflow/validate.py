@@ -7,6 +7,9 @@ SpecError naming the step, what was expected, what arrived and the fix.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
+
 from cameo_actors.dataflow.expressions import parse_expression
 from cameo_actors.dataflow.spec import (
     AGGREGATE_FUNCTIONS,
@@ -296,7 +299,7 @@ def _check_join(step: JoinStep) -> None:
                             "use a slide no larger than the window")
 
 
-_STEP_CHECKS = {
+_STEP_CHECKS: dict[type, Callable[[Any], None]] = {
     SourceStep: _check_source, SinkStep: _check_sink, FilterStep: _check_filter,
     MapStep: _check_map, FlatMapStep: _check_flat_map, KeyByStep: _check_key_by,
     WindowStep: _check_window, JoinStep: _check_join,

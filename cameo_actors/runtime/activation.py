@@ -125,9 +125,10 @@ def frontier_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:
     if own is not None or isinstance(step, SinkStep):
         return own
     downstream = [frontier_timing(spec, consumer) for consumer, _ in spec.consumers(step.id)]
-    if not downstream or any(t is None for t in downstream):
+    known = [t for t in downstream if t is not None]
+    if not known or len(known) < len(downstream):
         return None
-    return min(downstream, key=lambda t: t.slide_ms)  # the soonest-firing windows decide
+    return min(known, key=lambda t: t.slide_ms)  # the soonest-firing windows decide
 
 
 def _window_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:

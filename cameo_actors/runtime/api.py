@@ -19,6 +19,7 @@ never attaches by accident to a cluster someone else started; pass
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import os
 import time
@@ -42,6 +43,12 @@ from cameo_actors.runtime.wire import pack_events
 DEFAULT_BATCH = 2_000
 #: Ingest calls in flight per executor before push waits for one to return.
 MAX_IN_FLIGHT = 8
+
+
+# Aliases: inside the class, `list` names the Runtime.list method.
+Rows = list[tuple[Event, float, float]]
+Events = list[Event]
+Dicts = list[dict[str, Any]]
 
 
 def _unwrap(e: Exception) -> Exception:
@@ -69,7 +76,7 @@ class Runtime:
         self._owns_ray = owns_ray
         self._client = uuid.uuid4().hex
         self._seq: dict[int, itertools.count[int]] = {}
-        self._in_flight: dict[int, list[Any]] = {}
+        self._in_flight: dict[int, builtins.list[Any]] = {}
         self._described: dict[str, dict[str, Any]] = {}
         self._offsets: dict[tuple[str, str], int] = {}
         self._round_robin = itertools.count()
@@ -105,7 +112,7 @@ class Runtime:
             else:
                 ray.init(address=address, namespace=NAMESPACE)
             owns = True
-        controller = Controller.options(
+        controller = Controller.options(  # type: ignore[attr-defined]
             name=controller_name(pool), namespace=NAMESPACE, lifetime="detached",
             get_if_exists=True).remote(pool, config.to_dict())
         return cls(pool, controller, owns)
@@ -150,8 +157,9 @@ class Runtime:
                weight: float | None = None) -> dict[str, Any]:
         return dict(_get(self.controller.update.remote(name, latency_target_ms, weight)))
 
-    def list(self) -> list[dict[str, Any]]:
-        return list(_get(self.controller.list.remote()))
+    def list(self) -> Dicts:
+        """The running dataflows: name, tenant, target, state, executors."""
+        return [dict(d) for d in _get(self.controller.list.remote())]
 
     def describe(self, name: str) -> dict[str, Any]:
         info = self._described.get(name)
@@ -187,12 +195,12 @@ class Runtime:
             _get(refs)
             refs.clear()
 
-    def _send(self, name: str, source: str, items: list[Any]) -> None:
+    def _send(self, name: str, source: str, items: builtins.list[Any]) -> None:
         targets = self._source_instances(name, source)
         target = targets[next(self._round_robin) % len(targets)]
         self._send_to(name, target, [items])
 
-    def _send_to(self, name: str, target: str, items: list[Any]) -> None:
+    def _send_to(self, name: str, target: str, items: builtins.list[Any]) -> None:
         host = self.describe(name)["hosts"][target]
         refs = self._in_flight.setdefault(host, [])
         if len(refs) >= MAX_IN_FLIGHT:
@@ -202,7 +210,7 @@ class Runtime:
         seq = next(self._seq.setdefault(host, itertools.count()))
         refs.append(self.executors[host].ingest.remote(self._client, seq, target, pack_events(items)))
 
-    def _source_instances(self, name: str, source: str) -> list[str]:
+    def _source_instances(self, name: str, source: str) -> builtins.list[str]:
         spec = self._spec(name)
         try:
             step = spec.step(source)
@@ -216,13 +224,13 @@ class Runtime:
 
     # -- output ---------------------------------------------------------------------------------
     def result_rows(self, name: str, sink: str | None = None, *, commit: bool = True
-                    ) -> list[tuple[Event, float, float]]:
+                    ) -> Rows:
         """New results since the last read: (event, ingest_ms, egress_ms) rows.
         With commit, the runtime forgets them (and a sink held on a full log resumes)."""
         spec = self._spec(name)
         sinks = [s for s in spec.sinks if sink is None or s.id == sink]
         hosts = self.describe(name)["hosts"]
-        rows: list[tuple[Event, float, float]] = []
+        rows: Rows = []
         for s in sinks:
             for i in range(s.parallelism):
                 aid = activation_id(name, s.id, i)
@@ -237,7 +245,7 @@ class Runtime:
                     _get(ex.commit_results.remote(name, aid, start + len(got)))
         return rows
 
-    def results(self, name: str, sink: str | None = None) -> list[Event]:
+    def results(self, name: str, sink: str | None = None) -> Events:
         """New results since the last read (and committed)."""
         return [e for e, _, _ in self.result_rows(name, sink)]
 
@@ -266,14 +274,14 @@ class Runtime:
             "latency_buckets": latency.buckets,
         }
 
-    def errors(self, name: str, limit: int = 100) -> list[ErrorRecord]:
+    def errors(self, name: str, limit: int = 100) -> builtins.list[ErrorRecord]:
         """Recent records of the dataflow's error output (counts are in stats())."""
         info = self.describe(name)
         parts = _get([self.executors[i].error_records.remote(name, limit) for i in info["executors"]])
         return [ErrorRecord(**r) for part in parts for r in part][-limit:]
 
-    def executor_stats(self) -> list[dict[str, Any]]:
-        return list(_get(self.controller.executor_stats.remote()))
+    def executor_stats(self) -> Dicts:
+        return [dict(d) for d in _get(self.controller.executor_stats.remote())]
 
     def wait_idle(self, timeout_s: float = 60.0) -> None:
         """Block until every pushed event was processed: every executor idle and
@@ -290,3 +298,62 @@ class Runtime:
                 raise TimeoutError(f"runtime not idle after {timeout_s} s: "
                                    f"{[s['backlog'] for s in self.executor_stats()]} messages queued")
             time.sleep(0.01)
+
+    # -- for the service (cameo serve): fresh reads and one-round snapshots ----------------------
+    def refresh(self, name: str) -> dict[str, Any]:
+        """describe() read anew from the controller (after an update by any handle)."""
+        info = self._described[name] = dict(_get(self.controller.describe.remote(name)))
+        return info
+
+    def stats_all(self) -> dict[str, Any]:
+        """Counters of every dataflow and executor of the pool in one parallel round of
+        Ray calls (what a metrics scrape needs).
+
+        Returns {"dataflows": [...], "executors": [...]}: per dataflow its tenant, target,
+        weight, merged latency histogram (non-cumulative, LATENCY_BUCKETS_MS + overflow),
+        latency sum, results and results within target, recent p50/p95/p99, events in and
+        out, backlog and errors by "step:kind"; per executor `executor_stats()` with its node.
+        A dataflow cancelled while the round runs is left out.
+        """
+        listed = self.list()
+        calls: list[Any] = [e.executor_stats.remote() for e in self.executors]
+        spans: list[tuple[str, int, int]] = []  # (name, first ref, ref count)
+        for d in listed:
+            start = len(calls)
+            calls.append(self.controller.describe.remote(d["name"]))
+            calls.extend(self.executors[i].dataflow_stats.remote(d["name"]) for i in d["executors"])
+            spans.append((d["name"], start, len(calls) - start))
+        try:
+            values: list[Any] = ray.get(calls)
+        except Exception:  # something ended meanwhile: take what answers
+            values = []
+            for ref in calls:
+                try:
+                    values.append(ray.get(ref))
+                except Exception:
+                    values.append(None)
+        executors = [v for v in values[:len(self.executors)] if v is not None]
+        dataflows = []
+        for name, start, n in spans:
+            info, parts = values[start], values[start + 1:start + n]
+            if info is None or any(p is None for p in parts):
+                continue
+            spec = info["spec"]
+            latency = LatencyStats(spec["latency_target_ms"])
+            errors: dict[str, int] = {}
+            for p in parts:
+                latency.merge(LatencyStats.from_dict(p["latency"]))
+                for k, c in p["errors"].items():
+                    errors[k] = errors.get(k, 0) + c
+            dataflows.append({
+                "name": name, "tenant": spec["tenant"], "target_ms": spec["latency_target_ms"],
+                "weight": spec["scheduling"]["weight"], "results": latency.count,
+                "within_target_count": latency.within_target, "sum_ms": latency.sum_ms,
+                "buckets": list(latency.buckets),
+                "p50_ms": latency.percentile(0.5), "p95_ms": latency.percentile(0.95),
+                "p99_ms": latency.percentile(0.99),
+                "events_in": sum(p["events_in"] for p in parts),
+                "events_out": sum(p["events_out"] for p in parts),
+                "backlog": sum(p["backlog"] for p in parts), "errors": errors,
+            })
+        return {"dataflows": dataflows, "executors": executors}

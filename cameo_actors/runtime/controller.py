@@ -5,6 +5,7 @@ started it, so a restarted service finds its dataflows still running.
 
 from __future__ import annotations
 
+import builtins
 import time
 from typing import Any
 
@@ -40,16 +41,17 @@ class DataflowExists(CameoError, ValueError):
     pass
 
 
-@ray.remote(num_cpus=0, max_concurrency=16)
+@ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
 class Controller:
     def __init__(self, pool: str, config: dict[str, Any]) -> None:
         self.pool = pool
         self.config = RuntimeConfig.from_dict(config)
         n = self.config.num_executors or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.executors = [
-            Executor.options(name=f"cameo-{pool}-executor-{i}", namespace=NAMESPACE,
-                             num_cpus=self.config.executor_cpus,
-                             scheduling_strategy="SPREAD").remote(i, self.config.to_dict())
+            Executor.options(  # type: ignore[attr-defined]
+                name=f"cameo-{pool}-executor-{i}", namespace=NAMESPACE,
+                num_cpus=self.config.executor_cpus,
+                scheduling_strategy="SPREAD").remote(i, self.config.to_dict())
             for i in range(n)
         ]
         ray.get([e.set_peers.remote(self.executors) for e in self.executors])
@@ -128,18 +130,18 @@ class Controller:
         info = self._info(name)
         return {"name": name, **info}
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         return [{"name": n, "tenant": d["spec"]["tenant"],
                  "latency_target_ms": d["spec"]["latency_target_ms"], "state": d["state"],
                  "executors": d["executors"]} for n, d in self.dataflows.items()]
 
-    def executor_handles(self) -> list[Any]:
+    def executor_handles(self) -> builtins.list[Any]:
         return list(self.executors)
 
     def config_dict(self) -> dict[str, Any]:
         return self.config.to_dict()
 
-    def executor_stats(self) -> list[dict[str, Any]]:
+    def executor_stats(self) -> builtins.list[dict[str, Any]]:
         return ray.get([e.executor_stats.remote() for e in self.executors])
 
     def shutdown(self) -> None:

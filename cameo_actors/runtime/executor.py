@@ -32,7 +32,7 @@ CALL_TIMEOUT_S = 60.0
 
 # Ingest calls may block (backpressure); enough threads that one tenant's blocked
 # calls never keep another tenant's batches out.
-@ray.remote(max_concurrency=8, concurrency_groups={"ingest": 16})
+@ray.remote(max_concurrency=8, concurrency_groups={"ingest": 16})  # type: ignore[call-overload]
 class Executor:
     def __init__(self, index: int, config: dict[str, Any]) -> None:
         self.config = RuntimeConfig.from_dict(config)

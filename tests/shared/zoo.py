@@ -7,6 +7,7 @@ from typing import Any
 
 from cameo_actors import Dataflow, avg, count, max_, min_, sum_
 
+
 def events(n: int, seed: int = 1, keys: int = 6, disorder_ms: int = 30) -> list[dict[str, Any]]:
     """Events ~2 per ms of event time, a little out of order, some errors and texts."""
     rng = random.Random(seed)
