@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help run test unit integration lint bench clean check-java
+.PHONY: serve
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -33,8 +34,20 @@ lint: $(STAMP)  ## ruff and mypy
 	$(PY) -m ruff check cameo_actors spark_ingest tests bench
 	$(PY) -m mypy cameo_actors spark_ingest
 
-bench: $(STAMP)  ## benchmarks (see bench/README)
-	$(PY) -m bench.throughput
+serve: $(STAMP)  ## the service: embedded Ray, API and /metrics on 127.0.0.1:8470 (docs/service.md)
+	$(VENV)/bin/cameo serve
+
+bench: $(STAMP)  ## benchmarks: scheduling overhead, throughput, multi-tenant latency (README)
+	mkdir -p bench/out
+	$(PY) -m bench.sched_overhead
+	$(PY) -m bench.throughput --json bench/out/throughput.json
+	$(PY) -m bench.multitenant --json bench/out/multitenant.json
+
+.PHONY: bench-spark
+bench-spark: $(STAMP) check-java  ## Spark tier: events/s into the runtime, latency per trigger (docs/spark.md)
+	mkdir -p bench/out
+	$(PY) -m bench.spark_throughput --repeat 3 --json bench/out/spark_throughput.json
+	$(PY) -m bench.spark_latency --json bench/out/spark_latency.json
 
 clean:  ## remove the venv and run folders
 	rm -rf $(VENV) .run .pytest_cache .hypothesis

@@ -7,7 +7,10 @@ Measured in one run, side by side:
 - executor core: the same dataflow through one `ExecutorCore` in-process:
   scheduling, mailboxes, credits and egress included, no Ray;
 - ray x1: on Ray, one executor, events pushed from this process;
-- ray x2: on Ray, two executors, source/filter/map/window with parallelism 2.
+- ray x2: on Ray, two executors, source/filter/map/window with parallelism 2;
+- ray x1 busy / ray x2 busy: the same runs counted per second of executor
+  busy time (time the worker threads spent running operators): the rate
+  inside an executor, without the driver and Ray's transport.
 Figures are medians over --repeat runs; on Ray they include the driver's
 cost of encoding and sending batches, which shares the machine's cores.
 """
@@ -72,16 +75,19 @@ def bench_core(events: list[dict[str, Any]]) -> float:
     return len(events) / elapsed
 
 
-def bench_ray(rt: Any, events: list[dict[str, Any]], p: int, tag: str) -> float:
+def bench_ray(rt: Any, events: list[dict[str, Any]], p: int, tag: str) -> tuple[float, float]:
+    """(events/s end to end, events per second of executor busy time)."""
     name = rt.deploy(dataflow(f"tp-{tag}", p))
     try:
+        busy0 = sum(e["busy_ms"] for e in rt.executor_stats())
         t0 = time.perf_counter()
         rt.push(name, "s", events, batch_size=BATCH)
         rt.close(name)
         rt.wait_idle(timeout_s=600)
         elapsed = time.perf_counter() - t0
+        busy_s = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
         assert rt.stats(name)["events_in"] == len(events)
-        return len(events) / elapsed
+        return len(events) / elapsed, len(events) / busy_s
     finally:
         rt.cancel(name)
 
@@ -98,17 +104,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     events = make_events(args.events)
     one = Runtime.start(RuntimeConfig(num_executors=1), pool="bench-tp1")
     two = Runtime.start(RuntimeConfig(num_executors=2), pool="bench-tp2")
-    runs: dict[str, list[float]] = {"operators": [], "executor_core": [], "ray_x1": [], "ray_x2": []}
+    runs: dict[str, list[float]] = {"operators": [], "executor_core": [], "ray_x1": [], "ray_x2": [],
+                                    "ray_x1_busy": [], "ray_x2_busy": []}
     try:
         for r in range(args.repeat):
             runs["operators"].append(bench_operators(events))
             runs["executor_core"].append(bench_core(events))
-            runs["ray_x1"].append(bench_ray(one, events, 1, f"a{r}"))
-            runs["ray_x2"].append(bench_ray(two, events, 2, f"b{r}"))
+            for key, rt, p in (("ray_x1", one, 1), ("ray_x2", two, 2)):
+                end_to_end, per_busy_s = bench_ray(rt, events, p, f"{key}-{r}")
+                runs[key].append(end_to_end)
+                runs[f"{key}_busy"].append(per_busy_s)
     finally:
         one.shutdown(stop_ray=False)
         two.shutdown()
-    cores = {"operators": 1, "executor_core": 1, "ray_x1": 1, "ray_x2": 2}
+    # *_busy: events per second of executor busy time (the executors' own rate, per core).
+    cores = {"operators": 1, "executor_core": 1, "ray_x1": 1, "ray_x2": 2, "ray_x1_busy": 1,
+             "ray_x2_busy": 1}
     result = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
                   "runs": v} for k, v in runs.items()}
     print(f"filter -> map -> tumbling count, {args.events:,} events, median of {args.repeat}:")

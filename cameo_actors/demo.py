@@ -2,6 +2,7 @@
 
     python -m cameo_actors.demo            # on the Ray runtime (embedded local Ray)
     python -m cameo_actors.demo --local    # in-process, no Ray
+    python -m cameo_actors.demo --spark    # end to end: files -> Spark -> Ray -> Spark -> Parquet
 
 Tenant "ops" runs an error filter with a 50 ms target; tenant "analytics" a
 per-key one-second windowed sum with a 1 s target. Both share the pool.
@@ -61,8 +62,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local", action="store_true", help="run in-process, without Ray")
     parser.add_argument("--events", type=int, default=20_000, help="events per dataflow")
+    parser.add_argument("--spark", action="store_true",
+                        help="end to end: JSON files -> Spark -> the pool -> Spark -> Parquet")
     args = parser.parse_args(argv)
-    if args.local:
+    if args.spark:
+        from spark_ingest.demo import run_end_to_end
+
+        # The events land in files of ~166 rows every 100 ms (20,000 events: 12 s).
+        run_end_to_end(files=max(1, args.events // 166), rows=166)
+    elif args.local:
         run_in_process(args.events)
     else:
         from cameo_actors.runtime.demo import run_on_ray

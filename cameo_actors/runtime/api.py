@@ -57,6 +57,11 @@ def _unwrap(e: Exception) -> Exception:
     return cause if isinstance(cause, Exception) else e
 
 
+def _log_host(log: str) -> int:
+    """The executor index of an error log id f"{name}/errors/{executor}"."""
+    return int(log.rsplit("/", 1)[1])
+
+
 def _get(refs: Any) -> Any:
     try:
         return ray.get(refs)
@@ -161,7 +166,11 @@ class Runtime:
         """The running dataflows: name, tenant, target, state, executors."""
         return [dict(d) for d in _get(self.controller.list.remote())]
 
-    def describe(self, name: str) -> dict[str, Any]:
+    def describe(self, name: str, *, refresh: bool = False) -> dict[str, Any]:
+        """Spec, placement and state (cached; `refresh` asks the controller again, e.g.
+        in a long-lived process that may outlive a redeploy of the dataflow)."""
+        if refresh:
+            self._described.pop(name, None)
         info = self._described.get(name)
         if info is None:
             info = self._described[name] = dict(_get(self.controller.describe.remote(name)))
@@ -249,6 +258,67 @@ class Runtime:
         """New results since the last read (and committed)."""
         return [e for e, _, _ in self.result_rows(name, sink)]
 
+    # -- outputs with offsets, read exactly once (the Spark tier) -------------------------------
+    @property
+    def address(self) -> str:
+        """The Ray GCS address ("host:port") other processes join this pool's cluster by."""
+        return str(ray.get_runtime_context().gcs_address)
+
+    def result_offsets(self, name: str, sink: str | None = None) -> dict[str, tuple[int, int]]:
+        """sink activation -> (committed offset, end offset) of each sink's result log."""
+        info = self.describe(name)
+        sinks = [s for s in self._spec(name).sinks if sink is None or s.id == sink]
+        wanted = {activation_id(name, s.id, i) for s in sinks for i in range(s.parallelism)}
+        hosts = sorted({info["hosts"][a] for a in wanted})
+        parts = _get([self.executors[h].result_offsets.remote(name) for h in hosts])
+        return {a: (int(c), int(e)) for part in parts for a, (c, e) in part.items() if a in wanted}
+
+    def read_results(self, name: str, sink_activation: str, start: int, end: int | None = None
+                     ) -> builtins.list[tuple[Event, float, float]]:
+        """Rows [start, end) of one sink activation's result log, without committing."""
+        ex = self.executors[self.describe(name)["hosts"][sink_activation]]
+        return list(_get(ex.read_results.remote(name, sink_activation, start, end)))
+
+    def commit_results(self, name: str, sink_activation: str, offset: int) -> None:
+        """Let the runtime forget rows below `offset` (a reader persisted them)."""
+        ex = self.executors[self.describe(name)["hosts"][sink_activation]]
+        _get(ex.commit_results.remote(name, sink_activation, offset))
+
+    def error_offsets(self, name: str) -> dict[str, tuple[int, int, int]]:
+        """f"{name}/errors/{executor}" -> (committed, end, dropped unread) of the error output."""
+        hosts = self.describe(name)["executors"]
+        parts = _get([self.executors[h].error_offsets.remote(name) for h in hosts])
+        return {f"{name}/errors/{h}": (int(c), int(e), int(d))
+                for h, (c, e, d) in zip(hosts, parts, strict=True)}
+
+    def read_errors(self, name: str, log: str, start: int, end: int | None = None
+                    ) -> tuple[int, builtins.list[tuple[Any, float, float]]]:
+        """(offset of the first row, rows) of one error log (a key of error_offsets);
+        each row is (ErrorRecord dict, ingest_ms, egress_ms)."""
+        first, rows = _get(self.executors[_log_host(log)].read_errors.remote(name, start, end))
+        return int(first), list(rows)
+
+    def commit_errors(self, name: str, log: str, offset: int) -> None:
+        _get(self.executors[_log_host(log)].commit_errors.remote(name, offset))
+
+    def mark_input_batch(self, name: str, source: str, batch_id: int, query: str = "") -> None:
+        """Hand a Spark input batch id to the runtime: every event of it was pushed (and
+        flushed) before this call; recorded on each executor hosting the source."""
+        hosts = self.describe(name)["hosts"]
+        targets = sorted({hosts[t] for t in self._source_instances(name, source)})
+        _get([self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
+              for h in targets])
+
+    def input_batches(self, name: str) -> dict[str, int]:
+        """"<source>@<query>" -> the last input batch id marked (see mark_input_batch)."""
+        parts = _get([self.executors[h].input_batches.remote(name)
+                      for h in self.describe(name)["executors"]])
+        merged: dict[str, int] = {}
+        for part in parts:
+            for key, batch in part.items():
+                merged[key] = max(batch, merged.get(key, batch))
+        return merged
+
     def stats(self, name: str) -> dict[str, Any]:
         """Latency percentiles, share within target, throughput counters, backlog, errors."""
         info = self.describe(name)
@@ -316,15 +386,15 @@ class Runtime:
         A dataflow cancelled while the round runs is left out.
         """
         listed = self.list()
-        calls: list[Any] = [e.executor_stats.remote() for e in self.executors]
-        spans: list[tuple[str, int, int]] = []  # (name, first ref, ref count)
+        calls: builtins.list[Any] = [e.executor_stats.remote() for e in self.executors]
+        spans: builtins.list[tuple[str, int, int]] = []  # (name, first ref, ref count)
         for d in listed:
             start = len(calls)
             calls.append(self.controller.describe.remote(d["name"]))
             calls.extend(self.executors[i].dataflow_stats.remote(d["name"]) for i in d["executors"])
             spans.append((d["name"], start, len(calls) - start))
         try:
-            values: list[Any] = ray.get(calls)
+            values: builtins.list[Any] = ray.get(calls)
         except Exception:  # something ended meanwhile: take what answers
             values = []
             for ref in calls:

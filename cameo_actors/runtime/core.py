@@ -45,6 +45,17 @@ class DataflowState:
     events_in: int = 0
     events_out: int = 0
     failures: list[str] = field(default_factory=list)
+    #: The error output with offsets, for a reader (the Spark tier) to consume exactly once;
+    #: beyond ERROR_LOG_CAPACITY unread records the oldest are dropped and counted.
+    error_log: ResultLog = field(default_factory=ResultLog)
+    error_log_dropped: int = 0
+    #: Spark input batches handed over: "<source>@<query id>" -> the last batch id whose
+    #: events were all enqueued at the source before this mark (for checkpoint alignment).
+    input_batches: dict[str, int] = field(default_factory=dict)
+
+
+#: Unread records of a dataflow's error output kept per executor (see DataflowState.error_log).
+ERROR_LOG_CAPACITY = 100_000
 
 
 class ExecutorCore:
@@ -212,6 +223,7 @@ class ExecutorCore:
         now = self.clock.now_ms()
         if out.errors:
             state.errors.extend(out.errors)
+            self._log_errors(state, out.errors, msg, now)
         if out.events:
             if act.is_sink:
                 self._egress(act, state, out.events, msg, now)
@@ -240,6 +252,15 @@ class ExecutorCore:
         log.append(events, msg.ctx.ingest_ms, now)
         if len(log) >= self.config.result_capacity:
             self._starve(act.id, "results")
+
+    def _log_errors(self, state: DataflowState, errors: list[ErrorRecord], msg: Message,
+                    now: float) -> None:
+        log = state.error_log
+        log.append([e.to_dict() for e in errors], msg.ctx.ingest_ms, now)
+        excess = len(log) - ERROR_LOG_CAPACITY
+        if excess > 0:
+            log.commit(log.committed_offset + excess)
+            state.error_log_dropped += excess
 
     # == transport and credits =======================================================
     def _send(self, sender: str, msg: Message) -> None:
@@ -309,6 +330,31 @@ class ExecutorCore:
         """sink activation -> (committed offset, end offset)."""
         return {aid: (log.committed_offset, log.end_offset)
                 for aid, log in self.dataflows[dataflow].results.items()}
+
+    def read_errors(self, dataflow: str, start: int, end: int | None
+                    ) -> tuple[int, list[tuple[Any, float, float]]]:
+        """(offset of the first row, rows) of the error output from `start` (or from the
+        first kept row, when rows below it were dropped unread)."""
+        log = self.dataflows[dataflow].error_log
+        first = max(start, log.committed_offset)
+        return first, log.read(first, end)
+
+    def commit_errors(self, dataflow: str, offset: int) -> None:
+        self.dataflows[dataflow].error_log.commit(offset)
+
+    def error_offsets(self, dataflow: str) -> tuple[int, int, int]:
+        """(committed offset, end offset, records dropped unread) of the error output."""
+        state = self.dataflows[dataflow]
+        return state.error_log.committed_offset, state.error_log.end_offset, state.error_log_dropped
+
+    def mark_input_batch(self, dataflow: str, key: str, batch_id: int) -> None:
+        """Record that every event of input batch `batch_id` (key "<source>@<query>") was
+        enqueued here: runs on the owner thread after the ingests handed over before it."""
+        batches = self.dataflows[dataflow].input_batches
+        batches[key] = max(batch_id, batches.get(key, batch_id))
+
+    def input_batches(self, dataflow: str) -> dict[str, int]:
+        return dict(self.dataflows[dataflow].input_batches)
 
     def dataflow_stats(self, dataflow: str) -> dict[str, Any]:
         state = self.dataflows[dataflow]

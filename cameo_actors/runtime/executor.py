@@ -130,6 +130,22 @@ class Executor:
     def dataflow_stats(self, dataflow: str) -> dict[str, Any]:
         return self._call(self.core.dataflow_stats, dataflow)
 
+    def read_errors(self, dataflow: str, start: int, end: int | None = None
+                    ) -> tuple[int, list[tuple[Any, float, float]]]:
+        return self._call(self.core.read_errors, dataflow, start, end)
+
+    def commit_errors(self, dataflow: str, offset: int) -> None:
+        self._call(self.core.commit_errors, dataflow, offset)
+
+    def error_offsets(self, dataflow: str) -> tuple[int, int, int]:
+        return self._call(self.core.error_offsets, dataflow)
+
+    def mark_input_batch(self, dataflow: str, key: str, batch_id: int) -> None:
+        self._call(self.core.mark_input_batch, dataflow, key, batch_id)
+
+    def input_batches(self, dataflow: str) -> dict[str, int]:
+        return self._call(self.core.input_batches, dataflow)
+
     def error_records(self, dataflow: str, limit: int = 100) -> list[dict[str, Any]]:
         return self._call(self.core.error_records, dataflow, limit)
 

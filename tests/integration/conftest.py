@@ -57,3 +57,48 @@ def pools(ray_session: None) -> Iterator[Pools]:
     p = Pools()
     yield p
     p.close()
+
+
+# -- Spark (the Spark tier's tests): one SparkSession for the whole session ------------------
+_SPARK: list[object] = []
+
+
+def _stop_spark() -> None:
+    """Stop the session and its JVM, and with the gateway py4j's background thread."""
+    from pyspark import SparkContext
+
+    while _SPARK:
+        session = _SPARK.pop()
+        for query in session.streams.active:  # type: ignore[attr-defined]
+            query.stop()
+        session.stop()  # type: ignore[attr-defined]
+        gateway = SparkContext._gateway
+        if gateway is not None:
+            gateway.shutdown()
+            proc = getattr(gateway, "proc", None)
+            if proc is not None and proc.stdin is not None:
+                proc.stdin.close()  # the JVM's launcher exits when its stdin closes
+                proc.wait(timeout=60)
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+
+
+@pytest.fixture(scope="session")
+def spark(ray_session: None) -> Iterator[object]:
+    """A local SparkSession with the `cameo` format registered (started once: 5-10 s)."""
+    import shutil
+
+    from spark_ingest.session import SparkConfig, build_session
+
+    run = os.path.join(RUN_DIR, "spark-tests")
+    shutil.rmtree(run, ignore_errors=True)  # checkpoints and outputs of an earlier session
+    _SPARK.append(build_session(SparkConfig(run_dir=run, log_level="ERROR")))
+    yield _SPARK[0]
+    _stop_spark()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop Spark once the integration tests are done: the unit tests that follow block
+    time.sleep, which py4j's background thread calls."""
+    if _SPARK and (nextitem is None or "integration" not in nextitem.path.parts):
+        _stop_spark()

@@ -1,0 +1,139 @@
+"""Events/s through Spark into the runtime: JSON files -> Spark -> `cameo` sink -> executors.
+
+Run: `python -m bench.spark_throughput [--rows N] [--files F] [--max-files-per-trigger M]`
+
+What is measured: N small JSON rows ({"ts", "level", "key", "value"}, ~70
+bytes) already landed in F files; one input query (file source, `cameo`
+sink) feeds a filter dataflow on a pool of 2 executors. The clock runs from
+the query's start to the moment the runtime counted all N events in
+(`stats()["events_in"]`), so Spark's per-batch planning and checkpoint
+writes, JSON parsing, Arrow -> events, msgpack, Ray calls and the runtime's
+backpressure are all inside it. A warm-up query on a few files first starts
+Spark's Python workers (and their Ray connection) and the JVM's JIT, which a
+long-running tier pays once. Also printed: Spark's own rate (input rows over
+the batches' triggerExecution time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from typing import Any
+
+from cameo_actors import Dataflow
+from cameo_actors.runtime import Runtime, RuntimeConfig
+from cameo_actors.runtime.config import default_run_dir
+from spark_ingest import SparkConfig, SparkTier, build_session
+from spark_ingest.events import land_files
+
+SCHEMA = {"ts": "int", "level": "str", "key": "str", "value": "float"}
+
+
+def dataflow(name: str, folder: str, opts: dict[str, str], parallelism: int = 1) -> Dataflow:
+    # Keeps ~0.05% of the events: the benchmark is about getting events in.
+    return (Dataflow(name, latency_target_ms=1000)
+            .source("logs", schema=SCHEMA, event_time="ts", allowed_lateness_ms=10**9,
+                    connector={"format": "json", "path": folder, **opts}, parallelism=parallelism)
+            .filter("level == 'ERROR' and value > 99").sink("o"))
+
+
+def run_once(tier: SparkTier, rt: Any, name: str, folder: str, rows: int, opts: dict[str, str],
+             parallelism: int = 1, timeout_s: float = 600) -> dict[str, Any]:
+    t0 = time.monotonic()
+    tier.deploy(dataflow(name, folder, opts, parallelism))
+    while True:
+        n = rt.stats(name)["events_in"]
+        if n >= rows:
+            break
+        tier.raise_if_failed()
+        if time.monotonic() - t0 > timeout_s:
+            raise TimeoutError(f"{n} of {rows} events in after {timeout_s} s")
+        time.sleep(0.02)
+    elapsed = time.monotonic() - t0
+    query = tier.queries[name].inputs["logs"]
+    tier.stop(name, drain=True)
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    rt.wait_idle()
+    rt.cancel(name)
+    spark_rows = sum(p["numInputRows"] for p in progress)
+    spark_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
+    return {"rows": rows, "seconds": elapsed, "events_per_s": rows / elapsed,
+            "batches": len(progress), "spark_rows_per_s": spark_rows / (spark_ms / 1000) if spark_ms else None}
+
+
+def spark_alone(spark: Any, folder: str, rows: int, opts: dict[str, str], ck: str) -> float:
+    """Rows/s of the same files into Spark's `noop` sink: Spark's own ceiling here."""
+    reader = spark.readStream.format("json").schema("ts BIGINT, level STRING, key STRING, "
+                                                     "value DOUBLE, _corrupt_record STRING")
+    for k, v in opts.items():
+        if not k.startswith("cameo."):
+            reader = reader.option(k, v)
+    t0 = time.monotonic()
+    query = reader.load(folder).writeStream.format("noop").option("checkpointLocation", ck).start()
+    query.processAllAvailable()
+    elapsed = time.monotonic() - t0
+    query.stop()
+    return rows / elapsed
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=2_000_000)
+    p.add_argument("--files", type=int, default=40)
+    p.add_argument("--max-files-per-trigger", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None, help="events per runtime message")
+    p.add_argument("--arrow-batch-rows", type=int, default=10_000)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--parallelism", type=int, default=1, help="source instances in the runtime")
+    p.add_argument("--executors", type=int, default=2)
+    p.add_argument("--json", help="write the figures to this file")
+    args = p.parse_args(argv)
+
+    run = os.path.join(default_run_dir(), "bench", "spark_throughput")
+    shutil.rmtree(run, ignore_errors=True)
+    data = os.path.join(run, "in")
+    t = time.monotonic()
+    list(land_files(data, args.files, args.rows // args.files))
+    list(land_files(os.path.join(run, "warm"), 4, 5_000))
+    print(f"generated {args.rows} rows in {args.files} files in {time.monotonic() - t:.1f} s")
+    opts: dict[str, str] = {}
+    if args.max_files_per_trigger:
+        opts["maxFilesPerTrigger"] = str(args.max_files_per_trigger)
+    if args.batch_size:
+        opts["cameo.batch_size"] = str(args.batch_size)
+
+    rt = Runtime.start(RuntimeConfig(num_executors=args.executors), pool="bench-spark", run_dir=run)
+    config = SparkConfig(run_dir=run, log_level="ERROR", arrow_batch_rows=args.arrow_batch_rows)
+    spark = build_session(config)
+    tier = SparkTier(rt, spark, config)
+    try:
+        warm = run_once(tier, rt, "warmup", os.path.join(run, "warm"), 20_000, {})
+        print(f"warm-up: {warm['events_per_s']:,.0f} events/s (cold Python workers and JIT)")
+        results = []
+        for i in range(args.repeat):
+            r = run_once(tier, rt, f"tput-{i}", data, args.files * (args.rows // args.files), opts,
+                         args.parallelism)
+            results.append(r)
+            print(f"run {i}: {r['rows']:,} events in {r['seconds']:.2f} s = "
+                  f"{r['events_per_s']:,.0f} events/s into the runtime; {r['batches']} Spark "
+                  f"batches; Spark's own rate {r['spark_rows_per_s'] or 0:,.0f} rows/s")
+            shutil.rmtree(os.path.join(config.checkpoint_root, f"tput-{i}"), ignore_errors=True)
+        alone = spark_alone(spark, data, args.files * (args.rows // args.files), opts,
+                            os.path.join(run, "noop-checkpoint"))
+        print(f"baseline: the same files into Spark's noop sink: {alone:,.0f} rows/s "
+              "(JSON parsing and Spark's batch costs, no Python, no runtime)")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"cores": os.cpu_count(), "args": vars(args), "runs": results,
+                           "spark_noop_rows_per_s": alone}, f, indent=2)
+    finally:
+        tier.stop_all()
+        spark.stop()
+        rt.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""Service and client configuration: typed, frozen, read once at the edge.
+
+Each setting comes from, in order: a command-line flag, an environment
+variable, the config file (TOML, `--config` / `CAMEO_CONFIG`), the default.
+The `Option` tables below are the single source of the flags, the variables
+and the `--help` text, so they cannot drift apart.
+
+>>> cfg = resolve_service_config({"port": "9000"}, env={"CAMEO_POLICY": "fifo"})
+>>> cfg.port, cfg.policy, cfg.host
+(9000, 'fifo', '127.0.0.1')
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from cameo_actors.service.errors import ConfigError
+
+DEFAULT_PORT = 8470
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+SHUTDOWN_MODES = ("stop", "keep")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its config field, flag, environment variables and help."""
+
+    name: str
+    flag: str
+    env: tuple[str, ...]
+    help: str
+    parse: Callable[[Any], Any] = str
+    metavar: str | None = None
+    repeat: bool = False  # the flag may be given several times (a list)
+
+
+def _int(text: str) -> int:
+    return int(str(text).strip())
+
+
+def _float(text: str) -> float:
+    return float(str(text).strip())
+
+
+def _modules(text: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    items = text if isinstance(text, (list, tuple)) else str(text).split(",")
+    return tuple(s.strip() for s in items if s and s.strip())
+
+
+SERVE_OPTIONS: tuple[Option, ...] = (
+    Option("host", "--host", ("CAMEO_HOST",), "address the HTTP API listens on (default 127.0.0.1)"),
+    Option("port", "--port", ("CAMEO_PORT",), f"HTTP port (default {DEFAULT_PORT}; 0 picks a free one)",
+           _int),
+    Option("address", "--address", ("CAMEO_RAY_ADDRESS", "RAY_ADDRESS"),
+           "Ray cluster to join (host:port of the head's GCS, or 'auto'); unset starts an "
+           "embedded private Ray"),
+    Option("node_ip", "--node-ip", ("CAMEO_NODE_IP",),
+           "node address of the embedded Ray (default 127.0.0.1: loopback only)"),
+    Option("num_cpus", "--num-cpus", ("CAMEO_NUM_CPUS",),
+           "logical CPUs of the embedded Ray (default 4x the cores)", _int),
+    Option("pool", "--pool", ("CAMEO_POOL",), "executor pool name (default 'default')"),
+    Option("policy", "--policy", ("CAMEO_POLICY",),
+           "scheduling policy of a new pool: cameo, fifo, edf, sjf, fair_share, token_bucket "
+           "(default cameo)"),
+    Option("executors", "--executors", ("CAMEO_EXECUTORS",),
+           "executors in a new pool (default: one per core, embedded; one per CPU, joined)", _int),
+    Option("allowed_modules", "--allow-module", ("CAMEO_ALLOWED_MODULES",),
+           "module prefix that specs' Python functions may come from; repeat the flag, or "
+           "comma-separate in the variable (default: none, only safe expressions)",
+           _modules, metavar="PREFIX", repeat=True),
+    Option("run_dir", "--run-dir", ("CAMEO_RUN_DIR",), "folder for Ray's files and service state "
+           "(default ./.run)"),
+    Option("state_dir", "--state-dir", ("CAMEO_STATE_DIR",),
+           "folder for tokens (default RUN_DIR/service; user-only permissions)"),
+    Option("admin_token_file", "--admin-token-file", ("CAMEO_ADMIN_TOKEN_FILE",),
+           "file holding the admin token; generated at first start if missing "
+           "(default STATE_DIR/admin_token). CAMEO_ADMIN_TOKEN gives the token itself"),
+    Option("max_spec_bytes", "--max-spec-bytes", ("CAMEO_MAX_SPEC_BYTES",),
+           "largest spec accepted, in bytes (default 262144)", _int),
+    Option("max_body_bytes", "--max-body-bytes", ("CAMEO_MAX_BODY_BYTES",),
+           "largest events batch accepted, in bytes (default 16777216)", _int),
+    Option("on_shutdown", "--on-shutdown", ("CAMEO_ON_SHUTDOWN",),
+           "on SIGTERM: 'stop' drains and cancels the dataflows; 'keep' leaves them running in "
+           "a joined cluster for the next service (default stop)"),
+    Option("drain_timeout_s", "--drain-timeout", ("CAMEO_DRAIN_TIMEOUT_S",),
+           "seconds to let stopping dataflows finish their backlog (default 10)", _float),
+    Option("log_level", "--log-level", ("CAMEO_LOG_LEVEL",), "debug, info, warning or error "
+           "(default info)"),
+)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """How `cameo serve` runs. Build it with `resolve_service_config`."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    address: str | None = None
+    node_ip: str = "127.0.0.1"
+    num_cpus: int | None = None
+    pool: str = "default"
+    policy: str = "cameo"
+    executors: int | None = None
+    allowed_modules: tuple[str, ...] = ()
+    run_dir: str = ".run"
+    state_dir: str | None = None
+    admin_token_file: str | None = None
+    admin_token: str | None = field(default=None, repr=False)
+    max_spec_bytes: int = 256 * 1024
+    max_body_bytes: int = 16 * 1024 * 1024
+    on_shutdown: str = "stop"
+    drain_timeout_s: float = 10.0
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError("port", "0..65535", self.port, "pick a free TCP port")
+        for name in ("max_spec_bytes", "max_body_bytes"):
+            if getattr(self, name) < 1024:
+                raise ConfigError(name, "at least 1024 bytes", getattr(self, name),
+                                  "raise the limit")
+        if self.on_shutdown not in SHUTDOWN_MODES:
+            raise ConfigError("on_shutdown", f"one of {SHUTDOWN_MODES}", self.on_shutdown,
+                              "use 'stop' (drain and cancel) or 'keep' (leave running)")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError("log_level", f"one of {LOG_LEVELS}", self.log_level,
+                              "use one of those names")
+        if self.executors is not None and self.executors < 1:
+            raise ConfigError("executors", ">= 1", self.executors, "leave it unset for one per CPU")
+        if self.drain_timeout_s < 0:
+            raise ConfigError("drain_timeout_s", ">= 0", self.drain_timeout_s, "use 0 to not wait")
+
+    @property
+    def embedded(self) -> bool:
+        """True when the service starts its own private Ray."""
+        return not self.address
+
+    @property
+    def resolved_state_dir(self) -> str:
+        return os.path.abspath(self.state_dir or os.path.join(self.run_dir, "service"))
+
+    @property
+    def resolved_admin_token_file(self) -> str:
+        return os.path.abspath(self.admin_token_file
+                               or os.path.join(self.resolved_state_dir, "admin_token"))
+
+
+CLIENT_OPTIONS: tuple[Option, ...] = (
+    Option("url", "--url", ("CAMEO_URL",), f"the service's address (default {DEFAULT_URL})"),
+    Option("token", "--token", ("CAMEO_TOKEN",), "bearer token (prefer CAMEO_TOKEN or "
+           "--token-file: a flag shows in `ps`)"),
+    Option("token_file", "--token-file", ("CAMEO_TOKEN_FILE",),
+           "file holding the token (default RUN_DIR/service/admin_token if readable)"),
+    Option("timeout_s", "--timeout", ("CAMEO_TIMEOUT_S",), "seconds per request (default 30)",
+           _float),
+)
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where the CLI and the Python client find the service, and with which token."""
+
+    url: str = DEFAULT_URL
+    token: str | None = field(default=None, repr=False)
+    token_file: str | None = None
+    timeout_s: float = 30.0
+
+    def resolved_token(self, run_dir: str | None = None) -> str | None:
+        """The token to send: given, from the token file, or the local admin token file."""
+        if self.token:
+            return self.token.strip()
+        path = self.token_file or os.path.join(run_dir or os.environ.get("CAMEO_RUN_DIR", ".run"),
+                                               "service", "admin_token")
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip() or None
+        except FileNotFoundError:
+            if self.token_file:
+                raise ConfigError("token_file", "a readable file", self.token_file,
+                                  "fix the path, or pass the token in CAMEO_TOKEN") from None
+            return None
+        except PermissionError:
+            return None
+
+
+def option_help(opt: Option) -> str:
+    """The --help line of an option, with its environment fallbacks."""
+    return f"{opt.help} [env: {', '.join(opt.env)}]"
+
+
+def read_config_file(path: str, section: str = "serve") -> dict[str, Any]:
+    """The `[serve]` table of a TOML file (or the top level, if it has no such table)."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError("config", "an existing TOML file", path, "fix the path") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("config", "valid TOML", f"{path}: {e}", "fix the file's syntax") from e
+    table = data.get(section, data)
+    if not isinstance(table, dict):
+        raise ConfigError("config", f"a [{section}] table", type(table).__name__,
+                          f"put the settings under [{section}]")
+    return dict(table)
+
+
+def _resolve(options: tuple[Option, ...], flags: Mapping[str, Any], env: Mapping[str, str],
+             file: Mapping[str, Any]) -> dict[str, Any]:
+    known = {o.name for o in options}
+    unknown = sorted(set(file) - known)
+    if unknown:
+        raise ConfigError("config", f"keys among {sorted(known)}", unknown,
+                          "remove or rename the unknown keys")
+    values: dict[str, Any] = {}
+    for opt in options:
+        raw, origin = flags.get(opt.name), opt.flag
+        if raw is None or raw == []:
+            raw = None
+            for var in opt.env:
+                if env.get(var):
+                    raw, origin = env[var], var
+                    break
+        if raw is None and opt.name in file:
+            raw, origin = file[opt.name], f"config file key {opt.name!r}"
+        if raw is None:
+            continue
+        try:
+            values[opt.name] = opt.parse(raw) if isinstance(raw, (str, list, tuple)) else raw
+        except (TypeError, ValueError) as e:
+            raise ConfigError(origin, f"a value for {opt.help.split(' (')[0]!r}", raw,
+                              "see `cameo serve --help` for the accepted values") from e
+    return values
+
+
+def resolve_service_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
+                           ) -> ServiceConfig:
+    """Flags > environment > config file > defaults. `flags` maps option names to values
+    (None = not given); a "config" entry or CAMEO_CONFIG names the TOML file."""
+    env = os.environ if env is None else env
+    path = flags.get("config") or env.get("CAMEO_CONFIG")
+    file = read_config_file(path) if path else {}
+    values = _resolve(SERVE_OPTIONS, flags, env, file)
+    if env.get("CAMEO_ADMIN_TOKEN"):
+        values["admin_token"] = env["CAMEO_ADMIN_TOKEN"].strip()
+    if values.get("address") in ("", "local"):
+        values.pop("address")  # "local" is Ray's word for a private cluster: the embedded default
+    known = {f.name for f in fields(ServiceConfig)}
+    return ServiceConfig(**{k: v for k, v in values.items() if k in known})
+
+
+def resolve_client_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
+                          ) -> ClientConfig:
+    env = os.environ if env is None else env
+    return ClientConfig(**_resolve(CLIENT_OPTIONS, flags, env, {}))

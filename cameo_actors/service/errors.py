@@ -1,0 +1,73 @@
+"""Errors of the service layer: each maps to one HTTP status and one JSON body.
+
+Every refusal names what was expected, what arrived and the fix, so a client
+(the CLI, the Python client, curl) can show it as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cameo_actors.errors import CameoError, SpecError
+
+
+class ConfigError(CameoError, ValueError):
+    """A service or client setting is invalid (flag, environment variable or config file)."""
+
+    def __init__(self, option: str, expected: str, got: object, fix: str) -> None:
+        self.option = option
+        super().__init__(f"{option}: expected {expected}, got {got!r}. Fix: {fix}")
+
+
+class ApiError(CameoError):
+    """A request the service refuses; nothing was changed.
+
+    Attributes:
+        status: the HTTP status (4xx for the caller's mistakes, 503 while stopping).
+        code: a short stable word for programs ("unauthorized", "invalid_spec", ...).
+        message: one sentence for people.
+        expected, got, fix: what the service wanted, what it got, what to do.
+        step: the dataflow step at fault, for spec errors.
+    """
+
+    def __init__(self, status: int, code: str, message: str, *, expected: str | None = None,
+                 got: Any = None, fix: str | None = None, step: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.expected = expected
+        self.got = got
+        self.fix = fix
+        self.step = step
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        for key in ("step", "expected", "got", "fix"):
+            value = getattr(self, key)
+            if value is not None:
+                body[key] = value if isinstance(value, (str, int, float, bool)) else repr(value)
+        return {"error": body}
+
+    @classmethod
+    def from_spec_error(cls, e: SpecError) -> ApiError:
+        return cls(422, "invalid_spec", str(e), step=e.step, expected=e.expected, got=e.got,
+                   fix=e.fix)
+
+
+def not_found(name: str) -> ApiError:
+    # The same answer for "does not exist" and "belongs to another tenant": no leak.
+    return ApiError(404, "not_found", f"no dataflow named {name!r} is visible to this token",
+                    expected="the name of a running dataflow of your tenant", got=name,
+                    fix="list your dataflows with `cameo list` (GET /v1/dataflows)")
+
+
+class NotFound(CameoError, KeyError):
+    """The runtime has no dataflow of that name (raised by runtime adapters)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "not found"
+
+
+class Exists(CameoError, ValueError):
+    """The runtime has a dataflow of that name already (raised by runtime adapters)."""

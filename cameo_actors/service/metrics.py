@@ -1,0 +1,184 @@
+"""Prometheus metrics, pulled from every executor on every node at scrape time.
+
+The service process holds no counters of its own: at each scrape it asks the
+runtime for a snapshot (one parallel round of Ray calls: the controller's
+registry, each executor's per-dataflow counters and histogram buckets, each
+executor's scheduler counters) and turns it into metric families. So the
+numbers are current and cover the whole cluster, not only this process.
+
+Labels stay low-cardinality: `dataflow`, `tenant`, and for errors `step` and
+`kind`; executors are labelled by index and a short node id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from cameo_actors.runtime.egress import LATENCY_BUCKETS_MS
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DF_LABELS = ["dataflow", "tenant"]
+EX_LABELS = ["executor", "node"]
+
+
+def _le(ms: float) -> str:
+    return f"{ms / 1000.0:g}"
+
+
+def histogram_buckets(counts: list[int]) -> list[tuple[str, float]]:
+    """Non-cumulative counts per LATENCY_BUCKETS_MS bucket (+ overflow) -> Prometheus's
+    cumulative (le, count) pairs in seconds, ending with +Inf.
+
+    >>> histogram_buckets([1, 0, 2] + [0] * 10 + [3])[:3]
+    [('0.001', 1), ('0.002', 1), ('0.005', 3)]
+    """
+    if len(counts) != len(LATENCY_BUCKETS_MS) + 1:
+        raise ValueError(f"latency buckets: expected {len(LATENCY_BUCKETS_MS) + 1} counts, "
+                         f"got {len(counts)}")
+    out: list[tuple[str, float]] = []
+    total = 0
+    for bound, n in zip(LATENCY_BUCKETS_MS, counts, strict=False):
+        total += n
+        out.append((_le(bound), total))
+    out.append(("+Inf", total + counts[-1]))
+    return out
+
+
+def short_node(node_id: str | None) -> str:
+    return (node_id or "unknown")[:12]
+
+
+def families(snapshot: dict[str, Any], *, tenant: str | None = None,
+             include_executors: bool = True, scrape_seconds: float | None = None) -> list[Metric]:
+    """Metric families of a runtime snapshot (see `server.RayRuntime.snapshot`).
+
+    Args:
+        snapshot: {"dataflows": [...], "executors": [...]}.
+        tenant: only this tenant's dataflows (a tenant token scrapes); None = all.
+        include_executors: add the per-executor families (admin scrapes).
+        scrape_seconds: how long fetching the snapshot took, exported as a gauge.
+    """
+    lat = HistogramMetricFamily("cameo_result_latency_seconds",
+                                "End-to-end latency of results: egress time minus ingest time of "
+                                "the message that made them computable", labels=DF_LABELS)
+    results = CounterMetricFamily("cameo_results", "Results that reached a sink", labels=DF_LABELS)
+    within = CounterMetricFamily("cameo_results_within_target",
+                                 "Results that reached a sink within the latency target",
+                                 labels=DF_LABELS)
+    target = GaugeMetricFamily("cameo_latency_target_seconds", "The dataflow's latency target",
+                               labels=DF_LABELS)
+    weight = GaugeMetricFamily("cameo_tenant_weight", "The dataflow's share under fair_share",
+                               labels=DF_LABELS)
+    recent = GaugeMetricFamily("cameo_result_latency_recent_seconds",
+                               "Latency quantiles of the most recent results (up to 20000 per "
+                               "executor)", labels=[*DF_LABELS, "quantile"])
+    ev_in = CounterMetricFamily("cameo_events_in", "Events that entered the dataflow's sources",
+                                labels=DF_LABELS)
+    ev_out = CounterMetricFamily("cameo_events_out", "Events that left through the sinks",
+                                 labels=DF_LABELS)
+    errors = CounterMetricFamily("cameo_errors", "Records sent to the error output",
+                                 labels=[*DF_LABELS, "step", "kind"])
+    backlog = GaugeMetricFamily("cameo_backlog_messages", "Messages queued for the dataflow's "
+                                "operators, all executors", labels=DF_LABELS)
+    running = GaugeMetricFamily("cameo_dataflows", "Dataflows running", labels=["tenant"])
+    per_tenant: dict[str, int] = {}
+    for d in snapshot.get("dataflows", []):
+        if tenant is not None and d["tenant"] != tenant:
+            continue
+        labels = [d["name"], d["tenant"]]
+        per_tenant[d["tenant"]] = per_tenant.get(d["tenant"], 0) + 1
+        lat.add_metric(labels, buckets=histogram_buckets(d["buckets"]),
+                       sum_value=d["sum_ms"] / 1000.0)
+        results.add_metric(labels, d["results"])
+        within.add_metric(labels, d["within_target_count"])
+        target.add_metric(labels, d["target_ms"] / 1000.0)
+        weight.add_metric(labels, d["weight"])
+        for q, quantile in (("p50", "0.5"), ("p95", "0.95"), ("p99", "0.99")):
+            v = d.get(f"{q}_ms")
+            if v is not None:
+                recent.add_metric([*labels, quantile], v / 1000.0)
+        ev_in.add_metric(labels, d["events_in"])
+        ev_out.add_metric(labels, d["events_out"])
+        backlog.add_metric(labels, d["backlog"])
+        for key, n in sorted(d["errors"].items()):
+            step, _, kind = key.rpartition(":")
+            errors.add_metric([*labels, step, kind], n)
+    for t, n in sorted(per_tenant.items()):
+        running.add_metric([t], n)
+    out: list[Metric] = [lat, results, within, target, weight, recent, ev_in, ev_out, errors,
+                         backlog, running]
+    if include_executors:
+        out.extend(executor_families(snapshot.get("executors", [])))
+    if scrape_seconds is not None:
+        out.append(GaugeMetricFamily("cameo_scrape_duration_seconds",
+                                     "Time the service took to pull this snapshot from the "
+                                     "executors", value=scrape_seconds))
+    return out
+
+
+def executor_families(executors: list[dict[str, Any]]) -> list[Metric]:
+    busy = CounterMetricFamily("cameo_executor_busy_seconds", "Time the executor spent running "
+                               "operators; rate() of it is the busy share", labels=EX_LABELS)
+    queue = GaugeMetricFamily("cameo_executor_run_queue_messages", "Messages waiting in the "
+                              "executor's run queue and mailboxes", labels=EX_LABELS)
+    acts = GaugeMetricFamily("cameo_executor_activations", "Operator activations hosted",
+                             labels=EX_LABELS)
+    executed = CounterMetricFamily("cameo_executor_messages", "Messages executed",
+                                   labels=EX_LABELS)
+    preempted = CounterMetricFamily("cameo_executor_preemptions", "Activations preempted by a "
+                                    "more urgent one", labels=EX_LABELS)
+    overhead = CounterMetricFamily("cameo_executor_scheduling_overhead_seconds",
+                                   "Time spent scheduling (not running operators)",
+                                   labels=EX_LABELS)
+    per_msg = GaugeMetricFamily("cameo_executor_scheduling_overhead_us_per_message",
+                                "Scheduling overhead per message executed, microseconds",
+                                labels=EX_LABELS)
+    held = GaugeMetricFamily("cameo_executor_held_activations", "Activations held by flow "
+                             "control (no credits, or a full result log)", labels=EX_LABELS)
+    faults = GaugeMetricFamily("cameo_executor_faults", "Recent faults of the executor's worker "
+                               "loop (runtime bugs; expected 0)", labels=EX_LABELS)
+    for e in executors:
+        labels = [str(e["executor"]), short_node(e.get("node"))]
+        busy.add_metric(labels, e["busy_ms"] / 1000.0)
+        queue.add_metric(labels, e["backlog"])
+        acts.add_metric(labels, e["activations"])
+        executed.add_metric(labels, e["executed"])
+        preempted.add_metric(labels, e["preempted"])
+        overhead.add_metric(labels, e["overhead_ms"] / 1000.0)
+        per_msg.add_metric(labels, e["overhead_us_per_message"] or 0.0)
+        held.add_metric(labels, e["held"])
+        faults.add_metric(labels, len(e.get("faults", [])))
+    return [busy, queue, acts, executed, preempted, overhead, per_msg, held, faults]
+
+
+class SnapshotCollector(Collector):
+    """A prometheus-client collector over one snapshot (built per scrape)."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._metrics
+
+
+def render(snapshot_fn: Callable[[], dict[str, Any]], *, tenant: str | None = None,
+           include_executors: bool = True, timer: Callable[[], float] | None = None) -> bytes:
+    """Pull a snapshot now and render it in the Prometheus text format."""
+    t0 = timer() if timer else None
+    snapshot = snapshot_fn()
+    took = (timer() - t0) if timer and t0 is not None else None
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(families(snapshot, tenant=tenant,
+                                                 include_executors=include_executors,
+                                                 scrape_seconds=took)))
+    return generate_latest(registry)

@@ -1,0 +1,283 @@
+"""`cameo serve`: Ray, the executor pool, the RPC API and /metrics in one process.
+
+Start-up: start an embedded private Ray (default) or join a cluster, find or
+create the pool's detached controller (so dataflows that outlived an earlier
+service process are picked up), then serve HTTP with uvicorn.
+
+Shutdown on SIGTERM (or Ctrl-C): uvicorn stops accepting and finishes the
+requests in flight; then, with `--on-shutdown stop` (the default), every
+dataflow's sources are closed, the backlog drains for up to
+`--drain-timeout` seconds, each dataflow is cancelled and a line says how it
+ended. With `--on-shutdown keep` in a joined cluster the dataflows keep
+running in the detached controller for the next service process.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from cameo_actors.errors import CameoError
+from cameo_actors.service.auth import TokenStore, write_private
+from cameo_actors.service.config import ServiceConfig
+from cameo_actors.service.core import ServiceCore
+from cameo_actors.service.errors import Exists, NotFound
+
+log = logging.getLogger("cameo.service")
+
+
+class RayRuntime:
+    """The `RuntimePort` of the service over cameo's Ray `Runtime`: translates the
+    runtime's not-found / exists errors and keeps its cached descriptions fresh."""
+
+    def __init__(self, rt: Any) -> None:
+        from cameo_actors.runtime.controller import DataflowExists, DataflowNotFound
+
+        self.rt = rt
+        self._not_found = DataflowNotFound
+        self._exists = DataflowExists
+        # One runtime handle per dataflow for its events: a handle's batches are applied in
+        # order per executor, so a shared handle would let one dataflow's backpressure
+        # hold back every other dataflow on the same executor.
+        self._pushers: dict[str, Any] = {}
+        self._pushers_guard = threading.Lock()
+
+    def _pusher(self, name: str) -> Any:
+        with self._pushers_guard:
+            handle = self._pushers.get(name)
+            if handle is None:
+                handle = self._pushers[name] = type(self.rt)(self.rt.pool, self.rt.controller,
+                                                             owns_ray=False)
+            return handle
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except self._not_found as e:
+            raise NotFound(str(e)) from None
+        except self._exists as e:
+            raise Exists(str(e)) from None
+
+    def deploy(self, spec: dict[str, Any]) -> str:
+        return str(self._call(self.rt.deploy, spec))
+
+    def cancel(self, name: str) -> dict[str, Any]:
+        result = dict(self._call(self.rt.cancel, name))
+        with self._pushers_guard:
+            self._pushers.pop(name, None)
+        return result
+
+    def update(self, name: str, *, latency_target_ms: float | None,
+               weight: float | None) -> dict[str, Any]:
+        result = self._call(self.rt.update, name, latency_target_ms=latency_target_ms,
+                            weight=weight)
+        self._call(self.rt.refresh, name)  # stats() and describe() read the new target
+        return dict(result)
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self.rt.list())
+
+    def describe(self, name: str) -> dict[str, Any]:
+        return dict(self._call(self.rt.describe, name))
+
+    def stats(self, name: str) -> dict[str, Any]:
+        return dict(self._call(self.rt.stats, name))
+
+    def push(self, name: str, source: str, events: builtins.list[dict[str, Any]]) -> None:
+        self._call(self._pusher(name).push, name, source, events)
+
+    def close(self, name: str) -> None:
+        self._call(self._pusher(name).close, name)  # after that dataflow's events, in order
+
+    def executor_stats(self) -> builtins.list[dict[str, Any]]:
+        return list(self.rt.executor_stats())
+
+    def wait_idle(self, timeout_s: float) -> None:
+        with self._pushers_guard:
+            pushers = list(self._pushers.values())
+        for handle in pushers:
+            try:
+                handle.flush()  # every pushed batch accepted, then the executors drain
+            except Exception as e:  # a refused batch (e.g. cancelled meanwhile): drain the rest
+                log.warning("a pushed batch was not accepted: %s", e)
+        self.rt.wait_idle(timeout_s=timeout_s)
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self.rt.stats_all())
+
+
+def _init_ray(cfg: ServiceConfig) -> None:
+    import ray
+
+    from cameo_actors.runtime.controller import NAMESPACE
+
+    if cfg.embedded:
+        run = os.path.join(os.path.abspath(cfg.run_dir), "ray")
+        os.makedirs(run, exist_ok=True)
+        # Ray turns its token auth on for a new local cluster (generating ~/.ray/auth_token).
+        ray.init(address="local", num_cpus=cfg.num_cpus or 4 * (os.cpu_count() or 1),
+                 include_dashboard=False, namespace=NAMESPACE, _temp_dir=run,
+                 _node_ip_address=cfg.node_ip, configure_logging=False, log_to_driver=True)
+    else:
+        # A driver joining a cluster must be told to send Ray's token; Ray does not guess.
+        have_token = bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                          or os.path.exists(os.path.expanduser("~/.ray/auth_token")))
+        if have_token:
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
+        ray.init(address=cfg.address, namespace=NAMESPACE, configure_logging=False,
+                 log_to_driver=True)
+
+
+def _ray_info(cfg: ServiceConfig, rt: Any) -> dict[str, Any]:
+    import ray
+
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        token_auth: bool | None = bool(is_token_auth_enabled())
+    except ImportError:  # a Ray without token auth
+        token_auth = None
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return {"pool": rt.pool, "policy": rt.config.policy, "executors": len(rt.executors),
+            "allowed_modules": list(rt.config.allowed_modules)
+            if rt.config.allowed_modules is not None else None,
+            "ray": {"address": ray.get_runtime_context().gcs_address, "embedded": cfg.embedded,
+                    "token_auth": token_auth, "nodes": len(nodes)}}
+
+
+def serve(cfg: ServiceConfig) -> int:
+    """Run the service until SIGTERM / SIGINT; returns the process exit code."""
+    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s cameo %(levelname)s %(message)s")
+    state_dir = cfg.resolved_state_dir
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    os.chmod(state_dir, 0o700)
+    tokens, generated = TokenStore.open(state_dir, cfg.resolved_admin_token_file, cfg.admin_token)
+    if generated:
+        log.info("generated the admin token in %s (readable by this user only)",
+                 cfg.resolved_admin_token_file)
+
+    # Try the port first: a taken one fails now, not after Ray started. (Uvicorn binds it
+    # again itself: handing it this socket would lose TCP_NODELAY on the connections.)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((cfg.host, cfg.port))
+            host, port = probe.getsockname()[:2]
+    except OSError as e:
+        log.error("cannot listen on %s:%s (%s). Fix: pick another --port or stop the process "
+                  "using it", cfg.host, cfg.port, e)
+        return 2
+    url = f"http://{host}:{port}"
+
+    if cfg.embedded and cfg.node_ip in ("127.0.0.1", "localhost"):
+        # Ray swaps 127.0.0.1 for the host's network address unless told this is a
+        # single-machine cluster; the embedded Ray is one, and stays on loopback.
+        # Read when Ray is imported, so set before.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+
+    from cameo_actors.runtime.api import Runtime
+    from cameo_actors.runtime.config import RuntimeConfig
+    from cameo_actors.runtime.controller import NAMESPACE, controller_name
+
+    t0 = time.monotonic()
+    try:
+        _init_ray(cfg)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        log.error("cannot start or join Ray (address %s): %s. Fix: check --address / "
+                  "RAY_ADDRESS and that Ray's token (~/.ray/auth_token or RAY_AUTH_TOKEN) "
+                  "matches the cluster's", cfg.address or "embedded", e)
+        return 1
+    try:
+        ray.get_actor(controller_name(cfg.pool), namespace=NAMESPACE)
+        pool_existed = True
+    except ValueError:
+        pool_existed = False
+    executors = cfg.executors or ((os.cpu_count() or 1) if cfg.embedded else None)
+    rt = Runtime.start(RuntimeConfig(num_executors=executors, policy=cfg.policy,
+                                     allowed_modules=cfg.allowed_modules), pool=cfg.pool)
+    found = rt.list()
+    log.info("Ray %s at %s; pool %r %s with %d executors (policy %s) in %.1f s",
+             "embedded" if cfg.embedded else "joined", ray.get_runtime_context().gcs_address,
+             cfg.pool, "found" if pool_existed else "started", len(rt.executors), rt.config.policy,
+             time.monotonic() - t0)
+    if pool_existed and rt.config.policy != cfg.policy:
+        log.warning("the running pool %r uses policy %s, not %s: a pool keeps the configuration "
+                    "it was started with", cfg.pool, rt.config.policy, cfg.policy)
+    if found:
+        log.info("found %d dataflow(s) still running: %s", len(found),
+                 ", ".join(f"{d['name']} (tenant {d['tenant']})" for d in found))
+
+    signals: list[int] = []
+
+    def remember(sig: int, _frame: FrameType | None) -> None:
+        # Uvicorn re-raises the signal it stopped on once it is done; we take it from
+        # there (drain, cancel, say so) instead of Ray's handler, which exits at once.
+        signals.append(sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, remember)  # after ray.init, which installs its own
+    runtime = RayRuntime(rt)
+    core = ServiceCore(runtime, allowed_modules=rt.config.allowed_modules)
+    from cameo_actors.service.app import create_app
+
+    app = create_app(core, tokens, max_spec_bytes=cfg.max_spec_bytes,
+                     max_body_bytes=cfg.max_body_bytes, snapshot=runtime.snapshot,
+                     info=lambda: _ray_info(cfg, rt))
+    import uvicorn
+
+    service_file = os.path.join(state_dir, "service.json")
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # listening now: tell clients (and people) where
+                write_private(service_file, json.dumps({"url": url, "pid": os.getpid(),
+                                                        "pool": cfg.pool}))
+                log.info("serving the API on %s (OpenAPI at %s/openapi.json, metrics at "
+                         "%s/metrics)", url, url, url)
+
+    server = Server(uvicorn.Config(
+        app, host=host, port=port, log_level="warning" if cfg.log_level == "info" else cfg.log_level,
+        access_log=cfg.log_level == "debug", lifespan="off", timeout_graceful_shutdown=30))
+    try:
+        if not signals:  # a signal during start-up: skip serving, go straight to stopping
+            server.run()
+    finally:
+        if os.path.exists(service_file):
+            os.unlink(service_file)
+    if not server.started and not signals:
+        log.error("the HTTP server did not start (see above); the dataflows are left as they were")
+        ray.shutdown()
+        return 1
+    why = signal.Signals(signals[0]).name if signals else "server exit"
+    keep = cfg.on_shutdown == "keep"
+    if keep and cfg.embedded:
+        log.warning("--on-shutdown keep needs a joined cluster: the embedded Ray ends with this "
+                    "process, so its dataflows are stopped instead")
+        keep = False
+    if keep:
+        names = [d["name"] for d in rt.list()]
+        log.info("%s: leaving %d dataflow(s) running in pool %r for the next service: %s",
+                 why, len(names), cfg.pool, ", ".join(names) or "none")
+    else:
+        log.info("%s: shutting down", why)
+        try:
+            core.stop_all(cfg.drain_timeout_s, log.info)
+        except CameoError as e:
+            log.error("stopping the dataflows failed: %s", e)
+        if cfg.embedded or not pool_existed:
+            rt.shutdown(stop_ray=False)  # the pool was ours: its executors go too
+    ray.shutdown()
+    log.info("service stopped")
+    return 0

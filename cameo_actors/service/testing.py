@@ -1,0 +1,225 @@
+"""A kit for end-to-end tests and benchmarks of the service on one machine:
+`cameo serve` as a real subprocess, the real `cameo` command, and a
+multi-node Ray cluster made of `ray start` processes on loopback addresses.
+
+Everything listens on the loopback range only. Processes are stopped by the
+ids this kit started (never `ray stop`, which would end every Ray on the host).
+
+>>> from cameo_actors.service.testing import ServiceProcess
+>>> with ServiceProcess(run_dir=".run/try") as svc:       # doctest: +SKIP
+...     print(svc.cli("list").stdout)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cameo_actors.service.auth import new_token, write_private
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (for a server started next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def cameo_command() -> list[str]:
+    """The installed `cameo` console script of this interpreter, or `python -m`."""
+    script = os.path.join(os.path.dirname(sys.executable), "cameo")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "cameo_actors.service.cli"]
+
+
+def _wait_for(path: str, needle: str, timeout_s: float, proc: subprocess.Popen[Any] | None = None
+              ) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                if needle in f.read():
+                    return
+        except FileNotFoundError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        tail = f.read()[-3000:]
+    raise TimeoutError(f"{needle!r} did not appear in {path} within {timeout_s} s "
+                       f"(exit code {proc.poll() if proc else None}):\n{tail}")
+
+
+def _stop(proc: subprocess.Popen[Any], timeout_s: float) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return int(proc.returncode)
+
+
+class ServiceProcess:
+    """`cameo serve` in a subprocess, its log in RUN_DIR/serve-N.log, and the `cameo` CLI
+    pointed at it (CAMEO_URL, CAMEO_RUN_DIR: the admin token is found by default).
+
+    Args:
+        run_dir: the service's run folder (Ray files, tokens, logs).
+        args: extra `cameo serve` flags.
+        env: extra environment for the service and the CLI.
+        port: the HTTP port (default: a free one).
+        cwd: the service's working folder (default: this one), so that modules of the
+            project (e.g. user functions under `--allow-module`) import on the executors.
+    """
+
+    def __init__(self, run_dir: str, args: Sequence[str] = (), env: dict[str, str] | None = None,
+                 port: int | None = None, cwd: str | None = None) -> None:
+        self.run_dir = os.path.abspath(run_dir)
+        self.cwd = os.path.abspath(cwd or os.getcwd())
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = list(args)
+        self.env = {**os.environ, "CAMEO_RUN_DIR": self.run_dir, "CAMEO_URL": self.url,
+                    **(env or {})}
+        for var in ("CAMEO_TOKEN", "CAMEO_TOKEN_FILE"):
+            self.env.pop(var, None)  # the CLI uses the service's admin token unless told
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.log_path = ""
+
+    def start(self, timeout_s: float = 120.0) -> ServiceProcess:
+        self.starts += 1
+        self.log_path = os.path.join(self.run_dir, f"serve-{self.starts}.log")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [*cameo_command(), "serve", "--port", str(self.port), *self.args],
+                stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd)
+        _wait_for(self.log_path, "serving the API", timeout_s, self.proc)
+        return self
+
+    @property
+    def admin_token(self) -> str:
+        with open(os.path.join(self.run_dir, "service", "admin_token"), encoding="utf-8") as f:
+            return f.read().strip()
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def client(self, token: str | None = None) -> Any:
+        from cameo_actors.service.client import Client
+
+        return Client(self.url, token or self.admin_token)
+
+    def cli(self, *args: str, token: str | None = None, check: bool = True,
+            timeout_s: float = 60.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run `cameo ARGS` against this service; check=True raises on a non-zero exit."""
+        env = dict(self.env)
+        if token is not None:
+            env["CAMEO_TOKEN"] = token
+        run = subprocess.run([*cameo_command(), *args], capture_output=True, text=True, env=env,
+                             timeout=timeout_s, cwd=self.cwd, input=stdin)
+        if check and run.returncode != 0:
+            raise AssertionError(f"cameo {' '.join(args)} exited {run.returncode}:\n"
+                                 f"{run.stdout}\n{run.stderr}")
+        return run
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM (graceful: drains and cancels dataflows); returns the exit code."""
+        return _stop(self.proc, timeout_s) if self.proc else 0
+
+    def kill(self) -> None:
+        """SIGKILL: a crash. The detached controller of a joined cluster survives it."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LocalCluster:
+    """A Ray cluster of `ray start --block` processes on loopback addresses of this machine:
+    a head on 127.0.0.2 and workers on 127.0.0.3, .4, ... (Ray replaces 127.0.0.1 itself
+    by the host's network address, other loopback addresses it keeps).
+
+    Ray's token auth stays on: a token is written to RUN_DIR/ray_auth_token (user-only)
+    and handed to every process through RAY_AUTH_TOKEN_PATH, with RAY_AUTH_MODE=token;
+    `env` carries both for the service that joins.
+
+    Args:
+        run_dir: folder for Ray's session files and the nodes' logs.
+        cpus: logical CPUs per node, head first (e.g. (1, 2): a head with 1, a worker with 2).
+    """
+
+    def __init__(self, run_dir: str, cpus: Sequence[int] = (1, 2)) -> None:
+        if not cpus:
+            raise ValueError("cpus: expected at least one node (the head), got ()")
+        self.run_dir = os.path.abspath(run_dir)
+        self.cpus = list(cpus)
+        self.port = free_port()
+        self.head_ip = "127.0.0.2"
+        self.address = f"{self.head_ip}:{self.port}"
+        token_path = os.path.join(self.run_dir, "ray_auth_token")
+        os.makedirs(self.run_dir, exist_ok=True)
+        if not os.path.exists(token_path):
+            write_private(token_path, new_token())
+        self.env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def _ray(self, *args: str, log_name: str) -> subprocess.Popen[bytes]:
+        ray = os.path.join(os.path.dirname(sys.executable), "ray")
+        cmd = [ray] if os.path.exists(ray) else [sys.executable, "-m", "ray.scripts.scripts"]
+        log_path = os.path.join(self.run_dir, log_name)
+        with open(log_path, "wb") as log:
+            # No drain wait on SIGTERM: a test cluster goes down at once (Ray waits 30 s).
+            env = {**os.environ, **self.env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+            proc = subprocess.Popen([*cmd, "start", "--block", "--disable-usage-stats",
+                                     "--object-store-memory", str(150 * 1024 * 1024), *args],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.procs.append(proc)
+        _wait_for(log_path, "block forever", 120.0, proc)
+        return proc
+
+    def start(self) -> LocalCluster:
+        self._ray("--head", f"--node-ip-address={self.head_ip}", f"--port={self.port}",
+                  f"--num-cpus={self.cpus[0]}", "--include-dashboard=false",
+                  f"--dashboard-agent-listen-port={free_port()}",
+                  f"--temp-dir={os.path.join(self.run_dir, 'ray')}", log_name="head.log")
+        for i, n in enumerate(self.cpus[1:], start=1):
+            self._ray(f"--address={self.address}", f"--node-ip-address=127.0.0.{2 + i}",
+                      f"--num-cpus={n}", f"--dashboard-agent-listen-port={free_port()}",
+                      log_name=f"worker-{i}.log")
+        return self
+
+    def stop(self) -> None:
+        """Stop the workers, then the head (each `ray start --block` ends its node)."""
+        for proc in reversed(self.procs):
+            _stop(proc, 30.0)
+        self.procs.clear()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def fresh_dir(path: str) -> str:
+    """An empty folder at `path` (a previous run's files removed)."""
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path, exist_ok=True)
+    return os.path.abspath(path)

@@ -1,0 +1,110 @@
+"""Arrow <-> runtime events, in the writer's and reader's Python workers (pyarrow only).
+
+Into the runtime: Spark hands the writer Arrow record batches; `to_events`
+turns the rows of one message into event dicts (msgpack-able: timestamps
+become epoch ms, decimals floats, dates ISO text) and routes rows Spark could
+not parse (the corrupt-record column) as events the source will report as
+malformed, raw text included.
+
+Out of the runtime: `results_batch` builds one Arrow record batch per read
+range (results or error records), each value coerced to its column's type.
+
+>>> import pyarrow as pa
+>>> rb = pa.record_batch({"ts": [1, None], "_corrupt_record": [None, "{bad"]})
+>>> to_events(prepare(rb, "_corrupt_record"))
+[{'ts': 1}, {'_corrupt_record': '{bad'}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_ingest.schema import Column, coerce
+
+_ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_(),
+                "any": pa.string()}
+#: Marks a row Spark could not parse: its raw text is all the event has.
+CORRUPT = "__cameo_corrupt__"
+
+
+def prepare(batch: pa.RecordBatch, corrupt_column: str | None) -> pa.RecordBatch:
+    """Make a Spark batch's columns msgpack-able; mark unparsable rows."""
+    cols, names = [], []
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        t = col.type
+        if pa.types.is_timestamp(t):
+            col = pc.cast(pc.cast(col, pa.timestamp("ms", tz=t.tz)), pa.int64())
+        elif pa.types.is_date(t):
+            col = pc.cast(col, pa.string())
+        elif pa.types.is_decimal(t):
+            col = pc.cast(col, pa.float64())
+        if name == corrupt_column:
+            name = CORRUPT
+        cols.append(col)
+        names.append(name)
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def event_times(batch: pa.RecordBatch | pa.Table, field: str | None) -> np.ndarray | None:
+    """The event-time column as float ms (NaN where missing), or None if there is none.
+
+    >>> event_times(pa.table({"ts": [3, None]}), "ts").tolist()
+    [3.0, nan]
+    """
+    if field is None or field not in batch.schema.names:
+        return None
+    col = batch.column(field)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+        return None  # not a time: the source reports such rows as malformed
+    return np.asarray(pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def to_events(batch: pa.RecordBatch | pa.Table) -> list[dict[str, Any]]:
+    """Rows -> event dicts. A row with corrupt text becomes {"_corrupt_record": text}
+    (the source operator reports it as malformed); the column is dropped from the others."""
+    names = batch.schema.names
+    if CORRUPT not in names:
+        return batch.to_pylist()
+    i = names.index(CORRUPT)
+    corrupt = batch.column(i)
+    rest = batch.remove_column(i)
+    if corrupt.null_count == len(corrupt):
+        return rest.to_pylist()
+    events = rest.to_pylist()
+    for row, text in enumerate(corrupt.to_pylist()):
+        if text is not None:
+            events[row] = {"_corrupt_record": text}
+    return events
+
+
+def arrow_schema(columns: Sequence[Column]) -> pa.Schema:
+    return pa.schema([(name, _ARROW_TYPES[typ]) for name, typ in columns])
+
+
+def results_batch(rows: Sequence[tuple[Any, float, float]], first: int, log: str,
+                  columns: Sequence[Column], schema: pa.Schema, *, event_column: bool) -> pa.RecordBatch:
+    """Result rows (event, ingest_ms, egress_ms) read from `log` at offsets first.. as one batch.
+
+    Args:
+        columns: (name, kind) of the schema's fields; kind is a cameo type, or "raw".
+        event_column: the whole event goes into the "event" column (fields unknown).
+    """
+    data: dict[str, list[Any]] = {name: [] for name, _ in columns}
+    for i, (event, ingest_ms, egress_ms) in enumerate(rows):
+        meta = {"_log": log, "_offset": first + i, "_ingest_ms": ingest_ms, "_egress_ms": egress_ms}
+        for name, kind in columns:
+            if name in meta:
+                value = meta[name]
+            elif event_column and name == "event":
+                value = event
+            else:
+                value = event.get(name) if isinstance(event, dict) else None
+            data[name].append(value if kind == "raw" else coerce(value, kind))
+    return pa.RecordBatch.from_pydict(data, schema=schema)

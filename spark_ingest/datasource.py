@@ -1,0 +1,344 @@
+"""The `cameo` Spark data source: a stream writer into a dataflow, a stream reader out of it.
+
+    spark.dataSource.register(CameoDataSource)          # or spark_ingest.register(spark)
+    (events.writeStream.format("cameo")
+        .option("dataflow", "errors").option("address", runtime.address)
+        .option("checkpointLocation", ".run/ck/in").start())
+    (spark.readStream.format("cameo")
+        .option("dataflow", "errors").option("address", runtime.address).load()
+        .writeStream.format("parquet").option("path", "out")
+        .option("checkpointLocation", ".run/ck/out").start())
+
+Options: see `spark_ingest.options` (dataflow, address, pool, source, sink,
+output, batch_size, max_rows_per_batch, rows_per_partition, include_metadata,
+ray_auth, corrupt_column, skip_replayed).
+
+Where the code runs: `CameoDataSource.schema/streamWriter/streamReader` run
+in short-lived Python planner processes on the Spark driver, the reader's
+offset methods in one long-lived Python process per query on the driver, and
+`write`/`read` in Spark's (reused) Python workers. Each joins the runtime once
+per process (`spark_ingest.client`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from cameo_actors.dataflow.spec import DataflowSpec
+from spark_ingest import client
+from spark_ingest.arrow import CORRUPT, event_times, prepare, results_batch, to_events
+from spark_ingest.batching import bucket_ms, plan_messages
+from spark_ingest.exceptions import CameoSparkError, OptionError
+from spark_ingest.offsets import initial_offset, latest_offset, parse_offset, ranges, to_commit
+from spark_ingest.options import Connection, ReaderOptions, WriterOptions
+from spark_ingest.schema import (
+    ERROR_COLUMNS,
+    EVENT_COLUMN,
+    META_COLUMNS,
+    check_input,
+    ddl,
+    result_columns,
+    spark_kind,
+)
+
+FORMAT = "cameo"
+#: Spark's local properties of a streaming task (set by MicroBatchExecution).
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def _describe(conn: Connection, dataflow: str, max_age_s: float = client.DESCRIBE_MAX_AGE_S
+              ) -> tuple[Any, DataflowSpec, str]:
+    """(runtime, spec, deployment id) of a running dataflow; a missing one is an option error."""
+    try:
+        rt, info = client.describe(conn, dataflow, max_age_s)
+    except KeyError as e:  # DataflowNotFound
+        known = sorted(d["name"] for d in client.runtime(conn).list())
+        raise OptionError("dataflow", f"the name of a dataflow running in pool {conn.pool!r}",
+                          dataflow, f"deploy it first or pick one of {known}") from e
+    return rt, DataflowSpec.from_dict(info["spec"]), deployment_id(info)
+
+
+def deployment_id(info: dict[str, Any]) -> str:
+    """Names one deployment of a dataflow: a redeploy under the same name gets a new id."""
+    return f"{info['name']}@{info['submitted_at']!r}"
+
+
+class CameoDataSource(DataSource):
+    """`format("cameo")`: write into a running dataflow, read its results or errors."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        opts = ReaderOptions.parse(self.options)
+        _, spec, _ = _describe(opts.connection, opts.dataflow, 0)
+        return ddl(reader_columns(spec, opts))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> CameoStreamWriter:
+        opts = WriterOptions.parse(self.options)
+        _, spec, deployment = _describe(opts.connection, opts.dataflow, 0)
+        source = pick_source(spec, opts.source)
+        columns = {f.name: f.dataType.simpleString() for f in schema.fields}
+        problems = check_input(spec, source, columns)
+        if problems:
+            raise CameoSparkError(
+                f"the DataFrame cannot feed source {source!r} of dataflow {spec.name!r}: "
+                f"{'; '.join(problems)}. Fix: select or cast columns to the source's schema "
+                f"{dict(getattr(spec.step(source), 'schema', ()))} (int: integral or timestamp, float: numeric, "
+                "str: string, bool: boolean)")
+        step = spec.step(source)
+        return CameoStreamWriter(opts, source, getattr(step, "event_time", None),
+                                 bucket_ms(spec, source), deployment, uuid.uuid4().hex)
+
+    def streamReader(self, schema: StructType) -> CameoStreamReader:
+        opts = ReaderOptions.parse(self.options)
+        _, spec, _ = _describe(opts.connection, opts.dataflow)
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        inferred = reader_columns(spec, opts)
+        columns = [(f.name, spark_kind(f.dataType.simpleString())) for f in schema.fields]
+        event_column = opts.output == "results" and inferred[:1] == [EVENT_COLUMN]
+        return CameoStreamReader(opts, columns, to_arrow_schema(schema), event_column)
+
+
+def pick_source(spec: DataflowSpec, source: str | None) -> str:
+    ids = [s.id for s in spec.sources]
+    if source is None:
+        if len(ids) != 1:
+            raise OptionError("source", f"one of the sources of {spec.name!r}: {ids}", None,
+                              '.option("source", "<source step id>")')
+        return ids[0]
+    if source not in ids:
+        raise OptionError("source", f"a source of {spec.name!r}: {ids}", source,
+                          '.option("source", ...) with one of those step ids')
+    return source
+
+
+def reader_columns(spec: DataflowSpec, opts: ReaderOptions) -> list[tuple[str, str]]:
+    if opts.output == "errors":
+        cols = list(ERROR_COLUMNS)
+    else:
+        sinks = [s.id for s in spec.sinks]
+        if opts.sink is not None and opts.sink not in sinks:
+            raise OptionError("sink", f"a sink of {spec.name!r}: {sinks}", opts.sink,
+                              '.option("sink", ...) with one of those step ids, or leave it out')
+        cols = result_columns(spec, [opts.sink] if opts.sink else None)
+        cols = [c for c in cols if c[0] not in dict(META_COLUMNS)]
+    return cols + (list(META_COLUMNS) if opts.include_metadata else [])
+
+
+# == into a dataflow ==========================================================================
+@dataclass
+class CameoCommitMessage(WriterCommitMessage):
+    """What one write task did; the driver's commit() sums them and marks the batch."""
+
+    partition: int
+    rows: int
+    messages: int
+    corrupt: int
+    skipped: bool
+    query: str
+    batch_id: int
+    started_ms: float
+    finished_ms: float
+
+
+class CameoStreamWriter(DataSourceStreamArrowWriter):
+    """Each Spark task pushes its rows as bounded, window-aligned runtime messages and
+    returns once the runtime accepted them; the driver then hands the batch id over."""
+
+    def __init__(self, opts: WriterOptions, source: str, event_time: str | None,
+                 bucket: int | None, deployment: str, run: str) -> None:
+        self.opts = opts
+        self.source = source
+        self.event_time = event_time
+        self.bucket = bucket
+        self.deployment = deployment
+        #: Names this run of the query: Spark creates the writer when a query (re)starts.
+        self.run = run
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> CameoCommitMessage:
+        from pyspark import TaskContext
+
+        started = time.time() * 1000.0
+        ctx = TaskContext.get()
+        batch_id = int((ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None) or -1)
+        query = (ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None) or ""
+        partition = ctx.partitionId() if ctx else -1
+        name = self.opts.dataflow
+        rt, _, deployment = _describe(self.opts.connection, name)
+        if deployment != self.deployment:
+            raise CameoSparkError(
+                f"dataflow {name!r} was redeployed since this query started ({self.deployment} "
+                f"-> {deployment}); restart the query (its events would mix two deployments)")
+        if self.opts.skip_replayed and batch_id >= 0 and self._may_be_replay() and \
+                rt.input_batches(name).get(f"{self.source}@{query}", -1) >= batch_id:
+            for _ in iterator:  # the runtime has this batch already: a replay after a restart
+                pass
+            return CameoCommitMessage(partition, 0, 0, 0, True, query, batch_id, started,
+                                      time.time() * 1000.0)
+        rows = messages = corrupt = 0
+        batches: Iterator[Any] = (prepare(raw, self.opts.corrupt_column) for raw in iterator)
+        if self.opts.order_task:  # all of the task's rows at once, in window order
+            whole = list(batches)
+            batches = iter([pa.Table.from_batches(whole)] if whole else [])
+        for batch in batches:
+            times = event_times(batch, self.event_time) if self.bucket is not None else None
+            plan = plan_messages(times, self.opts.batch_size, bucket_ms=self.bucket,
+                                 n=batch.num_rows)
+            if plan.order is not None:
+                batch = batch.take(pa.array(plan.order))
+            for start, end in plan.spans:
+                events = to_events(batch.slice(start, end - start))
+                rt.push(name, self.source, events, batch_size=len(events))
+                messages += 1
+            rows += batch.num_rows
+            corrupt += _corrupt_rows(batch)
+        rt.flush()  # returns when the runtime accepted every message: backpressure reaches Spark
+        return CameoCommitMessage(partition, rows, messages, corrupt, False, query, batch_id,
+                                  started, time.time() * 1000.0)
+
+    def _may_be_replay(self) -> bool:
+        """Spark replays only the first batch of a run (the last one before a restart,
+        if it did not commit): check the runtime's mark once per run and worker process."""
+        if self.run in _RUNS_CHECKED:
+            return False
+        _RUNS_CHECKED.add(self.run)
+        return True
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        done = [m for m in messages if isinstance(m, CameoCommitMessage)]
+        if not done or all(m.skipped for m in done):
+            return
+        rt, _, _ = _describe(self.opts.connection, self.opts.dataflow)  # placement, fresh enough
+        rt.mark_input_batch(self.opts.dataflow, self.source, batchId, done[0].query)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: the events a failed batch pushed stay in the runtime (a
+        replay may repeat them; exactly-once input is the fault-tolerance issue)."""
+
+
+#: Runs of writer queries whose replay check this process made (see _may_be_replay).
+_RUNS_CHECKED: set[str] = set()
+
+
+def _corrupt_rows(batch: pa.RecordBatch) -> int:
+    if CORRUPT not in batch.schema.names:
+        return 0
+    col = batch.column(batch.schema.names.index(CORRUPT))
+    return len(col) - col.null_count
+
+
+# == out of a dataflow ========================================================================
+class CameoPartition(InputPartition):
+    """Rows [start, end) of one output log."""
+
+    def __init__(self, log: str, start: int, end: int, deployment: str) -> None:
+        super().__init__((log, start, end))
+        self.log = log
+        self.start = start
+        self.end = end
+        self.deployment = deployment
+
+
+class CameoStreamReader(DataSourceStreamReader):
+    """Offsets are the runtime's result-log offsets; commit() lets the runtime forget
+    rows only after Spark committed the batch that wrote them."""
+
+    def __init__(self, opts: ReaderOptions, columns: list[tuple[str, str]], schema: pa.Schema,
+                 event_column: bool) -> None:
+        self.opts = opts
+        self.columns = columns
+        self.schema = schema
+        self.event_column = event_column
+
+    def _available(self) -> tuple[Any, str, dict[str, tuple[int, int]]]:
+        rt, _, deployment = _describe(self.opts.connection, self.opts.dataflow)
+        if self.opts.output == "errors":
+            avail = {log: (c, e) for log, (c, e, _) in rt.error_offsets(self.opts.dataflow).items()}
+        else:
+            avail = rt.result_offsets(self.opts.dataflow, self.opts.sink)
+        return rt, deployment, avail
+
+    def initialOffset(self) -> dict[str, Any]:
+        _, deployment, avail = self._available()
+        return initial_offset(deployment, avail)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_rows_per_batch
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Spark plans the next batch from `start`, the end of the last batch, which is in
+        its commit log by now (a batch that was not is re-run first, without planning). So
+        the rows before `start` are written and the runtime may forget them: committing
+        here, not only in commit() (which Spark calls only once a batch with new data is
+        planned), frees a sink the runtime holds on a full result log, which otherwise
+        could wait for a commit that waits for its results."""
+        rt, deployment, avail = self._available()
+        for log, offset in self._commit(rt, start, avail, deployment).items():
+            avail[log] = (offset, avail[log][1])
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return latest_offset(start, deployment, avail, max_rows,
+                             lossy=self.opts.output == "errors")
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        _, _, deployment = _describe(self.opts.connection, self.opts.dataflow)
+        if parse_offset(end)[0] != deployment:
+            # A batch of a deployment that was cancelled since (re-run after a restart):
+            # its unread results went with it; there is nothing left to read.
+            return []
+        return [CameoPartition(log, s, e, deployment)
+                for log, s, e in ranges(start, end, self.opts.rows_per_partition)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, CameoPartition):
+            raise CameoSparkError(f"not a cameo partition: {partition!r}")
+        name = self.opts.dataflow
+        rt, _, deployment = _describe(self.opts.connection, name)
+        if deployment != partition.deployment:
+            raise CameoSparkError(f"dataflow {name!r} was redeployed while Spark read "
+                                  f"{partition.log}; the query will go on with the new deployment "
+                                  "after a restart")
+        if self.opts.output == "errors":
+            first, rows = rt.read_errors(name, partition.log, partition.start, partition.end)
+        else:
+            first, rows = partition.start, rt.read_results(name, partition.log, partition.start,
+                                                           partition.end)
+        if first + len(rows) < partition.end and self.opts.output == "results":
+            raise CameoSparkError(f"{partition.log}: expected rows {partition.start}.."
+                                  f"{partition.end}, the runtime has {first}..{first + len(rows)}")
+        yield results_batch(rows, first, partition.log, self.columns, self.schema,
+                            event_column=self.event_column)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        rt, deployment, avail = self._available()
+        self._commit(rt, end, avail, deployment)
+
+    def _commit(self, rt: Any, end: dict[str, Any], avail: dict[str, tuple[int, int]],
+                deployment: str) -> dict[str, int]:
+        """Let the runtime forget the rows before `end` (Spark wrote them); what it committed."""
+        todo = to_commit(end, avail, deployment)
+        for log, offset in todo.items():
+            if self.opts.output == "errors":
+                rt.commit_errors(self.opts.dataflow, log, offset)
+            else:
+                rt.commit_results(self.opts.dataflow, log, offset)
+        return todo

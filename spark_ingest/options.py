@@ -1,0 +1,164 @@
+"""The options of the `cameo` Spark source and sink, parsed and checked once.
+
+Spark hands options over as a case-insensitive map of strings; these frozen
+dataclasses are what the rest of the tier reads. Pure: no Spark, no Ray.
+
+>>> WriterOptions.parse({"dataflow": "errors", "address": "127.0.0.1:6379"}).batch_size
+4096
+>>> ReaderOptions.parse({"dataflow": "errors"})
+Traceback (most recent call last):
+...
+spark_ingest.exceptions.OptionError: cameo option 'address': expected the Ray GCS address of the cluster running the pool ("host:port"), got None. Fix: add .option("address", runtime.address) (Runtime.address of the running pool)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from spark_ingest.exceptions import OptionError
+
+#: Default events per runtime message (one Ray call each).
+DEFAULT_BATCH_SIZE = 4096
+RAY_AUTH_MODES = ("auto", "token", "disabled")
+OUTPUTS = ("results", "errors")
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _required(opts: dict[str, str], key: str, expected: str, fix: str) -> str:
+    value = opts.get(key)
+    if not value:
+        raise OptionError(key, expected, value, fix)
+    return value
+
+
+def _int(opts: dict[str, str], key: str, default: int | None, minimum: int) -> int | None:
+    raw = opts.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise OptionError(key, f"an integer >= {minimum}", raw, f'e.g. .option("{key}", {max(minimum, 1000)})')
+    return value
+
+
+def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key)
+    if raw is None:
+        return default
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise OptionError(key, "true or false", raw, f'.option("{key}", "true")')
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How a Spark Python worker reaches the runtime."""
+
+    address: str
+    pool: str = "default"
+    ray_auth: str = "auto"
+
+    @classmethod
+    def parse(cls, opts: dict[str, str]) -> Connection:
+        address = _required(opts, "address",
+                            'the Ray GCS address of the cluster running the pool ("host:port")',
+                            '.option("address", runtime.address) (Runtime.address of the running pool)')
+        if address not in ("auto",) and not address.startswith("ray://"):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise OptionError("address", 'a Ray GCS address "host:port"', address,
+                                  "pass Runtime.address of the running pool, e.g. 127.0.0.1:6379")
+        auth = opts.get("ray_auth", "auto").lower()
+        if auth not in RAY_AUTH_MODES:
+            raise OptionError("ray_auth", f"one of {RAY_AUTH_MODES}", auth,
+                              "leave it unset (auto) or mirror the cluster's RAY_AUTH_MODE")
+        return cls(address=address, pool=opts.get("pool") or "default", ray_auth=auth)
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    """`df.writeStream.format("cameo")` options.
+
+    Attributes:
+        dataflow: the running dataflow to feed.
+        source: its source step (default: its only source).
+        batch_size: most events per runtime message.
+        corrupt_column: the column Spark's PERMISSIVE readers put unparsable records in;
+            such rows go to the dataflow's error output.
+        skip_replayed: skip a Spark batch the runtime already marked as received
+            (a batch replayed after a restart).
+        order_task: buffer a task's rows and send all of them in event-time window
+            order (default: each Arrow batch on its own); with `coalesce(1)` upstream,
+            the whole micro-batch goes out in order.
+    """
+
+    connection: Connection
+    dataflow: str
+    source: str | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+    corrupt_column: str = "_corrupt_record"
+    skip_replayed: bool = True
+    order_task: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriterOptions:
+        opts = _lower(options)
+        dataflow = _required(opts, "dataflow", "the name of a running dataflow",
+                             '.option("dataflow", "<name>") naming a deployed dataflow')
+        return cls(connection=Connection.parse(opts), dataflow=dataflow,
+                   source=opts.get("source") or None,
+                   batch_size=_int(opts, "batch_size", DEFAULT_BATCH_SIZE, 1) or DEFAULT_BATCH_SIZE,
+                   corrupt_column=opts.get("corrupt_column", "_corrupt_record"),
+                   skip_replayed=_bool(opts, "skip_replayed", True),
+                   order_task=_bool(opts, "order_task", False))
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """`spark.readStream.format("cameo")` options.
+
+    Attributes:
+        dataflow: the running dataflow to read.
+        output: "results" (its sinks' results) or "errors" (its error output).
+        sink: read only this sink (default: every sink).
+        max_rows_per_batch: most rows per Spark micro-batch (default: all available).
+        rows_per_partition: a log's rows per Spark task (larger ranges are split).
+        include_metadata: add the _log, _offset, _ingest_ms and _egress_ms columns.
+    """
+
+    connection: Connection
+    dataflow: str
+    output: str = "results"
+    sink: str | None = None
+    max_rows_per_batch: int | None = None
+    rows_per_partition: int = 100_000
+    include_metadata: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
+        opts = _lower(options)
+        dataflow = _required(opts, "dataflow", "the name of a running dataflow",
+                             '.option("dataflow", "<name>") naming a deployed dataflow')
+        output = opts.get("output", "results").lower()
+        if output not in OUTPUTS:
+            raise OptionError("output", f"one of {OUTPUTS}", output,
+                              '.option("output", "results") or .option("output", "errors")')
+        sink = opts.get("sink") or None
+        if sink is not None and output == "errors":
+            raise OptionError("sink", "no sink with output 'errors' (errors are per dataflow)", sink,
+                              'remove .option("sink", ...) or read output "results"')
+        return cls(connection=Connection.parse(opts), dataflow=dataflow, output=output, sink=sink,
+                   max_rows_per_batch=_int(opts, "max_rows_per_batch", None, 1),
+                   rows_per_partition=_int(opts, "rows_per_partition", 100_000, 1) or 100_000,
+                   include_metadata=_bool(opts, "include_metadata", True))

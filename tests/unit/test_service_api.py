@@ -1,0 +1,389 @@
+"""The RPC API over an in-memory runtime: auth, tenancy, idempotent submit, bad input.
+
+FastAPI's TestClient calls the app in-process (no server, no Ray, no sleep);
+the Python client is driven through it too.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cameo_actors import Dataflow, SpecError
+from cameo_actors.clock import FakeClock
+from cameo_actors.service.app import create_app
+from cameo_actors.service.auth import TokenStore
+from cameo_actors.service.client import Client, ServiceError
+from cameo_actors.service.core import ServiceCore
+from cameo_actors.service.errors import Exists, NotFound
+from cameo_actors.service.protocol import UpdateRequest
+
+with warnings.catch_warnings():
+    # Starlette suggests its httpx fork for TestClient; the service pins httpx itself.
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+ADMIN = "admin-token-for-tests"
+SCHEMA = {"ts": "int", "level": "str", "key": "str"}
+
+
+class FakeRuntime:
+    """The RuntimePort in memory: every event pushed becomes one 5 ms result."""
+
+    def __init__(self) -> None:
+        self.flows: dict[str, dict[str, Any]] = {}
+        self.deploys = 0
+        self.closed: list[str] = []
+
+    def _get(self, name: str) -> dict[str, Any]:
+        if name not in self.flows:
+            raise NotFound(f"no dataflow named {name!r}")
+        return self.flows[name]
+
+    def deploy(self, spec: dict[str, Any]) -> str:
+        if spec["name"] in self.flows:
+            raise Exists(spec["name"])
+        self.deploys += 1
+        self.flows[spec["name"]] = {"spec": json.loads(json.dumps(spec)), "events": 0,
+                                    "executors": [0, 1], "submitted_at": 100.0}
+        return str(spec["name"])
+
+    def cancel(self, name: str) -> dict[str, Any]:
+        self._get(name)
+        del self.flows[name]
+        return {"name": name, "state": "cancelled", "messages_dropped": 0}
+
+    def update(self, name: str, *, latency_target_ms: float | None,
+               weight: float | None) -> dict[str, Any]:
+        spec = self._get(name)["spec"]
+        if latency_target_ms is not None:
+            spec["latency_target_ms"] = latency_target_ms
+        if weight is not None:
+            spec["scheduling"]["weight"] = weight
+        return {"name": name, "latency_target_ms": spec["latency_target_ms"],
+                "weight": spec["scheduling"]["weight"]}
+
+    def list(self) -> list[dict[str, Any]]:
+        return [{"name": n, "tenant": f["spec"]["tenant"],
+                 "latency_target_ms": f["spec"]["latency_target_ms"], "state": "running",
+                 "executors": f["executors"]} for n, f in self.flows.items()]
+
+    def describe(self, name: str) -> dict[str, Any]:
+        f = self._get(name)
+        return {"name": name, "spec": f["spec"], "executors": f["executors"], "state": "running",
+                "submitted_at": f["submitted_at"]}
+
+    def stats(self, name: str) -> dict[str, Any]:
+        f = self._get(name)
+        n = f["events"]
+        return {"results": n, "within_target": 1.0 if n else None, "p50_ms": 5.0 if n else None,
+                "p95_ms": 5.0 if n else None, "p99_ms": 5.0 if n else None,
+                "max_ms": 5.0 if n else None, "mean_ms": 5.0 if n else None,
+                "events_in": n, "events_out": n, "backlog": 0, "errors": {"s:malformed": 1},
+                "failures": [], "sources": ["s"]}
+
+    def push(self, name: str, source: str, events: list[dict[str, Any]]) -> None:
+        self._get(name)["events"] += len(events)
+
+    def close(self, name: str) -> None:
+        self._get(name)
+        self.closed.append(name)
+
+    def executor_stats(self) -> list[dict[str, Any]]:
+        return [{"executor": 0, "node": "n" * 40, "activations": 2, "backlog": 0, "executed": 9,
+                 "slices": 3, "preempted": 1, "busy_ms": 1500.0, "overhead_ms": 2.0,
+                 "overhead_us_per_message": 3.5, "held": 0, "faults": []}]
+
+    def wait_idle(self, timeout_s: float) -> None:
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        dataflows = []
+        for name, f in self.flows.items():
+            n = f["events"]
+            buckets = [0] * 14
+            buckets[2] = n  # 5 ms
+            dataflows.append({"name": name, "tenant": f["spec"]["tenant"],
+                              "target_ms": f["spec"]["latency_target_ms"],
+                              "weight": f["spec"]["scheduling"]["weight"], "results": n,
+                              "within_target_count": n, "sum_ms": 5.0 * n, "buckets": buckets,
+                              "p50_ms": 5.0 if n else None, "p95_ms": None, "p99_ms": None,
+                              "events_in": n, "events_out": n, "backlog": 0,
+                              "errors": {"s:malformed": 1}})
+        return {"dataflows": dataflows, "executors": self.executor_stats()}
+
+
+def flow(name: str, tenant: str = "ops", target: float = 50) -> Dataflow:
+    return (Dataflow(name, latency_target_ms=target, tenant=tenant)
+            .source("s", schema=SCHEMA, event_time="ts").filter("level == 'ERROR'").sink("o"))
+
+
+class Service:
+    def __init__(self) -> None:
+        self.rt = FakeRuntime()
+        self.clock = FakeClock(200_000.0)
+        self.core = ServiceCore(self.rt, clock=self.clock, allowed_modules=("tests.",))
+        self.tokens = TokenStore(ADMIN)
+        self.app = create_app(self.core, self.tokens, max_spec_bytes=4096, max_body_bytes=8192,
+                              snapshot=self.rt.snapshot, info=lambda: {"pool": "fake"})
+        self.http = TestClient(self.app)
+
+    def client(self, token: str | None) -> Client:
+        return Client("http://testserver", token or "", http=TestClient(self.app))
+
+    def tenant_token(self, tenant: str) -> str:
+        return self.tokens.create(tenant)[0]
+
+
+@pytest.fixture()
+def svc() -> Iterator[Service]:
+    s = Service()
+    yield s
+    s.http.close()
+
+
+def auth(token: str = ADMIN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_missing_or_wrong_token_gets_401_and_changes_nothing(svc: Service) -> None:
+    body = flow("a").spec.to_json()
+    for headers in ({}, auth("wrong"), {"Authorization": "Basic abc"}):
+        for method, path in (("POST", "/v1/dataflows"), ("GET", "/v1/dataflows"),
+                             ("DELETE", "/v1/dataflows/a"), ("GET", "/metrics"),
+                             ("GET", "/openapi.json"), ("GET", "/no/such/path")):
+            r = svc.http.request(method, path, content=body, headers=headers)
+            assert r.status_code == 401, (method, path, headers)
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert r.json()["error"]["code"] == "unauthorized"
+    assert svc.rt.deploys == 0
+    assert svc.http.get("/healthz").json() == {"status": "ok"}  # liveness needs no token
+
+
+def test_submit_is_idempotent_by_name(svc: Service) -> None:
+    c = svc.client(ADMIN)
+    first = c.submit(flow("a"))
+    assert (first["id"], first["created"], first["tenant"]) == ("a", True, "ops")
+    again = c.submit(flow("a"))
+    assert again["created"] is False and svc.rt.deploys == 1
+    with pytest.raises(ServiceError) as e:
+        c.submit(flow("a", target=40))
+    assert e.value.status == 409 and e.value.code == "spec_changed"
+    assert "latency_target_ms: running 50" in str(e.value.got) and "cameo update" in (e.value.fix or "")
+    assert svc.rt.flows["a"]["spec"]["latency_target_ms"] == 50  # unchanged
+    replaced = c.submit(flow("a", target=40), replace=True)
+    assert replaced["created"] and replaced["replaced"]
+    assert svc.rt.flows["a"]["spec"]["latency_target_ms"] == 40
+
+
+def test_msgpack_and_json_bodies_are_both_accepted(svc: Service) -> None:
+    r = svc.http.post("/v1/dataflows", content=msgpack.packb(flow("m").spec.to_dict()),
+                      headers={**auth(), "Content-Type": "application/msgpack"})
+    assert r.status_code == 201, r.text
+    r = svc.http.post("/v1/dataflows/m/sources/s/events",
+                      content=msgpack.packb([{"ts": 1, "level": "ERROR", "key": "k"}] * 3),
+                      headers={**auth(), "Content-Type": "application/msgpack"})
+    assert r.status_code == 202 and r.json() == {"accepted": 3}
+    r = svc.http.post("/v1/dataflows/m/sources/s/events", headers=auth(),
+                      json={"events": [{"ts": 2, "level": "INFO", "key": "k"}]})
+    assert r.status_code == 202 and svc.rt.flows["m"]["events"] == 4
+
+
+@pytest.mark.parametrize("body,ctype,status,code,needle", [
+    (b'{"name": ', "application/json", 400, "malformed_body", "not valid JSON"),
+    (b"", "application/json", 400, "malformed_body", "no spec"),
+    (b"\xc1\xc1", "application/msgpack", 400, "malformed_body", "not valid msgpack"),
+    (b"name=a", "application/x-www-form-urlencoded", 415, "unsupported_media_type", "JSON or msgpack"),
+    (b"[1, 2]", "application/json", 422, "invalid_spec", "not an object"),
+    (json.dumps({**flow("u").spec.to_dict(), "colour": "red"}).encode(), "application/json", 422,
+     "invalid_spec", "colour"),
+    (json.dumps({**flow("v").spec.to_dict(), "latency_target_ms": -1}).encode(), "application/json",
+     422, "invalid_spec", "latency_target_ms"),
+    (b"{" + b" " * 5000 + b"}", "application/json", 413, "too_large", "at most 4096 bytes"),
+])
+def test_bad_submissions_get_a_clear_4xx_and_change_nothing(svc: Service, body: bytes, ctype: str,
+                                                            status: int, code: str, needle: str) -> None:
+    r = svc.http.post("/v1/dataflows", content=body, headers={**auth(), "Content-Type": ctype})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["code"] == code
+    assert needle in json.dumps(err)
+    assert err["expected"] and err["fix"], err  # says what was expected and how to fix it
+    assert svc.rt.deploys == 0 and svc.rt.flows == {}
+
+
+def test_a_spec_error_names_the_step_and_reaches_the_client_as_spec_error(svc: Service) -> None:
+    bad = flow("b").spec.to_dict()
+    bad["steps"][1]["predicate"] = "level = 'ERROR'"
+    with pytest.raises(SpecError) as e:
+        svc.client(ADMIN).submit(bad)
+    assert e.value.step == bad["steps"][1]["id"] and e.value.fix
+    with pytest.raises(SpecError, match="allowed module"):
+        svc.client(ADMIN).submit(Dataflow("f", latency_target_ms=5).source("s", schema=SCHEMA)
+                                 .map(function="os:system").sink("o"))
+    assert svc.rt.deploys == 0
+
+
+def test_unknown_dataflow_and_second_cancel_are_404(svc: Service) -> None:
+    c = svc.client(ADMIN)
+    for call in (lambda: c.status("nope"), lambda: c.cancel("nope"),
+                 lambda: c.update("nope", weight=2), lambda: c.push("nope", "s", [{"ts": 1}])):
+        with pytest.raises(ServiceError) as e:
+            call()
+        assert e.value.status == 404
+    c.submit(flow("x"))
+    assert c.cancel("x")["state"] == "cancelled"
+    with pytest.raises(ServiceError) as e:
+        c.cancel("x")
+    assert e.value.status == 404 and "cancelled already" in e.value.message
+    with pytest.raises(ServiceError) as e:
+        c.submit(flow("y")) and c.push("y", "nosuch", [{"ts": 1}])
+    assert e.value.status == 404 and e.value.code == "unknown_source" and "['s']" in str(e.value.expected)
+
+
+def test_tenants_see_and_change_only_their_own(svc: Service) -> None:
+    ops, ana = svc.client(svc.tenant_token("ops")), svc.client(svc.tenant_token("analytics"))
+    assert ops.submit(flow("o1", tenant="ops"))["tenant"] == "ops"
+    # No tenant field (or the "default" placeholder): the token's tenant is filled in.
+    assert ana.submit(flow("a1", tenant="default"))["tenant"] == "analytics"
+    with pytest.raises(ServiceError) as e:
+        ana.submit(flow("a2", tenant="ops"))
+    assert e.value.status == 403
+    assert [d["name"] for d in ops.list()] == ["o1"]
+    assert [d["name"] for d in ana.list()] == ["a1"]
+    assert {d["name"] for d in svc.client(ADMIN).list()} == {"o1", "a1"}
+    for call in (lambda: ana.status("o1"), lambda: ana.cancel("o1"),
+                 lambda: ana.update("o1", latency_target_ms=1), lambda: ana.push("o1", "s", [{}]),
+                 lambda: ana.close("o1")):
+        with pytest.raises(ServiceError) as e:
+            call()
+        assert e.value.status == 404  # the same answer as for a name that does not exist
+    with pytest.raises(ServiceError) as e:
+        ana.submit(flow("o1", tenant="analytics"))
+    assert e.value.status == 409 and e.value.code == "name_taken"
+    assert "o1" in svc.rt.flows and svc.rt.flows["o1"]["spec"]["latency_target_ms"] == 50
+    for call in (ana.executors, ana.tokens, lambda: ana.create_token("x")):
+        with pytest.raises(ServiceError) as e:
+            call()
+        assert e.value.status == 403
+
+
+def test_status_update_and_throughput(svc: Service) -> None:
+    c = svc.client(ADMIN)
+    c.submit(flow("s1"))
+    c.push("s1", "s", [{"ts": i, "level": "ERROR", "key": "k"} for i in range(100)])
+    s = c.status("s1")
+    assert (s["state"], s["latency_target_ms"], s["results"], s["backlog"]) == ("running", 50, 100, 0)
+    assert s["latency"]["p99_ms"] == 5.0 and s["within_target"] == 1.0
+    assert s["errors"] == {"s:malformed": 1}
+    # Since submission (t=100 s) until now (t=200 s): 100 events in 100 s.
+    assert s["throughput"]["events_in_per_s"] == pytest.approx(1.0)
+    svc.clock.advance(2_000)
+    c.push("s1", "s", [{"ts": 1, "level": "ERROR", "key": "k"}] * 50)
+    assert c.status("s1")["throughput"]["events_in_per_s"] == pytest.approx(25.0)
+    assert c.update("s1", latency_target_ms=20, weight=3) == {
+        "name": "s1", "latency_target_ms": 20, "weight": 3}
+    assert c.status("s1")["latency_target_ms"] == 20
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({}, "give latency_target_ms"), ({"latency_target_ms": 0}, "greater than 0"),
+    ({"weight": -1}, "greater than 0"), ({"target": 5}, "Extra inputs"),
+    ({"latency_target_ms": "fast"}, "valid number"),
+])
+def test_bad_updates_are_422_and_change_nothing(svc: Service, body: dict[str, Any], needle: str) -> None:
+    svc.client(ADMIN).submit(flow("u1"))
+    r = svc.http.patch("/v1/dataflows/u1", json=body, headers=auth())
+    assert r.status_code == 422 and needle in r.json()["error"]["message"], r.text
+    assert svc.rt.flows["u1"]["spec"]["latency_target_ms"] == 50
+
+
+def test_events_must_be_a_list_of_objects_within_the_limit(svc: Service) -> None:
+    svc.client(ADMIN).submit(flow("e1"))
+    for body, status in (({"x": 1}, 422), ([1, 2], 422), ([{"k": "v" * 9000}], 413)):
+        r = svc.http.post("/v1/dataflows/e1/sources/s/events", json=body, headers=auth())
+        assert r.status_code == status, r.text
+    assert svc.rt.flows["e1"]["events"] == 0
+
+
+def test_metrics_admin_sees_all_tenant_sees_own(svc: Service) -> None:
+    admin = svc.client(ADMIN)
+    admin.submit(flow("m1", tenant="ops"))
+    admin.submit(flow("m2", tenant="analytics"))
+    admin.push("m1", "s", [{"ts": 1, "level": "ERROR", "key": "k"}] * 7)
+    fams = {f.name: f for f in text_string_to_metric_families(admin.metrics())}
+    buckets = {(s.labels["dataflow"], s.labels["le"]): s.value
+               for s in fams["cameo_result_latency_seconds"].samples if s.name.endswith("_bucket")}
+    assert buckets[("m1", "0.002")] == 0 and buckets[("m1", "0.005")] == 7 and buckets[("m1", "+Inf")] == 7
+    assert {s.labels["dataflow"] for s in fams["cameo_results_within_target"].samples} == {"m1", "m2"}
+    assert "cameo_executor_busy_seconds" in fams
+    ops_token = svc.tenant_token("ops")
+    text = svc.client(ops_token).metrics()
+    assert 'dataflow="m1"' in text and 'dataflow="m2"' not in text
+    assert "cameo_executor_busy_seconds" not in text
+
+
+def test_openapi_document_describes_the_operations(svc: Service) -> None:
+    doc = svc.http.get("/openapi.json", headers=auth()).json()
+    paths = doc["paths"]
+    assert {"post", "get"} <= set(paths["/v1/dataflows"])
+    assert {"get", "patch", "delete"} <= set(paths["/v1/dataflows/{name}"])
+    body = paths["/v1/dataflows"]["post"]["requestBody"]["content"]
+    assert {"application/json", "application/msgpack"} <= set(body)
+    assert "steps" in body["application/json"]["schema"]["properties"]
+    assert "HTTPBearer" in doc["components"]["securitySchemes"]
+
+
+def test_tokens_created_over_the_api_work_and_can_be_revoked(svc: Service) -> None:
+    admin = svc.client(ADMIN)
+    made = admin.create_token("ops")
+    assert svc.client(made["token"]).whoami() == {"tenant": "ops", "admin": False,
+                                                   "token_id": made["id"]}
+    assert [t["id"] for t in admin.tokens()] == [made["id"]]
+    admin.revoke_token(made["id"])
+    with pytest.raises(ServiceError) as e:
+        svc.client(made["token"]).list()
+    assert e.value.status == 401
+
+
+def test_stopping_refuses_changes_and_stop_all_says_how_each_ended(svc: Service) -> None:
+    admin = svc.client(ADMIN)
+    admin.submit(flow("k1"))
+    admin.push("k1", "s", [{"ts": 1, "level": "ERROR", "key": "k"}] * 3)
+    said: list[str] = []
+    stopped = svc.core.stop_all(5.0, said.append)
+    assert stopped == [{"name": "k1", "results": 3, "drained": True, "messages_dropped": 0}]
+    assert svc.rt.closed == ["k1"] and svc.rt.flows == {}
+    assert any("'k1'" in line and "stopped cleanly" in line and "3 results" in line for line in said)
+    with pytest.raises(ServiceError) as e:
+        admin.submit(flow("k2"))
+    assert e.value.status == 503
+
+
+def test_one_dataflows_stuck_push_holds_back_neither_others_nor_its_cancel(svc: Service) -> None:
+    c = svc.client(ADMIN)
+    c.submit(flow("slow"))
+    c.submit(flow("fast"))
+    done: list[str] = []
+
+    def other_calls() -> None:
+        done.append(str(c.push("fast", "s", [{"ts": 1, "level": "ERROR", "key": "k"}])))
+        done.append(c.cancel("slow")["state"])
+
+    with svc.core.flow_lock("slow"):  # as if a push to "slow" waited on its backpressure
+        t = threading.Thread(target=other_calls)
+        t.start()
+        t.join(timeout=30)
+        assert not t.is_alive(), "a push to one dataflow waited for another's"
+    assert done == ["1", "cancelled"]
+
+
+def test_update_request_model_validates_alone() -> None:
+    assert UpdateRequest(weight=2).weight == 2

@@ -1,0 +1,85 @@
+"""The CLI's status screen, tables and spec loading (pure text and files)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cameo_actors.service.cli import load_specs, read_events
+from cameo_actors.service.errors import ConfigError
+from cameo_actors.service.view import latency_bar, render_status, render_table
+
+
+def status(p99: float | None) -> dict[str, Any]:
+    return {"name": "alerts", "tenant": "ops", "state": "running", "latency_target_ms": 50,
+            "weight": 1.0, "latency": {"p50_ms": 10.0, "p95_ms": 30.0, "p99_ms": p99,
+                                        "max_ms": 90.0, "mean_ms": 12.0},
+            "within_target": 0.97, "results": 12345, "events_in": 50000, "events_out": 12345,
+            "throughput": {"events_in_per_s": 1000.0, "events_out_per_s": 250.0,
+                           "results_per_s": 250.0, "window_s": 2.0},
+            "backlog": 7, "errors": {"logs:malformed": 3}, "failures": [], "executors": [0, 1],
+            "sources": ["logs"], "submitted_at": 1.0}
+
+
+def test_status_frame_shows_percentiles_against_the_target() -> None:
+    text = render_status(status(61.0), now=0)
+    lines = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    assert "10.0 ms" in lines["p50"] and lines["p50"].rstrip().endswith("ok")
+    assert "61.0 ms" in lines["p99"] and lines["p99"].rstrip().endswith("OVER")
+    assert "target 50 ms" in text and "97.0 %" in text and "12,345 results" in text
+    assert "in 1,000.0 ev/s" in text and "backlog 7" in text and "logs:malformed 3" in text
+    assert "\x1b[" not in text  # no colour unless asked
+    assert "\x1b[31mOVER" in render_status(status(61.0), color=True, now=0)
+
+
+def test_status_frame_without_results() -> None:
+    s = status(None)
+    s["latency"] = dict.fromkeys(s["latency"])
+    s["within_target"] = None
+    text = render_status(s, now=0)
+    assert "within target -" in text and "OVER" not in text
+
+
+def test_latency_bar_marks_the_target_in_the_middle() -> None:
+    assert latency_bar(50, 50, 10) == "[#####|    ] "
+    assert latency_bar(0, 50, 10) == "[     |    ] "
+    assert latency_bar(None, 50, 10) == "[     |    ] "
+    assert latency_bar(101, 50, 10) == "[#####|####]>"
+
+
+def test_table() -> None:
+    text = render_table([{"name": "a", "executors": [0, 1], "t": 1.5}, {"name": "bb", "t": None}],
+                        ["name", "executors", "t"])
+    assert text.splitlines() == ["name  executors  t", "a     0,1        1.5", "bb    -          -"]
+
+
+def test_load_specs_from_python_and_json_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    py = tmp_path / "flows.py"
+    py.write_text(
+        "from cameo_actors import Dataflow\n"
+        "a = Dataflow('a', latency_target_ms=5).source('s', schema={'x': 'int'}).sink('o')\n"
+        "b = Dataflow('b', latency_target_ms=9).source('s', schema={'x': 'int'}).sink('o')\n"
+        "both = [a, b]\n")
+    assert [s["name"] for s in load_specs(str(py))] == ["a", "b"]
+    js = tmp_path / "specs.json"
+    js.write_text(json.dumps([{"name": "c"}, {"name": "d"}]))
+    assert [s["name"] for s in load_specs(str(js))] == ["c", "d"]
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(ConfigError, match="Dataflow objects"):
+        list(load_specs(str(empty)))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(ConfigError, match="invalid JSON"):
+        list(load_specs(str(broken)))
+
+
+def test_read_events_json_lines_or_list(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    lines = tmp_path / "e.jsonl"
+    lines.write_text('{"x": 1}\n\n{"x": 2}\n')
+    assert read_events(str(lines)) == [{"x": 1}, {"x": 2}]
+    listed = tmp_path / "e.json"
+    listed.write_text('[{"x": 3}]')
+    assert read_events(str(listed)) == [{"x": 3}]

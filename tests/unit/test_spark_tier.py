@@ -1,0 +1,400 @@
+"""The Spark tier's pure parts, without Spark or Ray: options, cutting micro-batches
+into runtime messages, reader offsets and commit semantics, schemas, Arrow rows."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cameo_actors import Dataflow, avg, count, max_, sum_
+from cameo_actors.runtime.egress import ResultLog
+from spark_ingest.arrow import CORRUPT, arrow_schema, prepare, results_batch, to_events
+from spark_ingest.batching import bucket_ms, plan_messages
+from spark_ingest.exceptions import OffsetError, OptionError
+from spark_ingest.latency import stage_latencies, summarize
+from spark_ingest.offsets import (
+    initial_offset,
+    latest_offset,
+    make_offset,
+    parse_offset,
+    ranges,
+    to_commit,
+)
+from spark_ingest.options import ReaderOptions, WriterOptions
+from spark_ingest.schema import (
+    EVENT_COLUMN,
+    check_input,
+    coerce,
+    expression_type,
+    result_columns,
+    source_ddl,
+)
+from spark_ingest.tier import input_ddl, split_options
+from tests.shared.zoo import SCHEMA, flows
+
+ADDR = {"address": "127.0.0.1:6379"}
+
+
+# -- options ------------------------------------------------------------------------------
+def test_options_parse_case_insensitively_with_defaults() -> None:
+    w = WriterOptions.parse({"Dataflow": "d", "ADDRESS": "10.0.0.1:6379", "batch_size": "100"})
+    assert (w.dataflow, w.connection.address, w.connection.pool, w.batch_size) == \
+        ("d", "10.0.0.1:6379", "default", 100)
+    r = ReaderOptions.parse({"dataflow": "d", "output": "errors", "max_rows_per_batch": "10", **ADDR})
+    assert (r.output, r.max_rows_per_batch, r.include_metadata) == ("errors", 10, True)
+
+
+@pytest.mark.parametrize("opts,option", [
+    ({**ADDR}, "dataflow"),
+    ({"dataflow": "d"}, "address"),
+    ({"dataflow": "d", "address": "nohost"}, "address"),
+    ({"dataflow": "d", "batch_size": "0", **ADDR}, "batch_size"),
+    ({"dataflow": "d", "ray_auth": "maybe", **ADDR}, "ray_auth"),
+])
+def test_writer_option_errors_name_the_option(opts: dict[str, str], option: str) -> None:
+    with pytest.raises(OptionError, match=f"cameo option '{option}'") as e:
+        WriterOptions.parse(opts)
+    assert e.value.option == option and "Fix:" in str(e.value)
+
+
+@pytest.mark.parametrize("opts,option", [
+    ({"dataflow": "d", "output": "both", **ADDR}, "output"),
+    ({"dataflow": "d", "output": "errors", "sink": "o", **ADDR}, "sink"),
+    ({"dataflow": "d", "include_metadata": "perhaps", **ADDR}, "include_metadata"),
+])
+def test_reader_option_errors_name_the_option(opts: dict[str, str], option: str) -> None:
+    with pytest.raises(OptionError, match=f"cameo option '{option}'"):
+        ReaderOptions.parse(opts)
+
+
+# -- cutting micro-batches into messages -----------------------------------------------------
+def test_messages_are_bounded_and_keep_order_without_windows() -> None:
+    plan = plan_messages(None, 4, bucket_ms=None, n=10)
+    assert plan.order is None and plan.spans == [(0, 4), (4, 8), (8, 10)]
+    assert plan_messages(np.array([5.0, 1.0]), 4, bucket_ms=None).spans == [(0, 2)]
+    assert plan_messages(None, 4, bucket_ms=None, n=0).spans == []
+
+
+def test_messages_do_not_straddle_windows() -> None:
+    times = np.array([0, 10, 99, 100, 150, 250, 260], dtype=float)
+    plan = plan_messages(times, 2, bucket_ms=100)
+    assert plan.order is None  # time-ordered input is not reordered
+    assert plan.spans == [(0, 2), (2, 3), (3, 5), (5, 7)]
+
+
+def test_rows_without_time_go_first_and_buckets_in_time_order() -> None:
+    times = np.array([250, math.nan, 10, 260, 20], dtype=float)
+    plan = plan_messages(times, 10, bucket_ms=100)
+    assert plan.order is not None
+    assert plan.order.tolist() == [1, 2, 4, 0, 3]
+    assert plan.spans == [(0, 1), (1, 3), (3, 5)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(-5_000, 5_000).map(float), st.just(math.nan)), max_size=60),
+       st.integers(1, 7), st.sampled_from([None, 1, 50, 1000]))
+def test_every_row_goes_out_once_in_bounded_single_window_messages(
+        times: list[float], size: int, bucket: int | None) -> None:
+    arr = np.array(times, dtype=float)
+    plan = plan_messages(arr, size, bucket_ms=bucket, n=len(times))
+    order = plan.order.tolist() if plan.order is not None else list(range(len(times)))
+    assert sorted(order) == list(range(len(times)))
+    covered = [i for s, e in plan.spans for i in range(s, e)]
+    assert covered == list(range(len(times)))
+    last_bucket = -math.inf
+    for s, e in plan.spans:
+        assert 0 < e - s <= size
+        if bucket is None:
+            continue
+        rows = [arr[order[i]] for i in range(s, e)]
+        buckets = {math.floor(t / bucket) if math.isfinite(t) else -math.inf for t in rows}
+        assert len(buckets) == 1  # one window per message
+        b = buckets.pop()
+        assert b >= last_bucket  # windows go out in event-time order
+        last_bucket = b
+    if bucket is not None:  # within a window, Spark's order is kept (stable)
+        for s, e in plan.spans:
+            assert [order[i] for i in range(s, e)] == sorted(order[i] for i in range(s, e))
+
+
+def test_bucket_is_the_finest_window_downstream_of_the_source() -> None:
+    by_name = {d.name.split("-", 1)[1]: d.spec for d in flows("b", 1)}
+    assert bucket_ms(by_name["filter"], "s") is None
+    assert bucket_ms(by_name["tumbling"], "s") == 50
+    assert bucket_ms(by_name["sliding"], "s") == 20
+    assert bucket_ms(by_name["session"], "s") is None
+    assert bucket_ms(by_name["join"], "l") == 40
+    both = Dataflow("g", latency_target_ms=1)
+    src = both.source("s", schema={"ts": "int"}, event_time="ts")
+    src.window(tumbling_ms=300).aggregate(n=count()).sink("a")
+    src.window(sliding_ms=1000, slide_ms=200).aggregate(n=count()).sink("b")
+    assert bucket_ms(both.spec, "s") == 100  # gcd: a message stays inside both windows
+    spec = Dataflow("h", latency_target_ms=1).source("s", schema={"ts": "int"}).sink("o").spec
+    assert bucket_ms(spec, "s") is None  # no event time
+
+
+# -- offsets and exactly-once ------------------------------------------------------------------
+def test_offsets_round_trip_through_json() -> None:
+    off = make_offset("d@1.5", {"d/o/1": 3, "d/o/0": 7})
+    assert parse_offset(json.dumps(off)) == ("d@1.5", {"d/o/0": 7, "d/o/1": 3})
+    with pytest.raises(OffsetError, match="not a cameo offset"):
+        parse_offset({"index": 3})
+
+
+def test_latest_offset_shares_a_row_limit_fairly() -> None:
+    avail = {"a": (0, 100), "b": (0, 3), "c": (10, 10)}
+    start = initial_offset("d@1", avail)
+    end = latest_offset(start, "d@1", avail, max_rows=10)
+    assert end["logs"] == {"a": 7, "b": 3, "c": 10}
+    assert latest_offset(start, "d@1", avail)["logs"] == {"a": 100, "b": 3, "c": 10}
+    new_log = latest_offset(start, "d@1", {**avail, "e": (4, 6)})
+    assert new_log["logs"]["e"] == 6
+
+
+@pytest.mark.parametrize("start_logs,avail,match", [
+    ({"a": 5}, {"a": (0, 3)}, "only has 3 rows"),
+    ({"a": 1}, {"a": (2, 3)}, "committed by another reader"),
+    ({"x": 1}, {"a": (0, 3)}, "does not have"),
+])
+def test_unresumable_checkpoints_are_refused(start_logs: dict[str, int],
+                                             avail: dict[str, tuple[int, int]], match: str) -> None:
+    with pytest.raises(OffsetError, match=match):
+        latest_offset(make_offset("d@1", start_logs), "d@1", avail)
+
+
+def test_a_redeployed_dataflow_is_read_from_its_beginning() -> None:
+    old = make_offset("d@1", {"a": 7})
+    end = latest_offset(old, "d@2", {"a": (0, 3)})
+    assert end == make_offset("d@2", {"a": 3})
+    assert ranges(old, end) == [("a", 0, 3)]
+    assert to_commit(old, {"a": (0, 3)}, "d@2") == {}  # never commit another deployment's offsets
+    with pytest.raises(OffsetError, match="committed by another reader"):
+        latest_offset(old, "d@2", {"a": (2, 3)})
+
+
+def test_the_error_output_skips_rows_dropped_unread() -> None:
+    start = make_offset("d@1", {"e": 2})
+    assert latest_offset(start, "d@1", {"e": (5, 9)}, lossy=True)["logs"] == {"e": 9}
+    assert ranges(make_offset("d@1", {"e": 5}), make_offset("d@1", {"e": 9})) == [("e", 5, 9)]
+
+
+def test_ranges_split_and_skip_empty() -> None:
+    start, end = make_offset("d", {"a": 0, "b": 4}), make_offset("d", {"a": 5, "b": 4})
+    assert ranges(start, end, 2) == [("a", 0, 2), ("a", 2, 4), ("a", 4, 5)]
+    assert to_commit(end, {"a": (0, 9), "b": (4, 4)}) == {"a": 5}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["run", "crash_after_offsets",
+                                                              "crash_after_write", "crash_after_commit"])),
+                min_size=1, max_size=12),
+       st.integers(1, 4))
+def test_no_result_lost_or_written_twice_across_query_restarts(
+        steps: list[tuple[int, str]], max_rows: int) -> None:
+    """Spark's micro-batch protocol, simulated: the offset log is written before a batch
+    runs, its output is replaced if the batch is re-run, the commit log after it, and the
+    source's commit() only after that. Crash at every point; restart; the output holds
+    every result exactly once."""
+    log = ResultLog()
+    produced = 0
+    offset_log: dict[int, dict[str, Any]] = {}
+    commit_log: set[int] = set()
+    output: dict[int, list[int]] = {}   # batch id -> rows (the file sink replaces a re-run batch)
+
+    def avail() -> dict[str, tuple[int, int]]:
+        return {"d/o/0": (log.committed_offset, log.end_offset)}
+
+    def run_batch(batch: int, start: dict[str, Any], end: dict[str, Any]) -> None:
+        rows = []
+        for _log, s, e in ranges(start, end, 2):
+            rows.extend(r[0]["id"] for r in log.read(s, e))
+        output[batch] = rows
+
+    def source_commit(end: dict[str, Any]) -> None:
+        for _, off in to_commit(end, avail()).items():
+            log.commit(off)
+
+    def restart_and_step(crash: str | None) -> None:
+        # Recover like MicroBatchExecution: re-run an uncommitted last batch with its offsets.
+        last = max(offset_log) if offset_log else -1
+        if last >= 0 and last not in commit_log:
+            start = offset_log[last - 1] if last > 0 else initial
+            run_batch(last, start, offset_log[last])
+            commit_log.add(last)
+        # Plan the next batch.
+        start = offset_log[last] if last >= 0 else initial
+        if last >= 0:
+            source_commit(offset_log[last])
+        end = latest_offset(start, "d@1", avail(), max_rows)
+        if end == start:
+            return
+        batch = last + 1
+        offset_log[batch] = end
+        if crash == "crash_after_offsets":
+            return
+        run_batch(batch, start, end)
+        if crash == "crash_after_write":
+            return
+        commit_log.add(batch)
+
+    initial = initial_offset("d@1", avail())
+    for new_rows, action in steps:
+        log.append([{"id": produced + i} for i in range(new_rows)], 0.0, 0.0)
+        produced += new_rows
+        restart_and_step(None if action == "run" else action)
+    for _ in range(produced + 2):  # drain
+        restart_and_step(None)
+    written = [r for b in sorted(output) for r in output[b]]
+    assert sorted(written) == list(range(produced))
+
+
+# -- schemas -----------------------------------------------------------------------------------
+def test_result_columns_follow_the_dataflow() -> None:
+    by_name = {d.name.split("-", 1)[1]: d.spec for d in flows("s", 2)}
+    assert result_columns(by_name["filter"]) == [("ts", "int"), ("v", "float")]
+    assert result_columns(by_name["tumbling"]) == [
+        ("key", "str"), ("window_start", "int"), ("window_end", "int"), ("ts", "int"), ("n", "int"),
+        ("total", "float"), ("lo", "float"), ("hi", "float"), ("mean", "float")]
+    assert result_columns(by_name["flat"]) == [EVENT_COLUMN]  # a Python function's output
+    join = dict(result_columns(by_name["join"]))
+    assert join["key"] == "str"
+    union = dict(result_columns(by_name["union"]))
+    assert union["key"] == "str" and union["n"] == "int"
+
+
+def test_result_columns_of_an_int_aggregate_and_several_sinks() -> None:
+    d = Dataflow("m", latency_target_ms=1)
+    s = d.source("s", schema={"ts": "int", "k": "int", "n": "int"}, event_time="ts")
+    s.key_by("k").window(tumbling_ms=10).aggregate(c=count(), hi=max_("n"), a=avg("n"),
+                                                   t=sum_("n")).sink("o1")
+    s.sink("o2")
+    cols = dict(result_columns(d.spec))
+    assert (cols["key"], cols["hi"], cols["t"], cols["a"], cols["k"]) == ("int", "int", "int", "float", "int")
+    assert cols["n"] == "int"
+
+
+@pytest.mark.parametrize("text,typ", [
+    ("value", "float"), ("ts + 1", "int"), ("ts / 2", "float"), ("value * 2", "float"),
+    ("level == 'ERROR'", "bool"), ("not flag", "bool"), ("lower(level)", "str"),
+    ("round(value)", "int"), ("round(value, 2)", "float"), ("len(text)", "int"),
+    ("'a' if ts > 1 else 'b'", "str"), ("1 if ts > 1 else 2.5", "float"),
+    ("coalesce(level, 'x')", "str"), ("payload.x", "any"), ("unknown", "any"),
+    ("level and flag", "any"), ("max(ts, 3)", "int"), ("text + 'x'", "str"),
+])
+def test_expression_types(text: str, typ: str) -> None:
+    fields = {"ts": "int", "value": "float", "level": "str", "flag": "bool", "text": "str",
+              "payload": "any"}
+    assert expression_type(text, fields) == typ
+
+
+def test_coerce_values_into_their_columns() -> None:
+    assert coerce(None, "int") is None
+    assert (coerce(True, "int"), coerce(float("inf"), "int"), coerce("3", "float")) == (None, None, None)
+    assert (coerce(1, "bool"), coerce(True, "bool"), coerce(5, "str")) == (None, True, "5")
+    assert coerce([1, "a"], "any") == '[1, "a"]'
+
+
+def test_source_ddl_and_input_check() -> None:
+    spec = Dataflow("d", latency_target_ms=1).source("s", schema=SCHEMA, event_time="ts").sink("o").spec
+    assert source_ddl(spec, "s") == ("`ts` BIGINT, `level` STRING, `key` STRING, `value` DOUBLE, "
+                                     "`text` STRING, `_corrupt_record` STRING")
+    ok = {"ts": "bigint", "level": "string", "key": "string", "value": "int", "text": "string", "x": "map"}
+    assert check_input(spec, "s", ok) == []
+    assert check_input(spec, "s", {**ok, "ts": "timestamp"}) == []
+    bad = {**ok, "ts": "string"}
+    del bad["key"]
+    assert check_input(spec, "s", bad) == ["column 'ts' is string, the source declares int",
+                                           "column 'key' (str) is missing"]
+
+
+def test_connector_options_split_and_input_schema() -> None:
+    d = Dataflow("d", latency_target_ms=1)
+    d.source("s", schema={"ts": "int", "v": "float"}, event_time="ts",
+             connector={"format": "json", "path": "/in", "cameo.event_time_type": "timestamp",
+                        "cameo.batch_size": 100}).sink("o")
+    step = d.spec.sources[0]
+    assert step.connector is not None
+    assert split_options(step.connector) == ({"path": "/in"},
+                                             {"event_time_type": "timestamp", "batch_size": "100"})
+    assert input_ddl(step, step.connector) == "`ts` TIMESTAMP, `v` DOUBLE, `_corrupt_record` STRING"
+
+
+# -- Arrow rows ----------------------------------------------------------------------------------
+def test_spark_batches_become_msgpack_ready_events() -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    rb = pa.record_batch({
+        "ts": pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC), None], pa.timestamp("us", tz="UTC")),
+        "d": pa.array([dt.date(2026, 1, 2), None]),
+        "m": pa.array([Decimal("1.50"), None]),
+        "_corrupt_record": pa.array([None, '{"bad'])})
+    events = to_events(prepare(rb, "_corrupt_record"))
+    assert events == [{"ts": 1767225600000, "d": "2026-01-02", "m": 1.5},
+                      {"_corrupt_record": '{"bad'}]
+    clean = pa.record_batch({"a": [1], CORRUPT: pa.nulls(1, pa.string())})
+    assert to_events(clean) == [{"a": 1}]
+
+
+def test_result_rows_become_a_typed_arrow_batch() -> None:
+    cols = [("ts", "int"), ("v", "float"), ("_log", "str"), ("_offset", "int"),
+            ("_ingest_ms", "float"), ("_egress_ms", "float")]
+    rows = [({"ts": 1, "v": 2}, 10.0, 12.5), ({"ts": 2.0, "x": 1}, 11.0, 13.0)]
+    rb = results_batch(rows, 40, "d/o/0", cols, arrow_schema(cols), event_column=False)
+    assert rb.to_pylist() == [
+        {"ts": 1, "v": 2.0, "_log": "d/o/0", "_offset": 40, "_ingest_ms": 10.0, "_egress_ms": 12.5},
+        {"ts": 2, "v": None, "_log": "d/o/0", "_offset": 41, "_ingest_ms": 11.0, "_egress_ms": 13.0}]
+    whole = results_batch(rows[:1], 0, "l", [EVENT_COLUMN], arrow_schema([EVENT_COLUMN]),
+                          event_column=True)
+    assert json.loads(whole.column(0)[0].as_py()) == {"ts": 1, "v": 2}
+
+
+def test_latency_stages_from_output_columns() -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"landed_ms": [0.0, 10.0], "_ingest_ms": [5.0, 12.0],
+                          "_egress_ms": [6.0, 20.0], "written_ms": [106.0, 120.0]})
+    stages = stage_latencies(frame)
+    assert stages["spark_in"]["p50_ms"] == 2.0 and stages["end_to_end"]["max_ms"] == 110.0
+    assert summarize([]) == {"n": 0}
+
+
+def test_pure_modules_import_without_spark_or_ray() -> None:
+    blocker = (
+        "import importlib.abc, sys\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('ray', 'pyspark'):\n"
+        "            raise ImportError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import spark_ingest, spark_ingest.batching, spark_ingest.offsets, spark_ingest.schema, "
+        "spark_ingest.options, spark_ingest.arrow, spark_ingest.latency, spark_ingest.events, "
+        "spark_ingest.exceptions, spark_ingest.session, spark_ingest.tier\n"
+        "print('clean')\n")
+    run = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "clean"
+
+
+def test_a_whole_task_table_is_planned_like_a_batch() -> None:
+    from spark_ingest.arrow import event_times
+
+    table = pa.Table.from_batches([pa.record_batch({"ts": [250, 10]}),
+                                   pa.record_batch({"ts": [20, None]})])
+    times = event_times(table, "ts")
+    assert times is not None and np.isnan(times[3]) and times[:3].tolist() == [250.0, 10.0, 20.0]
+    plan = plan_messages(times, 10, bucket_ms=100)
+    assert plan.order is not None
+    ordered = table.take(pa.array(plan.order))
+    assert to_events(ordered) == [{"ts": None}, {"ts": 10}, {"ts": 20}, {"ts": 250}]
+    assert event_times(table, None) is None
+    assert event_times(pa.table({"ts": ["x"]}), "ts") is None
