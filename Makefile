@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml
 check-java:  ## check that Java 17+ is there (Spark 4 needs it)
 	@bash .ci/check-java
 
-run: $(STAMP) check-java  ## the main demo: two tenants' dataflows
-	$(PY) -m cameo_actors.demo
+run: $(STAMP) check-java  ## the main demo: files -> Spark -> two tenants on the pool -> Spark -> Parquet
+	$(PY) -m cameo_actors.demo --spark
 
 test: $(STAMP) check-java  ## the whole suite: unit, then integration on real Ray and Spark
 	$(PY) -m pytest -q tests

@@ -160,7 +160,9 @@ class Runtime:
 
     def update(self, name: str, *, latency_target_ms: float | None = None,
                weight: float | None = None) -> dict[str, Any]:
-        return dict(_get(self.controller.update.remote(name, latency_target_ms, weight)))
+        result = dict(_get(self.controller.update.remote(name, latency_target_ms, weight)))
+        self._described.pop(name, None)  # stats() and describe() read the new target
+        return result
 
     def list(self) -> Dicts:
         """The running dataflows: name, tenant, target, state, executors."""
@@ -370,11 +372,6 @@ class Runtime:
             time.sleep(0.01)
 
     # -- for the service (cameo serve): fresh reads and one-round snapshots ----------------------
-    def refresh(self, name: str) -> dict[str, Any]:
-        """describe() read anew from the controller (after an update by any handle)."""
-        info = self._described[name] = dict(_get(self.controller.describe.remote(name)))
-        return info
-
     def stats_all(self) -> dict[str, Any]:
         """Counters of every dataflow and executor of the pool in one parallel round of
         Ray calls (what a metrics scrape needs).

@@ -28,31 +28,16 @@ import msgpack
 
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.errors import CameoError, SpecError
+from cameo_actors.errors import SpecError
 from cameo_actors.service.config import DEFAULT_URL, ClientConfig
+from cameo_actors.service.errors import ApiError
 
 #: Events per HTTP request when pushing: big enough to amortise a round trip.
 PUSH_BATCH = 5_000
 
 
-class ServiceError(CameoError):
-    """The service refused a request (or could not be reached: status 0)."""
-
-    def __init__(self, status: int, code: str, message: str, *, expected: Any = None,
-                 got: Any = None, fix: str | None = None, step: str | None = None) -> None:
-        self.status = status
-        self.code = code
-        self.message = message
-        self.expected = expected
-        self.got = got
-        self.fix = fix
-        self.step = step
-        text = f"{message} (HTTP {status} {code})" if status else message
-        if expected is not None:
-            text += f"; expected {expected}, got {got!r}"
-        if fix:
-            text += f". Fix: {fix}"
-        super().__init__(text)
+#: What the client raises when the service refuses a request (status 0: unreachable).
+ServiceError = ApiError
 
 
 def _df(name: str) -> str:

@@ -20,7 +20,8 @@ class ConfigError(CameoError, ValueError):
 
 
 class ApiError(CameoError):
-    """A request the service refuses; nothing was changed.
+    """A request the service refuses; nothing was changed. The server raises it, and
+    the client raises it again from the response (as `ServiceError`).
 
     Attributes:
         status: the HTTP status (4xx for the caller's mistakes, 503 while stopping).
@@ -30,9 +31,14 @@ class ApiError(CameoError):
         step: the dataflow step at fault, for spec errors.
     """
 
-    def __init__(self, status: int, code: str, message: str, *, expected: str | None = None,
+    def __init__(self, status: int, code: str, message: str, *, expected: Any = None,
                  got: Any = None, fix: str | None = None, step: str | None = None) -> None:
-        super().__init__(message)
+        text = f"{message} (HTTP {status} {code})" if status else message
+        if expected is not None:
+            text += f"; expected {expected}, got {got!r}"
+        if fix:
+            text += f". Fix: {fix}"
+        super().__init__(text)
         self.status = status
         self.code = code
         self.message = message

@@ -78,10 +78,8 @@ class RayRuntime:
 
     def update(self, name: str, *, latency_target_ms: float | None,
                weight: float | None) -> dict[str, Any]:
-        result = self._call(self.rt.update, name, latency_target_ms=latency_target_ms,
-                            weight=weight)
-        self._call(self.rt.refresh, name)  # stats() and describe() read the new target
-        return dict(result)
+        return dict(self._call(self.rt.update, name, latency_target_ms=latency_target_ms,
+                               weight=weight))
 
     def list(self) -> list[dict[str, Any]]:
         return list(self.rt.list())
