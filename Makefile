@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help run test unit integration lint bench clean check-java
+.PHONY: help run test unit integration lint bench clean system
 .PHONY: serve
 
 help:  ## list the targets
@@ -18,13 +18,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-check-java:  ## check that Java 17+ is there (Spark 4 needs it)
-	@bash .ci/check-java
+system:  ## install the Debian packages needed (Java 17 for Spark, Prometheus) if missing
+	@bash .ci/system-deps
 
-run: $(STAMP) check-java  ## the main demo: files -> Spark -> two tenants on the pool -> Spark -> Parquet
+run: $(STAMP) system  ## the main demo: files -> Spark -> two tenants on the pool -> Spark -> Parquet
 	$(PY) -m cameo_actors.demo --spark
 
-test: $(STAMP) check-java  ## the whole suite: unit, then integration on real Ray and Spark
+test: $(STAMP) system  ## the whole suite: unit, then integration on real Ray and Spark
 	$(PY) -m pytest -q tests
 
 unit: $(STAMP)  ## unit tests only (no Ray, no Spark, no sleeps)
