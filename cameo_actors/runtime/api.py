@@ -185,7 +185,8 @@ class Runtime:
 
         Returns when the batches are handed over; blocks while the source has
         too many events waiting (backpressure). Events keep their order per
-        source instance.
+        source instance. One handle pushes from one thread at a time: feed
+        from several threads with a handle each (`Runtime.connect(pool=...)`).
         """
         for i in range(0, len(events), batch_size):
             self._send(name, source, list(events[i:i + batch_size]))
