@@ -155,10 +155,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from cameo_actors.runtime.config import default_run_dir
+    from cameo_actors.runtime.local_ray import init_local_ray
 
-    ray.init(address="local", num_cpus=16, include_dashboard=False, namespace="cameo",
-             _temp_dir=f"{default_run_dir()}/ray", configure_logging=False, log_to_driver=False)
+    init_local_ray(num_cpus=16, log_to_driver=False)
     capacity = calibrate_capacity(args.calibrate)
     bulk_rate = args.load * capacity
     print(f"the shared pool sustains {capacity:,.0f} bulk events/s alone; offering {bulk_rate:,.0f}/s "

@@ -33,9 +33,10 @@ from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError
 from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Event
-from cameo_actors.runtime.config import RuntimeConfig, default_run_dir
+from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.controller import NAMESPACE, Controller, controller_name
 from cameo_actors.runtime.egress import LatencyStats
+from cameo_actors.runtime.local_ray import init_local_ray
 from cameo_actors.runtime.routing import activation_id
 from cameo_actors.runtime.wire import pack_events
 
@@ -106,14 +107,10 @@ class Runtime:
         owns = False
         if not ray.is_initialized():
             if address is None:
-                run = os.path.join(run_dir or default_run_dir(), "ray")
-                os.makedirs(run, exist_ok=True)
-                cores = os.cpu_count() or 1
-                ray.init(address="local", num_cpus=num_cpus or 4 * cores, include_dashboard=False,
-                         namespace=NAMESPACE, _temp_dir=run, log_to_driver=True,
-                         configure_logging=False)
+                init_local_ray(run_dir, num_cpus)
                 if config.num_executors is None:
-                    config = RuntimeConfig.from_dict({**config.to_dict(), "num_executors": cores})
+                    config = RuntimeConfig.from_dict({**config.to_dict(),
+                                                      "num_executors": os.cpu_count() or 1})
             else:
                 ray.init(address=address, namespace=NAMESPACE)
             owns = True

@@ -29,9 +29,9 @@ POOLS = {
 def ray_session() -> Iterator[None]:
     import ray
 
-    os.makedirs(os.path.join(RUN_DIR, "ray"), exist_ok=True)
-    ray.init(address="local", num_cpus=16, include_dashboard=False, namespace="cameo",
-             _temp_dir=os.path.join(RUN_DIR, "ray"), configure_logging=False)
+    from cameo_actors.runtime.local_ray import init_local_ray
+
+    init_local_ray(RUN_DIR, num_cpus=16)
     yield
     ray.shutdown()
 
