@@ -11,6 +11,7 @@ from ray._private import ray_constants
 from cameo_actors.runtime.config import default_run_dir
 
 NAMESPACE = "cameo"
+_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def init_local_ray(run_dir: str | None = None, num_cpus: int | None = None, **kwargs: Any) -> None:
@@ -22,11 +23,13 @@ def init_local_ray(run_dir: str | None = None, num_cpus: int | None = None, **kw
     workers started here) and, in this already-imported process, from its
     constants.
     """
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
     run = os.path.join(run_dir or default_run_dir(), "ray")
     os.makedirs(run, exist_ok=True)
     cores = os.cpu_count() or 1
+    # The raylet and its workers, and Spark's Python workers that join later, inherit it.
+    # (A multi-node `ray start` refuses to run with it: set it to "1" for such a child.)
+    os.environ[_SWITCH] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
     ray.init(address="local", num_cpus=num_cpus or 4 * cores, include_dashboard=False,
              namespace=NAMESPACE, _temp_dir=run, _node_ip_address="127.0.0.1",
              configure_logging=False, **kwargs)

@@ -93,6 +93,8 @@ class ServiceProcess:
                     **(env or {})}
         for var in ("CAMEO_TOKEN", "CAMEO_TOKEN_FILE"):
             self.env.pop(var, None)  # the CLI uses the service's admin token unless told
+        # The service decides Ray's loopback switch itself (embedded: on; joined: off).
+        self.env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.log_path = ""
@@ -186,7 +188,8 @@ class LocalCluster:
         log_path = os.path.join(self.run_dir, log_name)
         with open(log_path, "wb") as log:
             # No drain wait on SIGTERM: a test cluster goes down at once (Ray waits 30 s).
-            env = {**os.environ, **self.env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+            env = {**os.environ, **self.env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+                   "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}  # a multi-node cluster, on purpose
             proc = subprocess.Popen([*cmd, "start", "--block", "--disable-usage-stats",
                                      "--object-store-memory", str(150 * 1024 * 1024), *args],
                                     stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -1,0 +1,105 @@
+"""Cameo scenarios, each under fifo, cameo and isolated, in one run on one Ray.
+
+Run: `python -m bench.cameo --scenario {single,multi,spike,fair,all} [--duration S] [--quick]
+      [--json FILE] [--plots DIR]`
+
+- single: bulk alone (source -> burn map -> key_by -> 1 s tumbling count,
+  parallelism 2, target 1 s) at 85% of the pool's calibrated capacity.
+- multi: bench/multitenant.py's setup: alerts (50 ms, 1,000 ev/s) + bulk at 85%.
+- spike: multi, bulk offered 5x for 2 s every 5 s; p99 of alerts per second.
+- fair: three bulk tenants a, b, c (weights 1, 1, 2) started 3 s apart, each
+  offered 100% of capacity; fifo vs fair_share (the "cameo" slot), throughput per
+  tenant per second and final shares.
+
+Modes: fifo and cameo share two executors; isolated gives each dataflow its own
+(same total). Capacity is measured once, at the start (bulk alone, flat out).
+Ratios: p99 of the latency-sensitive dataflows (max over them), fifo / cameo
+and isolated / cameo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from bench import scenarios
+from bench.multitenant import calibrate_capacity
+
+SCENARIOS = ("single", "multi", "spike", "fair")
+
+
+def run_scenario(name: str, capacity: float, warmup: float, seconds: float, quick: bool,
+                 log: Any = print) -> dict[str, Any]:
+    if name == "single":
+        return scenarios.single(capacity, warmup, seconds, log=log)
+    if name == "multi":
+        return scenarios.multi(capacity, warmup, seconds, log=log)
+    if name == "spike":
+        return scenarios.spike(capacity, warmup, seconds, log=log)
+    if name == "fair":
+        return scenarios.fair(capacity, seconds, stagger_s=2.0 if quick else 3.0, log=log)
+    raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
+
+
+def ensure_ray() -> bool:
+    """A private loopback Ray, unless Ray is already up; True if this call started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    from cameo_actors.runtime.local_ray import init_local_ray
+
+    init_local_ray(num_cpus=16, log_to_driver=False)
+    return True
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default="all", choices=(*SCENARIOS, "all"))
+    parser.add_argument("--duration", type=float, help="measured seconds per mode (default 20, quick 6; "
+                        "fair: seconds with all three tenants active, default 12, quick 4)")
+    parser.add_argument("--warmup", type=float, help="seconds per mode not counted (default 5, quick 2)")
+    parser.add_argument("--calibrate", type=float, help="seconds to measure capacity (default 5, quick 2)")
+    parser.add_argument("--quick", action="store_true", help="short runs: all scenarios in under 3 minutes")
+    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--plots", help="write PNG plots to this folder (needs matplotlib)")
+    args = parser.parse_args(argv)
+    warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 5.0)
+    calib = args.calibrate if args.calibrate is not None else (2.0 if args.quick else 5.0)
+    names = SCENARIOS if args.scenario == "all" else (args.scenario,)
+
+    started = ensure_ray()
+    t0 = time.monotonic()
+    try:
+        capacity = calibrate_capacity(calib)
+        print(f"the shared pool sustains {capacity:,.0f} bulk events/s alone")
+        results: dict[str, Any] = {}
+        for name in names:
+            default = (4.0 if args.quick else 12.0) if name == "fair" else (6.0 if args.quick else 20.0)
+            seconds = args.duration if args.duration is not None else default
+            print(f"{name}:")
+            r = results[name] = run_scenario(name, capacity, warmup, seconds, args.quick)
+            r["capacity_eps"] = capacity
+            if any(v is not None for v in r["ratios"].values()):
+                print("  ratios:", {k: round(v, 2) for k, v in r["ratios"].items() if v is not None})
+        print(f"done in {time.monotonic() - t0:.0f} s")
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    if args.plots:
+        from bench import plots
+
+        for path in plots.write_all(results, args.plots):
+            print("wrote", path)
+    return results
+
+
+if __name__ == "__main__":
+    main()

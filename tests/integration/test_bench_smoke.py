@@ -1,0 +1,72 @@
+"""bench.cameo's scenarios, a few seconds each, in-process on the session's Ray: the shape
+and sanity of the results, not their speed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from bench import cameo, scenarios
+
+pytestmark = pytest.mark.integration
+
+CAPACITY = 20_000.0  # a fixed offered scale: no calibration, the figures are not checked
+FIELDS = ("p50_ms", "p95_ms", "p99_ms", "max_ms", "within_target", "throughput_eps", "target_ms",
+          "latency_sensitive")
+
+
+def check_modes(res: dict[str, Any], modes: tuple[str, ...], policies: dict[str, str]) -> None:
+    for mode in modes:
+        m = res[mode]
+        assert m["policy"] == policies[mode]
+        assert 0.0 <= m["utilization"] <= 1.0
+        assert m["dataflows"]
+        for name, d in m["dataflows"].items():
+            for f in FIELDS:
+                assert f in d, (mode, name, f)
+            assert 0 <= d["p50_ms"] <= d["p95_ms"] <= d["p99_ms"] <= d["max_ms"], (mode, name, d)
+            assert d["p99_ms"] > 0
+            assert 0.0 <= d["within_target"] <= 1.0
+            assert d["throughput_eps"] > 0
+            assert d["target_ms"] > 0
+            assert isinstance(d["latency_sensitive"], bool)
+    assert set(res["ratios"]) == {"fifo_over_cameo_p99", "isolated_over_cameo_p99"}
+
+
+def check_ratios(res: dict[str, Any]) -> None:
+    for v in res["ratios"].values():
+        assert v is not None and v > 0 and math.isfinite(v)
+
+
+def test_latency_scenarios(ray_session: None) -> None:
+    cameo.ensure_ray()  # Ray is up already: must not start another
+    policies = {"fifo": "fifo", "cameo": "cameo", "isolated": "fifo"}
+    for fn in (scenarios.single, scenarios.multi):
+        res = fn(CAPACITY, 0.5, 1.5, log=lambda _: None)
+        check_modes(res, ("fifo", "cameo", "isolated"), policies)
+        check_ratios(res)
+
+
+def test_spike(ray_session: None) -> None:
+    res = scenarios.spike(CAPACITY, 0.5, 2.0, every_s=1.5, spike_s=0.5, log=lambda _: None)
+    check_modes(res, ("fifo", "cameo", "isolated"), {"fifo": "fifo", "cameo": "cameo", "isolated": "fifo"})
+    check_ratios(res)
+    for mode in ("fifo", "cameo", "isolated"):
+        series = res[mode]["dataflows"]["alerts"]["p99_series_ms"]
+        assert len(series) == 2 and any(v is not None and v > 0 for v in series)
+        assert res[mode]["dataflows"]["bulk"]["spikes_s"]
+
+
+def test_fair(ray_session: None) -> None:
+    res = scenarios.fair(CAPACITY, 1.5, stagger_s=0.5, log=lambda _: None)
+    check_modes(res, ("fifo", "cameo"), {"fifo": "fifo", "cameo": "fair_share"})
+    assert res["ratios"] == {"fifo_over_cameo_p99": None, "isolated_over_cameo_p99": None}
+    for mode in ("fifo", "cameo"):
+        shares = res[mode]["final_shares"]
+        assert set(shares) == {"bulk-a", "bulk-b", "bulk-c"}
+        assert all(0.0 <= s <= 1.0 for s in shares.values())
+        assert sum(shares.values()) == pytest.approx(1.0, abs=0.01)
+        for d in res[mode]["dataflows"].values():
+            assert d["throughput_series_eps"] and all(x >= 0 for x in d["throughput_series_eps"])
