@@ -34,8 +34,13 @@ def latency_cdf(res: dict[str, Any], path: str, title: str) -> str:
             ax.plot([max(x, 0.01) for x in cdf], [q / 100 for q in range(len(cdf))], color=f"C{i}",
                     linestyle="-" if d.get("latency_sensitive") else "--", label=f"{mode} {name}")
     ax.set_xscale("log")
-    ax.set_xlabel("latency (ms, log)")
-    ax.set_ylabel("share of results")
+    return _finish(plt, fig, ax, path, "latency (ms, log)", "share of results", title)
+
+
+def _finish(plt: Any, fig: Any, ax: Any, path: str, xlabel: str, ylabel: str, title: str) -> str:
+    """Label one axis, save the figure as PNG and close it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
@@ -62,15 +67,8 @@ def spike_series(res: dict[str, Any], path: str) -> str:
                     ax.axvspan(max(a, 0), b, color="grey", alpha=0.15)
                     shaded = True
     ax.set_yscale("log")
-    ax.set_xlabel("seconds since the warm-up (grey: bulk spikes, as in the fifo run)")
-    ax.set_ylabel("p99 latency per 1 s (ms, log)")
-    ax.set_title("spike: alerts p99 over time")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, "seconds since the warm-up (grey: bulk spikes, as in the fifo run)",
+                   "p99 latency per 1 s (ms, log)", "spike: alerts p99 over time")
 
 
 def fair_shares(res: dict[str, Any], path: str) -> str:
