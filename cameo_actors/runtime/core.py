@@ -377,7 +377,7 @@ class ExecutorCore:
         s = self.sched.stats
         return {"executor": self.index, "activations": len(self.activations),
                 "backlog": self.sched.backlog, "executed": s.executed, "slices": s.slices,
-                "preempted": s.preempted, "busy_ms": s.busy_ms, "overhead_ms": s.overhead_ms,
+                "preempted": s.preempted, "overdue": s.overdue, "busy_ms": s.busy_ms, "overhead_ms": s.overhead_ms,
                 "overhead_us_per_message": s.overhead_us_per_message,
                 "held": len(self._starved), "faults": list(self.faults)}
 

@@ -65,6 +65,9 @@ class Policy:
     """
 
     name: ClassVar[str] = "policy"
+    #: Keys are start deadlines in physical ms: the scheduler then treats work whose
+    #: deadline has passed as due one latency target later (`DeadlineRunQueue`).
+    deadline_keys: ClassVar[bool] = False
 
     def key(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
         """The sort key of `msg` at the activation described by `profile` (smaller first)."""
@@ -146,6 +149,7 @@ class EdfPolicy(Policy):
     """Earliest deadline first: key = t_MF + L (the end-to-end deadline)."""
 
     name = "edf"
+    deadline_keys = True
 
     def key(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
         return msg.ctx.frontier_ms + profile.latency_target_ms
@@ -155,6 +159,7 @@ class LeastLaxityPolicy(Policy):
     """Cameo's default (least laxity): key = start deadline t_MF + L - C_OM - C_path."""
 
     name = "cameo"
+    deadline_keys = True
 
     def key(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
         return msg.ctx.deadline_ms

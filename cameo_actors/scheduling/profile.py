@@ -189,7 +189,7 @@ class ActivationProfile:
         >>> p.observe_execution("df1/map#0", False, 2.0, 0.5)
         >>> p.apply_feedback(Feedback("df1/sink#0", 4.0))
         >>> (p.cost_ms("df1/map#0"), p.path_cost_ms, p.feedback_for("df1/map#0").path_cost_ms)
-        (2.0, 4.0, 6.5)
+        (2.0, 4.0, 6.0)
     """
 
     __slots__ = (
@@ -343,14 +343,16 @@ class ActivationProfile:
 
         path_cost = C_path + cost for that upstream's messages (or the
         watermark cost, whichever is larger: results may ride on either) +
-        queueing delay + transfer delay from that upstream.
+        transfer delay from that upstream. Not the queueing delay: waiting is
+        what the schedule decides, and counting it feeds back: a congested
+        downstream would make its upstreams more urgent, which congests it more.
         """
         cost = self._cost.get(upstream, 0.0)
         if self._wm_cost > cost:
             cost = self._wm_cost
         return Feedback(
             self.activation_id,
-            self.path_cost_ms + cost + self.queue_delay_ms + self._transfer.get(upstream, 0.0),
+            self.path_cost_ms + cost + self._transfer.get(upstream, 0.0),
         )
 
     # -- frontier ---------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The two queue levels: a `Mailbox` per activation and one global `RunQueue`.
+"""The two queue levels: a `Mailbox` per activation and one global `RunQueue`
+(a `DeadlineRunQueue` for deadline policies).
 
 Both are binary heaps with lazy deletion: every operation is O(log n)
 amortized, and dead entries are compacted away once they outnumber live ones.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import math
 from heapq import heapify, heappop, heappush
+from collections.abc import Callable
 from typing import Any
 
 from .context import Message, SortKey
@@ -227,6 +229,116 @@ class RunQueue:
             heappop(heap)
         return None
 
+    def advance(self, now: float) -> int:
+        """The time, for queues that care (`DeadlineRunQueue`); this one does not."""
+        return 0
+
+    def outranks(self, activation_id: str, key: SortKey) -> bool:
+        """Whether the head should run before `activation_id`, whose most urgent key is `key`."""
+        head = self.peek_key()
+        return head is not None and head < key
+
     def _compact(self) -> None:
         self._heap = [e for e in self._heap if e[2] is not None]
         heapify(self._heap)
+
+
+
+class DeadlineRunQueue:
+    """A run queue for start-deadline keys that keeps overdue work from starving the rest.
+
+    Keys are start deadlines (physical ms). An activation whose deadline has
+    passed (`key < now`) will miss its target whatever runs next; it is then
+    treated as due one of its own latency targets from now (`now + grace`),
+    behind work that can still be on time within that horizon. Plain earliest
+    deadline first would run it first, so one overloaded tenant's backlog would
+    make every other tenant miss too (EDF's domino effect under overload). A
+    late alert (grace 50 ms) still runs before late bulk work (grace 1 s), and
+    overdue work is never starved by work due later than `now + grace`.
+
+    Overdue entries all move with `now`, so among them the order is fixed:
+    by grace, then by deadline; they live in a second heap under that key.
+    Callers set the time with `advance(now)` before they push, pop or compare.
+
+    Example:
+        >>> grace = {"bulk": 1000.0, "alerts": 50.0, "map": 1000.0}
+        >>> rq = DeadlineRunQueue(grace.__getitem__)
+        >>> rq.advance(100.0)
+        0
+        >>> rq.push("bulk", 150.0); rq.push("alerts", 180.0); rq.push("map", 2000.0)
+        >>> rq.advance(160.0)  # bulk is overdue: now due at 160 + 1000
+        1
+        >>> [rq.pop()[0] for _ in range(3)]
+        ['alerts', 'bulk', 'map']
+    """
+
+    __slots__ = ("on_time", "overdue", "now", "_grace")
+
+    def __init__(self, grace: Callable[[str], float]) -> None:
+        self.on_time = RunQueue()  # key: the deadline
+        self.overdue = RunQueue()  # key: (grace, deadline)
+        self.now = -_INF
+        self._grace = grace
+
+    def __len__(self) -> int:
+        return len(self.on_time) + len(self.overdue)
+
+    def __bool__(self) -> bool:
+        return bool(self.on_time) or bool(self.overdue)
+
+    def __repr__(self) -> str:
+        return f"DeadlineRunQueue(on_time={len(self.on_time)}, overdue={len(self.overdue)})"
+
+    def advance(self, now: float) -> int:
+        """Set the time; move activations whose deadline passed to the overdue heap. Returns how many."""
+        self.now = now
+        on_time = self.on_time
+        moved = 0
+        while True:
+            top = on_time.peek()
+            if top is None or not top[1] < now:
+                return moved
+            on_time.pop()
+            aid, key = top
+            self.overdue.push(aid, (self._grace(aid), key))
+            moved += 1
+
+    def push(self, activation_id: str, key: SortKey) -> None:
+        """Queue or re-key `activation_id` under its deadline `key`."""
+        if key < self.now:
+            self.on_time.remove(activation_id)
+            self.overdue.push(activation_id, (self._grace(activation_id), key))
+        else:
+            self.overdue.remove(activation_id)
+            self.on_time.push(activation_id, key)
+
+    def remove(self, activation_id: str) -> bool:
+        return self.on_time.remove(activation_id) or self.overdue.remove(activation_id)
+
+    def pop(self) -> tuple[str, SortKey]:
+        """The activation due first (overdue ones at now + grace); returns its deadline."""
+        if self._overdue_first():
+            aid, (_, key) = self.overdue.pop()
+            return aid, key
+        return self.on_time.pop()
+
+    def peek(self) -> tuple[str, SortKey] | None:
+        if self._overdue_first():
+            aid, (_, key) = self.overdue.peek()  # type: ignore[misc]
+            return aid, key
+        return self.on_time.peek()
+
+    def outranks(self, activation_id: str, key: SortKey) -> bool:
+        """Whether the head is due before `activation_id`, whose most urgent deadline is `key`."""
+        now = self.now
+        due = key if key >= now else now + self._grace(activation_id)
+        head = self.on_time.peek_key()
+        late = self.overdue.peek_key()
+        return (head is not None and head < due) or (late is not None and now + late[0] < due)
+
+    def _overdue_first(self) -> bool:
+        late = self.overdue.peek_key()
+        if late is None:
+            return False
+        head = self.on_time.peek_key()
+        return head is None or self.now + late[0] < head

@@ -27,7 +27,7 @@ from .exceptions import (
 )
 from .policies import Policy, get_policy
 from .profile import ActivationProfile, DataflowProfile, WindowTiming
-from .queues import Mailbox, RunQueue
+from .queues import DeadlineRunQueue, Mailbox, RunQueue
 
 _INF = math.inf
 
@@ -73,6 +73,8 @@ class SchedulerStats:
         busy_ms: total time inside `execute`.
         overhead_ms: time inside `run_once` outside `execute` (hooks, queues, re-keying).
         dropped: messages discarded by `remove_activation`.
+        overdue: times a waiting activation's start deadline passed, so it became due
+            one latency target from then (deadline policies only; `DeadlineRunQueue`).
     """
 
     enqueued: int = 0
@@ -83,6 +85,7 @@ class SchedulerStats:
     busy_ms: float = 0.0
     overhead_ms: float = 0.0
     dropped: int = 0
+    overdue: int = 0
 
     @property
     def overhead_us_per_message(self) -> float:
@@ -160,7 +163,11 @@ class Scheduler:
         self._acts: dict[str, _Activation] = {}
         self._flows: dict[str, DataflowProfile] = {}
         self._members: dict[str, set[str]] = {}  # dataflow -> its hosted activation ids
-        self._rq = RunQueue()
+        self._rq: RunQueue | DeadlineRunQueue = (
+            DeadlineRunQueue(lambda aid: self._acts[aid].profile.latency_target_ms)
+            if self.policy.deadline_keys
+            else RunQueue()
+        )
         self._seq = 0
         self._backlog = 0
 
@@ -341,6 +348,7 @@ class Scheduler:
         self.stats.enqueued += 1
         # A running activation is re-queued by run_once when its slice ends.
         if not act.running and not act.held and (not act.queued or key < act.qkey):
+            self.stats.overdue += self._rq.advance(now_ms)
             self._rq.push(act.id, key)
             act.queued = True
             act.qkey = key
@@ -454,6 +462,8 @@ class Scheduler:
         rq = self._rq
         if not rq:
             return None
+        stats = self.stats
+        stats.overdue += rq.advance(t0)
         aid, _ = rq.pop()
         act = self._acts[aid]
         act.queued = False
@@ -461,7 +471,6 @@ class Scheduler:
         mailbox = act.mailbox
         profile = act.profile
         policy = self.policy
-        stats = self.stats
         quantum = self.quantum_ms
         n = 0
         busy = 0.0
@@ -491,8 +500,8 @@ class Scheduler:
                     reason = QUANTUM
                     break
                 if rq:
-                    head = rq.peek_key()
-                    if head is not None and head < mailbox.urgent_key():
+                    stats.overdue += rq.advance(t2)
+                    if rq.outranks(aid, mailbox.urgent_key()):
                         reason = PREEMPTED
                         break
         finally:

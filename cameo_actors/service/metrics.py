@@ -137,6 +137,9 @@ def executor_families(executors: list[dict[str, Any]]) -> list[Metric]:
                                    labels=EX_LABELS)
     preempted = CounterMetricFamily("cameo_executor_preemptions", "Activations preempted by a "
                                     "more urgent one", labels=EX_LABELS)
+    overdue = CounterMetricFamily("cameo_executor_overdue", "Times a waiting activation's start "
+                                  "deadline passed (it then yields to work still on time)",
+                                  labels=EX_LABELS)
     overhead = CounterMetricFamily("cameo_executor_scheduling_overhead_seconds",
                                    "Time spent scheduling (not running operators)",
                                    labels=EX_LABELS)
@@ -154,11 +157,12 @@ def executor_families(executors: list[dict[str, Any]]) -> list[Metric]:
         acts.add_metric(labels, e["activations"])
         executed.add_metric(labels, e["executed"])
         preempted.add_metric(labels, e["preempted"])
+        overdue.add_metric(labels, e["overdue"])
         overhead.add_metric(labels, e["overhead_ms"] / 1000.0)
         per_msg.add_metric(labels, e["overhead_us_per_message"] or 0.0)
         held.add_metric(labels, e["held"])
         faults.add_metric(labels, len(e.get("faults", [])))
-    return [busy, queue, acts, executed, preempted, overhead, per_msg, held, faults]
+    return [busy, queue, acts, executed, preempted, overdue, overhead, per_msg, held, faults]
 
 
 class SnapshotCollector(Collector):

@@ -220,7 +220,7 @@ def test_path_cost_is_the_max_over_downstreams_and_forgets_removed_ones() -> Non
         p.apply_feedback(Feedback("bad", math.nan))
 
 
-def test_feedback_includes_queueing_and_transfer_delay() -> None:
+def test_feedback_includes_transfer_delay_but_not_queueing() -> None:
     clock = FakeClock(0.0)
     s = Scheduler("cameo")
     s.add_activation("up", dataflow="d", tenant="t", latency_target_ms=100.0)
@@ -235,8 +235,9 @@ def test_feedback_includes_queueing_and_transfer_delay() -> None:
     s.run_once(lambda a, m: clock.advance(4.0), clock)  # ... then "down"
     s.on_feedback("down", Feedback("sink", 5.0), clock.now_ms())
     fb = s.feedback_for("down", "up")
-    # C_path 5 + cost 4 + queueing (14 - 3 = 11) + transfer 2
-    assert fb.from_activation == "down" and fb.path_cost_ms == pytest.approx(22.0)
+    # C_path 5 + cost 4 + transfer 2; the 11 ms "down" waited are left out (see feedback_for)
+    assert fb.from_activation == "down" and fb.path_cost_ms == pytest.approx(11.0)
+    assert s.profile("down").queue_delay_ms == pytest.approx(11.0)
 
 
 def test_before_send_carries_ingest_and_event_time_forward() -> None:

@@ -1,4 +1,4 @@
-"""Mailbox and RunQueue: order, conservation and watermark barriers, property-based."""
+"""Mailbox, RunQueue and DeadlineRunQueue: order, conservation and watermark barriers, property-based."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cameo_actors.scheduling import Mailbox, Message, PriorityContext, RunQueue
+from cameo_actors.scheduling.queues import DeadlineRunQueue
 
 
 def _msg(uid: int, key: float, lp: float = 0.0, watermark: bool = False) -> Message:
@@ -72,6 +73,78 @@ def test_run_queue_pops_in_key_order_and_loses_nothing(ops: list[tuple[str, int,
     while rq:
         drained.append(rq.pop())
     assert drained == sorted(((a, k) for a, (k, _) in model.items()), key=lambda x: model[x[0]])
+
+
+# -- DeadlineRunQueue -------------------------------------------------------------------
+
+GRACE = {f"a{i}": float(g) for i, g in enumerate((50, 1000, 50, 1000, 200))}
+deadline_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.integers(0, 4), st.integers(0, 3000)),
+        st.tuples(st.just("advance"), st.just(0), st.integers(0, 300)),
+        st.tuples(st.just("pop"), st.just(0), st.just(0)),
+        st.tuples(st.just("remove"), st.integers(0, 4), st.just(0)),
+    ),
+    max_size=150,
+)
+
+
+@given(deadline_ops)
+@settings(max_examples=300)
+def test_deadline_run_queue_runs_what_is_due_first(ops: list[tuple[str, int, int]]) -> None:
+    """Due = the deadline, or now + grace once the deadline has passed; pops in due order."""
+    rq = DeadlineRunQueue(GRACE.__getitem__)
+    model: dict[str, float] = {}
+    now = 0.0
+    rq.advance(now)
+
+    def due(aid: str) -> float:
+        return model[aid] if model[aid] >= now else now + GRACE[aid]
+
+    for op, i, n in ops:
+        aid = f"a{i}"
+        if op == "push":
+            model[aid] = float(n)
+            rq.push(aid, float(n))
+        elif op == "advance":
+            now += n
+            rq.advance(now)
+        elif op == "remove":
+            assert rq.remove(aid) == (aid in model)
+            model.pop(aid, None)
+        elif model:
+            best = min(due(a) for a in model)
+            assert due(rq.peek()[0]) == best  # type: ignore[index]
+            got, key = rq.pop()
+            assert due(got) == best and key == model.pop(got)
+        else:
+            assert rq.peek() is None
+        assert len(rq) == len(model)
+        for a in GRACE:  # outranks agrees with the model for every activation
+            if a not in model:
+                others = [due(b) for b in model]
+                if others:
+                    model[a] = 1500.0
+                    assert rq.outranks(a, 1500.0) == (min(others) < due(a))
+                    del model[a]
+
+
+def test_an_overdue_backlog_does_not_delay_fresh_work_of_another_tenant() -> None:
+    from cameo_actors.clock import FakeClock
+    from cameo_actors.scheduling import Scheduler
+
+    clock = FakeClock(0.0)
+    s = Scheduler("cameo", quantum_ms=0.0)
+    s.add_activation("bulk", dataflow="bulk", tenant="b", latency_target_ms=1000.0)
+    s.add_activation("alerts", dataflow="alerts", tenant="a", latency_target_ms=50.0)
+    for i in range(100):  # 100 ms of bulk work, ingested long ago: overdue by now
+        s.enqueue(Message.ingress("bulk", [i], dataflow="bulk", tenant="b", ingest_ms=0.0), 0.0)
+    clock.set(5_000.0)
+    s.enqueue(Message.ingress("alerts", ["x"], dataflow="alerts", tenant="a", ingest_ms=5_000.0), 5_000.0)
+    order: list[str] = []
+    s.run_until_idle(lambda aid, m: (order.append(aid), clock.advance(1.0)), clock)
+    assert order[0] == "alerts" and order.count("bulk") == 100  # first, and bulk is not dropped
+    assert s.stats.overdue >= 1
 
 
 def test_run_queue_stays_compact_under_many_updates() -> None:

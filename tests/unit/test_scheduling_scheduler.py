@@ -68,6 +68,14 @@ def test_slices_end_exactly_when_drained_quantum_spent_or_preempted(data: st.Dat
     uid = 0
     enqueued: list[int] = []
 
+    def due(aid: str, now: float) -> Any:
+        """When `aid` is due: its most urgent key; under a deadline policy, a passed
+        deadline counts as due one latency target from now (DeadlineRunQueue)."""
+        key = s.urgent_key(aid)
+        if s.policy.deadline_keys and key < now:
+            return now + s.profile(aid).latency_target_ms
+        return key
+
     def send(now: float) -> None:
         nonlocal uid
         uid += 1
@@ -91,12 +99,13 @@ def test_slices_end_exactly_when_drained_quantum_spent_or_preempted(data: st.Dat
             budget[0] -= 1
             send(clock.now_ms())
         # what the scheduler must decide at this boundary
-        head = s.peek()
+        now = clock.now_ms()
+        waiting = [due(b, now) for b in acts if b != aid and s.pending(b)]
         if s.pending(aid) == 0:
             decisions.append(DRAINED)
-        elif clock.now_ms() - slice_start[0] >= quantum:
+        elif now - slice_start[0] >= quantum:
             decisions.append(QUANTUM)
-        elif head is not None and head[1] < s.urgent_key(aid):
+        elif waiting and min(waiting) < due(aid, now):
             decisions.append(PREEMPTED)
         else:
             decisions.append(None)

@@ -98,7 +98,7 @@ class FakeRuntime:
 
     def executor_stats(self) -> list[dict[str, Any]]:
         return [{"executor": 0, "node": "n" * 40, "activations": 2, "backlog": 0, "executed": 9,
-                 "slices": 3, "preempted": 1, "busy_ms": 1500.0, "overhead_ms": 2.0,
+                 "slices": 3, "preempted": 1, "overdue": 0, "busy_ms": 1500.0, "overhead_ms": 2.0,
                  "overhead_us_per_message": 3.5, "held": 0, "faults": []}]
 
     def wait_idle(self, timeout_s: float) -> None:

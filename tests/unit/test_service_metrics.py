@@ -27,10 +27,10 @@ def snapshot() -> dict[str, Any]:
         ],
         "executors": [
             {"executor": 0, "node": "a" * 56, "activations": 3, "backlog": 4, "executed": 10,
-             "slices": 5, "preempted": 2, "busy_ms": 2500.0, "overhead_ms": 5.0,
+             "slices": 5, "preempted": 2, "overdue": 6, "busy_ms": 2500.0, "overhead_ms": 5.0,
              "overhead_us_per_message": 12.5, "held": 1, "faults": ["boom"]},
             {"executor": 1, "node": "b" * 56, "activations": 1, "backlog": 0, "executed": 0,
-             "slices": 0, "preempted": 0, "busy_ms": 0.0, "overhead_ms": 0.0,
+             "slices": 0, "preempted": 0, "overdue": 0, "busy_ms": 0.0, "overhead_ms": 0.0,
              "overhead_us_per_message": None, "held": 0, "faults": []},
         ],
     }
@@ -70,6 +70,8 @@ def test_admin_scrape_has_dataflow_and_executor_families() -> None:
     assert busy == {"0": ("a" * 12, 2.5), "1": ("b" * 12, 0.0)}
     faults = {s.labels["executor"]: s.value for s in fams["cameo_executor_faults"].samples}
     assert faults == {"0": 1, "1": 0}
+    overdue = {s.labels["executor"]: s.value for s in fams["cameo_executor_overdue"].samples}
+    assert overdue == {"0": 6, "1": 0}
     assert fams["cameo_scrape_duration_seconds"].samples[0].value == pytest.approx(0.008)
 
 
