@@ -37,17 +37,36 @@ lint: $(STAMP)  ## ruff and mypy
 serve: $(STAMP)  ## the service: embedded Ray, API and /metrics on 127.0.0.1:8470 (docs/service.md)
 	$(VENV)/bin/cameo serve
 
-bench: $(STAMP)  ## benchmarks: scheduling overhead, throughput, multi-tenant latency (README)
+BENCH := $(VENV)/.bench-installed
+$(BENCH): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $(BENCH)
+
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair; plots), overhead, throughput (README)
 	mkdir -p bench/out
+	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/out/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead
 	$(PY) -m bench.throughput --json bench/out/throughput.json
 	$(PY) -m bench.multitenant --json bench/out/multitenant.json
 
+# PyFlink in its own venv: apache-flink pins pandas, pyarrow and numpy older than ours.
+FLINK_VENV := .venv-peers/flink
+FLINK_REQUIREMENTS := apache-flink==2.3.0
+$(FLINK_VENV)/.installed:
+	test -d $(FLINK_VENV) || $(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/pip install -q $(FLINK_REQUIREMENTS)
+	touch $@
+
+.PHONY: bench-peers
+bench-peers: $(BENCH) $(FLINK_VENV)/.installed system  ## cameo next to Spark (FAIR pools), PyFlink and Bytewax
+	mkdir -p bench/out
+	$(PY) -m bench.peers --json bench/out/peers.json
+
 .PHONY: bench-spark
-bench-spark: $(STAMP) check-java  ## Spark tier: events/s into the runtime, latency per trigger (docs/spark.md)
+bench-spark: $(STAMP) system  ## Spark tier: events/s into the runtime, latency per trigger (docs/spark.md)
 	mkdir -p bench/out
 	$(PY) -m bench.spark_throughput --repeat 3 --json bench/out/spark_throughput.json
 	$(PY) -m bench.spark_latency --json bench/out/spark_latency.json
 
 clean:  ## remove the venv and run folders
-	rm -rf $(VENV) .run .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-peers .run .pytest_cache .hypothesis

@@ -1,20 +1,22 @@
 """Cameo scenarios, each under fifo, cameo and isolated, in one run on one Ray.
 
 Run: `python -m bench.cameo --scenario {single,multi,spike,fair,all} [--duration S] [--quick]
-      [--json FILE] [--plots DIR]`
+      [--repeat N] [--json FILE] [--plots DIR]`
 
-- single: bulk alone (source -> burn map -> key_by -> 1 s tumbling count,
+- single: bulk alone (source -> burn map -> key_by -> 250 ms tumbling count,
   parallelism 2, target 1 s) at 85% of the pool's calibrated capacity.
-- multi: bench/multitenant.py's setup: alerts (50 ms, 1,000 ev/s) + bulk at 85%.
-- spike: multi, bulk offered 5x for 2 s every 5 s; p99 of alerts per second.
+- multi: bench/multitenant.py's setup: alerts (50 ms, 1,000 ev/s) + bulk
+  (1 s windows) at 85%.
+- spike: alerts + bulk at 60%, bulk offered 4x for 1 s every 6 s; p99 of
+  alerts per second.
 - fair: three bulk tenants a, b, c (weights 1, 1, 2) started 3 s apart, each
-  offered 100% of capacity; fifo vs fair_share (the "cameo" slot), throughput per
+  offered 100% of capacity; fifo vs fair_share (the "cameo" slot), executor time per
   tenant per second and final shares.
 
 Modes: fifo and cameo share two executors; isolated gives each dataflow its own
 (same total). Capacity is measured once, at the start (bulk alone, flat out).
 Ratios: p99 of the latency-sensitive dataflows (max over them), fifo / cameo
-and isolated / cameo.
+and isolated / cameo. Inputs come from bench/workload.py, seeded.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=float, help="seconds per mode not counted (default 5, quick 2)")
     parser.add_argument("--calibrate", type=float, help="seconds to measure capacity (default 5, quick 2)")
     parser.add_argument("--quick", action="store_true", help="short runs: all scenarios in under 3 minutes")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each scenario; figures are medians "
+                        "over them, ratios also get their spread (default 1)")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--plots", help="write PNG plots to this folder (needs matplotlib)")
     args = parser.parse_args(argv)
@@ -79,11 +83,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name in names:
             default = (4.0 if args.quick else 12.0) if name == "fair" else (6.0 if args.quick else 20.0)
             seconds = args.duration if args.duration is not None else default
-            print(f"{name}:")
-            r = results[name] = run_scenario(name, capacity, warmup, seconds, args.quick)
+            runs = []
+            for i in range(args.repeat):
+                print(f"{name}:" + (f" run {i + 1} of {args.repeat}" if args.repeat > 1 else ""))
+                runs.append(run_scenario(name, capacity, warmup, seconds, args.quick))
+                if any(v is not None for v in runs[-1]["ratios"].values()):
+                    print("  ratios:", {k: round(v, 2) for k, v in runs[-1]["ratios"].items() if v is not None})
+            r = results[name] = scenarios.combine(runs)
             r["capacity_eps"] = capacity
-            if any(v is not None for v in r["ratios"].values()):
-                print("  ratios:", {k: round(v, 2) for k, v in r["ratios"].items() if v is not None})
+            if args.repeat > 1 and r["ratios_spread"]:
+                print(f"  {name} median ratios over {args.repeat} runs:",
+                      {k: f"{v:.2f} ({r['ratios_spread'][k][0]:.2f}-{r['ratios_spread'][k][1]:.2f})"
+                       for k, v in r["ratios"].items() if v is not None})
         print(f"done in {time.monotonic() - t0:.0f} s")
     finally:
         if started:

@@ -72,13 +72,13 @@ def spike_series(res: dict[str, Any], path: str) -> str:
 
 
 def fair_shares(res: dict[str, Any], path: str) -> str:
-    """Share of ingested events per tenant per second, one panel per mode."""
+    """Share of executor time per tenant per second, one panel per mode."""
     plt = _plt()
     modes = [m for m in MODES if m in res]
     fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 4), sharey=True, squeeze=False)
     for ax, mode in zip(axes[0], modes, strict=True):
         dfs = res[mode]["dataflows"]
-        series = {n: d.get("throughput_series_eps", []) for n, d in dfs.items()}
+        series = {n: d.get("busy_series_ms", []) for n, d in dfs.items()}
         n = min((len(s) for s in series.values()), default=0)
         totals = [sum(s[j] for s in series.values()) or 1.0 for j in range(n)]
         for name, s in series.items():
@@ -89,7 +89,7 @@ def fair_shares(res: dict[str, Any], path: str) -> str:
         ax.set_ylim(0, 1)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("share of ingested events per 1 s")
+    axes[0][0].set_ylabel("share of executor time per 1 s")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

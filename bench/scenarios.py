@@ -1,8 +1,9 @@
 """Scenarios of `python -m bench.cameo`: single, multi, spike and fair, each under several modes.
 
-Builds on bench/multitenant.py (its dataflows, load generator, `summarize` and
-`calibrate_capacity`); this module adds a runner for any set of dataflows, each
-with its own load (steady, spiky or started late), and per-second series.
+Builds on bench/multitenant.py (its dataflows, `summarize` and
+`calibrate_capacity`) and bench/workload.py (seeded event streams, steady or
+bursty); this module adds a runner for any set of dataflows, each with its own
+workload (started late if asked), and per-second series.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.multitenant import CONFIG, alerts, bulk, generate, percentile, summarize
+from bench.multitenant import CONFIG, alerts, percentile, summarize
+from bench.workload import Workload
 from cameo_actors import Dataflow, count
 
 NUM_EXECUTORS = 2
@@ -33,18 +35,13 @@ RATIO_NOTE = "p99 of the latency-sensitive dataflows: the max over them (one in 
 
 @dataclass
 class Load:
-    """One dataflow and the load offered to it."""
+    """One dataflow and the workload offered to it (played in real time)."""
 
     flow: Dataflow
-    rate: float  # events/s
-    period_s: float  # a batch every period_s
-    keys: int
+    workload: Workload
     latency_sensitive: bool = False
     start_s: float = 0.0  # start pushing this long after the run starts
-    spike_factor: float = 1.0  # rate multiplier during spikes (1 = no spikes)
-    spike_every_s: float = 5.0
-    spike_s: float = 2.0
-    spikes: list[tuple[float, float]] = field(default_factory=list)  # wall ms, filled while running
+    started_ms: list[float] = field(default_factory=list)  # wall ms the workload started, when running
 
     @property
     def name(self) -> str:
@@ -55,32 +52,12 @@ class Load:
         return float(self.flow.spec.latency_target_ms)
 
 
-class _Until:
-    """A stop event that is also set once a deadline has passed (for one load segment)."""
-
-    def __init__(self, stop: threading.Event, deadline: float) -> None:
-        self.stop, self.deadline = stop, deadline
-
-    def is_set(self) -> bool:
-        return self.stop.is_set() or time.monotonic() >= self.deadline
-
-
 def _push(rt: Any, load: Load, stop: threading.Event) -> None:
-    """Run `load` against `rt` until `stop`: a late start, then steady or periodic spikes."""
+    """Play `load.workload` into `rt` until `stop`, after a late start if asked."""
     if stop.wait(load.start_s):
         return
-    if load.spike_factor == 1.0:
-        generate(rt, load.name, load.rate, load.period_s, stop, load.keys)
-        return
-    while not stop.is_set():  # normal, then spike, then normal ...
-        for factor, seconds in ((1.0, load.spike_every_s - load.spike_s), (load.spike_factor, load.spike_s)):
-            if stop.is_set():
-                return
-            t0 = time.time() * 1000
-            generate(rt, load.name, load.rate * factor, load.period_s,
-                     _Until(stop, time.monotonic() + seconds), load.keys)  # type: ignore[arg-type]
-            if factor != 1.0:
-                load.spikes.append((t0, time.time() * 1000))
+    load.started_ms.append(time.time() * 1000)
+    load.workload.play(lambda events: rt.push(load.name, "s", events, batch_size=len(events)), stop)
 
 
 def _series(rows: list[tuple[dict[str, Any], float, float]], since_ms: float, seconds: float) -> list[float | None]:
@@ -93,14 +70,31 @@ def _series(rows: list[tuple[dict[str, Any], float, float]], since_ms: float, se
     return [percentile(b, 0.99) if b else None for b in buckets]
 
 
+def _from_event_time(rows: list[tuple[dict[str, Any], float, float]], since_ms: float,
+                     target_ms: float) -> dict[str, Any]:
+    """p50/p99 and share within target of egress - event time, over results ingested after
+    since_ms; a window's result counts from its window_end (when it could first be due)."""
+    lat = sorted(eg - r.get("window_end", r.get("ts", eg)) for r, ing, eg in rows if ing >= since_ms)
+    if not lat:
+        return {}
+    return {"p50_from_event_ms": percentile(lat, 0.5), "p99_from_event_ms": percentile(lat, 0.99),
+            "within_target_from_event": sum(1 for x in lat if x <= target_ms) / len(lat)}
+
+
 def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, seconds: float,
         sample_s: float | None = None) -> dict[str, Any]:
     """Deploy `loads` on a fresh pool, push for warmup + seconds, and summarize the measured part.
 
-    Latency counts results ingested after the warm-up; throughput_eps is events
-    ingested per second over the measured part; utilization is the executors'
-    mean busy share over it. With `sample_s`, also samples events ingested per
-    dataflow every `sample_s` seconds from the start ("throughput_series_eps").
+    Latency counts results ingested after the warm-up: from the ingest of the
+    message that made the result computable to egress (the Cameo paper's
+    measure), and `*_from_event_ms` from the event time of the result (an
+    event's `ts`, which the workload sets to when it was due to be sent; a
+    window's end) to egress, which also counts time the feeder was held back
+    by backpressure. throughput_eps is events ingested per second over the
+    measured part; utilization is the executors' mean busy share over it.
+    With `sample_s`, also samples each dataflow every `sample_s` seconds from
+    the start: events ingested per second ("throughput_series_eps") and the
+    executor time its operators took ("busy_series_ms").
     """
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
@@ -124,7 +118,8 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
             def sample() -> None:
                 nxt = time.monotonic()
                 while not stop.is_set():
-                    samples.append([rt.stats(ld.name)["events_in"] for ld in loads])
+                    stats = [rt.stats(ld.name) for ld in loads]
+                    samples.append([(st["events_in"], st["busy_ms"]) for st in stats])
                     nxt += sample_s
                     stop.wait(max(0.0, nxt - time.monotonic()))
             sampler = threading.Thread(target=sample, daemon=True)
@@ -153,21 +148,25 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
             lat = sorted(eg - ing for _, ing, eg in rows if ing >= since_ms)
             s.update(throughput_eps=(in1[ld.name] - in0[ld.name]) / (wall_ms / 1000),
                      target_ms=ld.target_ms, latency_sensitive=ld.latency_sensitive,
-                     offered_eps=ld.rate,
+                     offered_eps=ld.workload.rate_eps,
                      cdf_ms=[percentile(lat, q / 100) for q in range(101)] if lat else [])
-            if ld.spike_factor != 1.0 or ld.latency_sensitive and any(x.spike_factor != 1.0 for x in loads):
+            s.update(_from_event_time(rows, since_ms, ld.target_ms))
+            if any(x.workload.profile == "bursty" for x in loads):
                 s["p99_series_ms"] = _series(rows, since_ms, seconds)
-            if ld.spikes:
-                s["spikes_s"] = [[round((a - since_ms) / 1000, 2), round((b - since_ms) / 1000, 2)]
-                                 for a, b in ld.spikes if b > since_ms]
+            if ld.workload.bursts() and ld.started_ms:
+                at = (ld.started_ms[0] - since_ms) / 1000
+                s["spikes_s"] = [[round(at + a, 2), round(at + b, 2)] for a, b in ld.workload.bursts()
+                                 if at + b > 0 and at + a < seconds]
             out["dataflows"][ld.name] = s
         out["utilization"] = statistics.mean((busy1[e] - busy0[e]) / wall_ms for e in busy1)
         if samples:
             out["sample_s"] = sample_s
             out["sample_offset_s"] = round((since_ms - start_ms) / 1000, 2) if warmup else 0.0
+            pairs = list(zip(samples, samples[1:], strict=False))
             for j, ld in enumerate(loads):
-                out["dataflows"][ld.name]["throughput_series_eps"] = [
-                    (b[j] - a[j]) / sample_s for a, b in zip(samples, samples[1:], strict=False)]
+                d = out["dataflows"][ld.name]
+                d["throughput_series_eps"] = [(b[j][0] - a[j][0]) / sample_s for a, b in pairs]
+                d["busy_series_ms"] = [b[j][1] - a[j][1] for a, b in pairs]
         return out
     finally:
         rt.shutdown(stop_ray=False)
@@ -202,40 +201,61 @@ def _scenario(loads_for_mode: Any, modes: dict[str, dict[str, Any]], warmup: flo
 
 
 # -- the scenarios ---------------------------------------------------------------------------------
-def single(capacity: float, warmup: float, seconds: float, load: float = 0.85, log: Any = print) -> dict[str, Any]:
-    """bulk alone (source -> burn map -> key_by -> 1 s tumbling count, parallelism 2) at `load` of capacity."""
+RUN_S = 3600.0  # workloads are played until the run stops them
+
+
+def bulk_flow(name: str = "bulk", tenant: str = "analytics", weight: float = 1.0,
+              window_ms: int = 1000) -> Dataflow:
+    """source -> burn map -> key_by -> tumbling count, parallelism 2, target 1 s (bench/multitenant.py's bulk)."""
+    return (Dataflow(name, latency_target_ms=1000, tenant=tenant, weight=weight)
+            .source("s", schema={"ts": "int", "key": "str", "value": "float"}, event_time="ts", parallelism=2)
+            .map(function="bench.work:burn", parallelism=2)
+            .key_by("key").window(tumbling_ms=window_ms, parallelism=2).aggregate(n=count())
+            .sink("o"))
+
+
+def alerts_load(seed: int = 1) -> Load:
+    """alerts (filter, target 50 ms): 1,000 events/s in batches every 10 ms."""
+    return Load(alerts(), Workload(1000, RUN_S, seed=seed, keys=10, period_s=0.01), latency_sensitive=True)
+
+
+def bulk_workload(rate: float, seed: int = 2, **kw: Any) -> Workload:
+    """Bulk input: `rate` events/s in batches every 100 ms over 200 keys."""
+    return Workload(rate, RUN_S, seed=seed, keys=200, period_s=0.1, **kw)
+
+
+def single(capacity: float, warmup: float, seconds: float, load: float = 0.85, window_ms: int = 250,
+           log: Any = print) -> dict[str, Any]:
+    """bulk alone at `load` of capacity, with `window_ms` tumbling windows (several results a
+    second, so a p99 over a short run is not the max of a handful of windows)."""
     def loads() -> list[Load]:
-        return [Load(bulk(), load * capacity, 0.1, 200, latency_sensitive=True)]
-    return _scenario(loads, MODES, warmup, seconds, log=log)
+        return [Load(bulk_flow(window_ms=window_ms), bulk_workload(load * capacity), latency_sensitive=True)]
+    res = _scenario(loads, MODES, warmup, seconds, log=log)
+    res["single"] = {"load": load, "window_ms": window_ms}
+    return res
 
 
 def multi(capacity: float, warmup: float, seconds: float, load: float = 0.85, log: Any = print) -> dict[str, Any]:
     """bench/multitenant.py's setup: alerts (1,000 ev/s, 50 ms) + bulk at `load` of capacity."""
     def loads() -> list[Load]:
-        return [Load(alerts(), 1000, 0.01, 10, latency_sensitive=True),
-                Load(bulk(), load * capacity, 0.1, 200)]
-    return _scenario(loads, MODES, warmup, seconds, log=log)
-
-
-def spike(capacity: float, warmup: float, seconds: float, load: float = 0.85, factor: float = 5.0,
-          every_s: float = 5.0, spike_s: float = 2.0, log: Any = print) -> dict[str, Any]:
-    """multi, with bulk offered `factor` x its rate for `spike_s` seconds every `every_s` seconds."""
-    def loads() -> list[Load]:
-        return [Load(alerts(), 1000, 0.01, 10, latency_sensitive=True),
-                Load(bulk(), load * capacity, 0.1, 200, spike_factor=factor, spike_every_s=every_s,
-                     spike_s=spike_s)]
+        return [alerts_load(), Load(bulk_flow(), bulk_workload(load * capacity))]
     res = _scenario(loads, MODES, warmup, seconds, log=log)
-    res["spike"] = {"factor": factor, "every_s": every_s, "spike_s": spike_s}
+    res["multi"] = {"load": load}
     return res
 
 
-def tenant_bulk(name: str, tenant: str, weight: float) -> Dataflow:
-    """The bulk dataflow of bench/multitenant.py under another name, tenant and weight."""
-    return (Dataflow(name, latency_target_ms=1000, tenant=tenant, weight=weight)
-            .source("s", schema={"ts": "int", "key": "str", "value": "float"}, event_time="ts", parallelism=2)
-            .map(function="bench.work:burn", parallelism=2)
-            .key_by("key").window(tumbling_ms=1000, parallelism=2).aggregate(n=count())
-            .sink("o"))
+def spike(capacity: float, warmup: float, seconds: float, load: float = 0.6, factor: float = 4.0,
+          every_s: float = 6.0, spike_s: float = 1.0, log: Any = print) -> dict[str, Any]:
+    """multi with bulk at `load` of capacity, offered `factor` x that for `spike_s` s every
+    `every_s` s (the first spike starts at every_s - spike_s). The defaults overload the pool
+    2.4x during a spike and leave it time to drain before the next: a transient, not a new level."""
+    def loads() -> list[Load]:
+        return [alerts_load(), Load(bulk_flow(), bulk_workload(load * capacity, profile="bursty",
+                                                              burst_factor=factor, burst_every_s=every_s,
+                                                              burst_s=spike_s))]
+    res = _scenario(loads, MODES, warmup, seconds, log=log)
+    res["spike"] = {"load": load, "factor": factor, "every_s": every_s, "spike_s": spike_s}
+    return res
 
 
 def fair(capacity: float, seconds: float, stagger_s: float = 3.0, weights: tuple[float, ...] = (1, 1, 2),
@@ -246,14 +266,16 @@ def fair(capacity: float, seconds: float, stagger_s: float = 3.0, weights: tuple
     names = ("a", "b", "c")
 
     def loads() -> list[Load]:
-        return [Load(tenant_bulk(f"bulk-{t}", t, w), offered * capacity, 0.1, 200, start_s=i * stagger_s)
+        return [Load(bulk_flow(f"bulk-{t}", t, w), bulk_workload(offered * capacity, seed=10 + i),
+                     start_s=i * stagger_s)
                 for i, (t, w) in enumerate(zip(names, weights, strict=True))]
     total = 2 * stagger_s + seconds
     res = _scenario(loads, FAIR_MODES, 0.0, total, sample_s=1.0, log=log)
     for mode in FAIR_MODES:
         dfs = res[mode]["dataflows"]
         tail = max(1, int(seconds) - 1)  # whole seconds with all three pushing
-        sums = {n: sum(d["throughput_series_eps"][-tail:]) for n, d in dfs.items()}
+        # Shares of executor time, what fair_share divides (events in follow from backpressure).
+        sums = {n: sum(d["busy_series_ms"][-tail:]) for n, d in dfs.items()}
         tot = sum(sums.values()) or 1.0
         for n, d in dfs.items():
             d["share"] = sums[n] / tot
@@ -266,3 +288,36 @@ def fair(capacity: float, seconds: float, stagger_s: float = 3.0, weights: tuple
                    "offered_each_eps": offered * capacity,
                    "modes_note": "the 'cameo' slot runs policy fair_share"}
     return res
+
+
+MEDIAN_FIELDS = ("p50_ms", "p95_ms", "p99_ms", "max_ms", "within_target", "throughput_eps",
+                 "p50_from_event_ms", "p99_from_event_ms", "within_target_from_event", "share")
+
+
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repeated runs of one scenario -> one result: medians of each figure over the runs, the
+    ratios' median and spread (min, max). Series, CDFs and shares over time are the first run's."""
+    if len(runs) == 1:
+        return runs[0]
+    out = dict(runs[0])
+    for mode, first in runs[0].items():
+        if not isinstance(first, dict) or "dataflows" not in first:
+            continue
+        m = out[mode] = dict(first, dataflows={n: dict(d) for n, d in first["dataflows"].items()})
+        m["utilization"] = statistics.median(r[mode]["utilization"] for r in runs)
+        for name, d in m["dataflows"].items():
+            for f in MEDIAN_FIELDS:
+                vals = [r[mode]["dataflows"][name][f] for r in runs if f in r[mode]["dataflows"][name]]
+                if len(vals) == len(runs):
+                    d[f] = statistics.median(vals)
+                    d[f + "_runs"] = vals
+        if "final_shares" in first:
+            m["final_shares"] = {n: d["share"] for n, d in m["dataflows"].items()}
+    out["ratios"], out["ratios_spread"] = {}, {}
+    for k in runs[0]["ratios"]:
+        vals = [r["ratios"][k] for r in runs if r["ratios"].get(k) is not None]
+        out["ratios"][k] = statistics.median(vals) if vals else None
+        out["ratios_spread"][k] = [min(vals), max(vals)] if vals else None
+    out["ratios_runs"] = [r["ratios"] for r in runs]
+    out["runs"] = len(runs)
+    return out

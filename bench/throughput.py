@@ -19,31 +19,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import time
 from typing import Any
 
+from bench.peers.common import THROUGHPUT_FILTER
 from cameo_actors import Dataflow, count
 from cameo_actors.operators.base import END_OF_STREAM
 
-SCHEMA = {"ts": "int", "level": "str", "key": "str", "value": "float"}
+SCHEMA = {"ts": "int", "key": "str", "value": "float"}
 BATCH = 2_000
 
 
 def dataflow(name: str, p: int = 1) -> Dataflow:
     return (Dataflow(name, latency_target_ms=1000)
             .source("s", schema=SCHEMA, event_time="ts", parallelism=p)
-            .filter("value > 10", id="f")
+            .filter(THROUGHPUT_FILTER, id="f")
             .map({"ts": "ts", "key": "key", "value": "value"}, parallelism=p)
             .key_by("key").window(tumbling_ms=1000, parallelism=p).aggregate(n=count())
             .sink("o"))
 
 
 def make_events(n: int, seed: int = 1) -> list[dict[str, Any]]:
-    rng = random.Random(seed)
-    return [{"ts": i // 10, "level": "INFO", "key": f"k{rng.randrange(100)}",
-             "value": rng.uniform(0, 100)} for i in range(n)]
+    """The peer comparison's throughput input (bench/peers/common.py): the same events for every system."""
+    from bench.peers.common import throughput_workload
+
+    return [e for _, batch in throughput_workload(n, seed).batches() for e in batch]
 
 
 def bench_operators(events: list[dict[str, Any]]) -> float:

@@ -320,7 +320,8 @@ class Runtime:
         return merged
 
     def stats(self, name: str) -> dict[str, Any]:
-        """Latency percentiles, share within target, throughput counters, backlog, errors."""
+        """Latency percentiles, share within target, throughput counters, backlog, the executor
+        time its operators took (busy_ms), errors."""
         info = self.describe(name)
         parts = _get([self.executors[i].dataflow_stats.remote(name) for i in info["executors"]])
         latency = LatencyStats(info["spec"]["latency_target_ms"])
@@ -337,6 +338,7 @@ class Runtime:
             "events_in": sum(p["events_in"] for p in parts),
             "events_out": sum(p["events_out"] for p in parts),
             "backlog": sum(p["backlog"] for p in parts),
+            "busy_ms": sum(p["busy_ms"] for p in parts),
             "errors": errors,
             "failures": [f for p in parts for f in p["failures"]],
             "held": [h for p in parts for h in p["held"]],

@@ -358,7 +358,8 @@ class ExecutorCore:
 
     def dataflow_stats(self, dataflow: str) -> dict[str, Any]:
         state = self.dataflows[dataflow]
-        backlog = sum(self.sched.pending(a) for a in self._activation_ids(dataflow))
+        ids = self._activation_ids(dataflow)
+        backlog = sum(self.sched.pending(a) for a in ids)
         return {
             "executor": self.index,
             "latency": state.latency.to_dict(),
@@ -367,6 +368,7 @@ class ExecutorCore:
             "errors": {f"{s}:{k}": n for (s, k), n in state.errors.counts.items()},
             "failures": list(state.failures[-20:]),
             "backlog": backlog,
+            "busy_ms": sum(self.sched.profile(a).busy_ms for a in ids),
             "held": sorted(a for a in self._starved if a.startswith(dataflow + "/")),
         }
 
@@ -377,7 +379,8 @@ class ExecutorCore:
         s = self.sched.stats
         return {"executor": self.index, "activations": len(self.activations),
                 "backlog": self.sched.backlog, "executed": s.executed, "slices": s.slices,
-                "preempted": s.preempted, "overdue": s.overdue, "busy_ms": s.busy_ms, "overhead_ms": s.overhead_ms,
+                "preempted": s.preempted, "overdue": s.overdue, "busy_ms": s.busy_ms,
+                "overhead_ms": s.overhead_ms,
                 "overhead_us_per_message": s.overhead_us_per_message,
                 "held": len(self._starved), "faults": list(self.faults)}
 

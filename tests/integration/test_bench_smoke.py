@@ -32,6 +32,8 @@ def check_modes(res: dict[str, Any], modes: tuple[str, ...], policies: dict[str,
             assert d["throughput_eps"] > 0
             assert d["target_ms"] > 0
             assert isinstance(d["latency_sensitive"], bool)
+            assert d["p99_from_event_ms"] >= d["p50_from_event_ms"] > 0
+            assert 0.0 <= d["within_target_from_event"] <= 1.0
     assert set(res["ratios"]) == {"fifo_over_cameo_p99", "isolated_over_cameo_p99"}
 
 
@@ -70,3 +72,4 @@ def test_fair(ray_session: None) -> None:
         assert sum(shares.values()) == pytest.approx(1.0, abs=0.01)
         for d in res[mode]["dataflows"].values():
             assert d["throughput_series_eps"] and all(x >= 0 for x in d["throughput_series_eps"])
+            assert d["busy_series_ms"] and all(x >= 0 for x in d["busy_series_ms"])
