@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     print("  ratios:", {k: round(v, 2) for k, v in runs[-1]["ratios"].items() if v is not None})
             r = results[name] = scenarios.combine(runs)
             r["capacity_eps"] = capacity
-            if args.repeat > 1 and r["ratios_spread"]:
+            if args.repeat > 1 and any(v is not None for v in r["ratios"].values()):
                 print(f"  {name} median ratios over {args.repeat} runs:",
                       {k: f"{v:.2f} ({r['ratios_spread'][k][0]:.2f}-{r['ratios_spread'][k][1]:.2f})"
                        for k, v in r["ratios"].items() if v is not None})

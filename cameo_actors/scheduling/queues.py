@@ -8,8 +8,8 @@ amortized, and dead entries are compacted away once they outnumber live ones.
 from __future__ import annotations
 
 import math
-from heapq import heapify, heappop, heappush
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 from .context import Message, SortKey
