@@ -61,7 +61,7 @@ def test_dashboard_uses_only_exported_metrics() -> None:
                                "events_in": 1, "events_out": 1, "backlog": 0,
                                "errors": {"s:k": 1}}],
                 "executors": [{"executor": 0, "node": "n", "activations": 1, "backlog": 0,
-                               "executed": 1, "slices": 1, "preempted": 0, "busy_ms": 1,
+                               "executed": 1, "slices": 1, "preempted": 0, "overdue": 0, "busy_ms": 1,
                                "overhead_ms": 1, "overhead_us_per_message": 1, "held": 0,
                                "faults": []}]}
     exported = set()
