@@ -15,9 +15,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.multitenant import CONFIG, alerts, percentile, summarize
+from bench.multitenant import CONFIG, alerts, bulk, percentile, summarize
 from bench.workload import Workload
-from cameo_actors import Dataflow, count
+from cameo_actors import Dataflow
 
 NUM_EXECUTORS = 2
 #: mode -> RuntimeConfig keywords. The fair scenario maps its "cameo" slot to fair_share.
@@ -204,16 +204,6 @@ def _scenario(loads_for_mode: Any, modes: dict[str, dict[str, Any]], warmup: flo
 RUN_S = 3600.0  # workloads are played until the run stops them
 
 
-def bulk_flow(name: str = "bulk", tenant: str = "analytics", weight: float = 1.0,
-              window_ms: int = 1000) -> Dataflow:
-    """source -> burn map -> key_by -> tumbling count, parallelism 2, target 1 s (bench/multitenant.py's bulk)."""
-    return (Dataflow(name, latency_target_ms=1000, tenant=tenant, weight=weight)
-            .source("s", schema={"ts": "int", "key": "str", "value": "float"}, event_time="ts", parallelism=2)
-            .map(function="bench.work:burn", parallelism=2)
-            .key_by("key").window(tumbling_ms=window_ms, parallelism=2).aggregate(n=count())
-            .sink("o"))
-
-
 def alerts_load(seed: int = 1) -> Load:
     """alerts (filter, target 50 ms): 1,000 events/s in batches every 10 ms."""
     return Load(alerts(), Workload(1000, RUN_S, seed=seed, keys=10, period_s=0.01), latency_sensitive=True)
@@ -229,7 +219,7 @@ def single(capacity: float, warmup: float, seconds: float, load: float = 0.85, w
     """bulk alone at `load` of capacity, with `window_ms` tumbling windows (several results a
     second, so a p99 over a short run is not the max of a handful of windows)."""
     def loads() -> list[Load]:
-        return [Load(bulk_flow(window_ms=window_ms), bulk_workload(load * capacity), latency_sensitive=True)]
+        return [Load(bulk(window_ms=window_ms), bulk_workload(load * capacity), latency_sensitive=True)]
     res = _scenario(loads, MODES, warmup, seconds, log=log)
     res["single"] = {"load": load, "window_ms": window_ms}
     return res
@@ -238,7 +228,7 @@ def single(capacity: float, warmup: float, seconds: float, load: float = 0.85, w
 def multi(capacity: float, warmup: float, seconds: float, load: float = 0.85, log: Any = print) -> dict[str, Any]:
     """bench/multitenant.py's setup: alerts (1,000 ev/s, 50 ms) + bulk at `load` of capacity."""
     def loads() -> list[Load]:
-        return [alerts_load(), Load(bulk_flow(), bulk_workload(load * capacity))]
+        return [alerts_load(), Load(bulk(), bulk_workload(load * capacity))]
     res = _scenario(loads, MODES, warmup, seconds, log=log)
     res["multi"] = {"load": load}
     return res
@@ -250,7 +240,7 @@ def spike(capacity: float, warmup: float, seconds: float, load: float = 0.6, fac
     `every_s` s (the first spike starts at every_s - spike_s). The defaults overload the pool
     2.4x during a spike and leave it time to drain before the next: a transient, not a new level."""
     def loads() -> list[Load]:
-        return [alerts_load(), Load(bulk_flow(), bulk_workload(load * capacity, profile="bursty",
+        return [alerts_load(), Load(bulk(), bulk_workload(load * capacity, profile="bursty",
                                                               burst_factor=factor, burst_every_s=every_s,
                                                               burst_s=spike_s))]
     res = _scenario(loads, MODES, warmup, seconds, log=log)
@@ -266,7 +256,7 @@ def fair(capacity: float, seconds: float, stagger_s: float = 3.0, weights: tuple
     names = ("a", "b", "c")
 
     def loads() -> list[Load]:
-        return [Load(bulk_flow(f"bulk-{t}", t, w), bulk_workload(offered * capacity, seed=10 + i),
+        return [Load(bulk(f"bulk-{t}", t, w), bulk_workload(offered * capacity, seed=10 + i),
                      start_s=i * stagger_s)
                 for i, (t, w) in enumerate(zip(names, weights, strict=True))]
     total = 2 * stagger_s + seconds

@@ -55,7 +55,9 @@ def bench_operators(events: list[dict[str, Any]]) -> float:
     return len(events) / (time.perf_counter() - t0)
 
 
-def bench_core(events: list[dict[str, Any]]) -> float:
+def run_core(events: list[dict[str, Any]], batch: int = BATCH) -> Any:
+    """`events` through one ExecutorCore in-process (no Ray), to the end of the stream, in
+    `batch`-event pushes; returns the core (its results: `core.dataflows["core"].results`)."""
     from cameo_actors.runtime.config import RuntimeConfig
     from cameo_actors.runtime.core import ExecutorCore
     from cameo_actors.runtime.routing import place
@@ -63,14 +65,20 @@ def bench_core(events: list[dict[str, Any]]) -> float:
     spec = dataflow("core").spec
     core = ExecutorCore(0, RuntimeConfig(), lambda host, blob: None)
     core.deploy(spec, place(spec, [0], {}).hosts)
-    t0 = time.perf_counter()
-    for seq, i in enumerate(range(0, len(events), BATCH)):
-        core.ingest("bench", seq, "core/s/0", [events[i:i + BATCH]], 0.0)
+    seq = 0
+    for seq, i in enumerate(range(0, len(events), batch)):
+        core.ingest("bench", seq, "core/s/0", [events[i:i + batch]], 0.0)
         while core.run_slice():
             pass
     core.ingest("bench", seq + 1, "core/s/0", [END_OF_STREAM], 0.0)
     while core.run_slice():
         pass
+    return core
+
+
+def bench_core(events: list[dict[str, Any]]) -> float:
+    t0 = time.perf_counter()
+    core = run_core(events)
     elapsed = time.perf_counter() - t0
     assert core.dataflows["core"].events_out > 0
     return len(events) / elapsed

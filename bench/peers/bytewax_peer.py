@@ -15,7 +15,7 @@ Measured, median of --repeat runs, in one run side by side:
   over TCP, which dominates (eps_per_cpu_s shows it);
 - bytewax x2 threads: two workers in one process (`-w 2`), which share the GIL;
 - cameo operators / executor core: our dataflow on the same events and batches,
-  in-process (`run_local`, and one `ExecutorCore` as `bench.throughput.bench_core`).
+  in-process (`run_local`, and one `ExecutorCore` through `bench.throughput.run_core`).
 
 The source hands out batches prebuilt in memory, one list per `next_batch`
 call, so the figures are Bytewax's operators and runtime, not a Python loop
@@ -56,7 +56,6 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: watermark also advances with system time between batches; 10 s covers any stall of this
 #: machine. It only delays when windows close (all close at EOF), not what is counted.
 WAIT = timedelta(seconds=10)
-SCHEMA = {"ts": "int", "key": "str", "value": "float"}
 
 
 def load_batches(events: int) -> list[list[Event]]:
@@ -202,52 +201,28 @@ def bytewax_processes(events: int, want: Counts, processes: int) -> Timing:
 # --- ours, on the same events -------------------------------------------------------------
 
 
-def cameo_dataflow(name: str) -> Any:
-    """bench.throughput.dataflow with the common workload's schema (no "level" field)."""
-    from cameo_actors import Dataflow, count
-
-    return (Dataflow(name, latency_target_ms=1000)
-            .source("s", schema=SCHEMA, event_time="ts")
-            .filter(common.THROUGHPUT_FILTER, id="f")
-            .map({"ts": "ts", "key": "key", "value": "value"})
-            .key_by("key").window(tumbling_ms=1000).aggregate(n=count())
-            .sink("o"))
-
-
 def cameo_counts(rows: list[Event]) -> Counts:
     return Counter({(r["key"], r["window_start"] // 1000): r["n"] for r in rows})
 
 
 def cameo_operators(flat: list[Event], want: Counts) -> Timing:
-    """The operators alone, in-process (bench.throughput.bench_operators)."""
+    """The operators alone, in-process (bench.throughput.bench_operators), counts checked."""
+    from bench.throughput import dataflow
     from cameo_actors.testing import TestingSource, run_local
 
     t0, c0 = time.perf_counter(), time.process_time()
-    result = run_local(cameo_dataflow("ops"), {"s": TestingSource(flat, batch_size=BATCH)})
+    result = run_local(dataflow("ops"), {"s": TestingSource(flat, batch_size=BATCH)})
     timing = time.perf_counter() - t0, time.process_time() - c0
     check("cameo operators", cameo_counts(result["o"]), want)
     return timing
 
 
 def cameo_core(flat: list[Event], want: Counts) -> Timing:
-    """Through one ExecutorCore in-process (bench.throughput.bench_core)."""
-    from cameo_actors.operators.base import END_OF_STREAM
-    from cameo_actors.runtime.config import RuntimeConfig
-    from cameo_actors.runtime.core import ExecutorCore
-    from cameo_actors.runtime.routing import place
+    """Through one ExecutorCore in-process (bench.throughput.run_core), counts checked."""
+    from bench.throughput import run_core
 
-    spec = cameo_dataflow("core").spec
-    core = ExecutorCore(0, RuntimeConfig(), lambda host, blob: None)
-    core.deploy(spec, place(spec, [0], {}).hosts)
     t0, c0 = time.perf_counter(), time.process_time()
-    seq = 0
-    for seq, i in enumerate(range(0, len(flat), BATCH)):
-        core.ingest("bench", seq, "core/s/0", [flat[i:i + BATCH]], 0.0)
-        while core.run_slice():
-            pass
-    core.ingest("bench", seq + 1, "core/s/0", [END_OF_STREAM], 0.0)
-    while core.run_slice():
-        pass
+    core = run_core(flat, BATCH)
     timing = time.perf_counter() - t0, time.process_time() - c0
     logs = core.dataflows["core"].results.values()
     check("cameo executor core", cameo_counts([e for log in logs for e, _, _ in log.read(0)]), want)
@@ -302,7 +277,7 @@ def run(repeat: int = 3, events: int = common.THROUGHPUT_EVENTS) -> dict[str, An
         f"windows: key_on + fold_window(ordered=False), i.e. count_window; EventClock wait {WAIT}.",
         "checked: window counts per (key, second) equal plain Python's over the events with value > 10.",
         "cameo_same_run: our filter -> map -> key_by -> tumbling count on the same events and batches, "
-        "run_local (operators) and one ExecutorCore (bench.throughput.bench_core), in this process.",
+        "run_local (operators) and one ExecutorCore (bench.throughput.run_core), in this process.",
         "cpu_s / eps_per_cpu_s: user + system CPU time of the run (all its threads; for x2, both "
         "processes), for a machine shared with other load, where wall-clock rates are noisy.",
     ]

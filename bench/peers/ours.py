@@ -31,12 +31,12 @@ def throughput(events: int, repeat: int) -> dict[str, Any]:
 
 
 def latency(seconds: float, warmup: float, bulk_rate: float, policy: str) -> dict[str, Any]:
-    from bench.multitenant import alerts
-    from bench.scenarios import Load, bulk_flow, run
+    from bench.multitenant import alerts, bulk
+    from bench.scenarios import Load, run
 
     run_s = warmup + seconds + 60  # played until the run stops them
     loads = [Load(alerts(), common.alerts_workload(run_s), latency_sensitive=True),
-             Load(bulk_flow(), common.bulk_workload(bulk_rate, run_s))]
+             Load(bulk(), common.bulk_workload(bulk_rate, run_s))]
     res = run(loads, policy, {"policy": policy, "isolation": "shared"}, warmup, seconds)
     dfs = res["dataflows"]
     return {"alerts": dfs["alerts"], "bulk": dfs["bulk"], "policy": policy,
