@@ -141,7 +141,7 @@ class Message:
             size: number of events; defaults to len(payload) for data, 0 for watermarks.
         """
         if size is None:
-            size = 0 if is_watermark else _size_of(payload)
+            size = _size_of(payload, is_watermark)
         return cls(
             target,
             port,
@@ -153,7 +153,10 @@ class Message:
         )
 
 
-def _size_of(payload: Any) -> int:
+def _size_of(payload: Any, is_watermark: bool) -> int:
+    """Events in a payload: 0 for a watermark, else its length (1 if it has none)."""
+    if is_watermark:
+        return 0
     try:
         return len(payload)
     except TypeError:

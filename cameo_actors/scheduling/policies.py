@@ -1,21 +1,32 @@
 """Scheduling policies: plug-ins that turn (message, profile, now) into a sort key.
 
-A policy sees a message at a few hooks along its path (Dirigo-style); the
-defaults in `Policy` stamp the frontier and start deadline and learn costs,
-so a new policy usually writes only `key()`:
+Policies decide, the `Scheduler` applies. A policy sees a message at a few
+hooks along its path (Dirigo-style), reads the message, the activation's
+profile and the `now_ms` it is handed, and returns a decision; it never
+writes to the message, its context or the profile, never reads a clock and
+never does I/O. The scheduler stamps the decision on the message and learns
+the profile (costs, C_path, input watermarks). Only the policy's own state
+may change (fair_share's virtual time, token_bucket's buckets), as Ray
+Serve's autoscaling policy returns a decision plus its state.
 
-- `on_arrival(msg, profile, now)`: the message enters a mailbox; stamp
-  `ctx.frontier_ms`, `ctx.deadline_ms` and `msg.key`.
-- `before_execute(msg, profile, now)`: the message is about to run.
-- `after_execute(msg, profile, cost, queue_delay, now)`: it ran; learn C_OM.
-- `before_send(msg, profile, now, event_ms)`: derive the context of a message
-  the activation emits while processing `msg` (ingest/event time carried forward).
-- `on_feedback(profile, feedback, now)`: downstream feedback; learn C_path.
+- `stamp(msg, profile)` (a function, the same for every policy): the
+  stamp `(t_MF, local priority, start deadline)` the scheduler writes into
+  `msg.ctx` before it asks for the key.
+- `on_arrival(msg, profile, now)` -> the message's sort key (default: `key()`).
+- `before_execute(msg, profile, key, now)`: the message, keyed `key`, is about to run.
+- `after_execute(msg, profile, key, cost, queue_delay, now)`: it ran; called
+  before the scheduler learns C_OM from it, so the profile still holds the
+  estimate the message was keyed with.
+- `before_send(msg, profile, now, event_ms)` -> the `PriorityContext` of a
+  message the activation emits while processing `msg` (ingest/event time
+  carried forward).
+- `on_feedback(profile, feedback, now)`: a downstream reported its path
+  cost; called after the scheduler took it into C_path.
 
-Keys: smaller = more urgent; the mechanism only compares them. `key()` is
-called exactly once per message (on arrival), so a policy may keep state in it
-(fair_share's virtual time, token_bucket's buckets). A policy instance belongs
-to one scheduler: `get_policy` builds a new one each call.
+Keys: smaller = more urgent; the mechanism only compares them. A new policy
+usually writes only `key()`, which is called exactly once per message (on
+arrival), so a policy may keep state in it. A policy instance belongs to one
+scheduler: `get_policy` builds a new one each call.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 from .context import Feedback, Message, PriorityContext, SortKey
 from .exceptions import DuplicatePolicyError, UnknownPolicyError
@@ -31,28 +42,45 @@ from .profile import ActivationProfile
 
 _INF = math.inf
 
+#: What `stamp` decides: (frontier_ms t_MF, local_priority, start deadline_ms).
+#: A plain tuple: it is built once per message on the hot path.
+Stamp: TypeAlias = tuple[float, float, float]
 
-def stamp(msg: Message, profile: ActivationProfile) -> None:
-    """Stamp t_MF and the start deadline `t_MF + L - C_OM - C_path` on `msg.ctx`.
 
-    A finite `frontier_ms` set by the sender is kept.
+def stamp(msg: Message, profile: ActivationProfile) -> Stamp:
+    """The stamp of `msg` at `profile`'s activation: t_MF, local priority, start deadline.
+
+    The start deadline is `t_MF + L - C_OM - C_path`. A finite `frontier_ms`
+    set by the sender is kept, and so is the local priority then. Reads only:
+    `Scheduler.enqueue` writes the result into `msg.ctx`.
+
+    Example:
+        >>> p = ActivationProfile("op", dataflow="d", tenant="t", latency_target_ms=100.0)
+        >>> m = Message.ingress("op", [{}], dataflow="d", tenant="t", ingest_ms=5.0)
+        >>> stamp(m, p), m.ctx.deadline_ms
+        ((5.0, 0.0, 105.0), inf)
     """
     ctx = msg.ctx
     f = ctx.frontier_ms
     if f != f:  # NaN: not set by the sender
-        ctx.frontier_ms = f = profile.frontier_ms(msg)
-    elif profile.window is not None and msg.is_watermark:
-        profile.frontier_ms(msg)  # still track the input watermark
-    ctx.deadline_ms = (
+        f, lp = profile.frontier(msg)
+    else:
+        lp = ctx.local_priority
+    return (
+        f,
+        lp,
         f
         + profile.latency_target_ms
         - profile.cost_ms(msg.upstream, msg.is_watermark)
-        - profile.path_cost_ms
+        - profile.path_cost_ms,
     )
 
 
 class Policy:
     """Base of all policies; subclasses implement `key` and may override hooks.
+
+    Hooks read what they are given and return a decision (see the module
+    docstring); the defaults key by `key()` and observe nothing.
 
     Example:
         >>> class Newest(Policy):  # a toy: newest data first
@@ -70,28 +98,35 @@ class Policy:
     deadline_keys: ClassVar[bool] = False
 
     def key(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
-        """The sort key of `msg` at the activation described by `profile` (smaller first)."""
+        """The sort key of `msg` at the activation described by `profile` (smaller first).
+
+        `msg.ctx` already carries its stamp (`stamp`): frontier, local priority, deadline.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement key()")
 
     # -- hooks ------------------------------------------------------------------
-    def on_arrival(self, msg: Message, profile: ActivationProfile, now_ms: float) -> None:
-        """Stamp frontier, start deadline and `msg.key` when `msg` enters the mailbox."""
-        stamp(msg, profile)
-        msg.key = self.key(msg, profile, now_ms)
+    def on_arrival(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
+        """The key the scheduler stamps on `msg` (`msg.key`) as it enters the mailbox."""
+        return self.key(msg, profile, now_ms)
 
-    def before_execute(self, msg: Message, profile: ActivationProfile, now_ms: float) -> None:
-        """Called right before `msg` runs."""
+    def before_execute(
+        self, msg: Message, profile: ActivationProfile, key: SortKey, now_ms: float
+    ) -> None:
+        """Called right before `msg`, keyed `key` by this policy, runs."""
 
     def after_execute(
         self,
         msg: Message,
         profile: ActivationProfile,
+        key: SortKey,
         cost_ms: float,
         queue_delay_ms: float,
         now_ms: float,
     ) -> None:
-        """Called after `msg` ran for `cost_ms`, having waited `queue_delay_ms`; learns C_OM."""
-        profile.observe_execution(msg.upstream, msg.is_watermark, cost_ms, queue_delay_ms)
+        """Called after `msg` ran for `cost_ms`, having waited `queue_delay_ms`.
+
+        The scheduler learns C_OM from the run right after this hook.
+        """
 
     def before_send(
         self,
@@ -111,8 +146,7 @@ class Policy:
         )
 
     def on_feedback(self, profile: ActivationProfile, feedback: Feedback, now_ms: float) -> None:
-        """A downstream reported its path cost; learns C_path (max over downstreams)."""
-        profile.apply_feedback(feedback)
+        """A downstream reported its path cost; the scheduler already took it into C_path."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -212,34 +246,39 @@ class FairSharePolicy(Policy):
     def _weight(self, tenant: str, profile: ActivationProfile) -> float:
         return self.weights.get(tenant, profile.weight)
 
+    def _cost(self, msg: Message, profile: ActivationProfile) -> float:
+        return profile.cost_ms(msg.upstream, msg.is_watermark) or self.default_cost_ms
+
     def key(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
         tenant = msg.ctx.tenant
-        cost = profile.cost_ms(msg.upstream, msg.is_watermark) or self.default_cost_ms
+        cost = self._cost(msg, profile)
         start = self._finish.get(tenant, 0.0)
         if start < self.virtual_time:
             start = self.virtual_time
         self._finish[tenant] = start + cost / self._weight(tenant, profile)
         return start
 
-    def before_execute(self, msg: Message, profile: ActivationProfile, now_ms: float) -> None:
-        k = msg.key
-        if k > self.virtual_time:
-            self.virtual_time = k
+    def before_execute(
+        self, msg: Message, profile: ActivationProfile, key: SortKey, now_ms: float
+    ) -> None:
+        if key > self.virtual_time:
+            self.virtual_time = key
 
     def after_execute(
         self,
         msg: Message,
         profile: ActivationProfile,
+        key: SortKey,
         cost_ms: float,
         queue_delay_ms: float,
         now_ms: float,
     ) -> None:
         tenant = msg.ctx.tenant
-        est = profile.cost_ms(msg.upstream, msg.is_watermark) or self.default_cost_ms
         if tenant in self._finish:
-            # Charge what the message really cost, not what was guessed at arrival.
+            # Charge what the message really cost, not what was guessed at arrival
+            # (the profile still holds that guess: the scheduler learns after this hook).
+            est = self._cost(msg, profile)
             self._finish[tenant] += (cost_ms - est) / self._weight(tenant, profile)
-        super().after_execute(msg, profile, cost_ms, queue_delay_ms, now_ms)
 
     def __repr__(self) -> str:
         return f"FairSharePolicy(weights={self.weights})"
@@ -302,12 +341,7 @@ class TokenBucketPolicy(Policy):
             bad = []
         if bad:
             raise ValueError(f"token_bucket: burst must be > 0 events, got {bad[0]!r}")
-        if isinstance(inner, Policy):
-            if inner_params:
-                raise ValueError("token_bucket: inner_params only apply when inner is a name")
-            self.inner = inner
-        else:
-            self.inner = get_policy(inner, **dict(inner_params or {}))
+        self.inner = _resolve_policy(inner, inner_params, "token_bucket", "inner")
         # tenant -> [tokens, last refill ms, over rate?]
         self._buckets: dict[str, list[Any]] = {}
 
@@ -348,32 +382,25 @@ class TokenBucketPolicy(Policy):
         return (self._demoted(msg, now_ms), self.inner.key(msg, profile, now_ms))
 
     # Hooks delegate to the inner policy, which sees its own key (unwrapped).
-    def on_arrival(self, msg: Message, profile: ActivationProfile, now_ms: float) -> None:
-        self.inner.on_arrival(msg, profile, now_ms)
-        msg.key = (self._demoted(msg, now_ms), msg.key)
+    def on_arrival(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
+        inner_key = self.inner.on_arrival(msg, profile, now_ms)
+        return (self._demoted(msg, now_ms), inner_key)
 
-    def before_execute(self, msg: Message, profile: ActivationProfile, now_ms: float) -> None:
-        wrapped = msg.key
-        msg.key = wrapped[1]
-        try:
-            self.inner.before_execute(msg, profile, now_ms)
-        finally:
-            msg.key = wrapped
+    def before_execute(
+        self, msg: Message, profile: ActivationProfile, key: SortKey, now_ms: float
+    ) -> None:
+        self.inner.before_execute(msg, profile, key[1], now_ms)
 
     def after_execute(
         self,
         msg: Message,
         profile: ActivationProfile,
+        key: SortKey,
         cost_ms: float,
         queue_delay_ms: float,
         now_ms: float,
     ) -> None:
-        wrapped = msg.key
-        msg.key = wrapped[1]
-        try:
-            self.inner.after_execute(msg, profile, cost_ms, queue_delay_ms, now_ms)
-        finally:
-            msg.key = wrapped
+        self.inner.after_execute(msg, profile, key[1], cost_ms, queue_delay_ms, now_ms)
 
     def before_send(
         self,
@@ -465,6 +492,21 @@ def get_policy(name: str, **params: Any) -> Policy:
             f"policy {name!r}: factory returned {type(policy).__name__}, expected a Policy"
         )
     return policy
+
+
+def _resolve_policy(
+    policy: Policy | str, params: Mapping[str, Any] | None, owner: str, arg: str
+) -> Policy:
+    """`policy` itself if it is a `Policy`, else a new `get_policy(policy, **params)`.
+
+    `owner` and `arg` name the caller and its argument in the error for params
+    given with an instance (their `{arg}_params`).
+    """
+    if isinstance(policy, Policy):
+        if params:
+            raise ValueError(f"{owner}: {arg}_params only apply when {arg} is a name")
+        return policy
+    return get_policy(policy, **dict(params or {}))
 
 
 for _name, _factory in (

@@ -41,6 +41,11 @@ def window_frontier_ms(
     return window_end_event_ms + allowed_lateness_ms + observed_lag_ms
 
 
+def _ewma(old: float | None, sample: float, alpha: float) -> float:
+    """`sample` blended into the estimate `old` with weight `alpha`; the first (old None) as is."""
+    return sample if old is None else old + alpha * (sample - old)
+
+
 def _check_ms(name: str, value: float, *, positive: bool = False, finite: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name}: expected a number of ms, got {type(value).__name__} {value!r}")
@@ -152,10 +157,7 @@ class DataflowProfile:
 
     def observe_lag(self, lag_ms: float) -> None:
         """Blend one (ingest - event time) sample into the lag estimate."""
-        if self.samples:
-            self.lag_ms += self.alpha * (lag_ms - self.lag_ms)
-        else:
-            self.lag_ms = lag_ms
+        self.lag_ms = _ewma(self.lag_ms if self.samples else None, lag_ms, self.alpha)
         self.samples += 1
 
 
@@ -208,10 +210,8 @@ class ActivationProfile:
         "busy_ms",
         "late_starts",
         "_cost",
-        "_cost_n",
         "_wm_cost",
         "_wm_n",
-        "_queue_n",
         "_transfer",
         "_path",
     )
@@ -257,11 +257,9 @@ class ActivationProfile:
         self.messages = 0
         self.busy_ms = 0.0
         self.late_starts = 0
-        self._cost: dict[str, float] = {}
-        self._cost_n: dict[str, int] = {}
+        self._cost: dict[str, float] = {}  # upstream -> C_OM; absent until measured
         self._wm_cost = 0.0
         self._wm_n = 0
-        self._queue_n = 0
         self._transfer: dict[str, float] = {}
         self._path: dict[str, float] = {}
 
@@ -288,20 +286,14 @@ class ActivationProfile:
         """Blend one measured execution (cost, and the wait before it) into the estimates."""
         a = self.alpha
         if watermark:
-            self._wm_cost = (
-                cost_ms if not self._wm_n else self._wm_cost + a * (cost_ms - self._wm_cost)
-            )
+            self._wm_cost = _ewma(self._wm_cost if self._wm_n else None, cost_ms, a)
             self._wm_n += 1
         else:
-            n = self._cost_n.get(upstream, 0)
-            old = self._cost.get(upstream, 0.0)
-            self._cost[upstream] = cost_ms if not n else old + a * (cost_ms - old)
-            self._cost_n[upstream] = n + 1
-        if self._queue_n:
-            self.queue_delay_ms += a * (queue_delay_ms - self.queue_delay_ms)
-        else:
-            self.queue_delay_ms = queue_delay_ms
-        self._queue_n += 1
+            self._cost[upstream] = _ewma(self._cost.get(upstream), cost_ms, a)
+        # `messages` counts the queue-delay samples too: one per execution.
+        self.queue_delay_ms = _ewma(
+            self.queue_delay_ms if self.messages else None, queue_delay_ms, a
+        )
         self.messages += 1
         self.busy_ms += cost_ms
 
@@ -309,8 +301,7 @@ class ActivationProfile:
         """Blend one measured transfer delay (arrival - send time) from `upstream`."""
         if delay_ms < 0:  # clocks of two processes disagree a little; never learn a gain
             delay_ms = 0.0
-        old = self._transfer.get(upstream)
-        self._transfer[upstream] = delay_ms if old is None else old + self.alpha * (delay_ms - old)
+        self._transfer[upstream] = _ewma(self._transfer.get(upstream), delay_ms, self.alpha)
 
     def transfer_delay_ms(self, upstream: str) -> float:
         """Recent average transfer delay of messages from `upstream` (0 if unknown)."""
@@ -356,29 +347,55 @@ class ActivationProfile:
         )
 
     # -- frontier ---------------------------------------------------------------
-    def frontier_ms(self, msg: Message) -> float:
-        """t_MF of `msg` at this activation; for window data also sets its local priority.
+    def frontier(self, msg: Message) -> tuple[float, float]:
+        """(t_MF, local priority) of `msg` at this activation; reads, changes nothing.
 
-        Regular operators: the message's ingest time. Window operators: the
-        physical time the message's window can fire; a watermark inherits the
-        frontier of the earliest window it closes (end of stream: its ingest time).
+        Regular operators: the message's ingest time, and its local priority
+        as it came. Window operators: the physical time the message's window
+        can fire, with the window id as local priority; a watermark inherits
+        the frontier of the earliest window it closes (end of stream: its
+        ingest time), measured from the input watermark recorded so far
+        (`observe_watermark`, called once the watermark is stamped).
+
+        Example:
+            >>> p = ActivationProfile("w", dataflow="d", tenant="t", latency_target_ms=10.0,
+            ...                       window=WindowTiming.tumbling(100.0))
+            >>> p.frontier(Message.ingress("w", [{}], dataflow="d", tenant="t",
+            ...                            ingest_ms=260.0, event_ms=250.0))
+            (300.0, 2.0)
         """
         ctx = msg.ctx
         w = self.window
         if w is None:
-            return ctx.ingest_ms
+            return ctx.ingest_ms, ctx.local_priority
         if msg.is_watermark:
             wm = float(msg.payload)
             prev = self.input_watermark_ms
-            if wm > prev:
-                self.input_watermark_ms = wm
             if wm == _INF or prev == _INF:  # end of stream (on this or another channel)
-                return ctx.ingest_ms
+                return ctx.ingest_ms, ctx.local_priority
             end = w.closing_window_end(prev, wm)
-            return end + w.allowed_lateness_ms + self.flow.lag_ms
+            return end + w.allowed_lateness_ms + self.flow.lag_ms, ctx.local_priority
         ev = ctx.event_ms
         if not (-_INF < ev < _INF):
-            return ctx.ingest_ms
+            return ctx.ingest_ms, ctx.local_priority
         wid, end = w.data_window(ev)
-        ctx.local_priority = wid
-        return end + w.allowed_lateness_ms + self.flow.lag_ms
+        return end + w.allowed_lateness_ms + self.flow.lag_ms, wid
+
+    def observe_watermark(self, msg: Message) -> None:
+        """Record the watermark `msg` carries; window operators keep the largest (`frontier`)."""
+        if self.window is not None:
+            wm = float(msg.payload)
+            if wm > self.input_watermark_ms:
+                self.input_watermark_ms = wm
+
+    def frontier_ms(self, msg: Message) -> float:
+        """t_MF of `msg` at this activation, in one step: `frontier`, then record it.
+
+        Also records a watermark (`observe_watermark`) and sets a window
+        data message's local priority to its window id, as `Scheduler.enqueue`
+        does with the stamp.
+        """
+        f, msg.ctx.local_priority = self.frontier(msg)
+        if msg.is_watermark:
+            self.observe_watermark(msg)
+        return f

@@ -286,6 +286,9 @@ class DeadlineRunQueue:
     def __bool__(self) -> bool:
         return bool(self.on_time) or bool(self.overdue)
 
+    def __contains__(self, activation_id: object) -> bool:
+        return activation_id in self.on_time or activation_id in self.overdue
+
     def __repr__(self) -> str:
         return f"DeadlineRunQueue(on_time={len(self.on_time)}, overdue={len(self.overdue)})"
 

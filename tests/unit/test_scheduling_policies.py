@@ -28,6 +28,7 @@ from cameo_actors.scheduling import (
     get_policy,
     policy_names,
     register_policy,
+    stamp,
     window_frontier_ms,
 )
 
@@ -494,6 +495,87 @@ def test_priority_context_wire_form_round_trips() -> None:
     assert PriorityContext.from_tuple(list(ctx.to_tuple())) == ctx
     with pytest.raises(ValueError):
         PriorityContext.from_tuple([1, 2])
+
+
+# -- policies decide, the scheduler applies --------------------------------------------------
+
+
+def _snapshot(msg: Message, profile: ActivationProfile) -> str:
+    """Everything a hook could write to: the message, its context and the profile."""
+    state = {slot: getattr(profile, slot) for slot in ActivationProfile.__slots__}
+    state["flow"] = (profile.flow.lag_ms, profile.flow.samples)
+    return repr((msg, state))
+
+
+class _KeyOnly(Policy):
+    name = "key_only_test"
+
+    def key(self, msg: Message, profile: ActivationProfile, now_ms: float) -> float:
+        return -msg.ctx.ingest_ms
+
+
+@pytest.mark.parametrize("policy", [*BUILTINS, "key_only"])
+@pytest.mark.parametrize("windowed", [False, True])
+def test_hooks_read_the_message_and_profile_and_write_neither(policy: str, windowed: bool) -> None:
+    p = _KeyOnly() if policy == "key_only" else get_policy(policy)
+    s = Scheduler(p)
+    window = WindowTiming.tumbling(100.0, allowed_lateness_ms=10.0) if windowed else None
+    s.add_activation("up", dataflow="d", tenant="A", latency_target_ms=50.0)
+    s.add_activation("op", dataflow="d", tenant="A", latency_target_ms=50.0, window=window)
+    clock = FakeClock(0.0)
+    for t in (0.0, 1.0):  # learn some costs and a lag first, so hooks have state to read
+        s.enqueue(ingress("op", t, tenant="A", event_ms=t - 5.0), t)
+        s.run_until_idle(lambda a, m: clock.advance(2.0), clock)
+    s.on_feedback("op", Feedback("sink", 3.0), clock.now_ms())
+    profile = s.profile("op")
+    parent = ingress("up", 2.0, tenant="A", event_ms=1.0)
+    s.enqueue(parent, 2.0)
+    msgs = [s.derive(parent, "op", [{}], 3.0), s.derive(parent, "op", 250.0, 3.0, is_watermark=True)]
+    for msg in msgs:
+        s.enqueue(msg, 4.0)  # stamped and keyed as the scheduler does
+        before = _snapshot(msg, profile)
+        assert stamp(msg, profile)[2] == msg.ctx.deadline_ms
+        p.on_arrival(msg, profile, 5.0)
+        p.before_execute(msg, profile, msg.key, 5.0)
+        p.after_execute(msg, profile, msg.key, 1.5, 1.0, 6.5)
+        child = p.before_send(msg, profile, 6.5, None)
+        p.on_feedback(profile, Feedback("sink", 7.0), 6.5)
+        assert _snapshot(msg, profile) == before
+        assert child is not msg.ctx and child.ingest_ms == msg.ctx.ingest_ms
+
+
+def test_stamp_is_a_decision_the_scheduler_writes() -> None:
+    s = Scheduler("cameo")
+    s.add_activation("op", dataflow="d", tenant="t", latency_target_ms=100.0)
+    s.add_activation(
+        "win", dataflow="d", tenant="t", latency_target_ms=100.0,
+        window=WindowTiming.tumbling(1000.0, allowed_lateness_ms=10.0),
+    )
+    s.enqueue(ingress("win", 1040.0, event_ms=1000.0), 1040.0)  # learn the lag: 40 ms
+    for target, ev in (("op", -math.inf), ("win", 2500.0)):
+        msg = ingress(target, 2540.0, event_ms=ev)
+        fresh = repr(msg.ctx)
+        decided = stamp(msg, s.profile(target))
+        assert repr(msg.ctx) == fresh  # stamp only decides ...
+        s.enqueue(msg, 2540.0)  # ... the scheduler writes it (lag stays 40 ms)
+        assert (msg.ctx.frontier_ms, msg.ctx.local_priority, msg.ctx.deadline_ms) == decided
+    assert decided == (3000.0 + 10.0 + 40.0, 2.0, 3050.0 + 100.0)
+
+
+def test_the_key_on_arrival_returns_is_the_key_the_scheduler_stamps() -> None:
+    returned: list[Any] = []
+
+    class Spy(TokenBucketPolicy):
+        def on_arrival(self, msg: Message, profile: ActivationProfile, now_ms: float) -> Any:
+            returned.append(super().on_arrival(msg, profile, now_ms))
+            return returned[-1]
+
+    s = Scheduler(Spy(rates={"t": 1.0}, burst=1.0, inner="fair_share"))
+    s.add_activation("op", dataflow="d", tenant="t", latency_target_ms=10.0)
+    msgs = [ingress("op", 0.0) for _ in range(3)]
+    for m in msgs:
+        s.enqueue(m, 0.0)
+    assert [m.key for m in msgs] == returned == [(0, 0.0), (1, 1.0), (1, 2.0)]
 
 
 def test_window_frontier_after_end_of_stream_on_another_channel() -> None:

@@ -28,6 +28,7 @@ from cameo_actors.scheduling import (
     UnknownActivationError,
     WindowTiming,
 )
+from cameo_actors.scheduling.scheduler import ActivationState
 
 POLICIES = ["cameo", "edf", "fifo", "sjf", "fair_share", "token_bucket"]
 
@@ -412,6 +413,7 @@ ALLOWED = {
     "math",
     "heapq",
     "dataclasses",
+    "enum",
     "typing",
     "collections.abc",
     "inspect",
@@ -473,3 +475,136 @@ def test_hold_keeps_an_activation_out_until_released() -> None:
     s.release("a")
     s.run_once(lambda aid, m: ran.append(aid), clock)
     assert ran == ["a", "b", "a", "a"] and s.pending("a") == 0
+
+
+# -- activation states ----------------------------------------------------------------------------
+
+
+def _state(s: Scheduler, aid: str) -> ActivationState:
+    return s._acts[aid].state
+
+
+def test_activation_states_follow_their_transitions() -> None:
+    clock = FakeClock(0.0)
+    s = Scheduler("fifo", quantum_ms=100.0)
+    s.add_activation("a", dataflow="d", tenant="t", latency_target_ms=10)
+    s.add_activation("b", dataflow="d", tenant="t", latency_target_ms=10)
+
+    def send(aid: str) -> None:
+        s.enqueue(Message.ingress(aid, [{}], dataflow="d", tenant="t", ingest_ms=0.0), 0.0)
+
+    assert _state(s, "a") is ActivationState.IDLE
+    s.release("a")  # not held: nothing happens
+    assert _state(s, "a") is ActivationState.IDLE
+    s.hold("a")
+    assert _state(s, "a") is ActivationState.HELD and s.is_held("a")
+    s.release("a")  # nothing to run: idle again, not queued
+    assert _state(s, "a") is ActivationState.IDLE and not s.has_work()
+    send("a")
+    assert _state(s, "a") is ActivationState.QUEUED and s.has_work()
+    s.hold("a")  # leaves the run queue
+    assert _state(s, "a") is ActivationState.HELD and not s.has_work()
+    s.hold("a")  # idempotent
+    send("a")  # a held activation takes mail but stays out
+    assert _state(s, "a") is ActivationState.HELD and not s.has_work()
+    s.release("a")
+    assert _state(s, "a") is ActivationState.QUEUED and s.pending("a") == 2
+    seen: list[tuple[str, str, str]] = []
+
+    def execute(aid: str, msg: Message) -> None:
+        before = _state(s, aid)
+        s.hold(aid)
+        held = _state(s, aid)
+        if len(seen) == 0:
+            s.release(aid)  # released before the boundary: the slice goes on
+        seen.append((before.name, held.name, _state(s, aid).name))
+
+    r = s.run_once(execute, clock)
+    assert r is not None and (r.messages, r.reason) == (2, DRAINED)
+    assert seen == [
+        ("RUNNING", "RUNNING_HELD", "RUNNING"),
+        ("RUNNING", "RUNNING_HELD", "RUNNING_HELD"),
+    ]
+    assert _state(s, "a") is ActivationState.HELD  # the hold outlives the slice
+    s.release("a")
+    assert _state(s, "a") is ActivationState.IDLE  # its mailbox is empty
+    send("b")
+    act = s._acts["b"]
+    s.remove_activation("b")
+    assert act.state is ActivationState.REMOVED and not s.has_work()
+
+
+def _in_run_queue(s: Scheduler, aid: str) -> bool:
+    return aid in s._rq
+
+
+@given(st.data())
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_states_match_the_run_queue_and_mailboxes_whatever_happens(data: st.DataObject) -> None:
+    policy = data.draw(st.sampled_from(POLICIES), label="policy")
+    clock = FakeClock(0.0)
+    s = Scheduler(policy, quantum_ms=data.draw(st.sampled_from([0.0, 2.0, 50.0])))
+    acts = ["a", "b", "c"]
+    for i, aid in enumerate(acts):
+        s.add_activation(aid, dataflow="d", tenant=f"t{i}", latency_target_ms=5.0 + 10 * i)
+    enqueued: list[int] = []
+    done: list[int] = []
+    uid = [0]
+
+    def send(aid: str) -> None:
+        if aid in s:
+            uid[0] += 1
+            s.enqueue(job(aid, clock.now_ms(), uid[0], 1.0, dataflow="d"), clock.now_ms())
+            enqueued.append(uid[0])
+
+    def act_on(aid: str, op: str) -> None:
+        if op == "send":
+            send(aid)
+        elif op == "hold":
+            s.hold(aid)
+        elif op == "release":
+            s.release(aid)
+        elif op == "remove" and aid in s:
+            done.extend(m.payload[0]["uid"] for m in s.remove_activation(aid))
+            s.add_activation(aid, dataflow="d", tenant="t", latency_target_ms=7.0)
+
+    ops = st.tuples(st.sampled_from(acts), st.sampled_from(["send", "hold", "release", "remove"]))
+
+    def check(running: str | None = None) -> None:
+        for aid in acts:
+            state = _state(s, aid)
+            assert (state is ActivationState.QUEUED) == _in_run_queue(s, aid), (aid, state)
+            assert s.is_held(aid) == (
+                state in (ActivationState.HELD, ActivationState.RUNNING_HELD)
+            )
+            if aid == running:
+                assert state in (ActivationState.RUNNING, ActivationState.RUNNING_HELD)
+                continue
+            assert state in (ActivationState.IDLE, ActivationState.QUEUED, ActivationState.HELD)
+            if state is ActivationState.IDLE:
+                assert s.pending(aid) == 0
+            if state is ActivationState.QUEUED:
+                assert s._acts[aid].qkey == s.urgent_key(aid)
+
+    def execute(aid: str, msg: Message) -> None:
+        done.append(msg.payload[0]["uid"])
+        clock.advance(1.0)
+        for target, op in data.draw(st.lists(ops, max_size=2), label="inside"):
+            if not (op == "remove" and target == aid):  # removing itself: checked below
+                act_on(target, op)
+        if aid in s and s._acts[aid].state is not ActivationState.REMOVED:
+            check(running=aid)
+        if data.draw(st.integers(0, 9), label="remove itself") == 0:
+            act_on(aid, "remove")
+
+    for _ in range(data.draw(st.integers(1, 30), label="steps")):
+        for target, op in data.draw(st.lists(ops, max_size=3), label="outside"):
+            act_on(target, op)
+        check()
+        s.run_once(execute, clock)
+        check()
+    for aid in acts:
+        s.release(aid)
+    s.run_until_idle(lambda aid, msg: done.append(msg.payload[0]["uid"]), clock)
+    check()
+    assert sorted(done) == enqueued and s.backlog == 0  # nothing lost, nothing run twice
