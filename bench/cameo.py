@@ -22,12 +22,12 @@ and isolated / cameo. Inputs come from bench/workload.py, seeded.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
 from bench import scenarios
 from bench.multitenant import calibrate_capacity
+from bench.output import save_json
 
 SCENARIOS = ("single", "multi", "spike", "fair")
 
@@ -51,9 +51,9 @@ def ensure_ray() -> bool:
 
     if ray.is_initialized():
         return False
-    from cameo_actors.runtime.local_ray import init_local_ray
+    from cameo_actors.runtime import start_local_ray
 
-    init_local_ray(num_cpus=16, log_to_driver=False)
+    start_local_ray(num_cpus=16, log_to_driver=False)
     return True
 
 
@@ -101,9 +101,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             import ray
 
             ray.shutdown()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    save_json(args.json, results)
     if args.plots:
         from bench import plots
 

@@ -19,12 +19,12 @@ counted, the same way in every mode.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import threading
 import time
 from typing import Any
 
+from bench.output import save_json
 from cameo_actors import Dataflow, count
 
 SCHEMA = {"ts": "int", "key": "str", "value": "float"}
@@ -157,9 +157,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from cameo_actors.runtime.local_ray import init_local_ray
+    from cameo_actors.runtime import start_local_ray
 
-    init_local_ray(num_cpus=16, log_to_driver=False)
+    start_local_ray(num_cpus=16, log_to_driver=False)
     capacity = calibrate_capacity(args.calibrate)
     bulk_rate = args.load * capacity
     print(f"the shared pool sustains {capacity:,.0f} bulk events/s alone; offering {bulk_rate:,.0f}/s "
@@ -180,9 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["ratios"] = {f"{k}_over_cameo_p99": m[k]["alerts"]["p99_ms"] / cam
                              for k in m if k != "cameo"}
         print("alerts p99 ratios:", {k: round(v, 2) for k, v in results["ratios"].items()})
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    save_json(args.json, results)
     ray.shutdown()
     return results
 

@@ -20,21 +20,23 @@ Also printed: Spark's mean time per micro-batch of each query, and its parts.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import threading
 from typing import Any
 
+from bench.output import save_json
+from bench.spark_pool import spark_on_pool
 from cameo_actors import Dataflow
-from cameo_actors.runtime import Runtime, RuntimeConfig
+from cameo_actors.examples import SCHEMA as EVENT_SCHEMA
 from cameo_actors.runtime.config import default_run_dir
-from spark_ingest import SparkConfig, SparkTier, build_session
+from spark_ingest import SparkTier
 from spark_ingest.events import land_files
 from spark_ingest.latency import format_summary, read_output, stage_latencies
 
-SCHEMA = {"ts": "int", "level": "str", "key": "str", "value": "float", "landed_ms": "int"}
+#: The files' events (spark_ingest.events), with the landing time the source adds.
+SCHEMA = {**EVENT_SCHEMA, "landed_ms": "int"}
 FILE_INTERVAL_S = 0.1
 
 
@@ -96,13 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     base = os.path.join(default_run_dir(), "bench", "spark_latency")
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
-    rt = Runtime.start(RuntimeConfig(num_executors=2), pool="bench-spark-latency", run_dir=base)
     conf = tuple(tuple(kv.split("=", 1)) for kv in args.conf)
-    config = SparkConfig(run_dir=base, log_level="ERROR", conf=conf)  # type: ignore[arg-type]
-    spark = build_session(config)
-    tier = SparkTier(rt, spark, config)
     results = []
-    try:
+    with spark_on_pool("bench-spark-latency", base, 2, conf=conf) as (rt, spark, tier):
         warm = run(tier, spark, rt, base, 200, 3.0, 2000, 0.0)
         print(f"warm-up done ({warm['events']} events)")
         for trigger in args.triggers:
@@ -115,13 +113,7 @@ def main(argv: list[str] | None = None) -> None:
             for q, c in r["spark_batch_ms"].items():
                 parts = ", ".join(f"{k} {v:.0f}" for k, v in c.items() if k != "triggerExecution")
                 print(f"   Spark {q:3s} query: {c.get('triggerExecution', 0):.0f} ms per batch ({parts})")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"cores": os.cpu_count(), "args": vars(args), "runs": results}, f, indent=2)
-    finally:
-        tier.stop_all()
-        spark.stop()
-        rt.shutdown()
+        save_json(args.json, {"cores": os.cpu_count(), "args": vars(args), "runs": results})
 
 
 if __name__ == "__main__":

@@ -17,19 +17,18 @@ the batches' triggerExecution time).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import time
 from typing import Any
 
+from bench.output import save_json
+from bench.spark_pool import spark_on_pool
 from cameo_actors import Dataflow
-from cameo_actors.runtime import Runtime, RuntimeConfig
+from cameo_actors.examples import SCHEMA
 from cameo_actors.runtime.config import default_run_dir
-from spark_ingest import SparkConfig, SparkTier, build_session
+from spark_ingest import SparkTier
 from spark_ingest.events import land_files
-
-SCHEMA = {"ts": "int", "level": "str", "key": "str", "value": "float"}
 
 
 def dataflow(name: str, folder: str, opts: dict[str, str], parallelism: int = 1) -> Dataflow:
@@ -105,11 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.batch_size:
         opts["cameo.batch_size"] = str(args.batch_size)
 
-    rt = Runtime.start(RuntimeConfig(num_executors=args.executors), pool="bench-spark", run_dir=run)
-    config = SparkConfig(run_dir=run, log_level="ERROR", arrow_batch_rows=args.arrow_batch_rows)
-    spark = build_session(config)
-    tier = SparkTier(rt, spark, config)
-    try:
+    with spark_on_pool("bench-spark", run, args.executors,
+                       arrow_batch_rows=args.arrow_batch_rows) as (rt, spark, tier):
         warm = run_once(tier, rt, "warmup", os.path.join(run, "warm"), 20_000, {})
         print(f"warm-up: {warm['events_per_s']:,.0f} events/s (cold Python workers and JIT)")
         results = []
@@ -120,19 +116,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"run {i}: {r['rows']:,} events in {r['seconds']:.2f} s = "
                   f"{r['events_per_s']:,.0f} events/s into the runtime; {r['batches']} Spark "
                   f"batches; Spark's own rate {r['spark_rows_per_s'] or 0:,.0f} rows/s")
-            shutil.rmtree(os.path.join(config.checkpoint_root, f"tput-{i}"), ignore_errors=True)
+            shutil.rmtree(os.path.join(tier.checkpoint_root, f"tput-{i}"), ignore_errors=True)
         alone = spark_alone(spark, data, args.files * (args.rows // args.files), opts,
                             os.path.join(run, "noop-checkpoint"))
         print(f"baseline: the same files into Spark's noop sink: {alone:,.0f} rows/s "
               "(JSON parsing and Spark's batch costs, no Python, no runtime)")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"cores": os.cpu_count(), "args": vars(args), "runs": results,
-                           "spark_noop_rows_per_s": alone}, f, indent=2)
-    finally:
-        tier.stop_all()
-        spark.stop()
-        rt.shutdown()
+        save_json(args.json, {"cores": os.cpu_count(), "args": vars(args), "runs": results,
+                              "spark_noop_rows_per_s": alone})
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@ cost of encoding and sending batches, which shares the machine's cores.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Any
 
-from bench.peers.common import THROUGHPUT_FILTER
+from bench.output import save_json
+from bench.workload import THROUGHPUT_FILTER
 from cameo_actors import Dataflow, count
 from cameo_actors.operators.base import END_OF_STREAM
 
@@ -41,8 +41,8 @@ def dataflow(name: str, p: int = 1) -> Dataflow:
 
 
 def make_events(n: int, seed: int = 1) -> list[dict[str, Any]]:
-    """The peer comparison's throughput input (bench/peers/common.py): the same events for every system."""
-    from bench.peers.common import throughput_workload
+    """The peer comparison's throughput input (bench/workload.py): the same events for every system."""
+    from bench.workload import throughput_workload
 
     return [e for _, batch in throughput_workload(n, seed).batches() for e in batch]
 
@@ -57,10 +57,11 @@ def bench_operators(events: list[dict[str, Any]]) -> float:
 
 def run_core(events: list[dict[str, Any]], batch: int = BATCH) -> Any:
     """`events` through one ExecutorCore in-process (no Ray), to the end of the stream, in
-    `batch`-event pushes; returns the core (its results: `core.dataflows["core"].results`)."""
-    from cameo_actors.runtime.config import RuntimeConfig
+    `batch`-event pushes; returns the core (its results: `core.egress.dataflows["core"]`)."""
     from cameo_actors.runtime.core import ExecutorCore
     from cameo_actors.runtime.routing import place
+
+    from cameo_actors.runtime.config import RuntimeConfig
 
     spec = dataflow("core").spec
     core = ExecutorCore(0, RuntimeConfig(), lambda host, blob: None)
@@ -80,7 +81,7 @@ def bench_core(events: list[dict[str, Any]]) -> float:
     t0 = time.perf_counter()
     core = run_core(events)
     elapsed = time.perf_counter() - t0
-    assert core.dataflows["core"].events_out > 0
+    assert core.stats.dataflows["core"].events_out > 0
     return len(events) / elapsed
 
 
@@ -136,9 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         spread = f"{min(v['runs']) / 1e3:,.0f}-{max(v['runs']) / 1e3:,.0f}k"
         print(f"  {k:14s} {v['events_per_s'] / 1e3:9,.0f}k events/s  "
               f"({v['per_core'] / 1e3:,.0f}k per core; runs {spread})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    save_json(args.json, result)
     return result
 
 

@@ -138,6 +138,17 @@ class Workload:
         return paths
 
 
+#: The throughput benchmarks' query is filter (this) -> map -> tumbling count per key.
+THROUGHPUT_FILTER = "value > 10"
+THROUGHPUT_EVENTS = 400_000
+
+
+def throughput_workload(events: int = THROUGHPUT_EVENTS, seed: int = 1) -> Workload:
+    """The throughput benchmarks' input (ours and the peers'): `events` events, 10 per ms
+    of event time, 100 keys, uniform."""
+    return Workload(rate_eps=10_000, seconds=events / 10_000, period_s=0.1, keys=100, seed=seed)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", help="folder for the JSON-lines files")
@@ -158,3 +169,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+

@@ -1,7 +1,20 @@
 """cameo: deadline-aware multi-tenant stream processing on Ray.
 
-What a user may import is exported here; everything else is internal.
+What a user may import is exported here (and documented in the README):
+
+- define dataflows: `Dataflow`, `Stream`, the aggregates, `DataflowSpec`, `ConnectorSpec`;
+- test them in-process: `run_local`, `TestingSource`, `TestingSink`, `Watermark`, `FakeClock`;
+- run them on a pool: `Runtime`, `RuntimeConfig` (Ray), or through the service: `Client`;
+- the errors: `CameoError` (the root), `UserError` and its `SpecError`, the runtime's
+  `DataflowNotFound`, `DataflowExists`, `PoolNotFound`, `RuntimeUnavailable`, and the
+  service's `ServiceError`.
+
+Everything else is internal (`cameo_actors.runtime._private`, and modules not named
+here). `Runtime` and `Client` load on first use, so `import cameo_actors` needs
+neither Ray nor an HTTP client.
 """
+
+from typing import Any
 
 from cameo_actors.clock import Clock, FakeClock, SystemClock
 from cameo_actors.dataflow import (
@@ -15,11 +28,34 @@ from cameo_actors.dataflow import (
     min_,
     sum_,
 )
-from cameo_actors.errors import CameoError, SpecError
+from cameo_actors.errors import CameoError, SpecError, UserError
 from cameo_actors.operators.base import ErrorRecord
+from cameo_actors.runtime import (
+    DataflowExists,
+    DataflowNotFound,
+    PoolNotFound,
+    RuntimeConfig,
+    RuntimeUnavailable,
+)
+from cameo_actors.testing import TestingSink, TestingSource, Watermark, run_local
 
 __all__ = [
-    "CameoError", "Clock", "ConnectorSpec", "Dataflow", "DataflowSpec", "ErrorRecord", "FakeClock",
-    "SpecError", "Stream", "SystemClock", "avg", "count", "max_", "min_", "sum_",
+    "CameoError", "Client", "Clock", "ConnectorSpec", "Dataflow", "DataflowExists",
+    "DataflowNotFound", "DataflowSpec", "ErrorRecord", "FakeClock", "PoolNotFound", "Runtime",
+    "RuntimeConfig", "RuntimeUnavailable", "ServiceError", "SpecError", "Stream", "SystemClock",
+    "TestingSink", "TestingSource", "UserError", "Watermark", "avg", "count", "max_", "min_",
+    "run_local", "sum_",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Runtime":
+        from cameo_actors.runtime.api import Runtime
+
+        return Runtime
+    if name in ("Client", "ServiceError"):
+        from cameo_actors.service import client
+
+        return getattr(client, name)
+    raise AttributeError(name)

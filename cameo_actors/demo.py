@@ -11,38 +11,11 @@ per-key one-second windowed sum with a 1 s target. Both share the pool.
 from __future__ import annotations
 
 import argparse
-import random
+import time
 
-from cameo_actors import Dataflow, avg, count, sum_
-from cameo_actors.operators.base import Event
-
-SCHEMA = {"ts": "int", "level": "str", "key": "str", "value": "float"}
-
-
-def alerts_dataflow() -> Dataflow:
-    return (Dataflow("alerts", latency_target_ms=50, tenant="ops")
-            .source("logs", schema=SCHEMA, event_time="ts")
-            .filter("level == 'ERROR' and value > 90")
-            .map({"ts": "ts", "key": "key", "value": "round(value, 1)"})
-            .sink("alerts"))
-
-
-def bulk_dataflow() -> Dataflow:
-    return (Dataflow("bulk", latency_target_ms=1000, tenant="analytics")
-            .source("metrics", schema=SCHEMA, event_time="ts")
-            .key_by("key")
-            .window(tumbling_ms=1000)
-            .aggregate(n=count(), total=sum_("value"), mean=avg("value"))
-            .sink("totals"))
-
-
-def generate(n: int, start_ms: int = 0, rate_per_ms: float = 10.0, seed: int = 7) -> list[Event]:
-    """n log events, `rate_per_ms` events per ms of event time, 5% errors."""
-    rng = random.Random(seed)
-    return [{"ts": start_ms + int(i / rate_per_ms),
-             "level": "ERROR" if rng.random() < 0.05 else "INFO",
-             "key": f"k{rng.randrange(8)}",
-             "value": rng.uniform(0, 100)} for i in range(n)]
+# The dataflows and events live in cameo_actors.examples; Ray and Spark are imported
+# by the mode that runs on them, so importing this module imports neither.
+from cameo_actors.examples import alerts_dataflow, bulk_dataflow, generate
 
 
 def run_in_process(n: int) -> None:
@@ -56,6 +29,45 @@ def run_in_process(n: int) -> None:
             for row in rows[:3]:
                 print("   ", row)
         print(f"[{df.tenant}/{df.name}] errors: {result.error_counts() or 'none'}")
+
+
+def run_on_ray(n: int, policy: str = "cameo") -> None:
+    """Both dataflows on one executor pool of an embedded local Ray."""
+    from cameo_actors.runtime import Runtime, RuntimeConfig
+
+    print(f"starting a local Ray and a pool (policy {policy!r}) ...")
+    rt = Runtime.start(RuntimeConfig(policy=policy), pool=f"demo-{policy}")
+    try:
+        flows = {"alerts": ("logs", alerts_dataflow()), "bulk": ("metrics", bulk_dataflow())}
+        for _, (_, df) in flows.items():
+            rt.deploy(df)
+        print("deployed:", ", ".join(f"{d['name']} (tenant {d['tenant']}, target "
+                                      f"{d['latency_target_ms']} ms)" for d in rt.list()))
+        # Replay the events at 10 per ms of event time, in steps of 50 ms, for both tenants.
+        events = generate(n)
+        step = 500
+        t0 = time.monotonic()
+        for i in range(0, n, step):
+            for name, (source, _) in flows.items():
+                rt.push(name, source, events[i:i + step])
+            time.sleep(max(0.0, t0 + (i + step) / 10_000 - time.monotonic()))
+        for name in flows:
+            rt.close(name)
+        rt.wait_idle()
+        for name in flows:
+            results = rt.results(name)
+            s = rt.stats(name)
+            print(f"\n[{s['tenant']}/{name}] {len(results)} results from {s['events_in']} events; "
+                  f"latency p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms, "
+                  f"{100 * s['within_target']:.1f}% within the {s['target_ms']} ms target; "
+                  f"errors: {s['errors'] or 'none'}")
+            for row in results[:3]:
+                print("   ", row)
+        for ex in rt.executor_stats():
+            print(f"executor {ex['executor']}: {ex['activations']} activations, "
+                  f"{ex['executed']} messages, busy {ex['busy_ms']:.0f} ms")
+    finally:
+        rt.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,8 +85,6 @@ def main(argv: list[str] | None = None) -> None:
     elif args.local:
         run_in_process(args.events)
     else:
-        from cameo_actors.runtime.demo import run_on_ray
-
         run_on_ray(args.events)
 
 

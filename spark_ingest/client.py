@@ -2,8 +2,7 @@
 
 The writer, the reader and their driver-side parts run in Spark's Python
 worker processes, not in the process that started the runtime. Each such
-process joins the Ray cluster once (`ray.init(address=<GCS address>,
-namespace="cameo")`) and finds the pool's named controller
+process joins the Ray cluster once and finds the pool's named controller
 (`Runtime.connect`); the handle is cached per process, because Spark reuses
 its Python workers across tasks and micro-batches, so the join (about 0.1 s)
 is paid once per worker, not per batch.
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 from typing import Any
 
 from spark_ingest.exceptions import OptionError
@@ -68,41 +66,22 @@ def forget(conn: Connection) -> None:
 
 
 def _connect(conn: Connection) -> Any:
-    _set_auth_mode(conn.ray_auth)
     # Spark ends its Python workers with SIGTERM, routinely; Ray's crash handler would
     # print a "SIGTERM received" stack for each. Read when ray is first imported.
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
-    import ray
+    from cameo_actors.runtime import PoolNotFound, Runtime
 
-    from cameo_actors.errors import CameoError
-    from cameo_actors.runtime.api import Runtime
-
-    if not ray.is_initialized():
-        _probe(conn.address)
-        try:
-            ray.init(address=conn.address, namespace="cameo", log_to_driver=False,
-                     configure_logging=False, include_dashboard=False)
-        except (ConnectionError, RuntimeError) as e:
-            raise OptionError("address", "the Ray GCS address of the cluster running the pool",
-                              conn.address, f"pass Runtime.address of the running pool ({e}); if "
-                              "the cluster uses token auth, set option ray_auth=token") from e
-    elif conn.address not in ("auto",) and _gcs_address() not in (conn.address, None):
-        raise OptionError("address", f"the cluster this process is on ({_gcs_address()})",
-                          conn.address, "one Spark application talks to one Ray cluster")
+    _probe(conn.address)
     try:
-        return Runtime.connect(pool=conn.pool, address=conn.address)
-    except CameoError as e:
+        return Runtime.connect(pool=conn.pool, address=conn.address, auth=conn.ray_auth,
+                               log_to_driver=False)
+    except (ConnectionError, RuntimeError) as e:
+        raise OptionError("address", "the Ray GCS address of the cluster running the pool",
+                          conn.address, f"pass Runtime.address of the running pool ({e}); if "
+                          "the cluster uses token auth, set option ray_auth=token") from e
+    except PoolNotFound as e:
         raise OptionError("pool", "the name of a running cameo pool on that cluster", conn.pool,
                           f"pass the pool name given to Runtime.start(pool=...) ({e})") from e
-
-
-def _gcs_address() -> str | None:
-    import ray
-
-    try:
-        return str(ray.get_runtime_context().gcs_address)
-    except Exception:  # not connected
-        return None
 
 
 def _probe(address: str) -> None:
@@ -117,23 +96,3 @@ def _probe(address: str) -> None:
     except OSError as e:
         raise OptionError("address", "a reachable Ray GCS address (host:port)", address,
                           f"start the runtime first and pass its Runtime.address ({e})") from e
-
-
-def _set_auth_mode(mode: str) -> None:
-    """Ray's token auth: a process that joins by explicit address must be told the mode.
-    "auto" turns it on when a token is there (what `ray.init()` does for a local cluster)."""
-    if mode == "auto":
-        if "RAY_AUTH_MODE" in os.environ:
-            return
-        has_token = bool(os.environ.get("RAY_AUTH_TOKEN")) or \
-            Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token")).exists()
-        mode = "token" if has_token else "disabled"
-    if os.environ.get("RAY_AUTH_MODE") == mode:
-        return
-    os.environ["RAY_AUTH_MODE"] = mode
-    import sys
-
-    if "ray._raylet" in sys.modules:  # Ray read its config already: make it read the mode again
-        from ray._raylet import Config  # type: ignore[attr-defined]
-
-        Config.initialize("")

@@ -26,12 +26,12 @@ import threading
 import time
 from typing import Any
 
-from cameo_actors import Dataflow, avg, count, sum_
+from cameo_actors.dataflow import Dataflow
+from cameo_actors.examples import SCHEMA, alerts_dataflow, bulk_dataflow
 from cameo_actors.runtime.config import default_run_dir
 from spark_ingest.events import land_files
 from spark_ingest.latency import format_summary, read_output, stage_latencies
 
-SCHEMA = {"ts": "int", "level": "str", "key": "str", "value": "float"}
 #: Each micro-batch of a query with a Python data source costs ~250-300 ms of CPU here
 #: (Spark's own ~150 ms plus the Python worker round trips); five queries share 2 cores.
 ALERTS_TRIGGER_MS = 1000
@@ -42,27 +42,22 @@ LEGS = (("spark_in", "Spark in   (file landed -> ingress)"),
 
 
 def alerts(inp: str, out: str) -> Dataflow:
-    return (Dataflow("alerts", latency_target_ms=50, tenant="ops",
-                     errors={"format": "json", "path": f"{out}/errors-alerts", "trigger_ms": 5000})
-            .source("logs", schema={**SCHEMA, "landed_ms": "int"}, event_time="ts",
-                    connector={"format": "json", "path": inp, "trigger_ms": ALERTS_TRIGGER_MS,
-                               "cameo.landed_ms": "true"})
-            .filter("level == 'ERROR' and value > 90")
-            .map({"ts": "ts", "key": "key", "value": "round(value, 1)", "landed_ms": "landed_ms"})
-            .sink("alerts", connector={"format": "parquet", "path": f"{out}/alerts",
-                                       "trigger_ms": ALERTS_TRIGGER_MS}))
+    """The example alerts dataflow, fed from JSON files in `inp`, results to Parquet in `out`;
+    each row carries its file's landing time (for the latency of each leg)."""
+    return alerts_dataflow(
+        source={"format": "json", "path": inp, "trigger_ms": ALERTS_TRIGGER_MS,
+                "cameo.landed_ms": "true"},
+        sink={"format": "parquet", "path": f"{out}/alerts", "trigger_ms": ALERTS_TRIGGER_MS},
+        errors={"format": "json", "path": f"{out}/errors-alerts", "trigger_ms": 5000},
+        carry={"landed_ms": "int"})
 
 
 def bulk(inp: str, out: str) -> Dataflow:
+    """The example bulk dataflow, fed from JSON files in `inp`, results to Parquet in `out`."""
     # Spark runs a micro-batch's files as parallel tasks: the lateness covers that disorder.
-    return (Dataflow("bulk", latency_target_ms=1000, tenant="analytics")
-            .source("metrics", schema=SCHEMA, event_time="ts", allowed_lateness_ms=1000,
-                    connector={"format": "json", "path": inp, "trigger_ms": 2000})
-            .key_by("key")
-            .window(tumbling_ms=1000)
-            .aggregate(n=count(), total=sum_("value"), mean=avg("value"))
-            .sink("totals", connector={"format": "parquet", "path": f"{out}/bulk",
-                                       "trigger_ms": 2000}))
+    return bulk_dataflow(source={"format": "json", "path": inp, "trigger_ms": 2000},
+                         sink={"format": "parquet", "path": f"{out}/bulk", "trigger_ms": 2000},
+                         allowed_lateness_ms=1000)
 
 
 def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0,
@@ -75,8 +70,7 @@ def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0
         run_dir: the project's run folder (default .run); the demo works in a fresh
             folder under <run_dir>/demo, which holds its input, output and checkpoints.
     """
-    from cameo_actors.runtime.api import Runtime
-    from cameo_actors.runtime.config import RuntimeConfig
+    from cameo_actors.runtime import Runtime, RuntimeConfig
     from spark_ingest.session import SparkConfig, build_session
     from spark_ingest.tier import SparkTier
 

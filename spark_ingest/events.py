@@ -2,8 +2,8 @@
 
     python -m spark_ingest.events OUT_DIR --files 20 --rows 2000 --interval-ms 100
 
-Rows are the demo's log events ({"ts", "level", "key", "value"}, 10 per ms of
-event time, 5% errors; `cameo_actors.demo.generate`). Each file is written
+Rows are the example log events ({"ts", "level", "key", "value"}, 10 per ms of
+event time, 5% errors; `cameo_actors.examples.generate`). Each file is written
 under a hidden name and renamed into place, so Spark's file source (which
 skips names starting with "." or "_") never sees half a file; the file's
 modification time is its landing time. `bad_rows` appends rows that do not
@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cameo_actors.demo import generate
+from cameo_actors.examples import generate
 
 BAD_ROWS = ('{"ts": "not a number", "level": "INFO", "key": "k1", "value": 1.0}',
             '{"ts": 5, "level": "INFO", "key": "k1", "value": 1.0')

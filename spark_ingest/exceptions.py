@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from cameo_actors.errors import CameoError
+from cameo_actors.errors import CameoError, UserError
 
 
 class CameoSparkError(CameoError):
     """Root of the Spark tier's errors (raised in Spark's Python workers, shown by Spark)."""
 
 
-class OptionError(CameoSparkError, ValueError):
+class OptionError(CameoSparkError, UserError):
     """A `cameo` source or sink option is missing or wrong.
 
     The message names the option, what was expected, what arrived, and the fix:
@@ -19,15 +19,14 @@ class OptionError(CameoSparkError, ValueError):
     'cameo option \\'dataflow\\': expected the name of a running dataflow, got None. Fix: add .option("dataflow", "<name>")'
     """
 
-    def __init__(self, option: str, expected: str, got: object, fix: str) -> None:
-        self.option = option
-        self.expected = expected
-        self.got = got
-        self.fix = fix
-        super().__init__(f"cameo option {option!r}: expected {expected}, got {got!r}. Fix: {fix}")
+    @property
+    def option(self) -> str:
+        """The option at fault."""
+        return str(self.subject)
 
-    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
-        return (type(self), (self.option, self.expected, self.got, self.fix))
+    @property
+    def where(self) -> str:
+        return f"cameo option {self.subject!r}"
 
 
 class OffsetError(CameoSparkError):

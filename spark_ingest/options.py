@@ -37,6 +37,11 @@ def _required(opts: dict[str, str], key: str, expected: str, fix: str) -> str:
     return value
 
 
+def _dataflow(opts: dict[str, str]) -> str:
+    return _required(opts, "dataflow", "the name of a running dataflow",
+                     '.option("dataflow", "<name>") naming a deployed dataflow')
+
+
 def _int(opts: dict[str, str], key: str, default: int | None, minimum: int) -> int | None:
     raw = opts.get(key)
     if raw is None or raw == "":
@@ -114,8 +119,7 @@ class WriterOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
         opts = _lower(options)
-        dataflow = _required(opts, "dataflow", "the name of a running dataflow",
-                             '.option("dataflow", "<name>") naming a deployed dataflow')
+        dataflow = _dataflow(opts)
         return cls(connection=Connection.parse(opts), dataflow=dataflow,
                    source=opts.get("source") or None,
                    batch_size=_int(opts, "batch_size", DEFAULT_BATCH_SIZE, 1) or DEFAULT_BATCH_SIZE,
@@ -148,8 +152,7 @@ class ReaderOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
         opts = _lower(options)
-        dataflow = _required(opts, "dataflow", "the name of a running dataflow",
-                             '.option("dataflow", "<name>") naming a deployed dataflow')
+        dataflow = _dataflow(opts)
         output = opts.get("output", "results").lower()
         if output not in OUTPUTS:
             raise OptionError("output", f"one of {OUTPUTS}", output,

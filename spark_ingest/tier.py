@@ -35,6 +35,7 @@ from typing import Any
 
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import ConnectorSpec, DataflowSpec, SourceStep
+from cameo_actors.runtime.boundary import RuntimeLike
 from spark_ingest.batching import bucket_ms
 from spark_ingest.schema import SPARK_TYPES
 from spark_ingest.session import SparkConfig, build_session, stop_gracefully
@@ -101,7 +102,7 @@ class SparkTier:
         config: the tier's Spark configuration (run folder, checkpoints).
     """
 
-    def __init__(self, runtime: Any, spark: Any = None, config: SparkConfig | None = None) -> None:
+    def __init__(self, runtime: RuntimeLike, spark: Any = None, config: SparkConfig | None = None) -> None:
         self.runtime = runtime
         self.config = config or SparkConfig()
         self.spark = spark if spark is not None else build_session(self.config)

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from typing import Any
 
+from bench.output import save_json
+
 SYSTEMS = ("cameo", "spark", "flink", "bytewax")
 MODULES = {"cameo": "bench.peers.ours", "spark": "bench.peers.spark_fair", "flink": "bench.peers.flink",
            "bytewax": "bench.peers.bytewax_peer"}
@@ -93,9 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for system in a.systems.split(","):
             results[system] = run_system(system, a, folder)
     print(table(results))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=2)
+    save_json(a.json, results)
     return results
 
 

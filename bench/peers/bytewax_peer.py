@@ -44,7 +44,9 @@ from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from typing import Any
 
+from bench.output import save_json
 from bench.peers import common
+from bench.workload import THROUGHPUT_EVENTS, throughput_workload
 
 Event = dict[str, Any]
 Counts = Counter[tuple[str, int]]  # (key, window id = second of event time) -> events
@@ -60,7 +62,7 @@ WAIT = timedelta(seconds=10)
 
 def load_batches(events: int) -> list[list[Event]]:
     """The common workload's events, re-cut into BATCH-sized lists (they already are)."""
-    flat = [e for _, batch in common.throughput_workload(events).batches() for e in batch]
+    flat = [e for _, batch in throughput_workload(events).batches() for e in batch]
     return [flat[i:i + BATCH] for i in range(0, len(flat), BATCH)]
 
 
@@ -224,7 +226,7 @@ def cameo_core(flat: list[Event], want: Counts) -> Timing:
     t0, c0 = time.perf_counter(), time.process_time()
     core = run_core(flat, BATCH)
     timing = time.perf_counter() - t0, time.process_time() - c0
-    logs = core.dataflows["core"].results.values()
+    logs = core.egress.dataflows["core"].results.values()
     check("cameo executor core", cameo_counts([e for log in logs for e, _, _ in log.read(0)]), want)
     return timing
 
@@ -242,7 +244,7 @@ def figures(events: int, timings: list[Timing], parallelism: int) -> dict[str, A
             "cpu_s": cpu, "eps_per_cpu_s": events / cpu}
 
 
-def run(repeat: int = 3, events: int = common.THROUGHPUT_EVENTS) -> dict[str, Any]:
+def run(repeat: int = 3, events: int = THROUGHPUT_EVENTS) -> dict[str, Any]:
     """Every configuration `repeat` times, interleaved (so drift of a noisy machine hits all)."""
     batches = load_batches(events)
     flat = [e for b in batches for e in b]
@@ -287,7 +289,7 @@ def run(repeat: int = 3, events: int = common.THROUGHPUT_EVENTS) -> dict[str, An
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--events", type=int, default=common.THROUGHPUT_EVENTS)
+    parser.add_argument("--events", type=int, default=THROUGHPUT_EVENTS)
     parser.add_argument("--json", help="write the result to this file")
     args = parser.parse_args(argv)
     res = run(args.repeat, args.events)
@@ -303,9 +305,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  {name:20s} {f['eps'] / 1e3:8,.0f}k events/s  {f['eps_per_core'] / 1e3:6,.0f}k per core"
               f"  {f['eps_per_cpu_s'] / 1e3:6,.0f}k per CPU s  (runs {spread})")
     print(json.dumps(res, indent=2))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(res, fh, indent=2)
+    save_json(args.json, res)
     return res
 
 

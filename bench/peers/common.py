@@ -2,7 +2,7 @@
 
 Throughput query (per core, bounded input): filter `value > 10` -> map (keep
 ts, key, value) -> key by `key` -> 1 s tumbling count per key, over
-`throughput_workload()` (event time `ts` in ms, 10 events per ms).
+`bench.workload.throughput_workload()` (event time `ts` in ms, 10 events per ms).
 
 Two-tenant latency (live input, one shared machine):
 - alerts: filter `value >= 0` (every event is a result), target 50 ms,
@@ -26,14 +26,7 @@ from bench.workload import Workload
 
 ALERTS_TARGET_MS = 50.0
 BULK_TARGET_MS = 1000.0
-THROUGHPUT_EVENTS = 400_000
 ALERTS_FILTER = "value >= 0"
-THROUGHPUT_FILTER = "value > 10"
-
-
-def throughput_workload(events: int = THROUGHPUT_EVENTS, seed: int = 1) -> Workload:
-    """`events` events, 10 per ms of event time, 100 keys, uniform."""
-    return Workload(rate_eps=10_000, seconds=events / 10_000, period_s=0.1, keys=100, seed=seed)
 
 
 def alerts_workload(seconds: float, seed: int = 2) -> Workload:

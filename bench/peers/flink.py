@@ -52,7 +52,9 @@ from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
 
+from bench.output import save_json
 from bench.peers import common
+from bench.workload import THROUGHPUT_EVENTS, throughput_workload
 
 Row3 = tuple[int, str, float]  # (ts, key, value): an event as the jobs see it
 Counts = Counter[tuple[str, int]]  # (key, window start s) -> events
@@ -228,7 +230,7 @@ class TreeCpu:
 
 def load_events(events: int) -> list[Row3]:
     return [(e["ts"], e["key"], e["value"])
-            for _, batch in common.throughput_workload(events).batches() for e in batch]
+            for _, batch in throughput_workload(events).batches() for e in batch]
 
 
 def expected_counts(rows: list[Row3]) -> Counts:
@@ -492,7 +494,7 @@ def latency(mode: str, seconds: float, warmup: float, bulk_rate: float, monitor_
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeat", type=int, default=3, help="throughput runs per configuration (median)")
-    p.add_argument("--events", type=int, default=common.THROUGHPUT_EVENTS)
+    p.add_argument("--events", type=int, default=THROUGHPUT_EVENTS)
     p.add_argument("--seconds", type=float, default=20, help="measured seconds of the latency run")
     p.add_argument("--warmup", type=float, default=5, help="seconds played first and left out")
     p.add_argument("--bulk-rate", type=float, default=0, help="bulk tenant events/s (0: alerts alone)")
@@ -569,9 +571,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             notes.append("latency: alerts alone (--bulk-rate 0).")
     res = common.result("pyflink", flink_version, throughput=tp, latency=lat, notes=notes)
     report(res)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2)
+    save_json(a.json, res)
     return res
 
 

@@ -12,11 +12,12 @@ Run: `python -m bench.peers.ours [--events N] [--repeat R] [--seconds S] [--warm
 from __future__ import annotations
 
 import argparse
-import json
 from importlib.metadata import version
 from typing import Any
 
+from bench.output import save_json
 from bench.peers import common
+from bench.workload import THROUGHPUT_EVENTS
 
 
 def throughput(events: int, repeat: int) -> dict[str, Any]:
@@ -46,7 +47,7 @@ def latency(seconds: float, warmup: float, bulk_rate: float, policy: str) -> dic
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--events", type=int, default=common.THROUGHPUT_EVENTS)
+    p.add_argument("--events", type=int, default=THROUGHPUT_EVENTS)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--warmup", type=float, default=5.0)
@@ -71,9 +72,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for pol, d in lat.items():
         print(f"cameo ({pol}): alerts p50 {d['alerts']['p50_ms']:.1f} p99 {d['alerts']['p99_ms']:.1f} ms, "
               f"bulk p99 {d['bulk'].get('p99_ms', float('nan')):.0f} ms")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=2)
+    save_json(a.json, out)
     return out
 
 

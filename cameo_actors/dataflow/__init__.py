@@ -1,7 +1,17 @@
-"""The definition layer: dataflows, specs, safe expressions. Imports no Ray or Spark."""
+"""The definition layer: dataflows, specs, safe expressions. Imports no Ray or Spark.
+
+Modules, each importing only those before it: `expressions` and `functions`
+(safe expressions, function paths), `spec` (the data and its wire forms),
+`validate` (the rules a spec must meet), `builder` (the fluent `Dataflow`).
+Importing this package installs `validate` as the check `DataflowSpec.from_dict`
+runs, so the spec module never imports its rules back.
+"""
 
 from cameo_actors.dataflow.builder import Dataflow, Stream, avg, count, max_, min_, sum_
-from cameo_actors.dataflow.spec import ConnectorSpec, DataflowSpec
+from cameo_actors.dataflow.spec import ConnectorSpec, DataflowSpec, set_validator
+from cameo_actors.dataflow.validate import validate as _validate
+
+set_validator(_validate)
 
 __all__ = ["ConnectorSpec", "Dataflow", "DataflowSpec", "Stream", "avg", "count", "max_", "min_",
            "sum_"]

@@ -11,6 +11,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import SpecError
 
 
@@ -27,12 +28,25 @@ class FunctionResolver:
     def __init__(self, allowed_prefixes: Sequence[str] | None = None) -> None:
         self.allowed_prefixes = tuple(allowed_prefixes) if allowed_prefixes is not None else None
 
-    def resolve(self, path: str, step: str) -> Callable[..., Any]:
-        module_name, _, attr = path.partition(":")
+    def check(self, path: str, step: str) -> None:
+        """Refuse a path whose module is not under an allowed prefix (nothing is imported)."""
+        module_name = path.partition(":")[0]
         if self.allowed_prefixes is not None and not any(
                 module_name == p.rstrip(".") or module_name.startswith(p) for p in self.allowed_prefixes):
             raise SpecError(step, f"a function from an allowed module {list(self.allowed_prefixes)}",
-                            path, "ask the service operator to allow the module, or use a safe expression")
+                            path, "ask the service operator to allow the module (cameo serve "
+                                  "--allow-module), or use a safe expression")
+
+    def check_spec(self, spec: DataflowSpec) -> None:
+        """`check` every function a spec names, before anything is deployed."""
+        for step in spec.steps:
+            path = getattr(step, "function", None)
+            if path:
+                self.check(path, step.id)
+
+    def resolve(self, path: str, step: str) -> Callable[..., Any]:
+        self.check(path, step)
+        module_name, _, attr = path.partition(":")
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:

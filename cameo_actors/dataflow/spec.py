@@ -3,9 +3,11 @@
 A spec is what the builder compiles to and what the runtime deploys. Every
 field is plain data (strings, numbers, tuples), so `from_dict(to_dict(s)) == s`
 holds exactly, through JSON and through msgpack. `from_dict` trusts nothing:
-it checks every field's presence and type and then validates the whole graph
-(see `validate.py`), so a spec that arrives over the network is held to the
-same rules as one built in Python.
+it checks every field's presence and type and then validates the whole graph,
+so a spec that arrives over the network is held to the same rules as one built
+in Python. The graph rules live in `validate.py`, which imports this module;
+this module never imports them back: `cameo_actors.dataflow` (which Python
+loads before any of its modules) installs them with `set_validator`.
 
 The JSON schema is documented in docs/spec.md.
 """
@@ -13,6 +15,7 @@ The JSON schema is documented in docs/spec.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -228,10 +231,11 @@ class DataflowSpec:
     @classmethod
     def from_dict(cls, data: Any) -> DataflowSpec:
         """Parse and validate a spec from its dict form (raises SpecError)."""
-        from cameo_actors.dataflow.validate import validate
-
         spec = _parse_dataflow(data)
-        validate(spec)
+        if _validator is None:
+            raise RuntimeError("no spec validator installed: import cameo_actors.dataflow, "
+                               "which installs cameo_actors.dataflow.validate.validate")
+        _validator(spec)
         return spec
 
     @classmethod
@@ -249,6 +253,17 @@ class DataflowSpec:
         except Exception as e:  # msgpack raises several unrelated types
             raise SpecError(None, "a msgpack map", f"undecodable bytes ({e})", "send the spec as msgpack") from e
         return cls.from_dict(data)
+
+
+#: The whole-graph check `from_dict` runs after parsing (see the module docstring).
+_validator: Callable[[DataflowSpec], None] | None = None
+
+
+def set_validator(check: Callable[[DataflowSpec], None]) -> None:
+    """Install the check `DataflowSpec.from_dict` runs on every spec it parses; it
+    raises SpecError at the first rule the spec breaks."""
+    global _validator
+    _validator = check
 
 
 # -- to plain data --------------------------------------------------------------

@@ -217,9 +217,13 @@ def _check_connector(c: ConnectorSpec, where: str) -> None:
 
 
 def _check_filter(step: FilterStep) -> None:
-    if not isinstance(step.predicate, str) or not step.predicate.strip():
-        raise SpecError(step.id, "a predicate expression", step.predicate, "e.g. \"level == 'ERROR'\"")
-    parse_expression(step.predicate, step.id)
+    _check_expression(step.id, step.predicate, "a predicate expression", "e.g. \"level == 'ERROR'\"")
+
+
+def _check_expression(step_id: str, text: object, expected: str, fix: str) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError(step_id, expected, text, fix)
+    parse_expression(text, step_id)
 
 
 def _check_map(step: MapStep) -> None:
@@ -247,9 +251,7 @@ def _check_function(path: object, step_id: str) -> None:
 
 
 def _check_key_by(step: KeyByStep) -> None:
-    if not isinstance(step.key, str) or not step.key.strip():
-        raise SpecError(step.id, "a key expression (e.g. a field name)", step.key, "key_by('user_id')")
-    parse_expression(step.key, step.id)
+    _check_expression(step.id, step.key, "a key expression (e.g. a field name)", "key_by('user_id')")
 
 
 def check_window_shape(step: WindowStep) -> None:
@@ -257,12 +259,7 @@ def check_window_shape(step: WindowStep) -> None:
     if step.kind == "session":
         _require_positive(step, "gap_ms", step.gap_ms, "session_gap_ms=30_000")
     elif step.kind in ("tumbling", "sliding"):
-        _require_positive(step, "size_ms", step.size_ms, "tumbling_ms=1000")
-        if step.kind == "sliding":
-            _require_positive(step, "slide_ms", step.slide_ms, "slide_ms=500")
-            if step.slide_ms > step.size_ms:  # type: ignore[operator]  # both checked positive above
-                raise SpecError(step.id, f"slide_ms <= size_ms ({step.size_ms})", step.slide_ms,
-                                "use a slide no larger than the window, or a tumbling window")
+        _check_sizes(step, "use a slide no larger than the window, or a tumbling window")
     else:
         raise SpecError(step.id, "a window kind: tumbling, sliding or session", step.kind,
                         "use tumbling_ms=..., sliding_ms=... with slide_ms=..., or session_gap_ms=...")
@@ -291,12 +288,17 @@ def _check_window(step: WindowStep) -> None:
 def _check_join(step: JoinStep) -> None:
     if step.kind not in ("tumbling", "sliding"):
         raise SpecError(step.id, "a join window: tumbling or sliding", step.kind, "use tumbling_ms=...")
+    _check_sizes(step, "use a slide no larger than the window")
+
+
+def _check_sizes(step: WindowStep | JoinStep, slide_fix: str) -> None:
+    """A tumbling or sliding window's sizes: positive, and a slide no larger than the size."""
     _require_positive(step, "size_ms", step.size_ms, "tumbling_ms=1000")
     if step.kind == "sliding":
         _require_positive(step, "slide_ms", step.slide_ms, "slide_ms=500")
-        if step.slide_ms > step.size_ms:  # type: ignore[operator]  # checked positive above
+        if step.slide_ms > step.size_ms:  # type: ignore[operator]  # both checked positive above
             raise SpecError(step.id, f"slide_ms <= size_ms ({step.size_ms})", step.slide_ms,
-                            "use a slide no larger than the window")
+                            slide_fix)
 
 
 _STEP_CHECKS: dict[type, Callable[[Any], None]] = {

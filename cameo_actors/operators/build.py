@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
+from cameo_actors.dataflow import spec as steps
 from cameo_actors.dataflow.expressions import compile_scalar
 from cameo_actors.dataflow.functions import FunctionResolver
-from cameo_actors.dataflow.spec import (
-    DataflowSpec,
-    FilterStep,
-    FlatMapStep,
-    JoinStep,
-    KeyByStep,
-    MapStep,
-    SinkStep,
-    SourceStep,
-    Step,
-    UnionStep,
-    WindowStep,
-)
+from cameo_actors.dataflow.spec import DataflowSpec, Step
 from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.operators.base import Operator
 from cameo_actors.operators.join import WindowJoinOperator
@@ -34,29 +23,29 @@ from cameo_actors.operators.windows import WindowOperator
 def build_operator(spec: DataflowSpec, step: Step, resolver: FunctionResolver | None = None) -> Operator:
     """A fresh operator for `step` of a validated `spec`."""
     resolver = resolver or FunctionResolver(None)
-    if isinstance(step, SourceStep):
+    if isinstance(step, steps.SourceStep):
         return SourceOperator(step.id, step.schema, step.event_time, step.allowed_lateness_ms)
-    if isinstance(step, FilterStep):
+    if isinstance(step, steps.FilterStep):
         return filter_operator(step.id, step.predicate)
-    if isinstance(step, MapStep):
+    if isinstance(step, steps.MapStep):
         if step.fields is not None:
             return project_operator(step.id, step.fields)
         return FunctionOperator(step.id, resolver.resolve(step.function or "", step.id), flat=False)
-    if isinstance(step, FlatMapStep):
+    if isinstance(step, steps.FlatMapStep):
         return FunctionOperator(step.id, resolver.resolve(step.function, step.id), flat=True)
-    if isinstance(step, KeyByStep):
+    if isinstance(step, steps.KeyByStep):
         return KeyByOperator(step.id, step.key)
-    if isinstance(step, WindowStep):
+    if isinstance(step, steps.WindowStep):
         return WindowOperator(step.id, kind=step.kind, size_ms=step.size_ms, slide_ms=step.slide_ms,
                               gap_ms=step.gap_ms, aggregates=list(step.aggregates),
                               time_field=step.time_field, key_fn=key_function(spec, step.inputs[0]))
-    if isinstance(step, JoinStep):
+    if isinstance(step, steps.JoinStep):
         left, right = (key_function(spec, i) for i in step.inputs)
         return WindowJoinOperator(step.id, kind=step.kind, size_ms=step.size_ms,
                                   slide_ms=step.slide_ms, left_key_fn=left, right_key_fn=right,
                                   left_time_field=step.left_time_field,
                                   right_time_field=step.right_time_field)
-    if isinstance(step, (UnionStep, SinkStep)):
+    if isinstance(step, (steps.UnionStep, steps.SinkStep)):
         return PassOperator(step.id, n_inputs=len(step.inputs))
     raise TypeError(f"no operator for step type {type(step).__name__}")
 

@@ -1,21 +1,42 @@
 """The runtime on Ray: executors hosting activations, a controller, and the Python API.
 
-`Runtime` is imported on first use, so the pure parts of this package (the
-executor core, routing, egress) load without Ray.
+Public: `Runtime` (the API), `RuntimeConfig`, the records of `boundary` (what
+crosses the runtime's boundary, and the `RuntimeLike` protocol) and the
+errors of `exceptions`. Everything under `_private/` is internal.
+
+`Runtime` is imported on first use, so the pure parts (the boundary records,
+the configuration) load without Ray.
 """
 
 from typing import Any
 
-__all__ = ["Runtime", "RuntimeConfig"]
+from cameo_actors.runtime.boundary import (
+    ActivationId,
+    DataflowInfo,
+    DataflowStats,
+    DataflowSummary,
+    ExecutorStats,
+    PoolSnapshot,
+    RuntimeLike,
+)
+from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.exceptions import (
+    DataflowExists,
+    DataflowNotFound,
+    PoolNotFound,
+    RuntimeUnavailable,
+)
+
+__all__ = [
+    "ActivationId", "DataflowExists", "DataflowInfo", "DataflowNotFound", "DataflowStats",
+    "DataflowSummary", "ExecutorStats", "PoolNotFound", "PoolSnapshot", "Runtime", "RuntimeConfig", "RuntimeLike",
+    "RuntimeUnavailable", "start_local_ray",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Runtime":
-        from cameo_actors.runtime.api import Runtime
+    if name in ("Runtime", "start_local_ray"):
+        from cameo_actors.runtime import api
 
-        return Runtime
-    if name == "RuntimeConfig":
-        from cameo_actors.runtime.config import RuntimeConfig
-
-        return RuntimeConfig
+        return getattr(api, name)
     raise AttributeError(name)

@@ -1,8 +1,7 @@
 """The Python API of the runtime: start or join a pool, deploy dataflows, push
 events, read results and latency.
 
->>> from cameo_actors import Dataflow
->>> from cameo_actors.runtime import Runtime
+>>> from cameo_actors import Dataflow, Runtime
 >>> rt = Runtime.start()                                  # doctest: +SKIP
 >>> rt.deploy(Dataflow("errors", latency_target_ms=50)
 ...           .source("logs", schema={"ts": "int", "level": "str"}, event_time="ts")
@@ -29,16 +28,29 @@ from typing import Any
 
 import ray
 
-from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError
 from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Event
+from cameo_actors.runtime._private import cluster
+from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, get
+from cameo_actors.runtime._private.controller import Controller
+from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
+from cameo_actors.runtime._private.wire import pack_events
+from cameo_actors.runtime.boundary import (
+    ActivationId,
+    DataflowInfo,
+    DataflowMetrics,
+    DataflowStats,
+    DataflowSummary,
+    ErrorLogOffsets,
+    ExecutorStats,
+    LogOffsets,
+    PoolSnapshot,
+    ResultRow,
+    error_log_id,
+)
 from cameo_actors.runtime.config import RuntimeConfig
-from cameo_actors.runtime.controller import NAMESPACE, Controller, controller_name
-from cameo_actors.runtime.egress import LatencyStats
-from cameo_actors.runtime.local_ray import init_local_ray
-from cameo_actors.runtime.routing import activation_id
-from cameo_actors.runtime.wire import pack_events
+from cameo_actors.runtime.exceptions import PoolNotFound, RuntimeUnavailable
 
 #: Events per ingest call: a Ray call costs about 1 ms, so batches, not single events.
 DEFAULT_BATCH = 2_000
@@ -47,27 +59,27 @@ MAX_IN_FLIGHT = 8
 
 
 # Aliases: inside the class, `list` names the Runtime.list method.
-Rows = list[tuple[Event, float, float]]
+Rows = list[ResultRow]
 Events = list[Event]
-Dicts = list[dict[str, Any]]
 
 
-def _unwrap(e: Exception) -> Exception:
-    """A Ray task error -> the exception the actor raised (SpecError etc.)."""
-    cause = getattr(e, "cause", None)
-    return cause if isinstance(cause, Exception) else e
+def start_local_ray(run_dir: str | None = None, num_cpus: int | None = None, *,
+                    log_to_driver: bool = True) -> None:
+    """Start a private local Ray on loopback for this process, before any pool (tests and
+    benchmarks start one per session; `Runtime.start` then finds it running)."""
+    cluster.init_local(run_dir, num_cpus, log_to_driver=log_to_driver)
 
 
-def _log_host(log: str) -> int:
-    """The executor index of an error log id f"{name}/errors/{executor}"."""
-    return int(log.rsplit("/", 1)[1])
-
-
-def _get(refs: Any) -> Any:
-    try:
-        return ray.get(refs)
-    except ray.exceptions.RayTaskError as e:
-        raise _unwrap(e) from None
+def _spec_dict(dataflow: Any) -> dict[str, Any]:
+    """A spec's dict form from a builder's `Dataflow` (anything with `.spec`), a
+    `DataflowSpec` or a dict (validated)."""
+    if isinstance(dataflow, dict):
+        return DataflowSpec.from_dict(dataflow).to_dict()
+    spec = getattr(dataflow, "spec", dataflow)
+    if not isinstance(spec, DataflowSpec):
+        raise TypeError(f"deploy: expected a Dataflow, DataflowSpec or spec dict, got "
+                        f"{type(dataflow).__name__}")
+    return spec.to_dict()
 
 
 class Runtime:
@@ -77,13 +89,17 @@ class Runtime:
     def __init__(self, pool: str, controller: Any, owns_ray: bool) -> None:
         self.pool = pool
         self.controller = controller
-        self.config = RuntimeConfig.from_dict(_get(controller.config_dict.remote()))
-        self.executors: list[Any] = _get(controller.executor_handles.remote())
+        self.config = RuntimeConfig.from_dict(get(controller.config_dict.remote()))
+        self.executors: list[Any] = get(controller.executor_handles.remote())
         self._owns_ray = owns_ray
+        #: whether the pool was running before `start` (see `start`)
+        self.found = True
+        #: whether this handle started a private Ray (it ends with this process)
+        self.embedded = False
         self._client = uuid.uuid4().hex
         self._seq: dict[int, itertools.count[int]] = {}
         self._in_flight: dict[int, builtins.list[Any]] = {}
-        self._described: dict[str, dict[str, Any]] = {}
+        self._described: dict[str, DataflowInfo] = {}
         self._offsets: dict[tuple[str, str], int] = {}
         self._round_robin = itertools.count()
 
@@ -91,8 +107,11 @@ class Runtime:
     @classmethod
     def start(cls, config: RuntimeConfig | None = None, *, pool: str = "default",
               address: str | None = None, run_dir: str | None = None,
-              num_cpus: int | None = None) -> Runtime:
+              num_cpus: int | None = None, node_ip: str = "127.0.0.1") -> Runtime:
         """Start (or find) the pool `pool`, starting Ray first if needed.
+
+        The handle's `found` says whether the pool was running already (its
+        configuration is then the one it was started with).
 
         Args:
             config: how the pool runs (used only when the pool is created).
@@ -102,77 +121,103 @@ class Runtime:
             run_dir: where a private Ray keeps its files (default: ./.run).
             num_cpus: logical CPUs of a private Ray (default: 4x the cores, so that
                 several pools fit; the executor count defaults to the cores).
+            node_ip: the address a private Ray binds (loopback by default).
         """
         config = config or RuntimeConfig()
         owns = False
         if not ray.is_initialized():
             if address is None:
-                init_local_ray(run_dir, num_cpus)
+                cluster.init_local(run_dir, num_cpus, node_ip=node_ip)
                 if config.num_executors is None:
                     config = RuntimeConfig.from_dict({**config.to_dict(),
                                                       "num_executors": os.cpu_count() or 1})
             else:
-                ray.init(address=address, namespace=NAMESPACE)
+                cluster.join(address)
             owns = True
+        found = cluster.find_actor(controller_name(pool)) is not None
         controller = Controller.options(  # type: ignore[attr-defined]
             name=controller_name(pool), namespace=NAMESPACE, lifetime="detached",
             get_if_exists=True).remote(pool, config.to_dict())
-        return cls(pool, controller, owns)
+        handle = cls(pool, controller, owns)
+        handle.found = found
+        handle.embedded = owns and address is None
+        return handle
 
     @classmethod
-    def connect(cls, *, pool: str = "default", address: str | None = "auto") -> Runtime:
-        """A handle on a pool that is already running (e.g. after a service restart)."""
+    def connect(cls, *, pool: str = "default", address: str | None = "auto", auth: str = "auto",
+                log_to_driver: bool = True) -> Runtime:
+        """A handle on a pool that is already running (e.g. after a service restart).
+
+        Joins the Ray cluster at `address` first unless this process is on one;
+        `auth` is Ray's token auth mode for the join ("auto", "token", "disabled").
+
+        Raises:
+            ConnectionError: Ray cannot be joined there, or this process is on another cluster.
+            PoolNotFound: no pool of that name runs on the cluster.
+        """
         if not ray.is_initialized():
-            ray.init(address=address, namespace=NAMESPACE)
-        try:
-            controller = ray.get_actor(controller_name(pool), namespace=NAMESPACE)
-        except ValueError as e:
-            raise CameoError(f"no cameo pool named {pool!r} on this Ray cluster; start one with "
-                             "Runtime.start() or `cameo serve`") from e
+            cluster.join(address or "auto", auth=auth, log_to_driver=log_to_driver)
+        elif address not in (None, "auto") and cluster.gcs_address() != address:
+            raise ConnectionError(f"this process is on the Ray cluster at {cluster.gcs_address()}, "
+                                  f"not {address}: one process talks to one cluster")
+        controller = cluster.find_actor(controller_name(pool))
+        if controller is None:
+            raise PoolNotFound(f"no cameo pool named {pool!r} on this Ray cluster; start one with "
+                               "Runtime.start() or `cameo serve`")
         return cls(pool, controller, owns_ray=False)
+
+    def handle(self) -> Runtime:
+        """Another handle on the same pool, with its own ingest order (for another thread)."""
+        return type(self)(self.pool, self.controller, owns_ray=False)
 
     def shutdown(self, *, stop_ray: bool | None = None) -> None:
         """Stop the pool's executors and controller (and Ray, if this handle started it)."""
-        _get(self.controller.shutdown.remote())
+        get(self.controller.shutdown.remote())
         ray.kill(self.controller)
         if stop_ray if stop_ray is not None else self._owns_ray:
             ray.shutdown()
 
+    def disconnect(self) -> None:
+        """Leave the Ray cluster; the pool goes on in a joined cluster (not in a private one)."""
+        ray.shutdown()
+
+    def cluster_info(self) -> dict[str, Any]:
+        """The pool and the Ray cluster it runs on, for people (`cameo serve`'s /v1/info)."""
+        return {"pool": self.pool, "policy": self.config.policy, "executors": len(self.executors),
+                "allowed_modules": list(self.config.allowed_modules)
+                if self.config.allowed_modules is not None else None,
+                "ray": {"address": self.address, "embedded": self.embedded, **cluster.info()}}
+
     # -- dataflows -----------------------------------------------------------------------------
-    def deploy(self, dataflow: Dataflow | DataflowSpec | dict[str, Any]) -> str:
-        """Validate and start a dataflow; returns its name. A bad spec changes nothing."""
-        if isinstance(dataflow, Dataflow):
-            spec_dict = dataflow.spec.to_dict()
-        elif isinstance(dataflow, DataflowSpec):
-            spec_dict = dataflow.to_dict()
-        else:
-            spec_dict = DataflowSpec.from_dict(dataflow).to_dict()
-        info = _get(self.controller.deploy.remote(spec_dict))
+    def deploy(self, dataflow: Any) -> str:
+        """Validate and start a dataflow (a `Dataflow`, a `DataflowSpec` or a spec dict);
+        returns its name. A bad spec changes nothing."""
+        info = get(self.controller.deploy.remote(_spec_dict(dataflow)))
         return str(info["name"])
 
     def cancel(self, name: str) -> dict[str, Any]:
-        result = _get(self.controller.cancel.remote(name))
+        result = get(self.controller.cancel.remote(name))
         self._described.pop(name, None)
         return dict(result)
 
     def update(self, name: str, *, latency_target_ms: float | None = None,
                weight: float | None = None) -> dict[str, Any]:
-        result = dict(_get(self.controller.update.remote(name, latency_target_ms, weight)))
+        result = dict(get(self.controller.update.remote(name, latency_target_ms, weight)))
         self._described.pop(name, None)  # stats() and describe() read the new target
         return result
 
-    def list(self) -> Dicts:
+    def list(self) -> builtins.list[DataflowSummary]:
         """The running dataflows: name, tenant, target, state, executors."""
-        return [dict(d) for d in _get(self.controller.list.remote())]
+        return list(get(self.controller.list.remote()))
 
-    def describe(self, name: str, *, refresh: bool = False) -> dict[str, Any]:
+    def describe(self, name: str, *, refresh: bool = False) -> DataflowInfo:
         """Spec, placement and state (cached; `refresh` asks the controller again, e.g.
         in a long-lived process that may outlive a redeploy of the dataflow)."""
         if refresh:
             self._described.pop(name, None)
         info = self._described.get(name)
         if info is None:
-            info = self._described[name] = dict(_get(self.controller.describe.remote(name)))
+            info = self._described[name] = get(self.controller.describe.remote(name))
         return info
 
     # -- input ----------------------------------------------------------------------------------
@@ -201,7 +246,7 @@ class Runtime:
     def flush(self) -> None:
         """Wait until every pushed batch was accepted by its executor."""
         for refs in self._in_flight.values():
-            _get(refs)
+            get(refs)
             refs.clear()
 
     def _send(self, name: str, source: str, items: builtins.list[Any]) -> None:
@@ -213,8 +258,12 @@ class Runtime:
         host = self.describe(name)["hosts"][target]
         refs = self._in_flight.setdefault(host, [])
         if len(refs) >= MAX_IN_FLIGHT:
-            done, rest = ray.wait(refs, num_returns=len(refs) - MAX_IN_FLIGHT + 1)
-            _get(done)
+            done, rest = ray.wait(refs, num_returns=len(refs) - MAX_IN_FLIGHT + 1,
+                                  timeout=cluster.CALL_TIMEOUT_S)
+            if not done:
+                raise RuntimeUnavailable(f"executor {host} accepted no batch of dataflow {name!r} "
+                                         f"in {cluster.CALL_TIMEOUT_S:g} s")
+            get(done)
             self._in_flight[host] = refs = rest
         seq = next(self._seq.setdefault(host, itertools.count()))
         refs.append(self.executors[host].ingest.remote(self._client, seq, target, pack_events(items)))
@@ -226,7 +275,7 @@ class Runtime:
         except KeyError:
             raise CameoError(f"dataflow {name!r} has no source {source!r}; sources: "
                              f"{[s.id for s in spec.sources]}") from None
-        return [activation_id(name, step.id, i) for i in range(step.parallelism)]
+        return [str(a) for a in ActivationId.of_step(name, step.id, step.parallelism)]
 
     def _spec(self, name: str) -> DataflowSpec:
         return DataflowSpec.from_dict(self.describe(name)["spec"])
@@ -241,17 +290,16 @@ class Runtime:
         hosts = self.describe(name)["hosts"]
         rows: Rows = []
         for s in sinks:
-            for i in range(s.parallelism):
-                aid = activation_id(name, s.id, i)
+            for aid in map(str, ActivationId.of_step(name, s.id, s.parallelism)):
                 ex = self.executors[hosts[aid]]
                 start = self._offsets.get((name, aid))
                 if start is None:
-                    start = _get(ex.result_offsets.remote(name))[aid][0]
-                got = _get(ex.read_results.remote(name, aid, start, None))
+                    start = get(ex.result_offsets.remote(name))[aid][0]
+                got = get(ex.read_results.remote(name, aid, start, None))
                 rows.extend((e, ing, eg) for e, ing, eg in got)
                 self._offsets[(name, aid)] = start + len(got)
                 if commit:
-                    _get(ex.commit_results.remote(name, aid, start + len(got)))
+                    get(ex.commit_results.remote(name, aid, start + len(got)))
         return rows
 
     def results(self, name: str, sink: str | None = None) -> Events:
@@ -262,56 +310,64 @@ class Runtime:
     @property
     def address(self) -> str:
         """The Ray GCS address ("host:port") other processes join this pool's cluster by."""
-        return str(ray.get_runtime_context().gcs_address)
+        return str(cluster.gcs_address())
 
-    def result_offsets(self, name: str, sink: str | None = None) -> dict[str, tuple[int, int]]:
+    def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]:
         """sink activation -> (committed offset, end offset) of each sink's result log."""
         info = self.describe(name)
         sinks = [s for s in self._spec(name).sinks if sink is None or s.id == sink]
-        wanted = {activation_id(name, s.id, i) for s in sinks for i in range(s.parallelism)}
+        wanted = {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
         hosts = sorted({info["hosts"][a] for a in wanted})
-        parts = _get([self.executors[h].result_offsets.remote(name) for h in hosts])
+        parts = get([self.executors[h].result_offsets.remote(name) for h in hosts])
         return {a: (int(c), int(e)) for part in parts for a, (c, e) in part.items() if a in wanted}
 
     def read_results(self, name: str, sink_activation: str, start: int, end: int | None = None
-                     ) -> builtins.list[tuple[Event, float, float]]:
+                     ) -> builtins.list[ResultRow]:
         """Rows [start, end) of one sink activation's result log, without committing."""
         ex = self.executors[self.describe(name)["hosts"][sink_activation]]
-        return list(_get(ex.read_results.remote(name, sink_activation, start, end)))
+        return list(get(ex.read_results.remote(name, sink_activation, start, end)))
 
     def commit_results(self, name: str, sink_activation: str, offset: int) -> None:
         """Let the runtime forget rows below `offset` (a reader persisted them)."""
         ex = self.executors[self.describe(name)["hosts"][sink_activation]]
-        _get(ex.commit_results.remote(name, sink_activation, offset))
+        get(ex.commit_results.remote(name, sink_activation, offset))
 
-    def error_offsets(self, name: str) -> dict[str, tuple[int, int, int]]:
-        """f"{name}/errors/{executor}" -> (committed, end, dropped unread) of the error output."""
+    def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]:
+        """Error log id (`error_log_id`, one per executor the dataflow runs on) ->
+        (committed, end, dropped unread) of the error output."""
         hosts = self.describe(name)["executors"]
-        parts = _get([self.executors[h].error_offsets.remote(name) for h in hosts])
-        return {f"{name}/errors/{h}": (int(c), int(e), int(d))
+        parts = get([self.executors[h].error_offsets.remote(name) for h in hosts])
+        return {error_log_id(name, h): (int(c), int(e), int(d))
                 for h, (c, e, d) in zip(hosts, parts, strict=True)}
 
     def read_errors(self, name: str, log: str, start: int, end: int | None = None
-                    ) -> tuple[int, builtins.list[tuple[Any, float, float]]]:
+                    ) -> tuple[int, builtins.list[ResultRow]]:
         """(offset of the first row, rows) of one error log (a key of error_offsets);
         each row is (ErrorRecord dict, ingest_ms, egress_ms)."""
-        first, rows = _get(self.executors[_log_host(log)].read_errors.remote(name, start, end))
+        first, rows = get(self._error_log_host(name, log).read_errors.remote(name, start, end))
         return int(first), list(rows)
 
     def commit_errors(self, name: str, log: str, offset: int) -> None:
-        _get(self.executors[_log_host(log)].commit_errors.remote(name, offset))
+        get(self._error_log_host(name, log).commit_errors.remote(name, offset))
+
+    def _error_log_host(self, name: str, log: str) -> Any:
+        for h in self.describe(name)["executors"]:
+            if error_log_id(name, h) == log:
+                return self.executors[h]
+        raise CameoError(f"dataflow {name!r} has no error log {log!r}; its logs: "
+                         f"{[error_log_id(name, h) for h in self.describe(name)['executors']]}")
 
     def mark_input_batch(self, name: str, source: str, batch_id: int, query: str = "") -> None:
         """Hand a Spark input batch id to the runtime: every event of it was pushed (and
         flushed) before this call; recorded on each executor hosting the source."""
         hosts = self.describe(name)["hosts"]
         targets = sorted({hosts[t] for t in self._source_instances(name, source)})
-        _get([self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
+        get([self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
               for h in targets])
 
     def input_batches(self, name: str) -> dict[str, int]:
         """"<source>@<query>" -> the last input batch id marked (see mark_input_batch)."""
-        parts = _get([self.executors[h].input_batches.remote(name)
+        parts = get([self.executors[h].input_batches.remote(name)
                       for h in self.describe(name)["executors"]])
         merged: dict[str, int] = {}
         for part in parts:
@@ -319,41 +375,21 @@ class Runtime:
                 merged[key] = max(batch, merged.get(key, batch))
         return merged
 
-    def stats(self, name: str) -> dict[str, Any]:
+    def stats(self, name: str) -> DataflowStats:
         """Latency percentiles, share within target, throughput counters, backlog, the executor
         time its operators took (busy_ms), errors."""
         info = self.describe(name)
-        parts = _get([self.executors[i].dataflow_stats.remote(name) for i in info["executors"]])
-        latency = LatencyStats(info["spec"]["latency_target_ms"])
-        errors: dict[str, int] = {}
-        for p in parts:
-            latency.merge(LatencyStats.from_dict(p["latency"]))
-            for k, n in p["errors"].items():
-                errors[k] = errors.get(k, 0) + n
-        sources = {s["id"] for s in info["spec"]["steps"] if s["op"] == "source"}
-        return {
-            "name": name,
-            "tenant": info["spec"]["tenant"],
-            **latency.summary(),
-            "events_in": sum(p["events_in"] for p in parts),
-            "events_out": sum(p["events_out"] for p in parts),
-            "backlog": sum(p["backlog"] for p in parts),
-            "busy_ms": sum(p["busy_ms"] for p in parts),
-            "errors": errors,
-            "failures": [f for p in parts for f in p["failures"]],
-            "held": [h for p in parts for h in p["held"]],
-            "sources": sorted(sources),
-            "latency_buckets": latency.buckets,
-        }
+        return dataflow_stats(info, get([self.executors[i].dataflow_stats.remote(name)
+                                          for i in info["executors"]]))
 
     def errors(self, name: str, limit: int = 100) -> builtins.list[ErrorRecord]:
         """Recent records of the dataflow's error output (counts are in stats())."""
         info = self.describe(name)
-        parts = _get([self.executors[i].error_records.remote(name, limit) for i in info["executors"]])
+        parts = get([self.executors[i].error_records.remote(name, limit) for i in info["executors"]])
         return [ErrorRecord(**r) for part in parts for r in part][-limit:]
 
-    def executor_stats(self) -> Dicts:
-        return [dict(d) for d in _get(self.controller.executor_stats.remote())]
+    def executor_stats(self) -> builtins.list[ExecutorStats]:
+        return list(get(self.controller.executor_stats.remote()))
 
     def wait_idle(self, timeout_s: float = 60.0) -> None:
         """Block until every pushed event was processed: every executor idle and
@@ -361,7 +397,7 @@ class Runtime:
         self.flush()
         deadline = time.monotonic() + timeout_s
         while True:
-            states = _get([e.idle.remote() for e in self.executors])
+            states = get([e.idle.remote() for e in self.executors])
             sent = {(i, int(j)): n for i, (_, out, _) in enumerate(states) for j, n in out.items()}
             got = {(int(j), i): n for i, (_, _, inn) in enumerate(states) for j, n in inn.items()}
             if all(idle for idle, _, _ in states) and sent == got:
@@ -372,55 +408,23 @@ class Runtime:
             time.sleep(0.01)
 
     # -- for the service (cameo serve): fresh reads and one-round snapshots ----------------------
-    def stats_all(self) -> dict[str, Any]:
+    def stats_all(self) -> PoolSnapshot:
         """Counters of every dataflow and executor of the pool in one parallel round of
-        Ray calls (what a metrics scrape needs).
-
-        Returns {"dataflows": [...], "executors": [...]}: per dataflow its tenant, target,
-        weight, merged latency histogram (non-cumulative, LATENCY_BUCKETS_MS + overflow),
-        latency sum, results and results within target, recent p50/p95/p99, events in and
-        out, backlog and errors by "step:kind"; per executor `executor_stats()` with its node.
-        A dataflow cancelled while the round runs is left out.
-        """
+        Ray calls (what a metrics scrape needs). A dataflow cancelled while the round runs
+        is left out, and so is an executor that does not answer."""
         listed = self.list()
         calls: builtins.list[Any] = [e.executor_stats.remote() for e in self.executors]
-        spans: builtins.list[tuple[str, int, int]] = []  # (name, first ref, ref count)
+        spans: builtins.list[tuple[int, int]] = []  # (first ref, ref count) per dataflow
         for d in listed:
             start = len(calls)
             calls.append(self.controller.describe.remote(d["name"]))
             calls.extend(self.executors[i].dataflow_stats.remote(d["name"]) for i in d["executors"])
-            spans.append((d["name"], start, len(calls) - start))
-        try:
-            values: builtins.list[Any] = ray.get(calls)
-        except Exception:  # something ended meanwhile: take what answers
-            values = []
-            for ref in calls:
-                try:
-                    values.append(ray.get(ref))
-                except Exception:
-                    values.append(None)
+            spans.append((start, len(calls) - start))
+        values = cluster.get_each(calls)
         executors = [v for v in values[:len(self.executors)] if v is not None]
-        dataflows = []
-        for name, start, n in spans:
+        dataflows: builtins.list[DataflowMetrics] = []
+        for start, n in spans:
             info, parts = values[start], values[start + 1:start + n]
-            if info is None or any(p is None for p in parts):
-                continue
-            spec = info["spec"]
-            latency = LatencyStats(spec["latency_target_ms"])
-            errors: dict[str, int] = {}
-            for p in parts:
-                latency.merge(LatencyStats.from_dict(p["latency"]))
-                for k, c in p["errors"].items():
-                    errors[k] = errors.get(k, 0) + c
-            dataflows.append({
-                "name": name, "tenant": spec["tenant"], "target_ms": spec["latency_target_ms"],
-                "weight": spec["scheduling"]["weight"], "results": latency.count,
-                "within_target_count": latency.within_target, "sum_ms": latency.sum_ms,
-                "buckets": list(latency.buckets),
-                "p50_ms": latency.percentile(0.5), "p95_ms": latency.percentile(0.95),
-                "p99_ms": latency.percentile(0.99),
-                "events_in": sum(p["events_in"] for p in parts),
-                "events_out": sum(p["events_out"] for p in parts),
-                "backlog": sum(p["backlog"] for p in parts), "errors": errors,
-            })
+            if info is not None and all(p is not None for p in parts):
+                dataflows.append(dataflow_metrics(info, parts))
         return {"dataflows": dataflows, "executors": executors}

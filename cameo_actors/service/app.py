@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cameo_actors import __version__
 from cameo_actors.dataflow.validate import NAME_RE
+from cameo_actors.runtime.boundary import PoolSnapshot
 from cameo_actors.service import metrics as prom
 from cameo_actors.service.auth import Principal, TokenStore
 from cameo_actors.service.core import ServiceCore
@@ -155,7 +156,7 @@ async def read_body(request: Request, limit: int, what: str) -> Any:
 
 def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 256 * 1024,
                max_body_bytes: int = 16 * 1024 * 1024,
-               snapshot: Callable[[], dict[str, Any]] | None = None,
+               snapshot: Callable[[], PoolSnapshot] | None = None,
                info: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
     """The FastAPI app of a service.
 
@@ -296,7 +297,7 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
     @app.get("/metrics", tags=["service"], response_class=Response,
              summary="Prometheus metrics of the whole cluster (a tenant token sees its own)")
     async def metrics(p: Caller) -> Response:
-        def snap() -> dict[str, Any]:
+        def snap() -> PoolSnapshot:
             return snapshot() if snapshot else {"dataflows": [], "executors": []}
 
         text = await run_in_threadpool(prom.render, snap, tenant=None if p.admin else p.tenant,

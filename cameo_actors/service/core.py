@@ -1,9 +1,9 @@
 """What the service does, without HTTP and without Ray: tenancy, idempotent
 submit, status with throughput, graceful stop.
 
-`ServiceCore` drives any object with the `RuntimePort` methods: the Ray
-runtime behind `cameo serve` (see `server.RayRuntime`), or an in-memory fake
-in unit tests. Every refusal is an `ApiError` raised before anything changed.
+`ServiceCore` drives any `RuntimeLike` (the runtime's one protocol): the Ray
+runtime behind `cameo serve` (see `server.ServiceRuntime`), or an in-memory
+fake in unit tests. Every refusal is an `ApiError` raised before anything changed.
 """
 
 from __future__ import annotations
@@ -13,13 +13,22 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from cameo_actors.clock import Clock, SystemClock
+from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError, SpecError
+from cameo_actors.runtime.boundary import (
+    DataflowInfo,
+    DataflowStats,
+    DataflowSummary,
+    ExecutorStats,
+    RuntimeLike,
+)
+from cameo_actors.runtime.exceptions import DataflowExists, DataflowNotFound
 from cameo_actors.service.auth import Principal
-from cameo_actors.service.errors import ApiError, Exists, NotFound, not_found
+from cameo_actors.service.errors import ApiError, not_found
 
 #: Throughput is measured over status samples at most this old (ms) ...
 RATE_WINDOW_MS = 30_000.0
@@ -27,23 +36,6 @@ RATE_WINDOW_MS = 30_000.0
 RATE_MIN_SPAN_MS = 500.0
 #: Names of recently cancelled dataflows kept, for clearer answers to a second cancel.
 CANCELLED_KEPT = 256
-
-
-class RuntimePort(Protocol):
-    """The runtime operations the service needs. Implementations raise `NotFound`
-    for unknown names, `Exists` for a taken name and `SpecError` for a bad spec."""
-
-    def deploy(self, spec: dict[str, Any]) -> str: ...
-    def cancel(self, name: str) -> dict[str, Any]: ...
-    def update(self, name: str, *, latency_target_ms: float | None,
-               weight: float | None) -> dict[str, Any]: ...
-    def list(self) -> list[dict[str, Any]]: ...
-    def describe(self, name: str) -> dict[str, Any]: ...
-    def stats(self, name: str) -> dict[str, Any]: ...
-    def push(self, name: str, source: str, events: builtins.list[dict[str, Any]]) -> None: ...
-    def close(self, name: str) -> None: ...
-    def executor_stats(self) -> builtins.list[dict[str, Any]]: ...
-    def wait_idle(self, timeout_s: float) -> None: ...
 
 
 def normalize(spec: dict[str, Any]) -> dict[str, Any]:
@@ -75,13 +67,13 @@ class ServiceCore:
     """Tenancy, idempotency and bookkeeping around a runtime; safe to call from many threads.
 
     Args:
-        runtime: the runtime operations (`RuntimePort`).
+        runtime: the runtime (`RuntimeLike`).
         clock: physical time, for throughput.
         allowed_modules: module prefixes specs' functions may come from (None: any);
             checked before a replace cancels the running dataflow.
     """
 
-    def __init__(self, runtime: RuntimePort, *, clock: Clock | None = None,
+    def __init__(self, runtime: RuntimeLike, *, clock: Clock | None = None,
                  allowed_modules: tuple[str, ...] | None = None) -> None:
         self.rt = runtime
         self.clock = clock or SystemClock()
@@ -96,7 +88,7 @@ class ServiceCore:
         self._cancelled: dict[str, tuple[str, str]] = {}  # name -> (how it ended, tenant)
 
     # -- lookups -----------------------------------------------------------------------------
-    def _entry(self, principal: Principal, name: str) -> dict[str, Any]:
+    def _entry(self, principal: Principal, name: str) -> DataflowSummary:
         """The controller's list entry of a dataflow this caller may access, else 404."""
         for d in self.rt.list():
             if d["name"] == name:
@@ -143,7 +135,7 @@ class ServiceCore:
         try:
             spec = DataflowSpec.from_dict(data)
         except SpecError as e:
-            raise ApiError.from_spec_error(e) from None
+            raise ApiError.from_user_error(e) from None
         self._check_functions(spec)
         wanted = spec.to_dict()
         with self._control:
@@ -174,8 +166,8 @@ class ServiceCore:
             try:
                 self.rt.deploy(wanted)
             except SpecError as e:
-                raise ApiError.from_spec_error(e) from None
-            except Exists:
+                raise ApiError.from_user_error(e) from None
+            except DataflowExists:
                 # Another client won a race for the name: answer as if we had come second.
                 running = self._running_spec(spec.name)
                 if running == wanted:
@@ -192,7 +184,7 @@ class ServiceCore:
             return None
         try:
             return normalize(self.rt.describe(name)["spec"])
-        except NotFound:
+        except DataflowNotFound:
             return None
 
     @staticmethod
@@ -201,20 +193,12 @@ class ServiceCore:
                 "replaced": False, "state": "running"}
 
     def _check_functions(self, spec: DataflowSpec) -> None:
-        if self.allowed_modules is None:
-            return
-        for step in spec.steps:
-            path = getattr(step, "function", None)
-            if not path:
-                continue
-            module = path.partition(":")[0]
-            if not any(module == p.rstrip(".") or module.startswith(p) for p in self.allowed_modules):
-                raise ApiError.from_spec_error(SpecError(
-                    step.id, f"a function from an allowed module {list(self.allowed_modules)}",
-                    path, "ask the service operator to allow the module (cameo serve "
-                          "--allow-module), or use a safe expression"))
+        try:
+            FunctionResolver(self.allowed_modules).check_spec(spec)
+        except SpecError as e:
+            raise ApiError.from_user_error(e) from None
 
-    def list(self, principal: Principal) -> list[dict[str, Any]]:
+    def list(self, principal: Principal) -> list[DataflowSummary]:
         return [d for d in self.rt.list() if principal.can_access(d["tenant"])]
 
     def status(self, principal: Principal, name: str) -> dict[str, Any]:
@@ -222,7 +206,7 @@ class ServiceCore:
         try:
             info = self.rt.describe(name)
             s = self.rt.stats(name)
-        except NotFound:
+        except DataflowNotFound:
             raise not_found(name) from None
         spec = info["spec"]
         now = self.clock.now_ms()
@@ -243,7 +227,7 @@ class ServiceCore:
         }
 
     def _throughput(self, name: str, now: float, submitted_at: float | None,
-                    s: dict[str, Any]) -> dict[str, float]:
+                    s: DataflowStats) -> dict[str, float]:
         cur = (now, int(s["events_in"]), int(s["events_out"]), int(s["results"]))
         samples = self._samples.setdefault(name, deque(maxlen=64))
         while samples and now - samples[0][0] > RATE_WINDOW_MS:
@@ -264,7 +248,7 @@ class ServiceCore:
         self._entry(principal, name)
         try:
             return self.rt.update(name, latency_target_ms=latency_target_ms, weight=weight)
-        except NotFound:
+        except DataflowNotFound:
             raise not_found(name) from None
 
     def cancel(self, principal: Principal, name: str) -> dict[str, Any]:
@@ -277,7 +261,7 @@ class ServiceCore:
             # Not under the dataflow's push lock: cancelling is what frees a push that
             # waits on a stuck dataflow's backpressure.
             result = self.rt.cancel(name)
-        except NotFound:
+        except DataflowNotFound:
             raise not_found(name) from None
         with self._locks_guard:
             self._flow_locks.pop(name, None)
@@ -302,24 +286,24 @@ class ServiceCore:
         with self.flow_lock(name):
             self.rt.close(name)
 
-    def _describe_visible(self, principal: Principal, name: str) -> dict[str, Any]:
+    def _describe_visible(self, principal: Principal, name: str) -> DataflowInfo:
         try:
             info = self.rt.describe(name)
-        except NotFound:
+        except DataflowNotFound:
             raise not_found(name) from None
         if not principal.can_access(info["spec"]["tenant"]):
             raise not_found(name)
         return info
 
     @staticmethod
-    def _check_source(info: dict[str, Any], name: str, source: str) -> None:
+    def _check_source(info: DataflowInfo, name: str, source: str) -> None:
         sources = [s["id"] for s in info["spec"]["steps"] if s["op"] == "source"]
         if source not in sources:
             raise ApiError(404, "unknown_source", f"dataflow {name!r} has no source {source!r}",
                            expected=f"one of {sources}", got=source,
                            fix="push to one of the dataflow's sources")
 
-    def executors(self, principal: Principal) -> builtins.list[dict[str, Any]]:
+    def executors(self, principal: Principal) -> builtins.list[ExecutorStats]:
         if not principal.admin:
             raise ApiError(403, "forbidden", "executor statistics are for the admin",
                            expected="the admin token", got=principal.label,

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from cameo_actors.errors import CameoError, SpecError
+from cameo_actors.errors import CameoError, SpecError, UserError
 
 
-class ConfigError(CameoError, ValueError):
-    """A service or client setting is invalid (flag, environment variable or config file)."""
+class ConfigError(UserError):
+    """A service or client setting is invalid (flag, environment variable or config file).
 
-    def __init__(self, option: str, expected: str, got: object, fix: str) -> None:
-        self.option = option
-        super().__init__(f"{option}: expected {expected}, got {got!r}. Fix: {fix}")
+    The message opens with the setting's name as it is:
+
+    >>> str(ConfigError("port", "0..65535", 70000, "pick a free TCP port"))
+    'port: expected 0..65535, got 70000. Fix: pick a free TCP port'
+    """
+
+    @property
+    def option(self) -> str:
+        """The setting at fault ("port", "log_level", a file path, ...)."""
+        return str(self.subject)
 
 
 class ApiError(CameoError):
@@ -56,9 +63,11 @@ class ApiError(CameoError):
         return {"error": body}
 
     @classmethod
-    def from_spec_error(cls, e: SpecError) -> ApiError:
-        return cls(422, "invalid_spec", str(e), step=e.step, expected=e.expected, got=e.got,
-                   fix=e.fix)
+    def from_user_error(cls, e: UserError, status: int = 422, code: str = "invalid_spec"
+                        ) -> ApiError:
+        """The HTTP form of bad input: the same where, expected, got and fix."""
+        step = e.subject if isinstance(e, SpecError) else None
+        return cls(status, code, str(e), step=step, expected=e.expected, got=e.got, fix=e.fix)
 
 
 def not_found(name: str) -> ApiError:
@@ -67,13 +76,3 @@ def not_found(name: str) -> ApiError:
                     expected="the name of a running dataflow of your tenant", got=name,
                     fix="list your dataflows with `cameo list` (GET /v1/dataflows)")
 
-
-class NotFound(CameoError, KeyError):
-    """The runtime has no dataflow of that name (raised by runtime adapters)."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else "not found"
-
-
-class Exists(CameoError, ValueError):
-    """The runtime has a dataflow of that name already (raised by runtime adapters)."""

@@ -13,7 +13,6 @@ Labels stay low-cardinality: `dataflow`, `tenant`, and for errors `step` and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -24,7 +23,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from cameo_actors.runtime.egress import LATENCY_BUCKETS_MS
+from cameo_actors.runtime.boundary import LATENCY_BUCKETS_MS, ExecutorStats, PoolSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DF_LABELS = ["dataflow", "tenant"]
@@ -58,9 +57,9 @@ def short_node(node_id: str | None) -> str:
     return (node_id or "unknown")[:12]
 
 
-def families(snapshot: dict[str, Any], *, tenant: str | None = None,
+def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
              include_executors: bool = True, scrape_seconds: float | None = None) -> list[Metric]:
-    """Metric families of a runtime snapshot (see `server.RayRuntime.snapshot`).
+    """Metric families of a runtime snapshot (`PoolSnapshot`, from `Runtime.stats_all`).
 
     Args:
         snapshot: {"dataflows": [...], "executors": [...]}.
@@ -103,8 +102,7 @@ def families(snapshot: dict[str, Any], *, tenant: str | None = None,
         within.add_metric(labels, d["within_target_count"])
         target.add_metric(labels, d["target_ms"] / 1000.0)
         weight.add_metric(labels, d["weight"])
-        for q, quantile in (("p50", "0.5"), ("p95", "0.95"), ("p99", "0.99")):
-            v = d.get(f"{q}_ms")
+        for v, quantile in ((d["p50_ms"], "0.5"), (d["p95_ms"], "0.95"), (d["p99_ms"], "0.99")):
             if v is not None:
                 recent.add_metric([*labels, quantile], v / 1000.0)
         ev_in.add_metric(labels, d["events_in"])
@@ -126,7 +124,7 @@ def families(snapshot: dict[str, Any], *, tenant: str | None = None,
     return out
 
 
-def executor_families(executors: list[dict[str, Any]]) -> list[Metric]:
+def executor_families(executors: list[ExecutorStats]) -> list[Metric]:
     busy = CounterMetricFamily("cameo_executor_busy_seconds", "Time the executor spent running "
                                "operators; rate() of it is the busy share", labels=EX_LABELS)
     queue = GaugeMetricFamily("cameo_executor_run_queue_messages", "Messages waiting in the "
@@ -175,7 +173,7 @@ class SnapshotCollector(Collector):
         yield from self._metrics
 
 
-def render(snapshot_fn: Callable[[], dict[str, Any]], *, tenant: str | None = None,
+def render(snapshot_fn: Callable[[], PoolSnapshot], *, tenant: str | None = None,
            include_executors: bool = True, timer: Callable[[], float] | None = None) -> bytes:
     """Pull a snapshot now and render it in the Prometheus text format."""
     t0 = timer() if timer else None

@@ -14,7 +14,6 @@ running in the detached controller for the next service process.
 
 from __future__ import annotations
 
-import builtins
 import json
 import logging
 import os
@@ -23,83 +22,57 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cameo_actors.errors import CameoError
+from cameo_actors.operators.base import Event
 from cameo_actors.service.auth import TokenStore, write_private
 from cameo_actors.service.config import ServiceConfig
 from cameo_actors.service.core import ServiceCore
-from cameo_actors.service.errors import Exists, NotFound
+
+if TYPE_CHECKING:
+    from cameo_actors.runtime.api import Runtime
 
 log = logging.getLogger("cameo.service")
 
 
-class RayRuntime:
-    """The `RuntimePort` of the service over cameo's Ray `Runtime`: translates the
-    runtime's not-found / exists errors and keeps its cached descriptions fresh."""
+class ServiceRuntime:
+    """The runtime as the service drives it: a `Runtime`, with one handle per dataflow
+    for its events. A handle's batches are applied in order per executor, so a shared
+    handle would let one dataflow's backpressure hold back every other dataflow on the
+    same executor."""
 
-    def __init__(self, rt: Any) -> None:
-        from cameo_actors.runtime.controller import DataflowExists, DataflowNotFound
-
+    def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self._not_found = DataflowNotFound
-        self._exists = DataflowExists
-        # One runtime handle per dataflow for its events: a handle's batches are applied in
-        # order per executor, so a shared handle would let one dataflow's backpressure
-        # hold back every other dataflow on the same executor.
-        self._pushers: dict[str, Any] = {}
+        self.pool = rt.pool
+        self._pushers: dict[str, Runtime] = {}
         self._pushers_guard = threading.Lock()
 
-    def _pusher(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # everything else is the runtime's own
+        return getattr(self.rt, name)
+
+    def _pusher(self, name: str) -> Runtime:
         with self._pushers_guard:
             handle = self._pushers.get(name)
             if handle is None:
-                handle = self._pushers[name] = type(self.rt)(self.rt.pool, self.rt.controller,
-                                                             owns_ray=False)
+                handle = self._pushers[name] = self.rt.handle()
             return handle
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except self._not_found as e:
-            raise NotFound(str(e)) from None
-        except self._exists as e:
-            raise Exists(str(e)) from None
-
-    def deploy(self, spec: dict[str, Any]) -> str:
-        return str(self._call(self.rt.deploy, spec))
-
     def cancel(self, name: str) -> dict[str, Any]:
-        result = dict(self._call(self.rt.cancel, name))
+        result = self.rt.cancel(name)
         with self._pushers_guard:
             self._pushers.pop(name, None)
         return result
 
-    def update(self, name: str, *, latency_target_ms: float | None,
-               weight: float | None) -> dict[str, Any]:
-        return dict(self._call(self.rt.update, name, latency_target_ms=latency_target_ms,
-                               weight=weight))
-
-    def list(self) -> list[dict[str, Any]]:
-        return list(self.rt.list())
-
-    def describe(self, name: str) -> dict[str, Any]:
-        return dict(self._call(self.rt.describe, name))
-
-    def stats(self, name: str) -> dict[str, Any]:
-        return dict(self._call(self.rt.stats, name))
-
-    def push(self, name: str, source: str, events: builtins.list[dict[str, Any]]) -> None:
-        self._call(self._pusher(name).push, name, source, events)
+    def push(self, name: str, source: str, events: Sequence[Event], **kwargs: Any) -> None:
+        self._pusher(name).push(name, source, events, **kwargs)
 
     def close(self, name: str) -> None:
-        self._call(self._pusher(name).close, name)  # after that dataflow's events, in order
+        self._pusher(name).close(name)  # after that dataflow's events, in order
 
-    def executor_stats(self) -> builtins.list[dict[str, Any]]:
-        return list(self.rt.executor_stats())
-
-    def wait_idle(self, timeout_s: float) -> None:
+    def wait_idle(self, timeout_s: float = 60.0) -> None:
         with self._pushers_guard:
             pushers = list(self._pushers.values())
         for handle in pushers:
@@ -108,48 +81,6 @@ class RayRuntime:
             except Exception as e:  # a refused batch (e.g. cancelled meanwhile): drain the rest
                 log.warning("a pushed batch was not accepted: %s", e)
         self.rt.wait_idle(timeout_s=timeout_s)
-
-    def snapshot(self) -> dict[str, Any]:
-        return dict(self.rt.stats_all())
-
-
-def _init_ray(cfg: ServiceConfig) -> None:
-    import ray
-
-    from cameo_actors.runtime.controller import NAMESPACE
-
-    if cfg.embedded:
-        run = os.path.join(os.path.abspath(cfg.run_dir), "ray")
-        os.makedirs(run, exist_ok=True)
-        # Ray turns its token auth on for a new local cluster (generating ~/.ray/auth_token).
-        ray.init(address="local", num_cpus=cfg.num_cpus or 4 * (os.cpu_count() or 1),
-                 include_dashboard=False, namespace=NAMESPACE, _temp_dir=run,
-                 _node_ip_address=cfg.node_ip, configure_logging=False, log_to_driver=True)
-    else:
-        # A driver joining a cluster must be told to send Ray's token; Ray does not guess.
-        have_token = bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
-                          or os.path.exists(os.path.expanduser("~/.ray/auth_token")))
-        if have_token:
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
-        ray.init(address=cfg.address, namespace=NAMESPACE, configure_logging=False,
-                 log_to_driver=True)
-
-
-def _ray_info(cfg: ServiceConfig, rt: Any) -> dict[str, Any]:
-    import ray
-
-    try:
-        from ray._private.authentication.authentication_utils import is_token_auth_enabled
-
-        token_auth: bool | None = bool(is_token_auth_enabled())
-    except ImportError:  # a Ray without token auth
-        token_auth = None
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    return {"pool": rt.pool, "policy": rt.config.policy, "executors": len(rt.executors),
-            "allowed_modules": list(rt.config.allowed_modules)
-            if rt.config.allowed_modules is not None else None,
-            "ray": {"address": ray.get_runtime_context().gcs_address, "embedded": cfg.embedded,
-                    "token_auth": token_auth, "nodes": len(nodes)}}
 
 
 def serve(cfg: ServiceConfig) -> int:
@@ -177,36 +108,24 @@ def serve(cfg: ServiceConfig) -> int:
         return 2
     url = f"http://{host}:{port}"
 
-    if cfg.embedded and cfg.node_ip in ("127.0.0.1", "localhost"):
-        # Ray swaps 127.0.0.1 for the host's network address unless told this is a
-        # single-machine cluster; the embedded Ray is one, and stays on loopback.
-        # Read when Ray is imported, so set before.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    import ray
-
-    from cameo_actors.runtime.api import Runtime
-    from cameo_actors.runtime.config import RuntimeConfig
-    from cameo_actors.runtime.controller import NAMESPACE, controller_name
+    from cameo_actors.runtime import Runtime, RuntimeConfig
 
     t0 = time.monotonic()
+    executors = cfg.executors or ((os.cpu_count() or 1) if cfg.embedded else None)
+    config = RuntimeConfig(num_executors=executors, policy=cfg.policy,
+                           allowed_modules=cfg.allowed_modules)
     try:
-        _init_ray(cfg)
+        rt = Runtime.start(config, pool=cfg.pool, address=None if cfg.embedded else cfg.address,
+                           run_dir=cfg.run_dir, num_cpus=cfg.num_cpus, node_ip=cfg.node_ip)
     except (ConnectionError, RuntimeError, ValueError) as e:
         log.error("cannot start or join Ray (address %s): %s. Fix: check --address / "
                   "RAY_ADDRESS and that Ray's token (~/.ray/auth_token or RAY_AUTH_TOKEN) "
                   "matches the cluster's", cfg.address or "embedded", e)
         return 1
-    try:
-        ray.get_actor(controller_name(cfg.pool), namespace=NAMESPACE)
-        pool_existed = True
-    except ValueError:
-        pool_existed = False
-    executors = cfg.executors or ((os.cpu_count() or 1) if cfg.embedded else None)
-    rt = Runtime.start(RuntimeConfig(num_executors=executors, policy=cfg.policy,
-                                     allowed_modules=cfg.allowed_modules), pool=cfg.pool)
+    pool_existed = rt.found
     found = rt.list()
     log.info("Ray %s at %s; pool %r %s with %d executors (policy %s) in %.1f s",
-             "embedded" if cfg.embedded else "joined", ray.get_runtime_context().gcs_address,
+             "embedded" if cfg.embedded else "joined", rt.address,
              cfg.pool, "found" if pool_existed else "started", len(rt.executors), rt.config.policy,
              time.monotonic() - t0)
     if pool_existed and rt.config.policy != cfg.policy:
@@ -225,13 +144,12 @@ def serve(cfg: ServiceConfig) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, remember)  # after ray.init, which installs its own
-    runtime = RayRuntime(rt)
-    core = ServiceCore(runtime, allowed_modules=rt.config.allowed_modules)
+    core = ServiceCore(ServiceRuntime(rt), allowed_modules=rt.config.allowed_modules)
     from cameo_actors.service.app import create_app
 
     app = create_app(core, tokens, max_spec_bytes=cfg.max_spec_bytes,
-                     max_body_bytes=cfg.max_body_bytes, snapshot=runtime.snapshot,
-                     info=lambda: _ray_info(cfg, rt))
+                     max_body_bytes=cfg.max_body_bytes, snapshot=rt.stats_all,
+                     info=rt.cluster_info)
     import uvicorn
 
     service_file = os.path.join(state_dir, "service.json")
@@ -256,7 +174,7 @@ def serve(cfg: ServiceConfig) -> int:
             os.unlink(service_file)
     if not server.started and not signals:
         log.error("the HTTP server did not start (see above); the dataflows are left as they were")
-        ray.shutdown()
+        rt.disconnect()
         return 1
     why = signal.Signals(signals[0]).name if signals else "server exit"
     keep = cfg.on_shutdown == "keep"
@@ -276,6 +194,6 @@ def serve(cfg: ServiceConfig) -> int:
             log.error("stopping the dataflows failed: %s", e)
         if cfg.embedded or not pool_existed:
             rt.shutdown(stop_ray=False)  # the pool was ours: its executors go too
-    ray.shutdown()
+    rt.disconnect()
     log.info("service stopped")
     return 0

@@ -29,9 +29,9 @@ POOLS = {
 def ray_session() -> Iterator[None]:
     import ray
 
-    from cameo_actors.runtime.local_ray import init_local_ray
+    from cameo_actors.runtime import start_local_ray
 
-    init_local_ray(RUN_DIR, num_cpus=16)
+    start_local_ray(RUN_DIR, num_cpus=16)
     yield
     ray.shutdown()
 

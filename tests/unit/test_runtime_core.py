@@ -14,9 +14,9 @@ from cameo_actors import Dataflow, count
 from cameo_actors.clock import FakeClock
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.runtime._private.core import ExecutorCore
+from cameo_actors.runtime._private.routing import Placement, place
 from cameo_actors.runtime.config import RuntimeConfig
-from cameo_actors.runtime.core import ExecutorCore
-from cameo_actors.runtime.routing import place
 from cameo_actors.testing import run_local
 from tests.shared.zoo import canon, events, flows
 
@@ -35,10 +35,10 @@ class InProcessCluster:
         self.in_transit.append((host, blob))
 
     def deploy(self, spec: DataflowSpec) -> dict[str, int]:
-        hosts = place(spec, list(range(len(self.cores))), {}).hosts
+        placement: Placement = place(spec, list(range(len(self.cores))), {})
         for c in self.cores:
-            c.deploy(spec, hosts)
-        return hosts
+            c.deploy(spec, placement)
+        return placement.hosts
 
     def ingest(self, hosts: dict[str, int], target: str, items: list[Any]) -> None:
         h = hosts[target]
@@ -63,9 +63,9 @@ class InProcessCluster:
     def results(self, dataflow: str) -> list[dict[str, Any]]:
         out = []
         for c in self.cores:
-            if dataflow in c.dataflows:
-                for aid in c.dataflows[dataflow].results:
-                    out += [e for e, _, _ in c.read_results(dataflow, aid, 0, None)]
+            if dataflow in c.egress.dataflows:
+                for aid in c.egress.dataflows[dataflow].results:
+                    out += [e for e, _, _ in c.egress.read_results(dataflow, aid, 0, None)]
         return out
 
 
@@ -95,7 +95,7 @@ def test_cluster_results_equal_run_local(n: int, p: int, seed: int, credits: int
         cluster = run_cluster(d, data, n, seed, credits)
         assert canon(cluster.results(d.name)) == canon(expected), (d.name, n, p, credits)
         for c in cluster.cores:
-            assert not c._starved, "every held sender was released once its channel drained"
+            assert not c.flow.held, "every held sender was released once its channel drained"
 
 
 def test_latency_is_egress_minus_ingest_on_the_fake_clock() -> None:
@@ -109,11 +109,11 @@ def test_latency_is_egress_minus_ingest_on_the_fake_clock() -> None:
     cluster.ingest(hosts, "lat/s/0", [[{"ts": 15, "k": "a"}]])  # closes [0, 10)
     cluster.run()
     core = cluster.cores[0]
-    rows = core.read_results("lat", "lat/o/0", 0, None)
+    rows = core.egress.read_results("lat", "lat/o/0", 0, None)
     assert [r[0]["n"] for r in rows] == [2]
     _, ingest_ms, egress_ms = rows[0]
     assert ingest_ms == closed_at  # the event that closed the window made the result computable
-    stats = core.dataflows["lat"].latency
+    stats = core.stats.dataflows["lat"].latency
     assert stats.count == 1 and stats.max_ms == egress_ms - ingest_ms > 0
 
 
@@ -133,4 +133,6 @@ def test_cancel_frees_everything_and_late_batches_are_acked() -> None:
         c.cancel("gone")
     cluster.run()  # batches still in transit reach no activation; they are dropped and acked
     for c in cluster.cores:
-        assert not c.activations and not c.dataflows and not c._outstanding and c.sched.backlog == 0
+        assert not c.hosting.activations and not c.hosting.dataflows and not c.hosting.hosts
+        assert not c.egress.dataflows and not c.stats.dataflows
+        assert not c.flow.outstanding and not c.flow.held and c.sched.backlog == 0

@@ -18,11 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cameo_actors import Dataflow, SpecError
 from cameo_actors.clock import FakeClock
+from cameo_actors.runtime.exceptions import DataflowExists, DataflowNotFound
 from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import TokenStore
 from cameo_actors.service.client import Client, ServiceError
 from cameo_actors.service.core import ServiceCore
-from cameo_actors.service.errors import Exists, NotFound
 from cameo_actors.service.protocol import UpdateRequest
 
 with warnings.catch_warnings():
@@ -35,7 +35,7 @@ SCHEMA = {"ts": "int", "level": "str", "key": "str"}
 
 
 class FakeRuntime:
-    """The RuntimePort in memory: every event pushed becomes one 5 ms result."""
+    """A RuntimeLike in memory: every event pushed becomes one 5 ms result."""
 
     def __init__(self) -> None:
         self.flows: dict[str, dict[str, Any]] = {}
@@ -44,12 +44,12 @@ class FakeRuntime:
 
     def _get(self, name: str) -> dict[str, Any]:
         if name not in self.flows:
-            raise NotFound(f"no dataflow named {name!r}")
+            raise DataflowNotFound(name)
         return self.flows[name]
 
     def deploy(self, spec: dict[str, Any]) -> str:
         if spec["name"] in self.flows:
-            raise Exists(spec["name"])
+            raise DataflowExists(spec["name"])
         self.deploys += 1
         self.flows[spec["name"]] = {"spec": json.loads(json.dumps(spec)), "events": 0,
                                     "executors": [0, 1], "submitted_at": 100.0}

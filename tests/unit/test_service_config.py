@@ -93,14 +93,23 @@ def test_help_shows_every_environment_fallback() -> None:
     assert "CAMEO_URL" in status.format_help() and "CAMEO_TOKEN" in status.format_help()
 
 
+# Makes `import ray` (and pyspark) fail in a fresh interpreter.
+RAY_BLOCKER = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('ray', 'pyspark'):
+            raise ImportError(f'{name} is blocked')
+sys.meta_path.insert(0, Block())
+"""
+
+
 def test_cli_client_and_app_import_without_ray() -> None:
     """The client commands start fast and run where Ray is not installed; only `serve` needs Ray."""
     import subprocess
     import sys
 
-    from tests.unit.test_layers import BLOCKER
-
-    code = BLOCKER + (
+    code = RAY_BLOCKER + (
         "import cameo_actors.service.cli, cameo_actors.service.client, cameo_actors.service.app\n"
         "import cameo_actors.service.core, cameo_actors.service.metrics, cameo_actors.service.server\n"
         "assert not any(m.split('.')[0] in ('ray', 'pyspark') for m in sys.modules)\n"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cameo_actors.runtime.egress import LATENCY_BUCKETS_MS
+from cameo_actors.runtime.boundary import LATENCY_BUCKETS_MS
 from cameo_actors.service.metrics import histogram_buckets, render
 
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cameo_actors import Dataflow, avg, count, max_, sum_
-from cameo_actors.runtime.egress import ResultLog
+from cameo_actors.runtime._private.egress import ResultLog
 from spark_ingest.arrow import CORRUPT, arrow_schema, prepare, results_batch, to_events
 from spark_ingest.batching import bucket_ms, plan_messages
 from spark_ingest.exceptions import OffsetError, OptionError

@@ -276,11 +276,3 @@ def test_parallel_window_needs_keys() -> None:
     with pytest.raises(SpecError) as exc:
         _ = df.spec
     assert_spec_error(exc, "w", "keyed input", "parallelism 2")
-
-
-def test_spec_error_survives_pickling() -> None:
-    import pickle
-
-    err = SpecError("w", "size_ms > 0", 0, "use 1000")
-    back = pickle.loads(pickle.dumps(err))
-    assert isinstance(back, SpecError) and str(back) == str(err) and back.step == "w"

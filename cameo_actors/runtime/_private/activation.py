@@ -18,7 +18,8 @@ from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, SinkStep, SourceStep, WindowStep
 from cameo_actors.operators.base import Event, Operator, Output
 from cameo_actors.operators.build import build_operator, key_function
-from cameo_actors.runtime.routing import activation_id, split_by_key
+from cameo_actors.runtime._private.routing import split_by_key
+from cameo_actors.runtime.boundary import ActivationId
 from cameo_actors.scheduling import WindowTiming
 
 NO_WM = -math.inf
@@ -35,10 +36,12 @@ class Route:
 
 
 class Activation:
-    def __init__(self, spec: DataflowSpec, step_id: str, instance: int,
+    def __init__(self, spec: DataflowSpec, aid: ActivationId,
                  resolver: FunctionResolver | None = None) -> None:
-        step = spec.step(step_id)
-        self.id = activation_id(spec.name, step_id, instance)
+        step = spec.step(aid.step)
+        instance = aid.instance
+        self.aid = aid
+        self.id = str(aid)
         self.dataflow = spec.name
         self.step = step
         self.operator: Operator = build_operator(spec, step, resolver)
@@ -47,16 +50,17 @@ class Activation:
         self.instance = instance
         # Input channels per port: the upstream instances that send here ("" = ingress for sources).
         self.channels: list[dict[str, float]] = [
-            {activation_id(spec.name, up, i): NO_WM
+            {str(ActivationId(spec.name, up, i)): NO_WM
              for i in ([instance] if is_forward(spec.step(up), step) else range(spec.step(up).parallelism))}
             for up in step.inputs
         ] or [{"": NO_WM}]
-        self.routes = [self._route(spec, consumer, port) for consumer, port in spec.consumers(step_id)]
+        self.routes = [self._route(spec, consumer, port) for consumer, port in spec.consumers(step.id)]
         self._round_robin = 0
         self.window_timing = frontier_timing(spec, step)
 
     def _route(self, spec: DataflowSpec, consumer: Any, port: int) -> Route:
-        targets = tuple(activation_id(spec.name, consumer.id, i) for i in range(consumer.parallelism))
+        targets = tuple(str(a) for a in ActivationId.of_step(spec.name, consumer.id,
+                                                              consumer.parallelism))
         if is_forward(self.step, consumer):
             return Route(consumer.id, port, (targets[self.instance],), None)
         if _keyed(consumer):

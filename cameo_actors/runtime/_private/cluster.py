@@ -1,35 +1,144 @@
-"""A private Ray on this machine's loopback only (the embedded default)."""
+"""Ray, in one place: starting a private local Ray or joining a cluster, the
+namespace every cameo actor lives in, and calls with a timeout.
+
+Every process that talks to a pool (the driver, `cameo serve`, Spark's Python
+workers, the benchmarks) comes through here, so they all find the same named
+actors and none waits forever on a dead executor.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import ray
-from ray._private import ray_constants
 
 from cameo_actors.runtime.config import default_run_dir
+from cameo_actors.runtime.exceptions import RuntimeUnavailable
 
+#: The Ray namespace of every cameo actor (controllers, executors).
 NAMESPACE = "cameo"
-_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+#: How long a caller waits for the pool's answer to one call. An executor answers a
+#: control call within its own 60 s, and an ingest call blocked by backpressure gives
+#: up after 60 s too; longer than both, so a timeout here means the pool is gone.
+CALL_TIMEOUT_S = 120.0
+# Ray's switch that makes a single-machine cluster keep the addresses it is given.
+_SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
-def init_local_ray(run_dir: str | None = None, num_cpus: int | None = None, **kwargs: Any) -> None:
-    """Start a private local Ray bound to 127.0.0.1, its files under `run_dir/ray`.
+def controller_name(pool: str) -> str:
+    return f"cameo-controller-{pool}"
+
+
+def executor_name(pool: str, index: int) -> str:
+    return f"cameo-{pool}-executor-{index}"
+
+
+def init_local(run_dir: str | None = None, num_cpus: int | None = None, *,
+               node_ip: str = "127.0.0.1", **kwargs: Any) -> None:
+    """Start a private local Ray bound to `node_ip` (loopback by default), its files
+    under `run_dir/ray`.
 
     Ray otherwise advertises the host's network address even for a local
     cluster; a private runtime has no business on the network. Ray's own
     switch for that is read from the environment (inherited by the raylet and
-    workers started here) and, in this already-imported process, from its
-    constants.
+    workers started here, and by Spark's Python workers that join later) and,
+    in this already-imported process, from its constants. (A multi-node
+    `ray start` refuses to run with it: set it to "1" for such a child.)
     """
-    run = os.path.join(run_dir or default_run_dir(), "ray")
+    run = os.path.join(os.path.abspath(run_dir or default_run_dir()), "ray")
     os.makedirs(run, exist_ok=True)
-    cores = os.cpu_count() or 1
-    # The raylet and its workers, and Spark's Python workers that join later, inherit it.
-    # (A multi-node `ray start` refuses to run with it: set it to "1" for such a child.)
-    os.environ[_SWITCH] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    ray.init(address="local", num_cpus=num_cpus or 4 * cores, include_dashboard=False,
-             namespace=NAMESPACE, _temp_dir=run, _node_ip_address="127.0.0.1",
-             configure_logging=False, **kwargs)
+    if node_ip in ("127.0.0.1", "localhost"):
+        from ray._private import ray_constants
+
+        os.environ[_SINGLE_MACHINE] = "0"
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    kwargs.setdefault("configure_logging", False)
+    ray.init(address="local", num_cpus=num_cpus or 4 * (os.cpu_count() or 1),
+             include_dashboard=False, namespace=NAMESPACE, _temp_dir=run,
+             _node_ip_address=node_ip, **kwargs)
+
+
+def join(address: str, *, auth: str = "auto", log_to_driver: bool = True) -> None:
+    """Join a running Ray cluster ("auto", "host:port", "ray://host:10001")."""
+    set_auth_mode(auth)
+    ray.init(address=address, namespace=NAMESPACE, configure_logging=False,
+             log_to_driver=log_to_driver)
+
+
+def set_auth_mode(mode: str) -> None:
+    """Ray's token auth: a process that joins by explicit address must be told the
+    mode ("token" or "disabled"); Ray does not guess. "auto" turns it on when a
+    token is there (what `ray.init()` does for a local cluster), unless
+    RAY_AUTH_MODE says otherwise."""
+    if mode == "auto":
+        if "RAY_AUTH_MODE" in os.environ:
+            return
+        token_file = os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token")
+        mode = "token" if os.environ.get("RAY_AUTH_TOKEN") or Path(token_file).exists() \
+            else "disabled"
+    if os.environ.get("RAY_AUTH_MODE") == mode:
+        return
+    os.environ["RAY_AUTH_MODE"] = mode
+    if "ray._raylet" in sys.modules:  # Ray read its config already: make it read the mode again
+        from ray._raylet import Config  # type: ignore[attr-defined]
+
+        Config.initialize("")
+
+
+def gcs_address() -> str | None:
+    """The address of the cluster this process is on, or None when not connected."""
+    if not ray.is_initialized():
+        return None
+    return str(ray.get_runtime_context().gcs_address)
+
+
+def find_actor(name: str) -> Any | None:
+    """A named cameo actor of this cluster, or None."""
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def info() -> dict[str, Any]:
+    """Ray's side of a pool's description: live nodes and whether token auth is on."""
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        token_auth: bool | None = bool(is_token_auth_enabled())
+    except ImportError:  # a Ray without token auth
+        token_auth = None
+    return {"token_auth": token_auth, "nodes": len([n for n in ray.nodes() if n.get("Alive")])}
+
+
+def unwrap(e: Exception) -> Exception:
+    """A Ray task error -> the exception the actor raised (SpecError etc.)."""
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, Exception) else e
+
+
+def get(refs: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
+    """`ray.get` with a timeout, re-raising what the actor raised."""
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise RuntimeUnavailable(f"the pool did not answer within {timeout_s:g} s: an executor "
+                                 "died or is overloaded; see `cameo executors`") from None
+    except ray.exceptions.RayTaskError as e:
+        raise unwrap(e) from None
+
+
+def get_each(refs: list[Any], timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:
+    """Each call's answer, or None for one that failed or did not answer in time."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    done = set(ready)
+    out: list[Any] = []
+    for ref in refs:
+        try:
+            out.append(ray.get(ref, timeout=0) if ref in done else None)
+        except Exception:  # ended meanwhile: the caller takes what answers
+            out.append(None)
+    return out

@@ -13,32 +13,12 @@ import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError
+from cameo_actors.runtime._private.cluster import NAMESPACE, executor_name, get
+from cameo_actors.runtime._private.executor import Executor
+from cameo_actors.runtime._private.routing import Placement, place
+from cameo_actors.runtime.boundary import DataflowInfo, DataflowSummary, ExecutorStats
 from cameo_actors.runtime.config import RuntimeConfig
-from cameo_actors.runtime.executor import Executor
-from cameo_actors.runtime.routing import Placement, place
-
-NAMESPACE = "cameo"
-
-
-def controller_name(pool: str) -> str:
-    return f"cameo-controller-{pool}"
-
-
-class DataflowNotFound(CameoError, KeyError):
-    def __init__(self, name: str, known: list[str]) -> None:
-        super().__init__(f"no dataflow named {name!r}; running: {known}")
-        self.name = name
-        self.known = known
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
-
-    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
-        return (type(self), (self.name, self.known))
-
-
-class DataflowExists(CameoError, ValueError):
-    pass
+from cameo_actors.runtime.exceptions import DataflowExists, DataflowNotFound
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
@@ -49,13 +29,13 @@ class Controller:
         n = self.config.num_executors or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.executors = [
             Executor.options(  # type: ignore[attr-defined]
-                name=f"cameo-{pool}-executor-{i}", namespace=NAMESPACE,
+                name=executor_name(pool, i), namespace=NAMESPACE,
                 num_cpus=self.config.executor_cpus,
                 scheduling_strategy="SPREAD").remote(i, self.config.to_dict())
             for i in range(n)
         ]
-        ray.get([e.set_peers.remote(self.executors) for e in self.executors])
-        self.dataflows: dict[str, dict[str, Any]] = {}
+        get([e.set_peers.remote(self.executors) for e in self.executors])
+        self.dataflows: dict[str, DataflowInfo] = {}
         self.load: dict[int, int] = {}
 
     # -- deploy and cancel ------------------------------------------------------------
@@ -67,18 +47,18 @@ class Controller:
                                  "first or choose another name")
         placement = self._place(spec)
         involved = sorted(placement.executors())
-        refs = [self.executors[i].deploy.remote(spec.to_dict(), placement.hosts) for i in involved]
+        refs = [self.executors[i].deploy.remote(spec.to_dict(), placement) for i in involved]
         try:
-            ray.get(refs)
+            get(refs)
         except Exception:
             # One executor refused (e.g. a function it cannot import): undo everywhere.
-            ray.get([self.executors[i].cancel.remote(spec.name) for i in involved])
+            get([self.executors[i].cancel.remote(spec.name) for i in involved])
             raise
         for i in involved:
-            self.load[i] = self.load.get(i, 0) + sum(1 for h in placement.hosts.values() if h == i)
-        self.dataflows[spec.name] = {"spec": spec.to_dict(), "hosts": placement.hosts,
-                                     "executors": involved, "state": "running",
-                                     "submitted_at": time.time()}
+            self.load[i] = self.load.get(i, 0) + len(placement.on(i))
+        self.dataflows[spec.name] = {"name": spec.name, "spec": spec.to_dict(),
+                                     "hosts": placement.hosts, "executors": involved,
+                                     "state": "running", "submitted_at": time.time()}
         return {"name": spec.name, "hosts": placement.hosts}
 
     def _place(self, spec: DataflowSpec) -> Placement:
@@ -96,7 +76,7 @@ class Controller:
 
     def cancel(self, name: str) -> dict[str, Any]:
         info = self._info(name)
-        dropped = sum(ray.get([self.executors[i].cancel.remote(name) for i in info["executors"]]))
+        dropped = sum(get([self.executors[i].cancel.remote(name) for i in info["executors"]]))
         for i in info["executors"]:
             self.load[i] = self.load.get(i, 0) - sum(1 for h in info["hosts"].values() if h == i)
         del self.dataflows[name]
@@ -109,7 +89,7 @@ class Controller:
             raise ValueError(f"latency_target_ms: expected > 0, got {latency_target_ms}")
         if weight is not None and not weight > 0:
             raise ValueError(f"weight: expected > 0, got {weight}")
-        ray.get([self.executors[i].update.remote(name, latency_target_ms, weight)
+        get([self.executors[i].update.remote(name, latency_target_ms, weight)
                  for i in info["executors"]])
         if latency_target_ms is not None:
             info["spec"]["latency_target_ms"] = latency_target_ms
@@ -119,18 +99,17 @@ class Controller:
                 "weight": info["spec"]["scheduling"]["weight"]}
 
     # -- lookups ----------------------------------------------------------------------------
-    def _info(self, name: str) -> dict[str, Any]:
+    def _info(self, name: str) -> DataflowInfo:
         info = self.dataflows.get(name)
         if info is None:
             raise DataflowNotFound(name, sorted(self.dataflows))
         return info
 
-    def describe(self, name: str) -> dict[str, Any]:
+    def describe(self, name: str) -> DataflowInfo:
         """Spec, placement and state: what a client needs to push to and read from it."""
-        info = self._info(name)
-        return {"name": name, **info}
+        return self._info(name)
 
-    def list(self) -> builtins.list[dict[str, Any]]:
+    def list(self) -> builtins.list[DataflowSummary]:
         return [{"name": n, "tenant": d["spec"]["tenant"],
                  "latency_target_ms": d["spec"]["latency_target_ms"], "state": d["state"],
                  "executors": d["executors"]} for n, d in self.dataflows.items()]
@@ -141,10 +120,10 @@ class Controller:
     def config_dict(self) -> dict[str, Any]:
         return self.config.to_dict()
 
-    def executor_stats(self) -> builtins.list[dict[str, Any]]:
-        return ray.get([e.executor_stats.remote() for e in self.executors])
+    def executor_stats(self) -> builtins.list[ExecutorStats]:
+        return list(get([e.executor_stats.remote() for e in self.executors]))
 
     def shutdown(self) -> None:
-        ray.get([e.stop.remote() for e in self.executors])
+        get([e.stop.remote() for e in self.executors])
         for e in self.executors:
             ray.kill(e)

@@ -1,92 +1,29 @@
-"""What the egress keeps per dataflow: results with offsets, latency, errors.
+"""Egress: the outputs a dataflow's sinks and error output keep on an executor,
+read with offsets and kept until a reader commits them (exactly once).
 
-Latency of a result = the time it reaches the egress minus the ingest time of
-the message that made it computable (for a window result: the watermark or
-event that closed the window).
+A sink's results go to its `ResultLog`; a full log holds the sink (flow
+control) until a reader commits. The error output is a log with offsets too,
+for a reader (the Spark tier) to consume exactly once; beyond
+`ERROR_LOG_CAPACITY` unread records the oldest are dropped and counted.
+Recent error records and counts per (step, kind) are kept apart, for status.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cameo_actors.operators.base import ErrorRecord, Event
+from cameo_actors.runtime.boundary import ErrorLogOffsets, LogOffsets, ResultRow
 
-#: Histogram bucket upper bounds in ms (1 ms .. 10 s), Prometheus style (cumulative on export).
-LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+if TYPE_CHECKING:
+    from cameo_actors.dataflow.spec import DataflowSpec
+    from cameo_actors.runtime._private.activation import Activation
 
-
-@dataclass
-class LatencyStats:
-    """Counts, a fixed-bucket histogram, and recent samples for percentiles."""
-
-    target_ms: float
-    count: int = 0
-    within_target: int = 0
-    sum_ms: float = 0.0
-    max_ms: float = 0.0
-    buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_MS) + 1))
-    #: (latency_ms, results) of recent batches; results of one batch share a latency.
-    recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=20_000))
-
-    def record(self, latency_ms: float, n: int = 1) -> None:
-        self.count += n
-        self.sum_ms += latency_ms * n
-        if latency_ms <= self.target_ms:
-            self.within_target += n
-        if latency_ms > self.max_ms:
-            self.max_ms = latency_ms
-        self.buckets[bisect.bisect_left(LATENCY_BUCKETS_MS, latency_ms)] += n
-        self.recent.append((latency_ms, n))
-
-    def percentile(self, q: float) -> float | None:
-        """The q-quantile (0..1) of recent results' latency, weighted by results."""
-        if not self.recent:
-            return None
-        samples = sorted(self.recent)
-        total = sum(n for _, n in samples)
-        rank = q * total
-        seen = 0
-        for latency, n in samples:
-            seen += n
-            if seen >= rank:
-                return latency
-        return samples[-1][0]
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "results": self.count,
-            "target_ms": self.target_ms,
-            "within_target": self.within_target / self.count if self.count else None,
-            "p50_ms": self.percentile(0.5),
-            "p95_ms": self.percentile(0.95),
-            "p99_ms": self.percentile(0.99),
-            "max_ms": self.max_ms if self.count else None,
-            "mean_ms": self.sum_ms / self.count if self.count else None,
-        }
-
-    def merge(self, other: LatencyStats) -> None:
-        """Fold another executor's stats into these (for a dataflow spread over executors)."""
-        self.count += other.count
-        self.within_target += other.within_target
-        self.sum_ms += other.sum_ms
-        self.max_ms = max(self.max_ms, other.max_ms)
-        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
-        self.recent.extend(other.recent)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"target_ms": self.target_ms, "count": self.count, "within_target": self.within_target,
-                "sum_ms": self.sum_ms, "max_ms": self.max_ms, "buckets": list(self.buckets),
-                "recent": list(self.recent)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LatencyStats:
-        s = cls(target_ms=d["target_ms"], count=d["count"], within_target=d["within_target"],
-                sum_ms=d["sum_ms"], max_ms=d["max_ms"], buckets=list(d["buckets"]))
-        s.recent.extend((float(a), int(b)) for a, b in d["recent"])
-        return s
+#: Unread records of a dataflow's error output kept per executor.
+ERROR_LOG_CAPACITY = 100_000
 
 
 class ResultLog:
@@ -97,7 +34,7 @@ class ResultLog:
     """
 
     def __init__(self) -> None:
-        self._rows: deque[tuple[Event, float, float]] = deque()
+        self._rows: deque[ResultRow] = deque()
         self._base = 0  # offset of self._rows[0]
 
     @property
@@ -114,7 +51,7 @@ class ResultLog:
     def append(self, events: list[Event], ingest_ms: float, egress_ms: float) -> None:
         self._rows.extend((e, ingest_ms, egress_ms) for e in events)
 
-    def read(self, start: int, end: int | None = None) -> list[tuple[Event, float, float]]:
+    def read(self, start: int, end: int | None = None) -> list[ResultRow]:
         """Rows with offsets in [start, end); start below the committed offset is an error."""
         if start < self._base:
             raise ValueError(f"offset {start} was committed already (first kept: {self._base})")
@@ -138,3 +75,93 @@ class ErrorLog:
     def extend(self, errors: list[ErrorRecord]) -> None:
         self.records.extend(errors)
         self.counts.update((e.step, e.kind) for e in errors)
+
+
+@dataclass
+class DataflowOutputs:
+    """The outputs of one dataflow on one executor."""
+
+    results: dict[str, ResultLog]  # sink activation -> its log
+    errors: ErrorLog = field(default_factory=ErrorLog)
+    error_log: ResultLog = field(default_factory=ResultLog)
+    error_log_dropped: int = 0
+
+
+class Egress:
+    """The result logs and error outputs of the dataflows hosted on one executor.
+
+    Args:
+        result_capacity: results kept uncommitted per sink before the sink is held.
+        hold, release: hold a sink on a full log / let it run again (flow control).
+    """
+
+    def __init__(self, result_capacity: int, hold: Callable[[str], None],
+                 release: Callable[[str], None]) -> None:
+        self.result_capacity = result_capacity
+        self._hold = hold
+        self._release = release
+        self.dataflows: dict[str, DataflowOutputs] = {}
+
+    def open(self, spec: DataflowSpec, hosted: list[Activation]) -> None:
+        self.dataflows[spec.name] = DataflowOutputs({a.id: ResultLog() for a in hosted if a.is_sink})
+
+    def close(self, dataflow: str, ids: list[str]) -> None:
+        self.dataflows.pop(dataflow, None)
+
+    # -- written by the worker thread ------------------------------------------------------
+    def results(self, dataflow: str, sink: str, events: list[Event], ingest_ms: float,
+                now: float) -> None:
+        log = self.dataflows[dataflow].results[sink]
+        log.append(events, ingest_ms, now)
+        if len(log) >= self.result_capacity:
+            self._hold(sink)
+
+    def errors(self, dataflow: str, errors: list[ErrorRecord], ingest_ms: float,
+               now: float) -> None:
+        out = self.dataflows[dataflow]
+        out.errors.extend(errors)
+        log = out.error_log
+        log.append([e.to_dict() for e in errors], ingest_ms, now)
+        excess = len(log) - ERROR_LOG_CAPACITY
+        if excess > 0:
+            log.commit(log.committed_offset + excess)
+            out.error_log_dropped += excess
+
+    # -- read by readers -------------------------------------------------------------------
+    def read_results(self, dataflow: str, sink: str, start: int, end: int | None
+                     ) -> list[ResultRow]:
+        return self.dataflows[dataflow].results[sink].read(start, end)
+
+    def commit_results(self, dataflow: str, sink: str, offset: int) -> None:
+        log = self.dataflows[dataflow].results[sink]
+        log.commit(offset)
+        if len(log) < self.result_capacity // 2:
+            self._release(sink)
+
+    def result_offsets(self, dataflow: str) -> dict[str, LogOffsets]:
+        """sink activation -> (committed offset, end offset)."""
+        return {aid: (log.committed_offset, log.end_offset)
+                for aid, log in self.dataflows[dataflow].results.items()}
+
+    def read_errors(self, dataflow: str, start: int, end: int | None
+                    ) -> tuple[int, list[ResultRow]]:
+        """(offset of the first row, rows) of the error output from `start` (or from the
+        first kept row, when rows below it were dropped unread)."""
+        log = self.dataflows[dataflow].error_log
+        first = max(start, log.committed_offset)
+        return first, log.read(first, end)
+
+    def commit_errors(self, dataflow: str, offset: int) -> None:
+        self.dataflows[dataflow].error_log.commit(offset)
+
+    def error_offsets(self, dataflow: str) -> ErrorLogOffsets:
+        """(committed offset, end offset, records dropped unread) of the error output."""
+        out = self.dataflows[dataflow]
+        return out.error_log.committed_offset, out.error_log.end_offset, out.error_log_dropped
+
+    def error_records(self, dataflow: str, limit: int) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in list(self.dataflows[dataflow].errors.records)[-limit:]]
+
+    def error_counts(self, dataflow: str) -> dict[str, int]:
+        """"step:kind" -> records."""
+        return {f"{s}:{k}": n for (s, k), n in self.dataflows[dataflow].errors.counts.items()}

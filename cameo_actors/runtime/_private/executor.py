@@ -20,9 +20,17 @@ from typing import Any, TypeVar
 import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.runtime._private.core import ExecutorCore
+from cameo_actors.runtime._private.routing import Placement
+from cameo_actors.runtime._private.wire import unpack_events
+from cameo_actors.runtime.boundary import (
+    DataflowPart,
+    ErrorLogOffsets,
+    ExecutorStats,
+    LogOffsets,
+    ResultRow,
+)
 from cameo_actors.runtime.config import RuntimeConfig
-from cameo_actors.runtime.core import ExecutorCore
-from cameo_actors.runtime.wire import unpack_events
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -94,22 +102,19 @@ class Executor:
         core = self.core
         # Stamped on arrival: time spent blocked by backpressure counts as latency.
         ingest_ms = core.clock.now_ms()
-        limit = self.config.ingress_events
-        with core.ingress_cond:
-            core.ingress_cond.wait_for(
-                lambda: core.ingress_pending[target] < limit or target not in core.activations,
-                timeout=CALL_TIMEOUT_S)
+        waiting = core.flow.wait_for_room(target, lambda: target in core.hosting.activations,
+                                          CALL_TIMEOUT_S)
         items = unpack_events(blob)
         self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms))
-        return core.ingress_pending[target]
+        return waiting
 
     # -- control -------------------------------------------------------------------
     def set_peers(self, peers: list[Any]) -> int:
         self.peers = peers
         return self.index
 
-    def deploy(self, spec: dict[str, Any], hosts: dict[str, int]) -> list[str]:
-        return self._call(self.core.deploy, DataflowSpec.from_dict(spec), hosts)
+    def deploy(self, spec: dict[str, Any], placement: Placement) -> list[str]:
+        return self._call(self.core.deploy, DataflowSpec.from_dict(spec), placement)
 
     def cancel(self, dataflow: str) -> int:
         return self._call(self.core.cancel, dataflow)
@@ -117,39 +122,41 @@ class Executor:
     def update(self, dataflow: str, latency_target_ms: float | None, weight: float | None) -> None:
         self._call(self.core.update, dataflow, latency_target_ms=latency_target_ms, weight=weight)
 
+    # -- outputs (egress) and input positions ---------------------------------------
     def read_results(self, dataflow: str, sink_activation: str, start: int, end: int | None = None
-                     ) -> list[tuple[Any, float, float]]:
-        return self._call(self.core.read_results, dataflow, sink_activation, start, end)
+                     ) -> list[ResultRow]:
+        return self._call(self.core.egress.read_results, dataflow, sink_activation, start, end)
 
     def commit_results(self, dataflow: str, sink_activation: str, offset: int) -> None:
-        self._call(self.core.commit_results, dataflow, sink_activation, offset)
+        self._call(self.core.egress.commit_results, dataflow, sink_activation, offset)
 
-    def result_offsets(self, dataflow: str) -> dict[str, tuple[int, int]]:
-        return self._call(self.core.result_offsets, dataflow)
-
-    def dataflow_stats(self, dataflow: str) -> dict[str, Any]:
-        return self._call(self.core.dataflow_stats, dataflow)
+    def result_offsets(self, dataflow: str) -> dict[str, LogOffsets]:
+        return self._call(self.core.egress.result_offsets, dataflow)
 
     def read_errors(self, dataflow: str, start: int, end: int | None = None
-                    ) -> tuple[int, list[tuple[Any, float, float]]]:
-        return self._call(self.core.read_errors, dataflow, start, end)
+                    ) -> tuple[int, list[ResultRow]]:
+        return self._call(self.core.egress.read_errors, dataflow, start, end)
 
     def commit_errors(self, dataflow: str, offset: int) -> None:
-        self._call(self.core.commit_errors, dataflow, offset)
+        self._call(self.core.egress.commit_errors, dataflow, offset)
 
-    def error_offsets(self, dataflow: str) -> tuple[int, int, int]:
-        return self._call(self.core.error_offsets, dataflow)
-
-    def mark_input_batch(self, dataflow: str, key: str, batch_id: int) -> None:
-        self._call(self.core.mark_input_batch, dataflow, key, batch_id)
-
-    def input_batches(self, dataflow: str) -> dict[str, int]:
-        return self._call(self.core.input_batches, dataflow)
+    def error_offsets(self, dataflow: str) -> ErrorLogOffsets:
+        return self._call(self.core.egress.error_offsets, dataflow)
 
     def error_records(self, dataflow: str, limit: int = 100) -> list[dict[str, Any]]:
-        return self._call(self.core.error_records, dataflow, limit)
+        return self._call(self.core.egress.error_records, dataflow, limit)
 
-    def executor_stats(self) -> dict[str, Any]:
+    def mark_input_batch(self, dataflow: str, key: str, batch_id: int) -> None:
+        self._call(self.core.hosting.mark_input_batch, dataflow, key, batch_id)
+
+    def input_batches(self, dataflow: str) -> dict[str, int]:
+        return self._call(self.core.hosting.input_batches, dataflow)
+
+    # -- statistics -------------------------------------------------------------------
+    def dataflow_stats(self, dataflow: str) -> DataflowPart:
+        return self._call(self.core.dataflow_stats, dataflow)
+
+    def executor_stats(self) -> ExecutorStats:
         stats = self._call(self.core.executor_stats)
         stats["node"] = ray.get_runtime_context().get_node_id()
         return stats

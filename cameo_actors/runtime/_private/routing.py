@@ -2,7 +2,8 @@
 
 Keys hash into a fixed number of key groups; each instance of a keyed step
 owns a contiguous range of groups, so scaling or migration later moves groups,
-not keys. The hash must be the same in every process (Python's own `hash` of
+not keys. (Routing tables, versioned and switched at an epoch, will replace
+`instance_of_group` here; `Activation.split` is their only caller.) The hash must be the same in every process (Python's own `hash` of
 str is salted per process), so it is crc32 of a canonical encoding.
 """
 
@@ -17,6 +18,7 @@ import msgpack
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import Event
+from cameo_actors.runtime.boundary import ActivationId
 
 KEY_GROUPS = 128
 
@@ -34,10 +36,6 @@ def key_group(key: Any) -> int:
 def instance_of_group(group: int, parallelism: int) -> int:
     """Instance i of p owns groups [i*G/p, (i+1)*G/p)."""
     return group * parallelism // KEY_GROUPS
-
-
-def activation_id(dataflow: str, step: str, instance: int) -> str:
-    return f"{dataflow}/{step}/{instance}"
 
 
 def split_by_key(events: list[Event], key_fn: Callable[[Event], Any], parallelism: int
@@ -58,11 +56,19 @@ def split_by_key(events: list[Event], key_fn: Callable[[Event], Any], parallelis
 class Placement:
     """Which executor hosts each operator instance of one dataflow."""
 
-    #: activation id -> executor index
-    hosts: dict[str, int]
+    instances: dict[ActivationId, int]
+
+    @property
+    def hosts(self) -> dict[str, int]:
+        """Activation id (text) -> executor index: what routing and clients look up."""
+        return {str(a): ex for a, ex in self.instances.items()}
 
     def executors(self) -> set[int]:
-        return set(self.hosts.values())
+        return set(self.instances.values())
+
+    def on(self, executor: int) -> list[ActivationId]:
+        """The instances placed on `executor`."""
+        return [a for a, ex in self.instances.items() if ex == executor]
 
 
 def place(spec: DataflowSpec, executors: Sequence[int], load: dict[int, int]) -> Placement:
@@ -76,10 +82,10 @@ def place(spec: DataflowSpec, executors: Sequence[int], load: dict[int, int]) ->
     if not executors:
         raise ValueError("place: no executors to place on")
     order = sorted(executors, key=lambda x: (load.get(x, 0), x))
-    hosts: dict[str, int] = {}
+    instances: dict[ActivationId, int] = {}
     for step in spec.steps:
-        for i in range(step.parallelism):
-            ex = order[i % len(order)]
-            hosts[activation_id(spec.name, step.id, i)] = ex
+        for aid in ActivationId.of_step(spec.name, step.id, step.parallelism):
+            ex = order[aid.instance % len(order)]
+            instances[aid] = ex
             load[ex] = load.get(ex, 0) + 1
-    return Placement(hosts)
+    return Placement(instances)

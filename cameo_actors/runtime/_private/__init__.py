@@ -1,0 +1,1 @@
+"""The runtime's internals: nothing here is API; import from `cameo_actors.runtime`."""

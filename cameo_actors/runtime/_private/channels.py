@@ -1,0 +1,89 @@
+"""Channels: in-order delivery on the links between executors and from clients,
+and the batching of everything one executor has for another into one call.
+
+Ray may reorder calls, so every call carries a sequence number per link
+(sender executor -> this one) or per ingest client, and a call that arrives
+early is parked until the ones before it were applied. Outgoing messages and
+acknowledgements are collected per destination during a slice and sent by
+`flush` as one call each.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from cameo_actors.runtime._private.wire import Ack, encode_message, pack_link, unpack_link
+from cameo_actors.scheduling import Message
+
+#: Hands a packed batch to another executor: (executor index, bytes).
+Send = Callable[[int, bytes], None]
+#: Applies one batch from another executor: (encoded messages, acks).
+ApplyBatch = Callable[[list[Any], list[Any]], None]
+
+
+class Channels:
+    """The links of executor `index`.
+
+    >>> sent = []
+    >>> ch = Channels(0, lambda host, blob: sent.append(host))
+    >>> ch.ack(1, ("up", "down", 5, 0.0)); ch.flush(); sent
+    [1]
+    >>> applied = []
+    >>> ch.from_client("c", 1, lambda: applied.append(1))  # early: parked
+    >>> ch.from_client("c", 0, lambda: applied.append(0)); applied
+    [0, 1]
+    """
+
+    def __init__(self, index: int, send: Send) -> None:
+        self.index = index
+        self._send = send
+        self._out_msgs: dict[int, list[tuple[Any, ...]]] = {}
+        self._out_acks: dict[int, list[Ack]] = {}
+        self.seq_out: Counter[int] = Counter()  # batches sent per executor
+        self.seq_in: Counter[int] = Counter()  # batches applied per sender
+        self._parked: dict[int, dict[int, tuple[list[Any], list[Any]]]] = {}
+        self._client_seq: Counter[str] = Counter()
+        self._client_parked: dict[str, dict[int, Callable[[], None]]] = {}
+
+    # -- inbound -------------------------------------------------------------------------
+    def from_client(self, client: str, seq: int, apply: Callable[[], None]) -> None:
+        """Apply an ingest client's call `seq`, and any parked ones that follow it."""
+        parked = self._client_parked.setdefault(client, {})
+        parked[seq] = apply
+        while self._client_seq[client] in parked:
+            parked.pop(self._client_seq[client])()
+            self._client_seq[client] += 1
+
+    def from_executor(self, blob: bytes, apply: ApplyBatch) -> None:
+        """Apply a batch from another executor, and any parked ones that follow it."""
+        sender, seq, messages, acks = unpack_link(blob)
+        parked = self._parked.setdefault(sender, {})
+        parked[seq] = (messages, acks)
+        while self.seq_in[sender] in parked:
+            batch = parked.pop(self.seq_in[sender])
+            self.seq_in[sender] += 1
+            apply(*batch)
+
+    # -- outbound ------------------------------------------------------------------------
+    def message(self, host: int, msg: Message) -> None:
+        self._out_msgs.setdefault(host, []).append(encode_message(msg))
+
+    def ack(self, host: int, ack: Ack) -> None:
+        self._out_acks.setdefault(host, []).append(ack)
+
+    def flush(self) -> None:
+        """Send what was collected for other executors: one call per destination."""
+        if not self._out_msgs and not self._out_acks:
+            return
+        for host in set(self._out_msgs) | set(self._out_acks):
+            seq = self.seq_out[host]
+            self.seq_out[host] += 1
+            self._send(host, pack_link(self.index, seq, self._out_msgs.pop(host, []),
+                                       self._out_acks.pop(host, [])))
+
+    def idle(self) -> bool:
+        """Nothing collected to send and nothing parked waiting for an earlier call."""
+        return not self._out_msgs and not self._out_acks \
+            and not any(self._client_parked.values()) and not any(self._parked.values())

@@ -1,0 +1,71 @@
+"""Hosting: the activations an executor runs, and where every activation of the
+dataflows it takes part in runs (for routing its outputs).
+
+Deploying builds every operator first (a bad function path fails there) and
+only then changes state, so a refused deploy leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cameo_actors.dataflow.functions import FunctionResolver
+from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.runtime._private.activation import Activation
+from cameo_actors.runtime._private.routing import Placement
+
+
+@dataclass
+class HostedDataflow:
+    """What an executor keeps of one dataflow it hosts part of."""
+
+    spec: DataflowSpec
+    ids: list[str]  # the activations hosted here
+    placed: list[str]  # every activation of the dataflow, here or elsewhere
+    #: Spark input batches handed over: "<source>@<query id>" -> the last batch id whose
+    #: events were all enqueued at the source before this mark (for checkpoint alignment).
+    input_batches: dict[str, int] = field(default_factory=dict)
+
+
+class Hosting:
+    def __init__(self, index: int, resolver: FunctionResolver) -> None:
+        self.index = index
+        self.resolver = resolver
+        self.activations: dict[str, Activation] = {}
+        #: activation id -> executor index, for every activation of the dataflows hosted here
+        self.hosts: dict[str, int] = {}
+        self.dataflows: dict[str, HostedDataflow] = {}
+
+    def build(self, spec: DataflowSpec, placement: Placement) -> list[Activation]:
+        """The activations `placement` puts here, built but not yet hosted."""
+        if spec.name in self.dataflows:
+            raise ValueError(f"dataflow {spec.name!r} is already deployed on executor {self.index}")
+        return [Activation(spec, aid, self.resolver) for aid in placement.on(self.index)]
+
+    def add(self, spec: DataflowSpec, placement: Placement, built: list[Activation]) -> None:
+        hosts = placement.hosts
+        self.hosts.update(hosts)
+        self.dataflows[spec.name] = HostedDataflow(spec, [a.id for a in built], list(hosts))
+        for act in built:
+            self.activations[act.id] = act
+
+    def remove(self, dataflow: str) -> HostedDataflow | None:
+        hosted = self.dataflows.pop(dataflow, None)
+        if hosted is not None:
+            for aid in hosted.ids:
+                del self.activations[aid]
+            for aid in hosted.placed:
+                del self.hosts[aid]
+        return hosted
+
+    def ids(self, dataflow: str) -> list[str]:
+        return self.dataflows[dataflow].ids
+
+    def mark_input_batch(self, dataflow: str, key: str, batch_id: int) -> None:
+        """Record that every event of input batch `batch_id` (key "<source>@<query>") was
+        enqueued here: runs on the worker thread after the ingests handed over before it."""
+        batches = self.dataflows[dataflow].input_batches
+        batches[key] = max(batch_id, batches.get(key, batch_id))
+
+    def input_batches(self, dataflow: str) -> dict[str, int]:
+        return dict(self.dataflows[dataflow].input_batches)

@@ -1,0 +1,217 @@
+"""Statistics: what an executor counts per dataflow, its reports, and the one place
+where the parts of a dataflow spread over executors are merged.
+
+Latency of a result = the time it reaches the egress minus the ingest time of
+the message that made it computable (for a window result: the watermark or
+event that closed the window).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cameo_actors.runtime.boundary import (
+    LATENCY_BUCKETS_MS,
+    DataflowInfo,
+    DataflowMetrics,
+    DataflowPart,
+    DataflowStats,
+    ExecutorStats,
+    LatencySummary,
+)
+from cameo_actors.scheduling import Scheduler
+
+if TYPE_CHECKING:
+    from cameo_actors.dataflow.spec import DataflowSpec
+    from cameo_actors.runtime._private.activation import Activation
+
+#: Failures (operator exceptions) kept per dataflow and executor for status views.
+FAILURES_KEPT = 20
+
+
+@dataclass
+class LatencyStats:
+    """Counts, a fixed-bucket histogram, and recent samples for percentiles."""
+
+    target_ms: float
+    count: int = 0
+    within_target: int = 0
+    sum_ms: float = 0.0
+    max_ms: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_MS) + 1))
+    #: (latency_ms, results) of recent batches; results of one batch share a latency.
+    recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=20_000))
+
+    def record(self, latency_ms: float, n: int = 1) -> None:
+        self.count += n
+        self.sum_ms += latency_ms * n
+        if latency_ms <= self.target_ms:
+            self.within_target += n
+        if latency_ms > self.max_ms:
+            self.max_ms = latency_ms
+        self.buckets[bisect.bisect_left(LATENCY_BUCKETS_MS, latency_ms)] += n
+        self.recent.append((latency_ms, n))
+
+    def percentile(self, q: float) -> float | None:
+        """The q-quantile (0..1) of recent results' latency, weighted by results."""
+        if not self.recent:
+            return None
+        samples = sorted(self.recent)
+        total = sum(n for _, n in samples)
+        rank = q * total
+        seen = 0
+        for latency, n in samples:
+            seen += n
+            if seen >= rank:
+                return latency
+        return samples[-1][0]
+
+    def summary(self) -> LatencySummary:
+        return {
+            "results": self.count,
+            "target_ms": self.target_ms,
+            "within_target": self.within_target / self.count if self.count else None,
+            "p50_ms": self.percentile(0.5),
+            "p95_ms": self.percentile(0.95),
+            "p99_ms": self.percentile(0.99),
+            "max_ms": self.max_ms if self.count else None,
+            "mean_ms": self.sum_ms / self.count if self.count else None,
+        }
+
+    def merge(self, other: LatencyStats) -> None:
+        """Fold another executor's stats into these (for a dataflow spread over executors)."""
+        self.count += other.count
+        self.within_target += other.within_target
+        self.sum_ms += other.sum_ms
+        self.max_ms = max(self.max_ms, other.max_ms)
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+        self.recent.extend(other.recent)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target_ms": self.target_ms, "count": self.count, "within_target": self.within_target,
+                "sum_ms": self.sum_ms, "max_ms": self.max_ms, "buckets": list(self.buckets),
+                "recent": list(self.recent)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LatencyStats:
+        s = cls(target_ms=d["target_ms"], count=d["count"], within_target=d["within_target"],
+                sum_ms=d["sum_ms"], max_ms=d["max_ms"], buckets=list(d["buckets"]))
+        s.recent.extend((float(a), int(b)) for a, b in d["recent"])
+        return s
+
+
+@dataclass
+class DataflowCounters:
+    """What one executor counts of one dataflow."""
+
+    latency: LatencyStats
+    events_in: int = 0
+    events_out: int = 0
+    failures: deque[str] = field(default_factory=lambda: deque(maxlen=FAILURES_KEPT))
+
+
+class Statistics:
+    """The counters of the dataflows hosted on one executor, and its reports."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.dataflows: dict[str, DataflowCounters] = {}
+
+    def open(self, spec: DataflowSpec, hosted: list[Activation]) -> None:
+        self.dataflows[spec.name] = DataflowCounters(LatencyStats(spec.latency_target_ms))
+
+    def close(self, dataflow: str, ids: list[str]) -> None:
+        self.dataflows.pop(dataflow, None)
+
+    def part(self, dataflow: str, ids: list[str], sched: Scheduler, error_counts: dict[str, int],
+             held: list[str]) -> DataflowPart:
+        """This executor's part of a dataflow's statistics (merged by `merge_parts`)."""
+        c = self.dataflows[dataflow]
+        return {
+            "executor": self.index,
+            "latency": c.latency.to_dict(),
+            "events_in": c.events_in,
+            "events_out": c.events_out,
+            "errors": error_counts,
+            "failures": list(c.failures),
+            "backlog": sum(sched.pending(a) for a in ids),
+            "busy_ms": sum(sched.profile(a).busy_ms for a in ids),
+            "held": held,
+        }
+
+    def executor(self, sched: Scheduler, activations: int, held: int,
+                 faults: Iterable[str]) -> ExecutorStats:
+        s = sched.stats
+        return {"executor": self.index, "activations": activations, "backlog": sched.backlog,
+                "executed": s.executed, "slices": s.slices, "preempted": s.preempted,
+                "overdue": s.overdue, "busy_ms": s.busy_ms, "overhead_ms": s.overhead_ms,
+                "overhead_us_per_message": s.overhead_us_per_message, "held": held,
+                "faults": list(faults)}
+
+
+@dataclass
+class Merged:
+    """A dataflow's parts folded together."""
+
+    latency: LatencyStats
+    errors: dict[str, int]
+    events_in: int
+    events_out: int
+    backlog: int
+    busy_ms: float
+    failures: list[str]
+    held: list[str]
+
+
+def merge_parts(target_ms: float, parts: Iterable[DataflowPart]) -> Merged:
+    """Fold the parts of one dataflow (one per executor it runs on) together."""
+    m = Merged(LatencyStats(target_ms), {}, 0, 0, 0, 0.0, [], [])
+    for p in parts:
+        m.latency.merge(LatencyStats.from_dict(p["latency"]))
+        for k, n in p["errors"].items():
+            m.errors[k] = m.errors.get(k, 0) + n
+        m.events_in += p["events_in"]
+        m.events_out += p["events_out"]
+        m.backlog += p["backlog"]
+        m.busy_ms += p["busy_ms"]
+        m.failures += p["failures"]
+        m.held += p["held"]
+    return m
+
+
+def dataflow_stats(info: DataflowInfo, parts: Iterable[DataflowPart]) -> DataflowStats:
+    spec = info["spec"]
+    m = merge_parts(spec["latency_target_ms"], parts)
+    return {
+        "name": info["name"],
+        "tenant": spec["tenant"],
+        **m.latency.summary(),
+        "events_in": m.events_in,
+        "events_out": m.events_out,
+        "backlog": m.backlog,
+        "busy_ms": m.busy_ms,
+        "errors": m.errors,
+        "failures": m.failures,
+        "held": m.held,
+        "sources": sorted(s["id"] for s in spec["steps"] if s["op"] == "source"),
+        "latency_buckets": m.latency.buckets,
+    }
+
+
+def dataflow_metrics(info: DataflowInfo, parts: Iterable[DataflowPart]) -> DataflowMetrics:
+    spec = info["spec"]
+    m = merge_parts(spec["latency_target_ms"], parts)
+    lat = m.latency
+    return {
+        "name": info["name"], "tenant": spec["tenant"], "target_ms": spec["latency_target_ms"],
+        "weight": spec["scheduling"]["weight"], "results": lat.count,
+        "within_target_count": lat.within_target, "sum_ms": lat.sum_ms,
+        "buckets": list(lat.buckets), "p50_ms": lat.percentile(0.5),
+        "p95_ms": lat.percentile(0.95), "p99_ms": lat.percentile(0.99),
+        "events_in": m.events_in, "events_out": m.events_out, "backlog": m.backlog,
+        "errors": m.errors,
+    }

@@ -1,0 +1,217 @@
+"""The runtime's boundary: the records that cross it, typed once, and `RuntimeLike`.
+
+Everything a caller of the runtime sees (the Python API `Runtime`, the
+service, the Spark tier) is one of these records, and every such caller
+holds a `RuntimeLike`. The records stay plain data (TypedDicts over dicts,
+tuples), because they travel as JSON to HTTP clients and over Ray between
+processes; `ActivationId` is the one value type with behaviour.
+
+Pure: no Ray, so the service's unit tests and fakes use it too.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict
+
+from cameo_actors.operators.base import ErrorRecord, Event
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class ActivationId:
+    """One instance of one step of one dataflow: `dataflow/step/instance` as text.
+
+    The text form keys messages, routing and result logs (it is what travels on
+    the wire and in Spark's offsets); this value keeps the parts, so nothing
+    parses them back out of the text.
+
+    >>> a = ActivationId("alerts", "sink", 1)
+    >>> str(a), a.step
+    ('alerts/sink/1', 'sink')
+    """
+
+    dataflow: str
+    step: str
+    instance: int
+
+    def __str__(self) -> str:
+        return f"{self.dataflow}/{self.step}/{self.instance}"
+
+    @classmethod
+    def of_step(cls, dataflow: str, step: str, parallelism: int) -> builtins.list[ActivationId]:
+        """Every instance of a step, in instance order."""
+        return [cls(dataflow, step, i) for i in range(parallelism)]
+
+
+#: Latency histogram bucket upper bounds in ms (1 ms .. 10 s); counts come per bucket plus
+#: one overflow bucket, non-cumulative (Prometheus's cumulative form is made on export).
+LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+#: A result (or error-output) row: (event, ingest_ms, egress_ms).
+ResultRow = tuple[Event, float, float]
+#: An output log's (committed offset, end offset).
+LogOffsets = tuple[int, int]
+#: An error log's (committed offset, end offset, records dropped unread).
+ErrorLogOffsets = tuple[int, int, int]
+
+
+def error_log_id(dataflow: str, executor: int) -> str:
+    """The id of a dataflow's error log on one executor (its Spark partition name)."""
+    return f"{dataflow}/errors/{executor}"
+
+
+class DataflowSummary(TypedDict):
+    """One entry of `list()`."""
+
+    name: str
+    tenant: str
+    latency_target_ms: float
+    state: str
+    executors: list[int]
+
+
+class DataflowInfo(TypedDict):
+    """`describe()`: the spec, where each activation runs, and the state."""
+
+    name: str
+    spec: dict[str, Any]  # DataflowSpec.to_dict()
+    hosts: dict[str, int]  # str(ActivationId) -> executor index
+    executors: list[int]
+    state: str
+    submitted_at: float
+
+
+class LatencySummary(TypedDict):
+    results: int
+    target_ms: float
+    within_target: float | None  # share of results, None before the first
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    mean_ms: float | None
+
+
+class DataflowStats(LatencySummary):
+    """`stats()`: one dataflow over every executor it runs on."""
+
+    name: str
+    tenant: str
+    events_in: int
+    events_out: int
+    backlog: int  # messages queued
+    busy_ms: float  # executor time its operators took
+    errors: dict[str, int]  # "step:kind" -> records
+    failures: list[str]
+    held: list[str]  # activations held by flow control
+    sources: list[str]
+    latency_buckets: list[int]  # non-cumulative, LATENCY_BUCKETS_MS + overflow
+
+
+class DataflowPart(TypedDict):
+    """What one executor knows of one dataflow; `merge_parts` folds them together."""
+
+    executor: int
+    latency: dict[str, Any]  # LatencyStats.to_dict()
+    events_in: int
+    events_out: int
+    errors: dict[str, int]
+    failures: list[str]
+    backlog: int
+    busy_ms: float
+    held: list[str]
+
+
+class ExecutorStats(TypedDict, total=False):
+    """`executor_stats()`: one executor's scheduler counters."""
+
+    executor: int
+    node: str
+    activations: int
+    backlog: int
+    executed: int
+    slices: int
+    preempted: int
+    overdue: int
+    busy_ms: float
+    overhead_ms: float
+    overhead_us_per_message: float
+    held: int
+    faults: list[str]
+
+
+class DataflowMetrics(TypedDict):
+    """One dataflow in a `PoolSnapshot` (what a Prometheus scrape reads)."""
+
+    name: str
+    tenant: str
+    target_ms: float
+    weight: float
+    results: int
+    within_target_count: int
+    sum_ms: float
+    buckets: list[int]
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    events_in: int
+    events_out: int
+    backlog: int
+    errors: dict[str, int]
+
+
+class PoolSnapshot(TypedDict):
+    """`stats_all()`: every dataflow and executor of the pool in one round."""
+
+    dataflows: list[DataflowMetrics]
+    executors: list[ExecutorStats]
+
+
+class RuntimeLike(Protocol):
+    """A runtime, as the service, the Spark tier and tests drive it.
+
+    `Runtime` (on Ray) implements it; the service's unit tests use an in-memory
+    fake. Unknown names raise `DataflowNotFound`, a taken name `DataflowExists`
+    (both in `cameo_actors.runtime.exceptions`), a bad spec `SpecError`.
+    """
+
+    pool: str
+
+    @property
+    def address(self) -> str:
+        """Where other processes (Spark's Python workers) join this pool's cluster."""
+        ...
+
+    # -- control
+    def deploy(self, dataflow: Any) -> str: ...
+    def cancel(self, name: str) -> dict[str, Any]: ...
+    def update(self, name: str, *, latency_target_ms: float | None = None,
+               weight: float | None = None) -> dict[str, Any]: ...
+    def list(self) -> builtins.list[DataflowSummary]: ...
+    def describe(self, name: str, *, refresh: bool = False) -> DataflowInfo: ...
+    def stats(self, name: str) -> DataflowStats: ...
+    def executor_stats(self) -> builtins.list[ExecutorStats]: ...
+    def wait_idle(self, timeout_s: float = 60.0) -> None: ...
+
+    # -- input
+    def push(self, name: str, source: str, events: Sequence[Event], *,
+             batch_size: int = ...) -> None: ...
+    def close(self, name: str) -> None: ...
+
+    def watermark(self, name: str, source: str, ts: float) -> None: ...
+    def flush(self) -> None: ...
+    def mark_input_batch(self, name: str, source: str, batch_id: int, query: str = "") -> None: ...
+    def input_batches(self, name: str) -> dict[str, int]: ...
+
+    # -- output: results and the error output, read with offsets (exactly once)
+    def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]: ...
+    def read_results(self, name: str, sink_activation: str, start: int,
+                     end: int | None = None) -> builtins.list[ResultRow]: ...
+    def commit_results(self, name: str, sink_activation: str, offset: int) -> None: ...
+    def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]: ...
+    def read_errors(self, name: str, log: str, start: int, end: int | None = None
+                    ) -> tuple[int, builtins.list[ResultRow]]: ...
+    def commit_errors(self, name: str, log: str, offset: int) -> None: ...
+    def errors(self, name: str, limit: int = 100) -> builtins.list[ErrorRecord]: ...

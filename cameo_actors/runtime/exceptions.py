@@ -1,0 +1,34 @@
+"""Errors the runtime raises about dataflows by name (they cross Ray intact)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cameo_actors.errors import CameoError
+
+
+class DataflowNotFound(CameoError, KeyError):
+    """No dataflow of that name runs on the pool."""
+
+    def __init__(self, name: str, known: Sequence[str] = ()) -> None:
+        self.name = name
+        self.known = list(known)
+        super().__init__(f"no dataflow named {name!r}; running: {self.known}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return (type(self), (self.name, self.known))
+
+
+class DataflowExists(CameoError, ValueError):
+    """A dataflow of that name runs already."""
+
+
+class PoolNotFound(CameoError, LookupError):
+    """No cameo pool of that name runs on the Ray cluster."""
+
+
+class RuntimeUnavailable(CameoError, TimeoutError):
+    """The pool did not answer in time (an executor died or is overloaded)."""

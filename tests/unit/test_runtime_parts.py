@@ -1,0 +1,206 @@
+"""The executor's parts, one at a time, without Ray: channels, flow control,
+egress, hosting, statistics, and the records of the runtime's boundary."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cameo_actors import Dataflow, count
+from cameo_actors.dataflow.functions import FunctionResolver
+from cameo_actors.errors import SpecError
+from cameo_actors.operators.base import ErrorRecord
+from cameo_actors.runtime._private.channels import Channels
+from cameo_actors.runtime._private.egress import ERROR_LOG_CAPACITY, Egress
+from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
+from cameo_actors.runtime._private.hosting import Hosting
+from cameo_actors.runtime._private.routing import place
+from cameo_actors.runtime._private.stats import Statistics, dataflow_stats
+from cameo_actors.runtime._private.wire import decode_message
+from cameo_actors.runtime.boundary import ActivationId, DataflowInfo
+from cameo_actors.scheduling import Message, Scheduler
+
+
+def keyed(name: str = "d", p: int = 2) -> Dataflow:
+    return (Dataflow(name, latency_target_ms=50).source("s", schema={"ts": "int", "k": "str"},
+                                                        event_time="ts")
+            .key_by("k").window(tumbling_ms=10, parallelism=p).aggregate(n=count()).sink("o"))
+
+
+# -- boundary -------------------------------------------------------------------------------
+def test_activation_id_keeps_its_parts_and_crosses_processes() -> None:
+    a = ActivationId("flow", "win", 3)
+    assert str(a) == "flow/win/3" and (a.dataflow, a.step, a.instance) == ("flow", "win", 3)
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert ActivationId.of_step("flow", "win", 2) == [ActivationId("flow", "win", 0),
+                                                      ActivationId("flow", "win", 1)]
+
+
+# -- channels -------------------------------------------------------------------------------
+@given(st.permutations(range(8)))
+def test_client_calls_apply_in_sequence_whatever_their_arrival(order: list[int]) -> None:
+    ch = Channels(0, lambda host, blob: None)
+    applied: list[int] = []
+    for seq in order:
+        ch.from_client("c", seq, lambda seq=seq: applied.append(seq))
+    assert applied == list(range(8))
+    assert ch.idle()
+
+
+@given(st.permutations(range(6)))
+def test_executor_batches_apply_in_the_senders_order(order: list[int]) -> None:
+    sent: list[tuple[int, bytes]] = []
+    sender = Channels(1, lambda host, blob: sent.append((host, blob)))
+    for i in range(6):  # one batch per flush, each with one ack
+        sender.ack(0, (f"up{i}", "down", i, 0.0))
+        sender.flush()
+    assert [h for h, _ in sent] == [0] * 6 and dict(sender.seq_out) == {0: 6}
+    receiver = Channels(0, lambda host, blob: None)
+    applied: list[str] = []
+    for i in order:
+        receiver.from_executor(sent[i][1], lambda msgs, acks: applied.extend(a[0] for a in acks))
+        if i != 0 and 0 not in order[:order.index(i) + 1]:
+            assert not receiver.idle()  # batches wait behind the first one
+    assert applied == [f"up{i}" for i in range(6)]
+    assert receiver.idle() and dict(receiver.seq_in) == {1: 6}
+
+
+def test_messages_for_one_executor_travel_in_one_call() -> None:
+    sent: list[tuple[int, bytes]] = []
+    ch = Channels(0, lambda host, blob: sent.append((host, blob)))
+    for i in range(3):
+        ch.message(1, Message.ingress("d/s/0", [{"i": i}], dataflow="d", tenant="t", ingest_ms=1.0))
+    ch.message(2, Message.ingress("d/s/1", [{"i": 9}], dataflow="d", tenant="t", ingest_ms=1.0))
+    assert not ch.idle()
+    ch.flush()
+    assert sorted(h for h, _ in sent) == [1, 2] and ch.idle()
+    got: list[Message] = []
+    Channels(1, lambda h, b: None).from_executor(
+        dict(sent)[1], lambda msgs, acks: got.extend(decode_message(m) for m in msgs))
+    assert [m.payload for m in got] == [[{"i": 0}], [{"i": 1}], [{"i": 2}]]
+
+
+# -- flow control ---------------------------------------------------------------------------
+def test_a_sender_is_held_over_its_credits_and_released_at_half() -> None:
+    held: list[str] = []
+    flow = FlowControl(10, 100, held.append, held.remove)
+    flow.sent("a", "b", 10)
+    assert held == []  # at the limit, not over it
+    flow.sent("a", "b", 1)
+    assert held == ["a"] and flow.held == {"a": {"b"}}
+    flow.acked("a", "b", 5)
+    assert held == ["a"]  # 6 outstanding: above half
+    flow.acked("a", "b", 1)
+    assert held == [] and not flow.held
+
+
+def test_a_held_activation_runs_again_only_when_every_reason_is_gone() -> None:
+    held: list[str] = []
+    flow = FlowControl(1, 100, held.append, held.remove)
+    flow.sent("sink", "next", 2)
+    flow.hold("sink", RESULTS_FULL)
+    flow.acked("sink", "next", 2)
+    assert held == ["sink", "sink"] and flow.held == {"sink": {RESULTS_FULL}}
+    flow.release("sink", RESULTS_FULL)
+    assert "sink" not in flow.held
+
+
+def test_source_backpressure_counts_events_and_forgets_cancelled_sources() -> None:
+    flow = FlowControl(10, 100, lambda a: None, lambda a: None)
+    flow.admitted("d/s/0", 150)
+    flow.consumed("d/s/0", 40)
+    assert flow.ingress_pending["d/s/0"] == 110
+    # Over the limit, a writer waits until the timeout (0 here: no sleeping in unit tests).
+    assert flow.wait_for_room("d/s/0", lambda: True, timeout_s=0) == 110
+    flow.sent("d/s/0", "d/o/0", 5)
+    flow.close("d", ["d/s/0"])
+    assert not flow.outstanding and "d/s/0" not in flow.ingress_pending
+
+
+# -- egress ---------------------------------------------------------------------------------
+def make_egress(capacity: int = 4) -> tuple[Egress, list[str]]:
+    held: list[str] = []
+    egress = Egress(capacity, held.append, held.remove)
+    spec = keyed().spec
+    hosting = Hosting(0, FunctionResolver())
+    built = hosting.build(spec, place(spec, [0], {}))
+    egress.open(spec, built)
+    return egress, held
+
+
+def test_results_are_read_with_offsets_and_a_full_log_holds_its_sink() -> None:
+    egress, held = make_egress(capacity=4)
+    egress.results("d", "d/o/0", [{"n": 1}, {"n": 2}, {"n": 3}], 1.0, 2.0)
+    assert held == [] and egress.result_offsets("d") == {"d/o/0": (0, 3)}
+    egress.results("d", "d/o/0", [{"n": 4}], 1.0, 3.0)
+    assert held == ["d/o/0"]
+    assert [r[0]["n"] for r in egress.read_results("d", "d/o/0", 1, 3)] == [2, 3]
+    egress.commit_results("d", "d/o/0", 3)
+    assert held == []  # one left of 4: below half
+    assert egress.result_offsets("d") == {"d/o/0": (3, 4)}
+    with pytest.raises(ValueError, match="committed already"):
+        egress.read_results("d", "d/o/0", 0, None)
+
+
+def test_the_error_output_keeps_counts_and_drops_the_oldest_unread_records() -> None:
+    egress, _ = make_egress()
+    errors = [ErrorRecord("s", "malformed", f"bad {i}", {"i": i}) for i in range(ERROR_LOG_CAPACITY + 5)]
+    egress.errors("d", errors, 1.0, 2.0)
+    committed, end, dropped = egress.error_offsets("d")
+    assert (committed, end, dropped) == (5, ERROR_LOG_CAPACITY + 5, 5)
+    first, rows = egress.read_errors("d", 0, 7)
+    assert first == 5 and [r[0]["message"] for r in rows] == ["bad 5", "bad 6"]
+    assert egress.error_counts("d") == {"s:malformed": ERROR_LOG_CAPACITY + 5}
+    assert len(egress.error_records("d", 3)) == 3
+
+
+# -- hosting --------------------------------------------------------------------------------
+def test_a_refused_deploy_changes_nothing() -> None:
+    spec = (Dataflow("f", latency_target_ms=5).source("s", schema={"x": "int"})
+            .map(function="no_such_module_here:fn").sink("o")).spec
+    hosting = Hosting(0, FunctionResolver())
+    with pytest.raises(SpecError, match="importable module"):
+        hosting.build(spec, place(spec, [0], {}))
+    assert not hosting.activations and not hosting.dataflows and not hosting.hosts
+
+
+def test_hosting_builds_only_its_instances_and_routes_to_all() -> None:
+    spec = keyed(p=2).spec
+    placement = place(spec, [0, 1], {})
+    hosting = Hosting(1, FunctionResolver())
+    built = hosting.build(spec, placement)
+    hosting.add(spec, placement, built)
+    assert sorted(hosting.activations) == sorted(str(a) for a in placement.on(1))
+    assert hosting.hosts == placement.hosts  # routing knows where every instance is
+    with pytest.raises(ValueError, match="already deployed"):
+        hosting.build(spec, placement)
+    hosting.mark_input_batch("d", "s@q", 4)
+    hosting.mark_input_batch("d", "s@q", 2)
+    assert hosting.input_batches("d") == {"s@q": 4}
+    assert hosting.remove("d") is not None
+    assert not hosting.activations and not hosting.hosts and hosting.remove("d") is None
+
+
+# -- statistics -------------------------------------------------------------------------------
+def test_parts_of_a_dataflow_merge_into_one_status() -> None:
+    spec = keyed(p=2).spec
+    placement = place(spec, [0, 1], {})
+    sched = Scheduler("fifo")
+    parts = []
+    for ex in (0, 1):
+        stats = Statistics(ex)
+        stats.open(spec, [])
+        counters = stats.dataflows["d"]
+        counters.events_in, counters.events_out = 10 * (ex + 1), ex + 1
+        counters.latency.record(20.0 + 80 * ex, 1)  # 20 ms on 0 (within 50), 100 ms on 1
+        parts.append(stats.part("d", [], sched, {"s:late": 2}, [f"d/o/{ex}"]))
+    info: DataflowInfo = {"name": "d", "spec": spec.to_dict(), "hosts": placement.hosts,
+                          "executors": [0, 1], "state": "running", "submitted_at": 0.0}
+    merged = dataflow_stats(info, parts)
+    assert (merged["events_in"], merged["events_out"], merged["results"]) == (30, 3, 2)
+    assert merged["within_target"] == 0.5 and merged["max_ms"] == 100.0
+    assert merged["errors"] == {"s:late": 4} and merged["held"] == ["d/o/0", "d/o/1"]
+    assert merged["sources"] == ["s"] and sum(merged["latency_buckets"]) == 2
