@@ -9,7 +9,9 @@ keys comes out, then the window's state is dropped::
     {"key": k, "window_start": s, "window_end": e, <left_time_field>: e - 1,
      "left": <left event>, "right": <right event>}
 
-Late and malformed events go to the error output, as in `windows`.
+Late and malformed events go to the error output, as in `windows`. The
+window grid, the per-window state, the error output and the snapshot
+envelope are the windowing core's (`windowing`), shared with `windows`.
 
 >>> op = WindowJoinOperator("j", kind="tumbling", size_ms=1000,
 ...                         left_key_fn=lambda e: e["id"], right_key_fn=lambda e: e["id"],
@@ -23,18 +25,16 @@ Late and malformed events go to the error output, as in `windows`.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 from typing import Any
 
-from cameo_actors.operators.aggregates import is_time
-from cameo_actors.operators.base import Event, Operator, Output
-from cameo_actors.operators.windows import (
+from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.windowing import (
     RESULT_FIELDS,
     AlignedWindows,
+    KeyedWindows,
     KeyFn,
-    decode_key,
-    encode_key,
+    WindowedOperator,
     event_time,
     positive_number,
     time_error,
@@ -43,9 +43,16 @@ from cameo_actors.operators.windows import (
 
 JOIN_KINDS = ("tumbling", "sliding")
 _SIDES = ("left", "right")
+#: A key's events of one window: [left events, right events].
+Sides = list[list[Event]]
 
 
-class WindowJoinOperator(Operator):
+def _copy_sides(sides: Sides) -> Sides:
+    # Snapshot rows hold copies: the live lists grow in place.
+    return [list(sides[0]), list(sides[1])]
+
+
+class WindowJoinOperator(WindowedOperator):
     """Windowed inner equi-join of a left (port 0) and a right (port 1) stream.
 
     In a sliding join a pair that shares several windows comes out once per
@@ -67,7 +74,7 @@ class WindowJoinOperator(Operator):
             left time field that clashes with a result field.
     """
 
-    stateful = True
+    noun = "join"
 
     def __init__(
         self,
@@ -108,12 +115,7 @@ class WindowJoinOperator(Operator):
         self._aligned = AlignedWindows(self.size_ms, self.slide_ms)
         self.key_fns = (left_key_fn, right_key_fn)
         self.time_fields = (left_time_field, right_time_field)
-        #: Events routed to the error output, by kind.
-        self.late_count = 0
-        self.malformed_count = 0
-        # window end -> key -> [left events, right events], plus a heap of the ends.
-        self._windows: dict[float, dict[Any, list[list[Event]]]] = {}
-        self._ends: list[float] = []
+        self._state: KeyedWindows[Sides] = KeyedWindows()
 
     # -- scheduling hints --------------------------------------------------------------
     def window_id(self, event_time: float) -> float:
@@ -138,37 +140,33 @@ class WindowJoinOperator(Operator):
         if port not in (0, 1):
             raise ValueError(f"step {self.step_id!r}: a join has ports 0 (left) and 1 (right), "
                              f"got {port!r}")
-        tf, key_fn, wm = self.time_fields[port], self.key_fns[port], self.watermark
-        windows, open_ends = self._windows, self._aligned.open_ends
+        tf, key_fn, wm, rejects = self.time_fields[port], self.key_fns[port], self.watermark, self.rejects
+        windows, open_window = self._state.windows, self._state.open
+        open_ends = self._aligned.open_ends
         for ev in events:
-            try:
-                t = ev[tf]
-            except Exception:
-                self._malformed(out, ev, time_error(ev, tf))
-                continue
-            if not is_time(t):
-                self._malformed(out, ev, time_error(ev, tf))
+            t = event_time(ev, tf)
+            if t is None:
+                rejects.malformed(out, ev, time_error(ev, tf))
                 continue
             ends = open_ends(t, wm)
             if not ends:
-                self._late(out, ev, f"{_SIDES[port]} event at {tf}={t} is behind the watermark "
-                                    f"{wm}: every window containing it already fired")
+                rejects.late(out, ev, f"{_SIDES[port]} event at {tf}={t} is behind the watermark "
+                                      f"{wm}: every window containing it already fired")
                 continue
             try:
                 k = key_fn(ev)
             except Exception as exc:
-                self._malformed(out, ev, f"the {_SIDES[port]} key function raised "
-                                         f"{type(exc).__name__}: {exc}")
+                rejects.key_raised(out, ev, exc, f"{_SIDES[port]} key function")
                 continue
+            # Checked before any window is opened for it.
             message = unhashable_key_error(k)
             if message is not None:
-                self._malformed(out, ev, message)
+                rejects.malformed(out, ev, message)
                 continue
             for end in ends:
                 w = windows.get(end)
                 if w is None:
-                    w = windows[end] = {}
-                    heapq.heappush(self._ends, end)
+                    w = open_window(end)
                 sides = w.get(k)
                 if sides is None:
                     sides = w[k] = [[], []]
@@ -176,60 +174,21 @@ class WindowJoinOperator(Operator):
 
     # -- firing ------------------------------------------------------------------------
     def advance_to(self, watermark: float, out: Output) -> None:
-        ends, windows, size, tf = self._ends, self._windows, self.size_ms, self.time_fields[0]
-        emit = out.events.append
-        while ends and ends[0] <= watermark:
-            end = heapq.heappop(ends)
+        size, tf, emit = self.size_ms, self.time_fields[0], out.events.append
+        for end, w in self._state.pop_due(watermark):
             start = end - size
-            for k, (lefts, rights) in windows.pop(end).items():
+            for k, (lefts, rights) in w.items():
                 for left in lefts:
                     for right in rights:
                         emit({"key": k, "window_start": start, "window_end": end, tf: end - 1,
                               "left": left, "right": right})
 
-    # -- errors ------------------------------------------------------------------------
-    def _malformed(self, out: Output, ev: Any, message: str) -> None:
-        self.malformed_count += 1
-        self.error(out, "malformed", message, ev)
-
-    def _late(self, out: Output, ev: Any, message: str) -> None:
-        self.late_count += 1
-        self.error(out, "late", message, ev)
-
     # -- state -------------------------------------------------------------------------
     def _config(self) -> list[Any]:
         return [self.kind, self.size_ms, self.slide_ms, *self.time_fields]
 
-    def snapshot(self) -> dict[str, Any]:
-        """The operator's state as msgpack-able data, provided the buffered
-        events are (tuple keys are stored as lists)."""
-        state = super().snapshot()
-        state.update(
-            config=self._config(),
-            late_count=self.late_count,
-            malformed_count=self.malformed_count,
-            windows=[
-                [end, [[encode_key(k), list(lefts), list(rights)]
-                       for k, (lefts, rights) in self._windows[end].items()]]
-                for end in sorted(self._windows)
-            ],
-        )
-        return state
+    def _snapshot_windows(self) -> dict[str, Any]:
+        return {"windows": self._state.dump(_copy_sides)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        """Load a `snapshot` (possibly after a msgpack round trip).
-
-        Raises:
-            ValueError: the snapshot is of a differently configured join.
-        """
-        if list(state["config"]) != self._config():
-            raise ValueError(f"step {self.step_id!r}: snapshot is of a join configured as "
-                             f"{state['config']}, this one is {self._config()}")
-        super().restore(state)
-        self.late_count = state["late_count"]
-        self.malformed_count = state["malformed_count"]
-        self._windows = {
-            end: {decode_key(k): [list(lefts), list(rights)] for k, lefts, rights in rows}
-            for end, rows in state["windows"]
-        }
-        self._ends = sorted(self._windows)
+    def _restore_windows(self, state: dict[str, Any]) -> None:
+        self._state.load(state["windows"], _copy_sides)

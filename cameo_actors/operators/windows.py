@@ -19,6 +19,16 @@ One result per window and key::
 result inside its own window, so a window downstream of a window groups it
 in the same place.
 
+Structure: the operator does what every kind shares. `_admitted` checks each
+event's time and key and is the one place that decides and reports late
+events; `advance_to` is the one firing routine, turning the windows a
+watermark closes into results. A `windowers.Windower` per kind (aligned:
+tumbling and sliding; session) puts admitted events into its windows and
+closes them. A tumbling count, the hot path, has a fused loop that counts
+the events it can take at first sight and hands every other one to
+`_admitted`. The helpers the join shares live in `windowing` and are
+re-exported here.
+
 >>> from types import SimpleNamespace as A
 >>> op = WindowOperator("w", kind="tumbling", size_ms=1000, time_field="t",
 ...                     aggregates=[A(name="n", fn="count", field=None)])
@@ -29,143 +39,51 @@ in the same place.
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from cameo_actors.operators.aggregates import (
-    AggSpecLike,
-    MalformedEvent,
-    compile_aggregates,
-    is_number,
-    is_time,
+from cameo_actors.operators.aggregates import AggSpecLike, compile_aggregates, is_time
+from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.windowers import Admitted, AlignedWindower, SessionWindower, Windower
+from cameo_actors.operators.windowing import (
+    RESULT_FIELDS,
+    AlignedWindows,
+    KeyFn,
+    WindowedOperator,
+    decode_key,
+    encode_key,
+    event_time,
+    positive_number,
+    time_error,
+    unhashable_key_error,
 )
-from cameo_actors.operators.base import Event, Operator, Output
 
-KeyFn = Callable[[Event], Any]
+__all__ = [
+    "RESULT_FIELDS",
+    "WINDOW_KINDS",
+    "AlignedWindows",
+    "KeyFn",
+    "WindowOperator",
+    "decode_key",
+    "encode_key",
+    "event_time",
+    "positive_number",
+    "time_error",
+    "unhashable_key_error",
+]
 
 _INF = math.inf
 WINDOW_KINDS = ("tumbling", "sliding", "session")
-#: Fields every window result carries; aggregates and time fields may not reuse them.
-RESULT_FIELDS = ("key", "window_start", "window_end")
+#: Why an event is late, by kind; {} is the end of the last window it could join.
+_LATE_REASONS = {
+    "tumbling": "its window already fired (the last one ended at {})",
+    "sliding": "every window containing it already fired (the last one ended at {})",
+    "session": "its session would end at {} and that has passed",
+}
 
 
-# -- helpers shared with the join ----------------------------------------------------
-def encode_key(key: Any) -> Any:
-    """A key as msgpack-able data: tuples become lists (recursively)."""
-    if isinstance(key, tuple):
-        return [encode_key(k) for k in key]
-    return key
-
-
-def decode_key(data: Any) -> Any:
-    """Undo `encode_key`: lists become tuples again (a key is never a list,
-    lists are not hashable)."""
-    if isinstance(data, list):
-        return tuple(decode_key(d) for d in data)
-    return data
-
-
-def positive_number(step_id: str, name: str, value: Any) -> float:
-    """Check a window parameter: a finite number > 0."""
-    if not is_number(value) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"step {step_id!r}: {name} must be a number of ms > 0, got {value!r}")
-    return value  # type: ignore[no-any-return]
-
-
-def time_error(event: Any, time_field: str) -> str:
-    """Why `event` has no usable event time (the slow path of the checks)."""
-    if not isinstance(event, dict):
-        return f"expected an event object with time field {time_field!r}, got {type(event).__name__}"
-    if time_field not in event:
-        return f"time field {time_field!r} is missing (expected event time in ms, int or float)"
-    value = event[time_field]
-    return (f"time field {time_field!r} must be a finite int or float (ms), "
-            f"got {type(value).__name__} {value!r}")
-
-
-def event_time(event: Any, time_field: str) -> Any:
-    """The event's time, or None if it has no valid one (not on the hot path)."""
-    try:
-        t = event[time_field]
-    except Exception:
-        return None
-    return t if is_time(t) else None
-
-
-def unhashable_key_error(key: Any) -> str | None:
-    """A message if `key` cannot key a dict, else None."""
-    try:
-        hash(key)
-    except TypeError:
-        return (f"the key function returned an unhashable {type(key).__name__} {key!r}; "
-                f"return a str, number, None or a tuple of those")
-    return None
-
-
-class AlignedWindows:
-    """Where tumbling and sliding windows lie: starts at multiples of `slide`,
-    each `size` long (tumbling: slide == size).
-
-    Attributes:
-        size: window length in ms.
-        slide: distance between window starts in ms (<= size).
-    """
-
-    def __init__(self, size: float, slide: float) -> None:
-        self.size = size
-        self.slide = slide
-
-    def last_end(self, t: float) -> float:
-        """End of the latest window containing t (the last one to fire)."""
-        return t - t % self.slide + self.size
-
-    def first_end(self, t: float) -> float:
-        """End of the earliest window containing t (the first one to fire)."""
-        u = t - self.size
-        return u - u % self.slide + self.slide + self.size
-
-    def open_ends(self, t: float, watermark: float) -> list[float]:
-        """Ends of the windows containing t that have not fired, latest first."""
-        size, slide = self.size, self.slide
-        last_start = t - t % slide
-        ends: list[float] = []
-        i = 0
-        while True:
-            # Multiply rather than subtract repeatedly: no float drift.
-            end = last_start - i * slide + size
-            if end <= t or end <= watermark:
-                return ends
-            ends.append(end)
-            i += 1
-
-    def first_open_end(self, t: float, watermark: float) -> float | None:
-        """End of the earliest window containing t that has not fired, or None."""
-        first = self.first_end(t)
-        if first > watermark:
-            return first
-        if self.last_end(t) <= watermark:
-            return None
-        u = watermark - self.size  # finite here: some window end lies above it
-        return u - u % self.slide + self.slide + self.size
-
-
-class _Session:
-    """One open session of one key: events from `first` to `last`, each less than gap from the next."""
-
-    __slots__ = ("key", "first", "last", "acc", "seq", "alive")
-
-    def __init__(self, key: Any, first: float, last: float, acc: Any, seq: int) -> None:
-        self.key = key
-        self.first = first
-        self.last = last
-        self.acc = acc
-        self.seq = seq  # creation order: a stable tie-break for sessions ending together
-        self.alive = True
-
-
-class WindowOperator(Operator):
+class WindowOperator(WindowedOperator):
     """Aggregates events per key over tumbling, sliding or session windows.
 
     Args:
@@ -197,8 +115,6 @@ class WindowOperator(Operator):
         >>> op.on_watermark(150).events
         [{'key': 'a', 'window_start': 0, 'window_end': 150, 't': 149, 'total': 3}]
     """
-
-    stateful = True
 
     def __init__(
         self,
@@ -239,8 +155,12 @@ class WindowOperator(Operator):
         self.size_ms: float | None = None
         self.slide_ms: float | None = None
         self.gap_ms: float | None = None
+        self._windower: Windower
+        #: The windower when it is a tumbling count, which has a fast path.
+        self._tumbling_counts: AlignedWindower | None = None
         if kind == "session":
             self.gap_ms = positive_number(step_id, "gap_ms", gap_ms)
+            self._windower = SessionWindower(self.gap_ms, aggs=self._aggs, rejects=self.rejects)
         else:
             self.size_ms = positive_number(step_id, "size_ms", size_ms)
             if kind == "sliding":
@@ -251,40 +171,24 @@ class WindowOperator(Operator):
                                      f"tumbling window")
             else:
                 self.slide_ms = self.size_ms
-            self._aligned = AlignedWindows(self.size_ms, self.slide_ms)
-        # Non-optional copies for the hot paths (0 where the kind has no such parameter).
-        self._size: float = self.size_ms or 0
-        self._slide: float = self.slide_ms or 0
-        self._gap: float = self.gap_ms or 0
+            aligned = AlignedWindower(self.size_ms, self.slide_ms, tumbling=kind == "tumbling",
+                                      aggs=self._aggs, rejects=self.rejects)
+            self._windower = aligned
+            if kind == "tumbling" and self._aggs.count_only:
+                self._tumbling_counts = aligned
+        self._late_reason = _LATE_REASONS[kind]
 
-        #: Events routed to the error output, by kind.
-        self.late_count = 0
-        self.malformed_count = 0
-        # Tumbling/sliding: window end -> key -> accumulator, plus a heap of the ends.
-        self._windows: dict[float, dict[Any, Any]] = {}
-        self._ends: list[float] = []
-        # Session: key -> open sessions sorted by first; a lazy heap of
-        # (end lower bound, seq, session); the last event time of each key's
-        # latest fired session, while a new event could still fall within gap of it.
-        self._sessions: dict[Any, list[_Session]] = {}
-        self._session_heap: list[tuple[float, int, _Session]] = []
-        self._fired_last: dict[Any, float] = {}
-        self._seq = 0
-
-        if kind == "tumbling":
-            self._process = self._process_tumbling_count if self._aggs.count_only else self._process_tumbling
-        elif kind == "sliding":
-            self._process = self._process_sliding
-        else:
-            self._process = self._process_session
+    @property
+    def _windows(self) -> dict[float, dict[Any, Any]]:
+        # Aligned windows' state, end -> key -> accumulator (tests reach into it).
+        windower = self._windower
+        return windower.state.windows if isinstance(windower, AlignedWindower) else {}
 
     # -- scheduling hints --------------------------------------------------------------
     def window_id(self, event_time: float) -> float:
         """Local priority of an event: the end of the earliest window containing it
         (for a session, the earliest end its session can have: t + gap)."""
-        if self.kind == "session":
-            return event_time + self._gap
-        return self._aligned.first_end(event_time)
+        return self._windower.first_end(event_time)
 
     def earliest_window_end(self, events: Iterable[Event]) -> float | None:
         """The end of the earliest not-yet-fired window any of `events` belongs to.
@@ -294,90 +198,92 @@ class WindowOperator(Operator):
         time are skipped; None if no event qualifies. For sessions this is
         t + gap, the earliest the session can close (a lower bound).
         """
-        wm = self.watermark
-        tf = self.time_field
+        wm, tf, first_open_end = self.watermark, self.time_field, self._windower.first_open_end
         best = _INF
-        if self.kind == "session":
-            gap = self._gap
-            for ev in events:
-                t = event_time(ev, tf)
-                if t is not None and wm < t + gap < best:
-                    best = t + gap
-        else:
-            first_open_end = self._aligned.first_open_end
-            for ev in events:
-                t = event_time(ev, tf)
-                if t is not None:
-                    end = first_open_end(t, wm)
-                    if end is not None and end < best:
-                        best = end
+        for ev in events:
+            t = event_time(ev, tf)
+            if t is not None:
+                end = first_open_end(t, wm)
+                if end is not None and end < best:
+                    best = end
         return None if best == _INF else best
 
     # -- event processing --------------------------------------------------------------
     def process(self, events: list[Event], port: int, out: Output) -> None:
-        self._process(events, out)
+        if self._tumbling_counts is not None:
+            self._count_tumbling(self._tumbling_counts, events, out)
+        else:
+            self._windower.add(self._admitted(events, out), self.watermark, out)
 
-    def _process_tumbling_count(self, events: list[Event], out: Output) -> None:
-        # The hot path (count-only tumbling): ints as accumulators, no allocation per event.
-        tf, size, wm, key_fn = self.time_field, self._size, self.watermark, self.key_fn
-        windows = self._windows
+    def _count_tumbling(self, windower: AlignedWindower, events: list[Event], out: Output) -> None:
+        # The hot path (a tumbling count): `_admitted` and `AlignedWindower.add` fused
+        # into one loop, without a generator hop per event. It takes the events that
+        # pass at first sight (an int or finite float time, an open window); the
+        # others take the general path, in order, which decides and reports them.
+        tf, wm, key_fn, rejects = self.time_field, self.watermark, self.key_fn, self.rejects
+        size, windows, open_window = windower.size, windower.state.windows, windower.state.open
         inf, ninf = _INF, -_INF
+        others: list[Event] = []  # events for the general path, sent before the next one counted
         cur_end: Any = None
-        w: Any = None  # the current window: key -> accumulator
+        w: Any = None  # the window ending at cur_end: key -> count
         for ev in events:
             try:
                 t = ev[tf]
             except Exception:
-                self._malformed(out, ev, time_error(ev, tf))
+                others.append(ev)
                 continue
             cls = t.__class__
-            if cls is not int and (cls is not float or not ninf < t < inf) and not is_time(t):
-                self._malformed(out, ev, time_error(ev, tf))
+            if cls is not int and (cls is not float or not ninf < t < inf):
+                others.append(ev)
                 continue
             end = t - t % size + size
             if end <= wm:
-                self._late_window(out, ev, t, end)
+                others.append(ev)
                 continue
-            if key_fn is None:
-                k = None
-            else:
-                try:
-                    k = key_fn(ev)
-                except Exception as exc:
-                    self._key_raised(out, ev, exc)
-                    continue
-            if end != cur_end:
-                # Batches are mostly in time order: look the window up only when it changes.
+            if others:
+                windower.add(self._admitted(others, out), wm, out)
+                others = []
+            try:
+                k = None if key_fn is None else key_fn(ev)
+            except Exception as exc:
+                rejects.key_raised(out, ev, exc)
+                continue
+            if end != cur_end:  # batches are mostly in time order: the window rarely changes
                 w = windows.get(end)
                 if w is None:
-                    w = windows[end] = {}
-                    heapq.heappush(self._ends, end)
+                    w = open_window(end)
                 cur_end = end
             try:
                 w[k] = w.get(k, 0) + 1
             except TypeError:
-                self._bad_key(out, ev, k)
+                rejects.bad_key(out, ev, k)
+        if others:
+            windower.add(self._admitted(others, out), wm, out)
 
-    def _process_tumbling(self, events: list[Event], out: Output) -> None:
-        tf, size, wm, key_fn = self.time_field, self._size, self.watermark, self.key_fn
-        windows = self._windows
-        new, add = self._aggs.new, self._aggs.add
+    def _admitted(self, events: list[Event], out: Output) -> Iterator[Admitted]:
+        """The events with a valid time and key that are not late, as `Admitted`
+        tuples; the others go to the error output here, as malformed or late."""
+        tf, wm, key_fn, rejects = self.time_field, self.watermark, self.key_fn, self.rejects
+        windower = self._windower
+        slide, length, fired_last = windower.slide, windower.length, windower.fired_last
         inf, ninf = _INF, -_INF
-        cur_end: Any = None
-        w: Any = None  # the current window: key -> accumulator
         for ev in events:
             try:
                 t = ev[tf]
             except Exception:
-                self._malformed(out, ev, time_error(ev, tf))
+                rejects.malformed(out, ev, time_error(ev, tf))
                 continue
             cls = t.__class__
             if cls is not int and (cls is not float or not ninf < t < inf) and not is_time(t):
-                self._malformed(out, ev, time_error(ev, tf))
+                rejects.malformed(out, ev, time_error(ev, tf))
                 continue
-            end = t - t % size + size
+            # Late once the last window t could join has ended: the latest aligned
+            # window holding t, or the session [t, t + gap) it would open.
+            start = t - t % slide if slide else t
+            end = start + length
             if end <= wm:
-                self._late_window(out, ev, t, end)
+                reason = self._late_reason.format(end)
+                rejects.late(out, ev, f"event at {tf}={t} is behind the watermark {wm}: {reason}")
                 continue
             if key_fn is None:
                 k = None
@@ -385,312 +291,39 @@ class WindowOperator(Operator):
                 try:
                     k = key_fn(ev)
                 except Exception as exc:
-                    self._key_raised(out, ev, exc)
+                    rejects.key_raised(out, ev, exc)
                     continue
-            if end != cur_end:
-                w = windows.get(end)
-                if w is None:
-                    w = windows[end] = {}
-                    heapq.heappush(self._ends, end)
-                cur_end = end
-            try:
-                acc = w.get(k)
-                if acc is None:
-                    w[k] = new(ev)
-                else:
-                    add(acc, ev)
-            except MalformedEvent as exc:
-                self._malformed(out, ev, str(exc))
-            except TypeError:
-                self._bad_key(out, ev, k)
-
-    def _process_sliding(self, events: list[Event], out: Output) -> None:
-        tf, wm, key_fn = self.time_field, self.watermark, self.key_fn
-        size, slide = self._size, self._slide
-        windows = self._windows
-        count_only, new, add = self._aggs.count_only, self._aggs.new, self._aggs.add
-        inf, ninf = _INF, -_INF
-        for ev in events:
-            try:
-                t = ev[tf]
-            except Exception:
-                self._malformed(out, ev, time_error(ev, tf))
-                continue
-            cls = t.__class__
-            if cls is not int and (cls is not float or not ninf < t < inf) and not is_time(t):
-                self._malformed(out, ev, time_error(ev, tf))
-                continue
-            last_start = t - t % slide
-            if last_start + size <= wm:
-                self._late_window(out, ev, t, last_start + size)
-                continue
-            if key_fn is None:
-                k = None
-            else:
-                try:
-                    k = key_fn(ev)
-                except Exception as exc:
-                    self._key_raised(out, ev, exc)
-                    continue
-            # Latest window first; stop at the first that no longer holds t or already fired.
-            # Only the first window can raise (bad value, unhashable key): nothing is
-            # half-updated, since `new`/`add` check before they write.
-            i = 0
-            try:
-                while True:
-                    end = last_start - i * slide + size
-                    if end <= t or end <= wm:
-                        break
-                    w = windows.get(end)
-                    if w is None:
-                        w = windows[end] = {}
-                        heapq.heappush(self._ends, end)
-                    if count_only:
-                        w[k] = w.get(k, 0) + 1
-                    else:
-                        acc = w.get(k)
-                        if acc is None:
-                            w[k] = new(ev)
-                        else:
-                            add(acc, ev)
-                    i += 1
-            except MalformedEvent as exc:
-                self._malformed(out, ev, str(exc))
-            except TypeError:
-                self._bad_key(out, ev, k)
-
-    def _process_session(self, events: list[Event], out: Output) -> None:
-        tf, wm, key_fn, gap = self.time_field, self.watermark, self.key_fn, self._gap
-        sessions, fired_last = self._sessions, self._fired_last
-        count_only, new, add, merge = (self._aggs.count_only, self._aggs.new, self._aggs.add,
-                                       self._aggs.merge)
-        inf, ninf = _INF, -_INF
-        for ev in events:
-            try:
-                t = ev[tf]
-            except Exception:
-                self._malformed(out, ev, time_error(ev, tf))
-                continue
-            cls = t.__class__
-            if cls is not int and (cls is not float or not ninf < t < inf) and not is_time(t):
-                self._malformed(out, ev, time_error(ev, tf))
-                continue
-            if t + gap <= wm:
-                self._late(out, ev, f"event at {tf}={t} is behind the watermark {wm}: its session "
-                                    f"would end at {t + gap} and that has passed")
-                continue
-            if key_fn is None:
-                k = None
-            else:
-                try:
-                    k = key_fn(ev)
-                except Exception as exc:
-                    self._key_raised(out, ev, exc)
-                    continue
-            try:
-                lst = sessions.get(k)
-            except TypeError:
-                self._bad_key(out, ev, k)
-                continue
             if fired_last:
                 # Within gap of a session already emitted: it belongs to that session,
                 # which cannot be reopened.
-                fl = fired_last.get(k)
-                if fl is not None and t - fl < gap:
-                    self._late(out, ev, f"event at {tf}={t} falls within gap_ms={gap} of a session "
-                                        f"that already fired (its last event at {fl})")
+                try:
+                    last = fired_last.get(k)
+                except TypeError:
+                    rejects.bad_key(out, ev, k)
                     continue
-            try:
-                if lst is None:
-                    acc = 1 if count_only else new(ev)
-                    sessions[k] = [self._open_session(k, t, acc)]
+                if last is not None and t - last < length:
+                    rejects.late(out, ev, f"event at {tf}={t} falls within gap_ms={length} of a "
+                                          f"session that already fired (its last event at {last})")
                     continue
-                # Sessions of a key are disjoint and >= gap apart: t joins at most two
-                # neighbours, and then bridges them.
-                a = b = None
-                pos = len(lst)
-                for i, s in enumerate(lst):
-                    if s.first - t >= gap:
-                        pos = i
-                        break
-                    if t - s.last < gap:
-                        if a is None:
-                            a = s
-                        else:
-                            b = s
-                            break
-                if a is None:
-                    acc = 1 if count_only else new(ev)
-                    lst.insert(pos, self._open_session(k, t, acc))
-                elif b is None:
-                    if count_only:
-                        a.acc += 1
-                    else:
-                        add(a.acc, ev)
-                    if t < a.first:
-                        a.first = t
-                    elif t > a.last:
-                        a.last = t
-                else:
-                    piece = 1 if count_only else new(ev)  # checks the event before any merge
-                    a.acc = merge(merge(a.acc, b.acc), piece)
-                    a.last = b.last
-                    b.alive = False
-                    lst.remove(b)
-            except MalformedEvent as exc:
-                self._malformed(out, ev, str(exc))
-
-    def _open_session(self, key: Any, t: float, acc: Any) -> _Session:
-        s = _Session(key, t, t, acc, self._seq)
-        self._seq += 1
-        heapq.heappush(self._session_heap, (t + self._gap, s.seq, s))
-        return s
+            yield ev, t, k, start, end
 
     # -- firing ------------------------------------------------------------------------
     def advance_to(self, watermark: float, out: Output) -> None:
-        if self.kind == "session":
-            self._fire_sessions(watermark, out)
-        else:
-            self._fire_windows(watermark, out)
-
-    def _fire_windows(self, watermark: float, out: Output) -> None:
-        ends, windows, size, tf = self._ends, self._windows, self._size, self.time_field
-        fill, keyed, emit = self._aggs.fill, self.key_fn is not None, out.events.append
-        while ends and ends[0] <= watermark:
-            end = heapq.heappop(ends)
-            start = end - size
-            for k, acc in windows.pop(end).items():
-                r = ({"key": k, "window_start": start, "window_end": end, tf: end - 1} if keyed
-                     else {"window_start": start, "window_end": end, tf: end - 1})
-                fill(r, acc)
-                emit(r)
-
-    def _fire_sessions(self, watermark: float, out: Output) -> None:
-        heap, gap = self._session_heap, self._gap
-        due: list[_Session] = []
-        while heap and heap[0][0] <= watermark:
-            _, seq, s = heapq.heappop(heap)
-            if not s.alive:
-                continue  # merged into a neighbour
-            end = s.last + gap
-            if end > watermark:
-                heapq.heappush(heap, (end, seq, s))  # grew since pushed: wait for its real end
-            else:
-                due.append(s)
-        if due:
-            due.sort(key=lambda s: (s.last, s.seq))
-            sessions, fired_last, tf = self._sessions, self._fired_last, self.time_field
-            fill, keyed, emit = self._aggs.fill, self.key_fn is not None, out.events.append
-            for s in due:
-                s.alive = False
-                end = s.last + gap
-                r = ({"key": s.key, "window_start": s.first, "window_end": end, tf: end - 1}
-                     if keyed else {"window_start": s.first, "window_end": end, tf: end - 1})
-                fill(r, s.acc)
-                emit(r)
-                lst = sessions[s.key]
-                lst.remove(s)
-                if not lst:
-                    del sessions[s.key]
-                # Re-insert so the dict stays ordered by last event time (pruning below).
-                fired_last.pop(s.key, None)
-                fired_last[s.key] = s.last
-        # A fired session matters while a new on-time event (t > watermark - gap)
-        # could fall within gap of it.
-        fired_last = self._fired_last
-        stale = []
-        for k, last in fired_last.items():
-            if last + 2 * gap > watermark:
-                break
-            stale.append(k)
-        for k in stale:
-            del fired_last[k]
-
-    # -- errors ------------------------------------------------------------------------
-    def _malformed(self, out: Output, ev: Any, message: str) -> None:
-        self.malformed_count += 1
-        self.error(out, "malformed", message, ev)
-
-    def _key_raised(self, out: Output, ev: Any, exc: Exception) -> None:
-        self._malformed(out, ev, f"the key function raised {type(exc).__name__}: {exc}")
-
-    def _bad_key(self, out: Output, ev: Any, key: Any) -> None:
-        message = unhashable_key_error(key)
-        if message is None:
-            raise  # not the key's fault: a bug, do not hide it
-        self._malformed(out, ev, message)
-
-    def _late(self, out: Output, ev: Any, message: str) -> None:
-        self.late_count += 1
-        self.error(out, "late", message, ev)
-
-    def _late_window(self, out: Output, ev: Any, t: float, last_end: float) -> None:
-        which = "its window" if self.kind == "tumbling" else "every window containing it"
-        self._late(out, ev, f"event at {self.time_field}={t} is behind the watermark "
-                            f"{self.watermark}: {which} already fired (the last one ended at {last_end})")
+        tf, fill, emit = self.time_field, self._aggs.fill, out.events.append
+        keyed = self.key_fn is not None
+        for start, end, k, acc in self._windower.close(watermark):
+            r = ({"key": k, "window_start": start, "window_end": end, tf: end - 1} if keyed
+                 else {"window_start": start, "window_end": end, tf: end - 1})
+            fill(r, acc)
+            emit(r)
 
     # -- state -------------------------------------------------------------------------
     def _config(self) -> list[Any]:
         return [self.kind, self.size_ms, self.slide_ms, self.gap_ms, self.time_field,
                 list(self._aggs.names), self.key_fn is not None]
 
-    def snapshot(self) -> dict[str, Any]:
-        """The operator's state as msgpack-able data (lists, dicts with str keys,
-        numbers, strings, None). Tuple keys are stored as lists."""
-        copy_acc = _copy_acc(self._aggs.count_only)
-        state = super().snapshot()
-        state.update(
-            config=self._config(),
-            late_count=self.late_count,
-            malformed_count=self.malformed_count,
-        )
-        if self.kind == "session":
-            state["sessions"] = [
-                [encode_key(k), [[s.first, s.last, copy_acc(s.acc), s.seq] for s in lst]]
-                for k, lst in self._sessions.items()
-            ]
-            state["fired_last"] = [[encode_key(k), last] for k, last in self._fired_last.items()]
-            state["seq"] = self._seq
-        else:
-            state["windows"] = [
-                [end, [[encode_key(k), copy_acc(acc)] for k, acc in self._windows[end].items()]]
-                for end in sorted(self._windows)
-            ]
-        return state
+    def _snapshot_windows(self) -> dict[str, Any]:
+        return self._windower.snapshot()
 
-    def restore(self, state: dict[str, Any]) -> None:
-        """Load a `snapshot` (possibly after a msgpack round trip) into this operator.
-
-        Raises:
-            ValueError: the snapshot is of a differently configured window.
-        """
-        if list(state["config"]) != self._config():
-            raise ValueError(f"step {self.step_id!r}: snapshot is of a window configured as "
-                             f"{state['config']}, this one is {self._config()}")
-        super().restore(state)
-        copy_acc = _copy_acc(self._aggs.count_only)
-        self.late_count = state["late_count"]
-        self.malformed_count = state["malformed_count"]
-        self._windows, self._ends = {}, []
-        self._sessions, self._session_heap, self._fired_last = {}, [], {}
-        if self.kind == "session":
-            gap = self._gap
-            for k_data, rows in state["sessions"]:
-                k = decode_key(k_data)
-                lst = self._sessions[k] = []
-                for first, last, acc, seq in rows:
-                    s = _Session(k, first, last, copy_acc(acc), seq)
-                    lst.append(s)
-                    self._session_heap.append((last + gap, seq, s))
-            heapq.heapify(self._session_heap)
-            self._fired_last = {decode_key(k): last for k, last in state["fired_last"]}
-            self._seq = state["seq"]
-        else:
-            for end, rows in state["windows"]:
-                self._windows[end] = {decode_key(k): copy_acc(acc) for k, acc in rows}
-            self._ends = sorted(self._windows)  # a sorted list is a heap
-
-
-def _copy_acc(count_only: bool) -> Callable[[Any], Any]:
-    # Snapshots must not alias live accumulators (lists are updated in place).
-    return (lambda acc: acc) if count_only else list
+    def _restore_windows(self, state: dict[str, Any]) -> None:
+        self._windower.restore(state)

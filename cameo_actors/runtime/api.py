@@ -258,8 +258,8 @@ class Runtime:
         host = self.describe(name)["hosts"][target]
         refs = self._in_flight.setdefault(host, [])
         if len(refs) >= MAX_IN_FLIGHT:
-            done, rest = ray.wait(refs, num_returns=len(refs) - MAX_IN_FLIGHT + 1,
-                                  timeout=cluster.CALL_TIMEOUT_S)
+            wanted = len(refs) - MAX_IN_FLIGHT + 1
+            done, rest = ray.wait(refs, num_returns=wanted, timeout=cluster.CALL_TIMEOUT_S)
             if not done:
                 raise RuntimeUnavailable(f"executor {host} accepted no batch of dataflow {name!r} "
                                          f"in {cluster.CALL_TIMEOUT_S:g} s")

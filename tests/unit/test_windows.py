@@ -240,6 +240,15 @@ class TestTumbling:
         with pytest.raises(TypeError):
             op.on_batch([ev(2)])
 
+    @pytest.mark.parametrize("kind, aggs", [("tumbling", ALL), ("sliding", COUNT)])
+    def test_a_bug_is_not_hidden_on_the_general_path_either(self, kind: str, aggs: list[AggSpec]) -> None:
+        op = window(kind, aggs=aggs)
+        op.on_batch([ev(1)])
+        for w in op._windows.values():
+            w["a"] = "broken"
+        with pytest.raises(TypeError):
+            op.on_batch([ev(2)])
+
 
 # -- sliding -------------------------------------------------------------------------------
 class TestSliding:
@@ -581,3 +590,38 @@ def test_property_sessions_with_late_events(script: Any, gap: int, keyed: bool) 
         if e["id"] in late and e["t"] + gap > met[e["id"]]:
             assert any(r["window_end"] <= met[e["id"]] and r.get("key") == (e["k"] if keyed else None)
                        and r["window_end"] - gap <= e["t"] < r["window_end"] for r in results)
+
+
+# -- the tumbling-count fast path equals the general path ------------------------------------------
+class Celsius(float):
+    pass
+
+
+class Millis(int):
+    pass
+
+
+odd_events = st.one_of(
+    st.builds(ev, st.integers(-500, 3000), st.sampled_from(KEYS)),
+    st.builds(ev, st.floats(-500, 3000), st.sampled_from(KEYS)),
+    st.builds(ev, st.integers(0, 3000).map(Millis)),  # valid, but not at first sight
+    st.builds(ev, st.floats(0, 3000).map(Celsius)),
+    st.builds(ev, st.sampled_from([None, "12", True, math.nan, math.inf])),
+    st.builds(ev, st.integers(0, 3000), st.just(["un", "hashable"])),
+    st.just({"k": "a", "v": 1}),  # no time
+    st.just({"t": 5, "v": 1}),  # the key function raises
+    st.just("not an event"),
+)
+
+
+@FAST
+@given(steps=st.lists(st.one_of(st.lists(odd_events, max_size=12), st.integers(-600, 3500)), max_size=12))
+def test_property_tumbling_count_fast_path_equals_general_path(steps: list[Any]) -> None:
+    """Same results, errors (in order), counts and snapshots with and without the fast path."""
+    fast, general = window(aggs=COUNT), window(aggs=COUNT)
+    general._tumbling_counts = None  # every event through _admitted and AlignedWindower.add
+    for step in steps + [END_OF_STREAM]:
+        outs = [op.on_batch(step) if isinstance(step, list) else op.on_watermark(step)
+                for op in (fast, general)]
+        assert outs[0] == outs[1]
+        assert fast.snapshot() == general.snapshot()

@@ -1,0 +1,328 @@
+"""The window kinds of `windows.WindowOperator`: one `Windower` per kind.
+
+A windower owns the windows of one operator and their accumulators: it adds
+admitted events to the windows that hold them (`add`), gives up the windows
+a watermark completes (`close`), and snapshots its state. What is common to
+every kind stays in the operator: checking event times and keys, deciding
+which events are late (from the windower's `slide` and `length`), and turning
+closed windows into results.
+
+- `AlignedWindower`: tumbling and sliding windows, on the `AlignedWindows`
+  grid; state in a `KeyedWindows` (end -> key -> accumulator).
+- `SessionWindower`: per key, sessions of events less than gap apart,
+  merged when an event bridges two.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from cameo_actors.operators.aggregates import CompiledAggregates, MalformedEvent
+from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.windowing import (
+    AlignedWindows,
+    KeyedWindows,
+    Rejects,
+    decode_key,
+    encode_key,
+)
+
+#: An event let into windows: (event, time, key, start and end of the last window it
+#: can join).
+Admitted = tuple[Event, Any, Any, Any, Any]
+#: A window a watermark completed, for one key: (start, end, key, accumulator).
+Closed = tuple[Any, Any, Any, Any]
+
+
+class Windower(Protocol):
+    """One window kind's logic and state (bytewax's `WindowerLogic`).
+
+    Attributes:
+        slide: distance between window starts; 0 when a window starts at its
+            first event (sessions).
+        length: window length (size, or a session's gap). The last window an
+            event at t can join starts at ``t - t % slide`` (``t`` for
+            sessions) and ends `length` later; once that end has passed, the
+            event is late.
+        fired_last: key -> last event time of its latest closed session, while
+            an event could still fall within `length` of it (such an event is
+            late too); always empty for aligned windows.
+    """
+
+    slide: float
+    length: float
+    fired_last: dict[Any, float]
+
+    def first_end(self, t: float) -> float:
+        """The earliest end a window holding t can have."""
+        ...
+
+    def first_open_end(self, t: float, watermark: float) -> float | None:
+        """The earliest end of a not-yet-closed window holding t, or None."""
+        ...
+
+    def add(self, admitted: Iterable[Admitted], watermark: float, out: Output) -> None:
+        """Add events to their windows; errors (bad aggregate input, unhashable
+        key) go to the rejects."""
+        ...
+
+    def close(self, watermark: float) -> Iterator[Closed]:
+        """Remove and yield the windows complete at `watermark`, in result order."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """The windows as msgpack-able data (entries of the operator's snapshot)."""
+        ...
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Replace the windows with those of a `snapshot`."""
+        ...
+
+
+def _copy_acc(count_only: bool) -> Callable[[Any], Any]:
+    # Snapshots must not alias live accumulators (lists are updated in place).
+    return (lambda acc: acc) if count_only else list
+
+
+class AlignedWindower(AlignedWindows):
+    """Tumbling or sliding windows: an event counts in every window that holds
+    it and has not closed.
+
+    Args:
+        size: window length in ms.
+        slide: distance between window starts in ms (tumbling: size).
+        tumbling: one window per event (checked as such, not as slide == size,
+            so float rounding can never give an event a second window).
+        aggs: the compiled aggregates.
+        rejects: where bad events go.
+    """
+
+    def __init__(self, size: float, slide: float, *, tumbling: bool, aggs: CompiledAggregates,
+                 rejects: Rejects) -> None:
+        super().__init__(size, slide)
+        self.length = size
+        self.tumbling = tumbling
+        self.fired_last: dict[Any, float] = {}  # stays empty: no aligned window reopens
+        self.aggs = aggs
+        self.rejects = rejects
+        self.state: KeyedWindows[Any] = KeyedWindows()
+
+    def add(self, admitted: Iterable[Admitted], watermark: float, out: Output) -> None:
+        size, slide, wm, tumbling = self.size, self.slide, watermark, self.tumbling
+        windows, open_window = self.state.windows, self.state.open
+        count_only, new, add = self.aggs.count_only, self.aggs.new, self.aggs.add
+        rejects = self.rejects
+        cur_end: Any = None
+        w: Any = None  # the window ending at cur_end: key -> accumulator
+        for ev, t, k, start, end in admitted:
+            i = 0
+            # Tumbling: the one window holding t. Sliding: latest window first, down to
+            # the first that no longer holds t or already fired. Only the first window
+            # can raise (bad value, unhashable key): nothing is half-updated, since
+            # `new`/`add` check before they write.
+            try:
+                while tumbling or end > t and end > wm:
+                    if end != cur_end:
+                        # Batches are mostly in time order: look a tumbling window up
+                        # only when it changes.
+                        w = windows.get(end)
+                        if w is None:
+                            w = open_window(end)
+                        cur_end = end
+                    if count_only:  # ints as accumulators: no allocation per event
+                        w[k] = w.get(k, 0) + 1
+                    else:
+                        acc = w.get(k)
+                        if acc is None:
+                            w[k] = new(ev)
+                        else:
+                            add(acc, ev)
+                    if tumbling:
+                        break
+                    i += 1
+                    # Multiply rather than subtract repeatedly: no float drift.
+                    end = start - i * slide + size
+            except MalformedEvent as exc:
+                rejects.malformed(out, ev, str(exc))
+            except TypeError:
+                rejects.bad_key(out, ev, k)
+
+    def close(self, watermark: float) -> Iterator[Closed]:
+        size = self.size
+        for end, w in self.state.pop_due(watermark):
+            start = end - size
+            for k, acc in w.items():
+                yield start, end, k, acc
+
+    def snapshot(self) -> dict[str, Any]:
+        copy_acc = _copy_acc(self.aggs.count_only)
+        return {"windows": self.state.dump(lambda acc: [copy_acc(acc)])}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        copy_acc = _copy_acc(self.aggs.count_only)
+        self.state.load(state["windows"], lambda fields: copy_acc(fields[0]))
+
+
+class _Session:
+    """One open session of one key: events from `first` to `last`, each less than gap from the next."""
+
+    __slots__ = ("key", "first", "last", "acc", "seq", "alive")
+
+    def __init__(self, key: Any, first: float, last: float, acc: Any, seq: int) -> None:
+        self.key = key
+        self.first = first
+        self.last = last
+        self.acc = acc
+        self.seq = seq  # creation order: a stable tie-break for sessions ending together
+        self.alive = True
+
+
+class SessionWindower:
+    """Session windows: per key, events less than `gap` apart form one session
+    ``[first, last + gap)``; an event within gap of two sessions merges them.
+
+    Args:
+        gap: inactivity that closes a session, in ms.
+        aggs: the compiled aggregates.
+        rejects: where bad events go.
+    """
+
+    slide: float = 0  # a session starts at its first event, on no grid
+
+    def __init__(self, gap: float, *, aggs: CompiledAggregates, rejects: Rejects) -> None:
+        self.gap = self.length = gap
+        self.aggs = aggs
+        self.rejects = rejects
+        # key -> open sessions sorted by first; a lazy heap of (end lower bound, seq,
+        # session); the last event time of each key's latest fired session, while a
+        # new event could still fall within gap of it (oldest first).
+        self.sessions: dict[Any, list[_Session]] = {}
+        self.heap: list[tuple[float, int, _Session]] = []
+        self.fired_last: dict[Any, float] = {}
+        self.seq = 0
+
+    def first_end(self, t: float) -> float:
+        return t + self.gap
+
+    def first_open_end(self, t: float, watermark: float) -> float | None:
+        end = t + self.gap
+        return end if end > watermark else None
+
+    def add(self, admitted: Iterable[Admitted], watermark: float, out: Output) -> None:
+        gap, sessions, rejects = self.gap, self.sessions, self.rejects
+        count_only, new, add, merge = (self.aggs.count_only, self.aggs.new, self.aggs.add,
+                                       self.aggs.merge)
+        for ev, t, k, _start, _end in admitted:
+            try:
+                lst = sessions.get(k)
+            except TypeError:
+                rejects.bad_key(out, ev, k)
+                continue
+            try:
+                if lst is None:
+                    acc = 1 if count_only else new(ev)
+                    sessions[k] = [self._open(k, t, acc)]
+                    continue
+                # Sessions of a key are disjoint and >= gap apart: t joins at most two
+                # neighbours, and then bridges them.
+                a = b = None
+                pos = len(lst)
+                for i, s in enumerate(lst):
+                    if s.first - t >= gap:
+                        pos = i
+                        break
+                    if t - s.last < gap:
+                        if a is None:
+                            a = s
+                        else:
+                            b = s
+                            break
+                if a is None:
+                    acc = 1 if count_only else new(ev)
+                    lst.insert(pos, self._open(k, t, acc))
+                elif b is None:
+                    if count_only:
+                        a.acc += 1
+                    else:
+                        add(a.acc, ev)
+                    if t < a.first:
+                        a.first = t
+                    elif t > a.last:
+                        a.last = t
+                else:
+                    piece = 1 if count_only else new(ev)  # checks the event before any merge
+                    a.acc = merge(merge(a.acc, b.acc), piece)
+                    a.last = b.last
+                    b.alive = False
+                    lst.remove(b)
+            except MalformedEvent as exc:
+                rejects.malformed(out, ev, str(exc))
+
+    def _open(self, key: Any, t: float, acc: Any) -> _Session:
+        s = _Session(key, t, t, acc, self.seq)
+        self.seq += 1
+        heapq.heappush(self.heap, (t + self.gap, s.seq, s))
+        return s
+
+    def close(self, watermark: float) -> Iterator[Closed]:
+        heap, gap = self.heap, self.gap
+        due: list[_Session] = []
+        while heap and heap[0][0] <= watermark:
+            _, seq, s = heapq.heappop(heap)
+            if not s.alive:
+                continue  # merged into a neighbour
+            end = s.last + gap
+            if end > watermark:
+                heapq.heappush(heap, (end, seq, s))  # grew since pushed: wait for its real end
+            else:
+                due.append(s)
+        if due:
+            due.sort(key=lambda s: (s.last, s.seq))
+            sessions, fired_last = self.sessions, self.fired_last
+            for s in due:
+                s.alive = False
+                lst = sessions[s.key]
+                lst.remove(s)
+                if not lst:
+                    del sessions[s.key]
+                # Re-insert so the dict stays ordered by last event time (pruning below).
+                fired_last.pop(s.key, None)
+                fired_last[s.key] = s.last
+                yield s.first, s.last + gap, s.key, s.acc
+        # A fired session matters while a new on-time event (t > watermark - gap)
+        # could fall within gap of it.
+        fired_last = self.fired_last
+        stale = []
+        for k, last in fired_last.items():
+            if last + 2 * gap > watermark:
+                break
+            stale.append(k)
+        for k in stale:
+            del fired_last[k]
+
+    def snapshot(self) -> dict[str, Any]:
+        copy_acc = _copy_acc(self.aggs.count_only)
+        return {
+            "sessions": [
+                [encode_key(k), [[s.first, s.last, copy_acc(s.acc), s.seq] for s in lst]]
+                for k, lst in self.sessions.items()
+            ],
+            "fired_last": [[encode_key(k), last] for k, last in self.fired_last.items()],
+            "seq": self.seq,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        copy_acc = _copy_acc(self.aggs.count_only)
+        self.sessions, self.heap = {}, []
+        for k_data, rows in state["sessions"]:
+            k = decode_key(k_data)
+            lst = self.sessions[k] = []
+            for first, last, acc, seq in rows:
+                s = _Session(k, first, last, copy_acc(acc), seq)
+                lst.append(s)
+                self.heap.append((last + self.gap, seq, s))
+        heapq.heapify(self.heap)
+        self.fired_last = {decode_key(k): last for k, last in state["fired_last"]}
+        self.seq = state["seq"]
