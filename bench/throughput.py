@@ -58,14 +58,13 @@ def bench_operators(events: list[dict[str, Any]]) -> float:
 def run_core(events: list[dict[str, Any]], batch: int = BATCH) -> Any:
     """`events` through one ExecutorCore in-process (no Ray), to the end of the stream, in
     `batch`-event pushes; returns the core (its results: `core.egress.dataflows["core"]`)."""
-    from cameo_actors.runtime.core import ExecutorCore
-    from cameo_actors.runtime.routing import place
-
+    from cameo_actors.runtime._private.core import ExecutorCore
+    from cameo_actors.runtime._private.routing import place
     from cameo_actors.runtime.config import RuntimeConfig
 
     spec = dataflow("core").spec
     core = ExecutorCore(0, RuntimeConfig(), lambda host, blob: None)
-    core.deploy(spec, place(spec, [0], {}).hosts)
+    core.deploy(spec, place(spec, [0], {}))
     seq = 0
     for seq, i in enumerate(range(0, len(events), batch)):
         core.ingest("bench", seq, "core/s/0", [events[i:i + batch]], 0.0)

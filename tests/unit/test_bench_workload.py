@@ -82,3 +82,16 @@ def test_combine_takes_medians_and_the_spread() -> None:
     assert out["runs"] == 3
     one = _run(5.0, 2.0)
     assert combine([one]) is one
+
+
+def test_the_in_process_core_benchmark_runs_the_query_to_run_locals_results() -> None:
+    from bench.throughput import dataflow, make_events, run_core
+    from cameo_actors import run_local
+
+    events = make_events(5_000)
+    core = run_core(events, batch=700)
+    got = [row[0] for log in core.egress.dataflows["core"].results.values()
+           for row in log.read(0)]
+    expected = run_local(dataflow("core"), {"s": events}).sinks
+    assert sorted(map(repr, got)) == sorted(map(repr, next(iter(expected.values()))))
+    assert core.stats.dataflows["core"].events_in == len(events) and got
