@@ -86,16 +86,17 @@ class Runtime:
     """A handle on one executor pool and its dataflows. Cheap to create; many
     processes may hold handles on the same pool."""
 
-    def __init__(self, pool: str, controller: Any, owns_ray: bool) -> None:
+    def __init__(self, pool: str, controller: Any, owns_ray: bool, *, found: bool = True,
+                 embedded: bool = False) -> None:
         self.pool = pool
         self.controller = controller
         self.config = RuntimeConfig.from_dict(get(controller.config_dict.remote()))
         self.executors: list[Any] = get(controller.executor_handles.remote())
         self._owns_ray = owns_ray
         #: whether the pool was running before `start` (see `start`)
-        self.found = True
+        self.found = found
         #: whether this handle started a private Ray (it ends with this process)
-        self.embedded = False
+        self.embedded = embedded
         self._client = uuid.uuid4().hex
         self._seq: dict[int, itertools.count[int]] = {}
         self._in_flight: dict[int, builtins.list[Any]] = {}
@@ -138,10 +139,7 @@ class Runtime:
         controller = Controller.options(  # type: ignore[attr-defined]
             name=controller_name(pool), namespace=NAMESPACE, lifetime="detached",
             get_if_exists=True).remote(pool, config.to_dict())
-        handle = cls(pool, controller, owns)
-        handle.found = found
-        handle.embedded = owns and address is None
-        return handle
+        return cls(pool, controller, owns, found=found, embedded=owns and address is None)
 
     @classmethod
     def connect(cls, *, pool: str = "default", address: str | None = "auto", auth: str = "auto",

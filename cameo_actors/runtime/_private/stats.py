@@ -56,28 +56,33 @@ class LatencyStats:
         self.buckets[bisect.bisect_left(LATENCY_BUCKETS_MS, latency_ms)] += n
         self.recent.append((latency_ms, n))
 
-    def percentile(self, q: float) -> float | None:
-        """The q-quantile (0..1) of recent results' latency, weighted by results."""
+    def percentiles(self, *qs: float) -> list[float | None]:
+        """The q-quantiles (0..1) of recent results' latency, weighted by results, from
+        one sort of the recent samples."""
         if not self.recent:
-            return None
+            return [None] * len(qs)
         samples = sorted(self.recent)
         total = sum(n for _, n in samples)
-        rank = q * total
-        seen = 0
-        for latency, n in samples:
-            seen += n
-            if seen >= rank:
-                return latency
-        return samples[-1][0]
+        out: list[float | None] = []
+        for q in qs:
+            rank, seen, found = q * total, 0, samples[-1][0]
+            for latency, n in samples:
+                seen += n
+                if seen >= rank:
+                    found = latency
+                    break
+            out.append(found)
+        return out
 
     def summary(self) -> LatencySummary:
+        p50, p95, p99 = self.percentiles(0.5, 0.95, 0.99)
         return {
             "results": self.count,
             "target_ms": self.target_ms,
             "within_target": self.within_target / self.count if self.count else None,
-            "p50_ms": self.percentile(0.5),
-            "p95_ms": self.percentile(0.95),
-            "p99_ms": self.percentile(0.99),
+            "p50_ms": p50,
+            "p95_ms": p95,
+            "p99_ms": p99,
             "max_ms": self.max_ms if self.count else None,
             "mean_ms": self.sum_ms / self.count if self.count else None,
         }
@@ -206,12 +211,12 @@ def dataflow_metrics(info: DataflowInfo, parts: Iterable[DataflowPart]) -> Dataf
     spec = info["spec"]
     m = merge_parts(spec["latency_target_ms"], parts)
     lat = m.latency
+    p50, p95, p99 = lat.percentiles(0.5, 0.95, 0.99)
     return {
         "name": info["name"], "tenant": spec["tenant"], "target_ms": spec["latency_target_ms"],
         "weight": spec["scheduling"]["weight"], "results": lat.count,
         "within_target_count": lat.within_target, "sum_ms": lat.sum_ms,
-        "buckets": list(lat.buckets), "p50_ms": lat.percentile(0.5),
-        "p95_ms": lat.percentile(0.95), "p99_ms": lat.percentile(0.99),
+        "buckets": list(lat.buckets), "p50_ms": p50, "p95_ms": p95, "p99_ms": p99,
         "events_in": m.events_in, "events_out": m.events_out, "backlog": m.backlog,
         "errors": m.errors,
     }
