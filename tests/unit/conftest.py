@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
+
+from tests.shared.service_fakes import Service
 
 
 def _no_sleep(*_args: object) -> None:
@@ -18,3 +21,11 @@ def _pure(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("ray", "pyspark"):
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setattr(time, "sleep", _no_sleep)
+
+
+@pytest.fixture()
+def svc() -> Iterator[Service]:
+    """The real app over an in-memory runtime (tests/shared/service_fakes.py)."""
+    s = Service()
+    yield s
+    s.http.close()
