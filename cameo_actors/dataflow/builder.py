@@ -29,6 +29,7 @@ from cameo_actors.dataflow.spec import (
     FlatMapStep,
     JoinStep,
     KeyByStep,
+    LimitsSpec,
     MapStep,
     SchedulingSpec,
     SinkStep,
@@ -86,15 +87,18 @@ class Dataflow:
         weight: the tenant's share under the fair_share policy.
         rate_limit_eps: events/s before the tenant's work is demoted (token_bucket).
         errors: where the Spark tier writes the error output, e.g. {"format": "json", "path": ...}.
+        state_bytes: the most operator state and unread results it may keep (spec:
+            `limits.state_bytes`); None takes the pool's default budget.
     """
 
     def __init__(self, name: str, *, latency_target_ms: float, tenant: str = "default",
                  weight: float = 1.0, rate_limit_eps: float | None = None,
-                 errors: ConnectorArg = None) -> None:
+                 errors: ConnectorArg = None, state_bytes: int | None = None) -> None:
         self.name = name
         self.latency_target_ms = latency_target_ms
         self.tenant = tenant
         self.scheduling = SchedulingSpec(weight=weight, rate_limit_eps=rate_limit_eps)
+        self.limits = LimitsSpec(state_bytes=state_bytes)
         self.errors = _connector(errors, "errors")
         self._steps: list[Step] = []
         self._counter = 0
@@ -119,7 +123,7 @@ class Dataflow:
         """The validated spec (raises SpecError if the graph is incomplete or wrong)."""
         spec = DataflowSpec(name=self.name, tenant=self.tenant,
                             latency_target_ms=self.latency_target_ms, scheduling=self.scheduling,
-                            errors=self.errors, steps=tuple(self._steps))
+                            limits=self.limits, errors=self.errors, steps=tuple(self._steps))
         validate(spec)
         return spec
 
@@ -196,7 +200,14 @@ class Stream:
                            slide_ms=slide_ms, gap_ms=session_gap_ms,
                            time_field=time_field or self.dataflow._time_field(self.step_id) or "",
                            parallelism=parallelism)
-        check_window_shape(shape)
+        try:
+            check_window_shape(shape)
+        except SpecError as e:
+            # The spec names sizes size_ms / slide_ms / gap_ms; say which argument that is here.
+            arg = {"tumbling": "tumbling_ms", "sliding": "sliding_ms and slide_ms",
+                   "session": "session_gap_ms"}[kind]
+            raise SpecError(e.step, e.expected, e.got, f"{e.fix} (here: pass {arg} to "
+                            ".window(...))") from None
         return WindowedStream(self, shape)
 
     def join(self, right: Stream, *, tumbling_ms: int | None = None, sliding_ms: int | None = None,

@@ -179,6 +179,20 @@ class SchedulingSpec:
 
 
 @dataclass(frozen=True)
+class LimitsSpec:
+    """What this dataflow may consume of the shared pool.
+
+    Attributes:
+        state_bytes: operator state and unread results it may keep (estimated, over all
+            its executors); None takes the pool's default. Over it, the dataflow fails
+            (state `failed`, its state freed) and no other dataflow notices. The pool
+            refuses a spec asking more than its maximum.
+    """
+
+    state_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class DataflowSpec:
     """A whole dataflow: what a tenant submits. Build it with `Dataflow`."""
 
@@ -187,6 +201,7 @@ class DataflowSpec:
     steps: tuple[Step, ...]
     tenant: str = "default"
     scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
+    limits: LimitsSpec = field(default_factory=LimitsSpec)
     #: Where records that failed (malformed, late, user errors) are written by the Spark tier.
     errors: ConnectorSpec | None = None
     version: int = SPEC_VERSION
@@ -218,6 +233,7 @@ class DataflowSpec:
             "tenant": self.tenant,
             "latency_target_ms": self.latency_target_ms,
             "scheduling": _plain(self.scheduling),
+            "limits": _plain(self.limits),
             "errors": _plain(self.errors) if self.errors else None,
             "steps": [_step_to_dict(s) for s in self.steps],
         }
@@ -299,7 +315,8 @@ def _parse_dataflow(data: Any) -> DataflowSpec:
                         "send the dict that DataflowSpec.to_dict() produces")
     name = data.get("name")
     where = name if isinstance(name, str) else None
-    known = {"version", "name", "tenant", "latency_target_ms", "scheduling", "errors", "steps"}
+    known = {"version", "name", "tenant", "latency_target_ms", "scheduling", "limits", "errors",
+             "steps"}
     _no_unknown(data, known, None, f"dataflow {where!r}")
     version = data.get("version", SPEC_VERSION)
     if version != SPEC_VERSION:
@@ -309,6 +326,7 @@ def _parse_dataflow(data: Any) -> DataflowSpec:
     steps = tuple(_parse_step(raw, i) for i, raw in enumerate(steps_raw))
     sched_raw = data.get("scheduling") or {}
     scheduling = _parse_fixed(SchedulingSpec, sched_raw, None, "scheduling")
+    limits = _parse_fixed(LimitsSpec, data.get("limits") or {}, None, "limits")
     errors_raw = data.get("errors")
     errors = _parse_fixed(ConnectorSpec, errors_raw, None, "errors") if errors_raw else None
     return DataflowSpec(
@@ -317,6 +335,7 @@ def _parse_dataflow(data: Any) -> DataflowSpec:
         latency_target_ms=_require(data, "latency_target_ms", (int, float), None,
                                    "a latency target in ms"),
         scheduling=scheduling,
+        limits=limits,
         errors=errors,
         steps=steps,
         version=version,

@@ -6,9 +6,10 @@ SpecError naming the step, what was expected, what arrived and the fix.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from cameo_actors.dataflow.expressions import parse_expression
 from cameo_actors.dataflow.spec import (
@@ -33,6 +34,10 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 FUNCTION_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 MAX_STEPS = 1000
 MAX_PARALLELISM = 1024
+#: The largest number a spec field takes: the largest integer a JSON number (a double)
+#: holds exactly, so every client reads back what it sent. NaN and the infinities are refused.
+MAX_NUMBER = 2**53
+MAX_LATENCY_TARGET_MS = 86_400_000  # a day
 
 
 def validate(spec: DataflowSpec) -> None:
@@ -54,7 +59,7 @@ def validate(spec: DataflowSpec) -> None:
     for step in spec.steps:
         if not isinstance(step, SinkStep) and step.id not in consumed:
             raise SpecError(step.id, "every step's output to reach a sink", "no step reads it",
-                            f"add .sink(...) after {step.id!r}, or remove it")
+                            f"add a sink step whose inputs include {step.id!r}, or remove the step")
     for step_id in order:
         _check_stream_fields(spec, by_id[step_id])
 
@@ -137,26 +142,27 @@ def _check_header(spec: DataflowSpec) -> None:
     if not isinstance(spec.tenant, str) or not NAME_RE.match(spec.tenant):
         raise SpecError(None, "a tenant name of letters, digits, '_', '.', '-'", spec.tenant,
                         "rename the tenant")
-    target = spec.latency_target_ms
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < 86_400_000:
-        raise SpecError(None, "latency_target_ms > 0 (and under a day)", target,
-                        "set latency_target_ms, e.g. 50 for alerts, 1000 for bulk aggregates")
     sched = spec.scheduling
-    if not _positive(sched.weight):
-        raise SpecError(None, "scheduling.weight > 0", sched.weight, "use a positive weight, e.g. 1.0")
+    check_live_settings(spec.latency_target_ms, sched.weight, where="scheduling.")
     if sched.rate_limit_eps is not None and not _positive(sched.rate_limit_eps):
-        raise SpecError(None, "scheduling.rate_limit_eps > 0 or null", sched.rate_limit_eps,
-                        "use a positive events/s limit or none")
+        raise SpecError(None, f"scheduling.rate_limit_eps > 0 and {_FINITE}, or null",
+                        sched.rate_limit_eps, "use a positive events/s limit, or null for none")
+    budget = spec.limits.state_bytes
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
+        raise SpecError(None, "limits.state_bytes: a whole number of bytes > 0, or null", budget,
+                        "give the state budget in bytes (e.g. 268435456 for 256 MiB), or leave it "
+                        "out for the pool's default")
     if spec.errors is not None:
         _check_connector(spec.errors, "errors")
     if not spec.steps:
-        raise SpecError(None, "at least a source and a sink", "no steps", "add .source(...) and .sink(...)")
+        raise SpecError(None, "at least a source and a sink", "no steps",
+                        "add a source step and a sink step to 'steps'")
     if len(spec.steps) > MAX_STEPS:
         raise SpecError(None, f"at most {MAX_STEPS} steps", len(spec.steps), "split the dataflow")
     if not spec.sources or not spec.sinks:
         raise SpecError(None, "at least one source and one sink",
                         f"{len(spec.sources)} sources, {len(spec.sinks)} sinks",
-                        "add the missing .source(...) or .sink(...)")
+                        "add the missing source or sink step")
 
 
 def _check_step(step: Step, by_id: dict[str, Step]) -> None:
@@ -175,14 +181,15 @@ def _check_step(step: Step, by_id: dict[str, Step]) -> None:
     if isinstance(step.parallelism, bool) or not isinstance(step.parallelism, int) \
             or not 1 <= step.parallelism <= MAX_PARALLELISM:
         raise SpecError(step.id, f"parallelism an integer from 1 to {MAX_PARALLELISM}",
-                        step.parallelism, "set parallelism=1 or more")
+                        step.parallelism, f"set 'parallelism' to 1 or more (at most {MAX_PARALLELISM})")
     check_step_rules(step)
 
 
 def _check_source(step: SourceStep) -> None:
     if not step.schema:
         raise SpecError(step.id, "a schema (field -> type)", "no fields",
-                        f"declare the fields, e.g. schema={{'ts': 'int', 'level': 'str'}}; types: {sorted(SCHEMA_TYPES)}")
+                        'declare the fields in \'schema\', e.g. {"ts": "int", "level": "str"}; '
+                        f"types: {sorted(SCHEMA_TYPES)}")
     for name, typ in step.schema:
         if typ not in SCHEMA_TYPES:
             raise SpecError(step.id, f"field types from {sorted(SCHEMA_TYPES)}", f"{name}: {typ!r}",
@@ -196,8 +203,8 @@ def _check_source(step: SourceStep) -> None:
             raise SpecError(step.id, "event_time field of type int or float (ms)",
                             dict(step.schema)[step.event_time], "declare it as int or float ms")
     if not _non_negative(step.allowed_lateness_ms):
-        raise SpecError(step.id, "allowed_lateness_ms >= 0", step.allowed_lateness_ms,
-                        "use 0 or a positive number of ms")
+        raise SpecError(step.id, f"allowed_lateness_ms >= 0 and {_FINITE} of ms",
+                        step.allowed_lateness_ms, "use 0 or a positive number of ms")
     if step.connector is not None:
         _check_connector(step.connector, step.id)
 
@@ -209,9 +216,11 @@ def _check_sink(step: SinkStep) -> None:
 
 def _check_connector(c: ConnectorSpec, where: str) -> None:
     if not isinstance(c.format, str) or not c.format:
-        raise SpecError(where, "a connector format (e.g. 'json', 'parquet')", c.format, "set format")
+        raise SpecError(where, "a connector format (e.g. 'json', 'parquet')", c.format,
+                        "set the connector's 'format'")
     if c.trigger_ms is not None and not _positive(c.trigger_ms):
-        raise SpecError(where, "trigger_ms > 0 or null", c.trigger_ms, "use e.g. 1000")
+        raise SpecError(where, f"trigger_ms > 0 and {_FINITE} of ms, or null", c.trigger_ms,
+                        "use e.g. 1000, or null for Spark's default")
     if c.checkpoint is not None and not isinstance(c.checkpoint, str):
         raise SpecError(where, "checkpoint as a path string", c.checkpoint, "give a folder path")
 
@@ -230,7 +239,8 @@ def _check_map(step: MapStep) -> None:
     if (step.fields is None) == (step.function is None):
         raise SpecError(step.id, "exactly one of 'fields' (projection) or 'function' (import path)",
                         {"fields": step.fields, "function": step.function},
-                        "give map(fields={...}) or map(function='pkg.mod:fn')")
+                        "give 'fields' ({output name: expression}) or 'function' ('pkg.mod:fn'), "
+                        "not both")
     if step.fields is not None:
         if not step.fields:
             raise SpecError(step.id, "at least one output field", "no fields", "name the fields to keep")
@@ -251,32 +261,36 @@ def _check_function(path: object, step_id: str) -> None:
 
 
 def _check_key_by(step: KeyByStep) -> None:
-    _check_expression(step.id, step.key, "a key expression (e.g. a field name)", "key_by('user_id')")
+    _check_expression(step.id, step.key, "a key expression (e.g. a field name)",
+                      "set 'key', e.g. \"user_id\"")
 
 
 def check_window_shape(step: WindowStep) -> None:
     """Kind and sizes of a window (the builder checks these before the aggregates exist)."""
     if step.kind == "session":
-        _require_positive(step, "gap_ms", step.gap_ms, "session_gap_ms=30_000")
+        _require_positive(step, "gap_ms", step.gap_ms, "30000")
     elif step.kind in ("tumbling", "sliding"):
         _check_sizes(step, "use a slide no larger than the window, or a tumbling window")
     else:
         raise SpecError(step.id, "a window kind: tumbling, sliding or session", step.kind,
-                        "use tumbling_ms=..., sliding_ms=... with slide_ms=..., or session_gap_ms=...")
+                        "set 'kind' to tumbling (with size_ms), sliding (with size_ms and slide_ms) "
+                        "or session (with gap_ms)")
 
 
 def _check_window(step: WindowStep) -> None:
     check_window_shape(step)
     if not step.aggregates:
         raise SpecError(step.id, "at least one aggregate", "none",
-                        ".aggregate(n=count(), total=sum_('value'))")
+                        'list them in \'aggregates\', e.g. [{"name": "n", "fn": "count"}]')
     seen: set[str] = set()
     for agg in step.aggregates:
         if agg.fn not in AGGREGATE_FUNCTIONS:
             raise SpecError(step.id, f"an aggregate from {list(AGGREGATE_FUNCTIONS)}", agg.fn,
                             "use count, sum, min, max or avg")
         if agg.fn != "count" and not agg.field:
-            raise SpecError(step.id, f"a field for {agg.fn}", None, f"{agg.name}={agg.fn}_('field')")
+            raise SpecError(step.id, f"a field for {agg.fn}", None,
+                            f'give the aggregate a \'field\': {{"name": "{agg.name}", '
+                            f'"fn": "{agg.fn}", "field": "value"}}')
         if not isinstance(agg.name, str) or not agg.name or agg.name in seen:
             raise SpecError(step.id, "unique aggregate names", agg.name, "name each aggregate once")
         if agg.name in ("key", "window_start", "window_end", step.time_field):
@@ -287,15 +301,16 @@ def _check_window(step: WindowStep) -> None:
 
 def _check_join(step: JoinStep) -> None:
     if step.kind not in ("tumbling", "sliding"):
-        raise SpecError(step.id, "a join window: tumbling or sliding", step.kind, "use tumbling_ms=...")
+        raise SpecError(step.id, "a join window: tumbling or sliding", step.kind,
+                        "set 'kind' to tumbling or sliding")
     _check_sizes(step, "use a slide no larger than the window")
 
 
 def _check_sizes(step: WindowStep | JoinStep, slide_fix: str) -> None:
     """A tumbling or sliding window's sizes: positive, and a slide no larger than the size."""
-    _require_positive(step, "size_ms", step.size_ms, "tumbling_ms=1000")
+    _require_positive(step, "size_ms", step.size_ms, "1000")
     if step.kind == "sliding":
-        _require_positive(step, "slide_ms", step.slide_ms, "slide_ms=500")
+        _require_positive(step, "slide_ms", step.slide_ms, "500")
         if step.slide_ms > step.size_ms:  # type: ignore[operator]  # both checked positive above
             raise SpecError(step.id, f"slide_ms <= size_ms ({step.size_ms})", step.slide_ms,
                             slide_fix)
@@ -321,20 +336,22 @@ def _check_stream_fields(spec: DataflowSpec, step: Step) -> None:
         if step.parallelism > 1 and stream_key(spec, step.inputs[0]) is None:
             raise SpecError(step.id, "a keyed input for a window with parallelism > 1",
                             f"an unkeyed stream and parallelism {step.parallelism}",
-                            "call .key_by(...) before .window(...), or use parallelism=1")
+                            "add a key_by step before the window, or set its 'parallelism' to 1")
         if not step.time_field:
             raise SpecError(step.id, "an event-time field", "none",
-                            "set event_time= on the source, or time_field= on the window")
+                            "set 'time_field' on the window step, or 'event_time' on the source "
+                            "step that feeds it")
         _require_time(spec, step, step.inputs[0], step.time_field)
     if isinstance(step, JoinStep):
         for side, upstream, tf in (("left", step.inputs[0], step.left_time_field),
                                    ("right", step.inputs[1], step.right_time_field)):
             if stream_key(spec, upstream) is None:
                 raise SpecError(step.id, f"a keyed {side} input", f"unkeyed stream from {upstream!r}",
-                                f"call .key_by(...) on the {side} stream before .join(...)")
+                                f"add a key_by step on the {side} input, before the join")
             if not tf:
                 raise SpecError(step.id, f"an event-time field on the {side} input", "none",
-                                "set event_time= on that stream's source")
+                                f"set '{side}_time_field' on the join step, or 'event_time' on the "
+                                "source step of that input")
             _require_time(spec, step, upstream, tf)
 
 
@@ -349,12 +366,63 @@ def _require_time(spec: DataflowSpec, step: Step, upstream: str, time_field: str
 
 def _require_positive(step: Step, name: str, value: object, example: str) -> None:
     if not _positive(value):
-        raise SpecError(step.id, f"{name} > 0", value, f"give a positive size in ms, e.g. {example}")
+        raise SpecError(step.id, f"{name} > 0 and {_FINITE} of ms", value,
+                        f"give '{name}' a positive number of ms, e.g. {example}")
+
+
+def check_live_settings(latency_target_ms: object, weight: object, *, where: str = "") -> None:
+    """The rules of what may change while a dataflow runs (the spec's target and weight;
+    None: unchanged). The spec check and every update run them, so an update cannot
+    store what a submit would refuse. `where` prefixes the weight's name ("scheduling.")."""
+    target = latency_target_ms
+    if target is not None and not (_finite(target) and 0 < target < MAX_LATENCY_TARGET_MS):
+        raise SpecError(None, f"latency_target_ms > 0 and under a day ({MAX_LATENCY_TARGET_MS}), "
+                        "a finite number of ms", target,
+                        "set latency_target_ms, e.g. 50 for alerts, 1000 for bulk aggregates")
+    if weight is not None and not _positive(weight):
+        raise SpecError(None, f"{where}weight > 0 and {_FINITE}", weight,
+                        "use a positive weight, e.g. 1.0")
+
+
+#: How the messages word the bound every number of a spec meets (see MAX_NUMBER).
+_FINITE = f"at most {MAX_NUMBER}: a finite number"
+
+
+def _finite(v: object) -> TypeGuard[int | float]:
+    """A number a spec may hold: not a bool, not NaN or infinite, at most MAX_NUMBER in size
+    (a JSON integer of 400 digits is a valid Python int, but no client reads it back)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return -MAX_NUMBER <= v <= MAX_NUMBER  # False for NaN; ints are compared exactly
 
 
 def _positive(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    return _finite(v) and v > 0
 
 
 def _non_negative(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+    return _finite(v) and v >= 0
+
+
+def check_pool_limits(spec: DataflowSpec, *, max_windows_per_event: int,
+                      max_state_bytes: int) -> None:
+    """The rules a pool adds to a valid spec, so that no spec can take the shared pool down:
+    how many windows one event may open (a sliding window's size / slide) and how much
+    state the spec may ask for. Raises SpecError with the numbers and the fix."""
+    for step in spec.steps:
+        if not isinstance(step, (WindowStep, JoinStep)) or step.kind != "sliding":
+            continue
+        size, slide = step.size_ms or 0, step.slide_ms or 0
+        windows = math.ceil(size / slide) if slide > 0 else math.inf
+        if windows > max_windows_per_event:
+            raise SpecError(step.id, f"at most {max_windows_per_event} windows per event "
+                            "(size_ms / slide_ms) on this pool",
+                            f"size_ms {size} / slide_ms {slide} = {windows} windows per event",
+                            f"use a slide_ms of at least {math.ceil(size / max_windows_per_event)} "
+                            "(or a smaller size_ms), or ask the operator to raise the pool's "
+                            "max_windows_per_event")
+    budget = spec.limits.state_bytes
+    if budget is not None and budget > max_state_bytes:
+        raise SpecError(None, f"limits.state_bytes at most {max_state_bytes} on this pool", budget,
+                        "ask for less state, or ask the operator to raise the pool's "
+                        "max_state_bytes")

@@ -15,6 +15,7 @@ downstream operator never sees a result as late.
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,8 @@ NO_WATERMARK = -math.inf
 class ErrorRecord:
     """A record the dataflow could not process, kept with the reason, never dropped.
 
-    kind is one of: "malformed" (missing field, wrong type), "late" (behind the
+    kind is one of: "malformed" (missing field, wrong type, a value out of bounds),
+    "unencodable" (refused at the edge: msgpack cannot carry it), "late" (behind the
     watermark), "user_function" (a user callable raised).
     """
 
@@ -41,6 +43,25 @@ class ErrorRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": self.step, "kind": self.kind, "message": self.message, "event": self.event}
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 60, 60, 40
+
+
+def short_repr(value: Any) -> str:
+    """A value as an error message shows it: short, and safe on any value (deep
+    nesting, huge ints, a failing __repr__).
+
+    >>> short_repr(2**200), short_repr([[[[1]]]])
+    ('<int of 201 bits>', '[[[[...]]]]')
+    """
+    if type(value) is int and value.bit_length() > 128:  # repr refuses beyond 4300 digits
+        return f"<int of {value.bit_length()} bits>"
+    try:
+        return _SHORT.repr(value)[:120]
+    except Exception:  # a user type whose __repr__ raises
+        return f"<{type(value).__name__}>"
 
 
 @dataclass(slots=True)

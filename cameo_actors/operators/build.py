@@ -10,6 +10,7 @@ from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.operators.base import Operator
 from cameo_actors.operators.join import WindowJoinOperator
 from cameo_actors.operators.stateless import (
+    DEFAULT_MAX_STRING_CHARS,
     FunctionOperator,
     KeyByOperator,
     PassOperator,
@@ -20,11 +21,14 @@ from cameo_actors.operators.stateless import (
 from cameo_actors.operators.windows import WindowOperator
 
 
-def build_operator(spec: DataflowSpec, step: Step, resolver: FunctionResolver | None = None) -> Operator:
-    """A fresh operator for `step` of a validated `spec`."""
+def build_operator(spec: DataflowSpec, step: Step, resolver: FunctionResolver | None = None, *,
+                   max_string_chars: int = DEFAULT_MAX_STRING_CHARS) -> Operator:
+    """A fresh operator for `step` of a validated `spec`; a source refuses text longer
+    than `max_string_chars` (the pool's setting)."""
     resolver = resolver or FunctionResolver(None)
     if isinstance(step, steps.SourceStep):
-        return SourceOperator(step.id, step.schema, step.event_time, step.allowed_lateness_ms)
+        return SourceOperator(step.id, step.schema, step.event_time, step.allowed_lateness_ms,
+                              max_string_chars=max_string_chars)
     if isinstance(step, steps.FilterStep):
         return filter_operator(step.id, step.predicate)
     if isinstance(step, steps.MapStep):

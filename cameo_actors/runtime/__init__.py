@@ -17,10 +17,12 @@ from cameo_actors.runtime.boundary import (
     DataflowSummary,
     ExecutorStats,
     PoolSnapshot,
+    Rejected,
     RuntimeLike,
 )
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import (
+    DataflowEnded,
     DataflowExists,
     DataflowNotFound,
     PoolNotFound,
@@ -28,8 +30,8 @@ from cameo_actors.runtime.exceptions import (
 )
 
 __all__ = [
-    "ActivationId", "DataflowExists", "DataflowInfo", "DataflowNotFound", "DataflowStats",
-    "DataflowSummary", "ExecutorStats", "PoolNotFound", "PoolSnapshot", "Runtime", "RuntimeConfig", "RuntimeLike",
+    "ActivationId", "DataflowEnded", "DataflowExists", "DataflowInfo", "DataflowNotFound", "DataflowStats",
+    "DataflowSummary", "ExecutorStats", "PoolNotFound", "PoolSnapshot", "Rejected", "Runtime", "RuntimeConfig", "RuntimeLike",
     "RuntimeUnavailable", "start_local_ray",
 ]
 

@@ -23,7 +23,8 @@ import itertools
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import ray
@@ -34,9 +35,12 @@ from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Event
 from cameo_actors.runtime._private import cluster
 from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, get
 from cameo_actors.runtime._private.controller import Controller
+from cameo_actors.runtime._private.ingest import pack_ingest
 from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
 from cameo_actors.runtime._private.wire import pack_events
 from cameo_actors.runtime.boundary import (
+    FINISHED,
+    LIVE_STATES,
     ActivationId,
     DataflowInfo,
     DataflowMetrics,
@@ -46,16 +50,20 @@ from cameo_actors.runtime.boundary import (
     ExecutorStats,
     LogOffsets,
     PoolSnapshot,
+    Pressure,
+    Rejected,
     ResultRow,
     error_log_id,
 )
 from cameo_actors.runtime.config import RuntimeConfig
-from cameo_actors.runtime.exceptions import PoolNotFound, RuntimeUnavailable
+from cameo_actors.runtime.exceptions import DataflowEnded, PoolNotFound, RuntimeUnavailable
 
 #: Events per ingest call: a Ray call costs about 1 ms, so batches, not single events.
 DEFAULT_BATCH = 2_000
 #: Ingest calls in flight per executor before push waits for one to return.
 MAX_IN_FLIGHT = 8
+#: How long a handle trusts what it knows of a dataflow (placement, state) before asking again.
+DESCRIBE_TTL_S = 1.0
 
 
 # Aliases: inside the class, `list` names the Runtime.list method.
@@ -100,7 +108,7 @@ class Runtime:
         self._client = uuid.uuid4().hex
         self._seq: dict[int, itertools.count[int]] = {}
         self._in_flight: dict[int, builtins.list[Any]] = {}
-        self._described: dict[str, DataflowInfo] = {}
+        self._described: dict[str, tuple[float, DataflowInfo]] = {}  # name -> (when, info)
         self._offsets: dict[tuple[str, str], int] = {}
         self._round_robin = itertools.count()
 
@@ -191,11 +199,17 @@ class Runtime:
         """Validate and start a dataflow (a `Dataflow`, a `DataflowSpec` or a spec dict);
         returns its name. A bad spec changes nothing."""
         info = get(self.controller.deploy.remote(_spec_dict(dataflow)))
+        self._forget(str(info["name"]))  # an earlier run's record and read offsets are gone
         return str(info["name"])
+
+    def _forget(self, name: str) -> None:
+        self._described.pop(name, None)
+        for key in [k for k in self._offsets if k[0] == name]:
+            del self._offsets[key]
 
     def cancel(self, name: str) -> dict[str, Any]:
         result = get(self.controller.cancel.remote(name))
-        self._described.pop(name, None)
+        self._forget(name)
         return dict(result)
 
     def update(self, name: str, *, latency_target_ms: float | None = None,
@@ -204,42 +218,71 @@ class Runtime:
         self._described.pop(name, None)  # stats() and describe() read the new target
         return result
 
-    def list(self) -> builtins.list[DataflowSummary]:
-        """The running dataflows: name, tenant, target, state, executors."""
-        return list(get(self.controller.list.remote()))
+    def list(self, states: Sequence[str] | None = None) -> builtins.list[DataflowSummary]:
+        """The dataflows kept by the pool, live and ended (or only those in `states`, e.g.
+        `boundary.LIVE_STATES`): name, tenant, target, state, executors, times."""
+        return list(get(self.controller.list.remote(list(states) if states else None)))
 
     def describe(self, name: str, *, refresh: bool = False) -> DataflowInfo:
-        """Spec, placement and state (cached; `refresh` asks the controller again, e.g.
-        in a long-lived process that may outlive a redeploy of the dataflow)."""
-        if refresh:
-            self._described.pop(name, None)
-        info = self._described.get(name)
-        if info is None:
-            info = self._described[name] = get(self.controller.describe.remote(name))
+        """Spec, placement and lifecycle. Cached for up to `DESCRIBE_TTL_S`, so that pushes
+        cost no extra call and still learn within a second that a dataflow ended;
+        `refresh` asks the controller now."""
+        now = time.monotonic()
+        cached = self._described.get(name)
+        if refresh or cached is None or now - cached[0] > DESCRIBE_TTL_S:
+            cached = self._described[name] = (now, get(self.controller.describe.remote(name)))
+        return cached[1]
+
+    def _live(self, name: str) -> DataflowInfo:
+        """The dataflow's record, if its parts still run on the executors (else DataflowEnded)."""
+        info = self.describe(name)
+        if info["released"]:
+            raise DataflowEnded(name, info["state"], info["cause"])
         return info
+
+    @contextmanager
+    def _on_parts(self, name: str) -> Iterator[None]:
+        """Calls to the executors hosting a dataflow: one that ended meanwhile (the executor
+        no longer knows it: KeyError) raises DataflowEnded with its state and cause."""
+        try:
+            yield
+        except KeyError:
+            self.describe(name, refresh=True)  # DataflowNotFound if it is gone altogether
+            self._live(name)  # DataflowEnded if it ended
+            raise
 
     # -- input ----------------------------------------------------------------------------------
     def push(self, name: str, source: str, events: Sequence[Event], *,
-             batch_size: int = DEFAULT_BATCH) -> None:
+             batch_size: int = DEFAULT_BATCH) -> builtins.list[Rejected]:
         """Send events to a source of a running dataflow, in batches.
 
         Returns when the batches are handed over; blocks while the source has
         too many events waiting (backpressure). Events keep their order per
         source instance. One handle pushes from one thread at a time: feed
         from several threads with a handle each (`Runtime.connect(pool=...)`).
+
+        Returns the events refused here because msgpack cannot carry them (an int
+        beyond 64 bits, a Decimal, nesting deeper than 128 levels, ...): each also
+        goes to the error output (kind "unencodable"), and the rest of its batch goes
+        on. Events that do not match the schema are found later, by the source, and
+        show in the error output only (kind "malformed").
         """
+        rejected: builtins.list[Rejected] = []
         for i in range(0, len(events), batch_size):
-            self._send(name, source, list(events[i:i + batch_size]))
+            rejected += self._send(name, source, list(events[i:i + batch_size]), i)
+        return rejected
 
     def watermark(self, name: str, source: str, ts: float) -> None:
         """Declare that no event older than `ts` will follow on `source`."""
         for target in self._source_instances(name, source):
-            self._send_to(name, target, [float(ts)])
+            self._send_to(name, target, pack_events([float(ts)]))
 
     def close(self, name: str) -> None:
-        """End every source of the dataflow: all windows fire."""
+        """End every source of the dataflow: all windows fire, it drains (`finishing`)
+        and then is `finished`, its results still readable."""
         for src in self._spec(name).sources:
             self.watermark(name, src.id, END_OF_STREAM)
+        get(self.controller.closing.remote(name))
 
     def flush(self) -> None:
         """Wait until every pushed batch was accepted by its executor."""
@@ -247,12 +290,17 @@ class Runtime:
             get(refs)
             refs.clear()
 
-    def _send(self, name: str, source: str, items: builtins.list[Any]) -> None:
+    def _send(self, name: str, source: str, events: builtins.list[Any],
+              first_index: int) -> builtins.list[Rejected]:
         targets = self._source_instances(name, source)
         target = targets[next(self._round_robin) % len(targets)]
-        self._send_to(name, target, [items])
+        # Packed before the call takes its sequence number: an event that cannot be
+        # packed must not leave a gap that the executor's in-order delivery waits on.
+        packed = pack_ingest(source, events, first_index)
+        self._send_to(name, target, packed.blob)
+        return packed.rejected
 
-    def _send_to(self, name: str, target: str, items: builtins.list[Any]) -> None:
+    def _send_to(self, name: str, target: str, blob: bytes) -> None:
         host = self.describe(name)["hosts"][target]
         refs = self._in_flight.setdefault(host, [])
         if len(refs) >= MAX_IN_FLIGHT:
@@ -264,7 +312,7 @@ class Runtime:
             get(done)
             self._in_flight[host] = refs = rest
         seq = next(self._seq.setdefault(host, itertools.count()))
-        refs.append(self.executors[host].ingest.remote(self._client, seq, target, pack_events(items)))
+        refs.append(self.executors[host].ingest.remote(self._client, seq, target, blob))
 
     def _source_instances(self, name: str, source: str) -> builtins.list[str]:
         spec = self._spec(name)
@@ -275,8 +323,13 @@ class Runtime:
                              f"{[s.id for s in spec.sources]}") from None
         return [str(a) for a in ActivationId.of_step(name, step.id, step.parallelism)]
 
+    def _parts_get(self, name: str, refs: Any) -> Any:
+        """`get` of calls to a dataflow's executors (see `_on_parts`)."""
+        with self._on_parts(name):
+            return get(refs)
+
     def _spec(self, name: str) -> DataflowSpec:
-        return DataflowSpec.from_dict(self.describe(name)["spec"])
+        return DataflowSpec.from_dict(self._live(name)["spec"])
 
     # -- output ---------------------------------------------------------------------------------
     def result_rows(self, name: str, sink: str | None = None, *, commit: bool = True
@@ -285,19 +338,19 @@ class Runtime:
         With commit, the runtime forgets them (and a sink held on a full log resumes)."""
         spec = self._spec(name)
         sinks = [s for s in spec.sinks if sink is None or s.id == sink]
-        hosts = self.describe(name)["hosts"]
+        hosts = self._live(name)["hosts"]
         rows: Rows = []
         for s in sinks:
             for aid in map(str, ActivationId.of_step(name, s.id, s.parallelism)):
                 ex = self.executors[hosts[aid]]
                 start = self._offsets.get((name, aid))
                 if start is None:
-                    start = get(ex.result_offsets.remote(name))[aid][0]
-                got = get(ex.read_results.remote(name, aid, start, None))
+                    start = self._parts_get(name, ex.result_offsets.remote(name))[aid][0]
+                got = self._parts_get(name, ex.read_results.remote(name, aid, start, None))
                 rows.extend((e, ing, eg) for e, ing, eg in got)
                 self._offsets[(name, aid)] = start + len(got)
                 if commit:
-                    get(ex.commit_results.remote(name, aid, start + len(got)))
+                    self._parts_get(name, ex.commit_results.remote(name, aid, start + len(got)))
         return rows
 
     def results(self, name: str, sink: str | None = None) -> Events:
@@ -312,29 +365,29 @@ class Runtime:
 
     def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]:
         """sink activation -> (committed offset, end offset) of each sink's result log."""
-        info = self.describe(name)
+        info = self._live(name)
         sinks = [s for s in self._spec(name).sinks if sink is None or s.id == sink]
         wanted = {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
         hosts = sorted({info["hosts"][a] for a in wanted})
-        parts = get([self.executors[h].result_offsets.remote(name) for h in hosts])
+        parts = self._parts_get(name, [self.executors[h].result_offsets.remote(name) for h in hosts])
         return {a: (int(c), int(e)) for part in parts for a, (c, e) in part.items() if a in wanted}
 
     def read_results(self, name: str, sink_activation: str, start: int, end: int | None = None
                      ) -> builtins.list[ResultRow]:
         """Rows [start, end) of one sink activation's result log, without committing."""
-        ex = self.executors[self.describe(name)["hosts"][sink_activation]]
-        return list(get(ex.read_results.remote(name, sink_activation, start, end)))
+        ex = self.executors[self._live(name)["hosts"][sink_activation]]
+        return list(self._parts_get(name, ex.read_results.remote(name, sink_activation, start, end)))
 
     def commit_results(self, name: str, sink_activation: str, offset: int) -> None:
         """Let the runtime forget rows below `offset` (a reader persisted them)."""
-        ex = self.executors[self.describe(name)["hosts"][sink_activation]]
-        get(ex.commit_results.remote(name, sink_activation, offset))
+        ex = self.executors[self._live(name)["hosts"][sink_activation]]
+        self._parts_get(name, ex.commit_results.remote(name, sink_activation, offset))
 
     def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]:
         """Error log id (`error_log_id`, one per executor the dataflow runs on) ->
         (committed, end, dropped unread) of the error output."""
-        hosts = self.describe(name)["executors"]
-        parts = get([self.executors[h].error_offsets.remote(name) for h in hosts])
+        hosts = self._live(name)["executors"]
+        parts = self._parts_get(name, [self.executors[h].error_offsets.remote(name) for h in hosts])
         return {error_log_id(name, h): (int(c), int(e), int(d))
                 for h, (c, e, d) in zip(hosts, parts, strict=True)}
 
@@ -342,31 +395,31 @@ class Runtime:
                     ) -> tuple[int, builtins.list[ResultRow]]:
         """(offset of the first row, rows) of one error log (a key of error_offsets);
         each row is (ErrorRecord dict, ingest_ms, egress_ms)."""
-        first, rows = get(self._error_log_host(name, log).read_errors.remote(name, start, end))
+        first, rows = self._parts_get(name, self._error_log_host(name, log).read_errors.remote(name, start, end))
         return int(first), list(rows)
 
     def commit_errors(self, name: str, log: str, offset: int) -> None:
-        get(self._error_log_host(name, log).commit_errors.remote(name, offset))
+        self._parts_get(name, self._error_log_host(name, log).commit_errors.remote(name, offset))
 
     def _error_log_host(self, name: str, log: str) -> Any:
-        for h in self.describe(name)["executors"]:
+        for h in self._live(name)["executors"]:
             if error_log_id(name, h) == log:
                 return self.executors[h]
         raise CameoError(f"dataflow {name!r} has no error log {log!r}; its logs: "
-                         f"{[error_log_id(name, h) for h in self.describe(name)['executors']]}")
+                         f"{[error_log_id(name, h) for h in self._live(name)['executors']]}")
 
     def mark_input_batch(self, name: str, source: str, batch_id: int, query: str = "") -> None:
         """Hand a Spark input batch id to the runtime: every event of it was pushed (and
         flushed) before this call; recorded on each executor hosting the source."""
-        hosts = self.describe(name)["hosts"]
+        hosts = self._live(name)["hosts"]
         targets = sorted({hosts[t] for t in self._source_instances(name, source)})
-        get([self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
+        self._parts_get(name, [self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
               for h in targets])
 
     def input_batches(self, name: str) -> dict[str, int]:
         """"<source>@<query>" -> the last input batch id marked (see mark_input_batch)."""
-        parts = get([self.executors[h].input_batches.remote(name)
-                      for h in self.describe(name)["executors"]])
+        parts = self._parts_get(name, [self.executors[h].input_batches.remote(name)
+                      for h in self._live(name)["executors"]])
         merged: dict[str, int] = {}
         for part in parts:
             for key, batch in part.items():
@@ -375,15 +428,16 @@ class Runtime:
 
     def stats(self, name: str) -> DataflowStats:
         """Latency percentiles, share within target, throughput counters, backlog, the executor
-        time its operators took (busy_ms), errors."""
-        info = self.describe(name)
-        return dataflow_stats(info, get([self.executors[i].dataflow_stats.remote(name)
+        time its operators took (busy_ms), errors. For an ended dataflow whose parts were
+        freed, DataflowEnded (its last statistics are in describe()["final"])."""
+        info = self._live(name)
+        return dataflow_stats(info, self._parts_get(name, [self.executors[i].dataflow_stats.remote(name)
                                           for i in info["executors"]]))
 
     def errors(self, name: str, limit: int = 100) -> builtins.list[ErrorRecord]:
         """Recent records of the dataflow's error output (counts are in stats())."""
-        info = self.describe(name)
-        parts = get([self.executors[i].error_records.remote(name, limit) for i in info["executors"]])
+        info = self._live(name)
+        parts = self._parts_get(name, [self.executors[i].error_records.remote(name, limit) for i in info["executors"]])
         return [ErrorRecord(**r) for part in parts for r in part][-limit:]
 
     def executor_stats(self) -> builtins.list[ExecutorStats]:
@@ -395,23 +449,43 @@ class Runtime:
         self.flush()
         deadline = time.monotonic() + timeout_s
         while True:
-            states = get([e.idle.remote() for e in self.executors])
-            sent = {(i, int(j)): n for i, (_, out, _) in enumerate(states) for j, n in out.items()}
-            got = {(int(j), i): n for i, (_, _, inn) in enumerate(states) for j, n in inn.items()}
-            if all(idle for idle, _, _ in states) and sent == got:
+            answers = cluster.get_each([e.idle.remote() for e in self.executors])
+            # An executor that died (or does not answer) is left out, and so are links to it.
+            states = {i: a for i, a in enumerate(answers) if a is not None}
+            sent = {(i, int(j)): n for i, (_, out, _) in states.items() for j, n in out.items()
+                    if int(j) in states}
+            got = {(int(j), i): n for i, (_, _, inn) in states.items() for j, n in inn.items()
+                   if int(j) in states}
+            if all(idle for idle, _, _ in states.values()) and sent == got:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"runtime not idle after {timeout_s} s: "
                                    f"{[s['backlog'] for s in self.executor_stats()]} messages queued")
             time.sleep(0.01)
 
+    def pressure(self, name: str) -> Pressure:
+        """Whether the dataflow can take more events now, in one parallel round of calls
+        that never wait on a busy executor: its full result logs (a reader is behind) and
+        the events waiting at its sources against the limit (`ingress_events`)."""
+        info = self._live(name)
+        answers = self._parts_get(name, [self.executors[h].pressure.remote(name)
+                                         for h in info["executors"]])
+        waiting: dict[str, int] = {}
+        full: builtins.list[str] = []
+        for part_waiting, part_full in answers:
+            waiting.update(part_waiting)
+            full.extend(part_full)
+        return {"full_sinks": sorted(full), "waiting": waiting,
+                "limit": self.config.ingress_events}
+
     # -- for the service (cameo serve): fresh reads and one-round snapshots ----------------------
     def stats_all(self) -> PoolSnapshot:
         """Counters of every dataflow and executor of the pool in one parallel round of
         Ray calls (what a metrics scrape needs). A dataflow cancelled while the round runs
         is left out, and so is an executor that does not answer."""
-        listed = self.list()
+        listed = self.list(states=(*LIVE_STATES, FINISHED))
         calls: builtins.list[Any] = [e.executor_stats.remote() for e in self.executors]
+        lifecycle = self.controller.lifecycle_counts.remote()
         spans: builtins.list[tuple[int, int]] = []  # (first ref, ref count) per dataflow
         for d in listed:
             start = len(calls)
@@ -425,4 +499,6 @@ class Runtime:
             info, parts = values[start], values[start + 1:start + n]
             if info is not None and all(p is not None for p in parts):
                 dataflows.append(dataflow_metrics(info, parts))
-        return {"dataflows": dataflows, "executors": executors}
+        transitions, states = get(lifecycle)
+        return {"dataflows": dataflows, "executors": executors, "transitions": transitions,
+                "states": states}

@@ -62,6 +62,27 @@ def error_log_id(dataflow: str, executor: int) -> str:
     return f"{dataflow}/errors/{executor}"
 
 
+class Rejected(TypedDict):
+    """An event `push` refused at the edge (msgpack cannot carry it); it went to the
+    dataflow's error output as well (kind "unencodable"), the rest of its batch went on."""
+
+    index: int  # position in the events given to push
+    field: str | None  # the field at fault; None when the event as a whole is
+    reason: str  # what was expected, what arrived, and the fix
+
+
+#: A dataflow's lifecycle. `running` until its sources are closed, then `finishing` while
+#: the backlog drains, then `finished` (its results stay readable); or `cancelled`, or
+#: `failed` (with a cause) at any time. Ended dataflows are kept for a while, to be seen.
+RUNNING, FINISHING, FINISHED, CANCELLED, FAILED = (
+    "running", "finishing", "finished", "cancelled", "failed")
+STATES = (RUNNING, FINISHING, FINISHED, CANCELLED, FAILED)
+#: States in which a dataflow's activations run (it takes events, or drains).
+LIVE_STATES = (RUNNING, FINISHING)
+#: States in which its parts on the executors are freed (nothing to read any more).
+RELEASED_STATES = (CANCELLED, FAILED)
+
+
 class DataflowSummary(TypedDict):
     """One entry of `list()`."""
 
@@ -70,10 +91,20 @@ class DataflowSummary(TypedDict):
     latency_target_ms: float
     state: str
     executors: list[int]
+    submitted_at: float
+    ended_at: float | None
+
+
+class Transition(TypedDict):
+    """One change of a dataflow's state."""
+
+    state: str
+    at: float  # epoch seconds
+    reason: str | None
 
 
 class DataflowInfo(TypedDict):
-    """`describe()`: the spec, where each activation runs, and the state."""
+    """`describe()`: the spec, where each activation runs, and the lifecycle."""
 
     name: str
     spec: dict[str, Any]  # DataflowSpec.to_dict()
@@ -81,6 +112,14 @@ class DataflowInfo(TypedDict):
     executors: list[int]
     state: str
     submitted_at: float
+    ended_at: float | None
+    cause: str | None  # why it failed (or was cancelled by the runtime)
+    history: list[Transition]
+    exceptions: list[str]  # the last operator failures, kept when it ended
+    final: dict[str, Any] | None  # its last statistics (DataflowStats), kept when released
+    released: bool  # its parts on the executors were freed (nothing to read any more)
+    lost: bool  # it failed because a part of the pool died, not by its own doing
+    state_bytes: int  # estimated operator state and unread results, all executors
 
 
 class LatencySummary(TypedDict):
@@ -140,6 +179,8 @@ class ExecutorStats(TypedDict, total=False):
     overhead_us_per_message: float
     held: int
     faults: list[str]
+    pid: int
+    alive: bool  # False: the executor died (its dataflows failed)
 
 
 class DataflowMetrics(TypedDict):
@@ -162,11 +203,23 @@ class DataflowMetrics(TypedDict):
     errors: dict[str, int]
 
 
-class PoolSnapshot(TypedDict):
+class Pressure(TypedDict):
+    """`pressure()`: whether a dataflow can take more events now."""
+
+    full_sinks: list[str]  # sink activations whose result log is full (a reader is behind)
+    waiting: dict[str, int]  # source activation -> events waiting to run
+    limit: int  # events waiting at a source before its writers are held back
+
+
+class PoolSnapshot(TypedDict, total=False):
     """`stats_all()`: every dataflow and executor of the pool in one round."""
 
     dataflows: list[DataflowMetrics]
     executors: list[ExecutorStats]
+    #: (tenant, state) -> dataflows that entered that state since the pool started
+    transitions: list[tuple[str, str, int]]
+    #: state -> dataflows in it now (the ended ones kept)
+    states: dict[str, int]
 
 
 class RuntimeLike(Protocol):
@@ -189,15 +242,16 @@ class RuntimeLike(Protocol):
     def cancel(self, name: str) -> dict[str, Any]: ...
     def update(self, name: str, *, latency_target_ms: float | None = None,
                weight: float | None = None) -> dict[str, Any]: ...
-    def list(self) -> builtins.list[DataflowSummary]: ...
+    def list(self, states: Sequence[str] | None = None) -> builtins.list[DataflowSummary]: ...
     def describe(self, name: str, *, refresh: bool = False) -> DataflowInfo: ...
     def stats(self, name: str) -> DataflowStats: ...
     def executor_stats(self) -> builtins.list[ExecutorStats]: ...
     def wait_idle(self, timeout_s: float = 60.0) -> None: ...
 
     # -- input
+    def pressure(self, name: str) -> Pressure: ...
     def push(self, name: str, source: str, events: Sequence[Event], *,
-             batch_size: int = ...) -> None: ...
+             batch_size: int = ...) -> builtins.list[Rejected]: ...
     def close(self, name: str) -> None: ...
 
     def watermark(self, name: str, source: str, ts: float) -> None: ...

@@ -6,6 +6,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
+
 ISOLATION_MODES = ("shared", "isolated")
 
 
@@ -32,6 +34,19 @@ class RuntimeConfig:
         executor_cpus: CPUs each executor reserves in Ray.
         switch_interval_s: the interpreter's thread switch interval inside executors;
             short, so that Ray's threads hand urgent messages in promptly.
+        max_windows_per_event: the most windows one event may open (a sliding window's
+            size / slide); a spec asking more is refused at deploy.
+        state_budget_bytes: a dataflow's operator state and unread results, estimated
+            over its executors, when its spec sets no `limits.state_bytes`; over its
+            budget a dataflow fails and its state is freed.
+        max_state_bytes: the largest `limits.state_bytes` a spec may ask for.
+        ended_retention_s: how long an ended dataflow (finished, cancelled, failed) stays
+            listed with its state and cause; a finished one keeps its results as long.
+        ended_kept: at most this many ended dataflows are kept (the oldest go first).
+        monitor_interval_s: how often the controller checks executors' liveness, finishing
+            dataflows and retention (and executors their dataflows' state budgets).
+        max_string_chars: the longest text a source's `str` field may hold, in characters;
+            a longer one sends its event to the error output (run_local uses the same default).
     """
 
     num_executors: int | None = None
@@ -47,6 +62,13 @@ class RuntimeConfig:
     allowed_modules: tuple[str, ...] | None = None
     executor_cpus: float = 1.0
     switch_interval_s: float = 0.0005
+    max_windows_per_event: int = 1_000
+    state_budget_bytes: int = 512 * 1024 * 1024
+    max_state_bytes: int = 4 * 1024 * 1024 * 1024
+    ended_retention_s: float = 3600.0
+    ended_kept: int = 1_000
+    monitor_interval_s: float = 1.0
+    max_string_chars: int = DEFAULT_MAX_STRING_CHARS
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -55,9 +77,14 @@ class RuntimeConfig:
         if self.num_executors is not None and self.num_executors < 1:
             raise ValueError(f"RuntimeConfig.num_executors: expected >= 1 or None, got {self.num_executors}")
         for name in ("quantum_ms", "credit_events", "ingress_events", "max_message_events",
-                     "result_capacity"):
+                     "result_capacity", "max_windows_per_event", "state_budget_bytes",
+                     "max_state_bytes", "ended_kept", "monitor_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
+        # An int: the source operator compiles it into its schema check.
+        if type(self.max_string_chars) is not int or self.max_string_chars <= 0:
+            raise ValueError(f"RuntimeConfig.max_string_chars: expected an int > 0 (characters), "
+                             f"got {self.max_string_chars!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,3 +32,18 @@ class PoolNotFound(CameoError, LookupError):
 
 class RuntimeUnavailable(CameoError, TimeoutError):
     """The pool did not answer in time (an executor died or is overloaded)."""
+
+
+class DataflowEnded(CameoError, LookupError):
+    """The dataflow ended (cancelled or failed) and its parts were freed: nothing of it
+    runs or can be read any more; its record (state, cause) is still there."""
+
+    def __init__(self, name: str, state: str, cause: str | None = None) -> None:
+        self.name = name
+        self.state = state
+        self.cause = cause
+        why = f": {cause}" if cause else ""
+        super().__init__(f"dataflow {name!r} is {state}{why}")
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return (type(self), (self.name, self.state, self.cause))

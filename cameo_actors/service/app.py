@@ -1,7 +1,9 @@
 """The RPC API: FastAPI routes over a `ServiceCore`, bearer auth, /metrics.
 
 Bodies are JSON, or msgpack with `Content-Type: application/msgpack`, and are
-read with a size limit before anything is parsed. The OpenAPI document is at
+read with a size limit before anything is parsed (and a nesting limit: JSON before
+it is parsed, msgpack after). No request ends its connection: `LastResort` turns
+what escapes the routes into a JSON 500 (503 for a runtime that did not answer). The OpenAPI document is at
 `GET /openapi.json`. Every request needs `Authorization: Bearer <token>`
 except `GET /healthz` (liveness: it says "ok" and nothing else); a missing or
 wrong token gets 401 before the body is even read.
@@ -12,32 +14,45 @@ to a worker thread, so a slow push does not stall the event loop.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
+from anyio import to_thread
 from fastapi import FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cameo_actors import __version__
 from cameo_actors.dataflow.validate import NAME_RE
+from cameo_actors.errors import SpecError, UserError
 from cameo_actors.runtime.boundary import PoolSnapshot
 from cameo_actors.service import metrics as prom
 from cameo_actors.service.auth import Principal, TokenStore
 from cameo_actors.service.core import ServiceCore
-from cameo_actors.service.errors import ApiError
+from cameo_actors.service.errors import ApiError, TokenLimitError
+from cameo_actors.service.limits import TenantLimits
+from cameo_actors.service.outputs import DEFAULT_PAGE, MAX_CURSOR_CHARS, MAX_PAGE
 from cameo_actors.service.protocol import (
+    DEFAULT_MAX_DEPTH,
     ERROR_RESPONSES,
     MSGPACK_TYPE,
     CancelResponse,
+    CommitRequest,
+    CommitResponse,
     DataflowList,
     DataflowStatus,
+    ErrorBody,
+    ErrorsCommitRequest,
+    ErrorsPage,
+    Exceptions,
     PushResponse,
+    ResultsPage,
     SubmitResponse,
     TokenCreated,
     TokenInfo,
@@ -47,12 +62,23 @@ from cameo_actors.service.protocol import (
     WhoAmI,
     check_length,
     decode_body,
+    encode_answer,
     parse_events,
     parse_model,
     too_large,
 )
 
 PUBLIC_PATHS = frozenset({"/healthz"})
+#: Retry-After (s) of a 503 when the runtime did not answer in time.
+UNAVAILABLE_RETRY_S = 5.0
+#: A body declared larger than its limit is still read and dropped, so the connection stays
+#: usable (a client sends it all before it reads the answer), up to this many bytes; a larger
+#: one, or one of unknown length, gets `Connection: close` instead.
+DRAIN_MAX_BYTES = 64 * 1024 * 1024
+
+log = logging.getLogger("cameo.service")
+#: Worker threads kept for the admin's requests beyond those tenants may use.
+ADMIN_THREADS = 16
 
 STEP_OPS = ["source", "filter", "map", "flat_map", "key_by", "window", "join", "union", "sink"]
 #: The spec's outline for the OpenAPI document; the definition layer checks the rest.
@@ -84,6 +110,16 @@ EVENTS_SCHEMA: dict[str, Any] = {
     "oneOf": [{"type": "array", "items": {"type": "object"}},
               {"type": "object", "required": ["events"],
                "properties": {"events": {"type": "array", "items": {"type": "object"}}}}]}
+#: A commit body: a cursor (one offset per sink instance or executor) and a sink name.
+COMMIT_BODY_BYTES = 2 * MAX_CURSOR_CHARS
+PAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {MSGPACK_TYPE: {"schema": {
+        "type": "string", "format": "binary",
+        "description": "the same structure, msgpack-encoded (Accept: application/msgpack); "
+                       "NaN and infinities kept (JSON has them as null)"}}}},
+    410: {"model": ErrorBody, "description": "the dataflow was replaced since the cursor was "
+                                             "made"},
+}
 
 
 def _body(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -94,8 +130,73 @@ def _body(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 def _error_response(e: ApiError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
+    if e.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, round(e.retry_after_s)))
+    if e.close_connection:
+        headers["Connection"] = "close"
     return JSONResponse(e.to_dict(), status_code=e.status, headers=headers)
+
+
+def internal_error(e: BaseException) -> ApiError:
+    """The answer to a request the service failed on (a bug, not the caller's doing)."""
+    return ApiError(500, "internal_error", "the service failed on this request; nothing is "
+                    "known to have changed, and the traceback is in the service's log",
+                    expected="an answer", got=type(e).__name__,
+                    fix="retry; if it fails again, report it with the time of the request")
+
+
+def unavailable(e: TimeoutError) -> ApiError:
+    """The runtime did not answer in time (`RuntimeUnavailable`, or any TimeoutError)."""
+    return ApiError(503, "unavailable", "the runtime did not answer in time",
+                    expected="a pool that answers", got=str(e) or type(e).__name__,
+                    fix="retry in a few seconds; if it persists, `cameo executors` and the "
+                        "service's log show which executor is stuck or gone",
+                    retry_after_s=UNAVAILABLE_RETRY_S)
+
+
+class LastResort:
+    """ASGI, the outermost layer: no exception ends a connection.
+
+    Starlette's error layer answers an unexpected exception with the JSON 500 of the
+    `Exception` handler, then raises it again, and uvicorn closes a connection whose
+    request raised (verified: the client's next request on it gets a reset). Here the
+    exception is logged with its traceback and stops. Only an answer that broke off
+    half-way (its body promised more) still closes the connection: the framing is lost.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = finished = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started, finished
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                finished = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as e:
+            log.error("%s %s failed", scope.get("method"), scope.get("path"), exc_info=e)
+            if not started:
+                await _error_response(internal_error(e))(scope, receive, send)
+            elif not finished:
+                raise
+
+
+class _App(FastAPI):
+    """FastAPI with `LastResort` around its whole stack, Starlette's error layer included."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return LastResort(super().build_middleware_stack())
 
 
 class BearerAuth:
@@ -129,6 +230,35 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+class TenantLimit:
+    """ASGI middleware: a tenant's request over its limits gets 429 at once (see
+    `TenantLimits`); the admin's requests are not limited, and find a worker thread
+    because tenants together may use only some of them."""
+
+    def __init__(self, app: ASGIApp, limits: TenantLimits) -> None:
+        self.app = app
+        self.limits = limits
+        self._sized = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        principal = scope.get("state", {}).get("principal")
+        if scope["type"] != "http" or principal is None or principal.admin:
+            await self.app(scope, receive, send)
+            return
+        if not self._sized:  # the worker threads: every tenant slot, and some for the admin
+            to_thread.current_default_thread_limiter().total_tokens = \
+                self.limits.max_concurrent_total + ADMIN_THREADS
+            self._sized = True
+        refusal = self.limits.enter(principal.tenant)
+        if refusal is not None:
+            await _error_response(refusal)(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.limits.leave(principal.tenant)
+
+
 _bearer = HTTPBearer(auto_error=False, description="the admin token or a tenant token")
 
 
@@ -142,22 +272,42 @@ Caller = Annotated[Principal, Security(current)]
 
 
 async def read_body(request: Request, limit: int, what: str) -> Any:
-    """The decoded body, refusing more than `limit` bytes without reading further."""
-    check_length(request.headers.get("content-length"), limit, what)
+    """The decoded body, refusing more than `limit` bytes without reading further, and
+    more nesting than the service's `max_json_depth`."""
+    declared = request.headers.get("content-length")
+    try:
+        check_length(declared, limit, what)
+    except ApiError as e:
+        # Uvicorn reads and drops the rest after the answer, so the connection stays usable;
+        # for a huge rest, closing it is cheaper.
+        e.close_connection = e.status == 413 and int(declared or 0) > DRAIN_MAX_BYTES
+        raise
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    stream = request.stream()
+    async for chunk in stream:
         size += len(chunk)
-        if size > limit:
-            raise too_large(f"more than {limit}", limit, what)
+        if size > limit:  # a chunked body (a declared length is checked above)
+            err = too_large(f"more than {limit}", limit, what)
+            # Read and drop a bounded rest: the client reads the answer once it sent all.
+            async for rest in stream:
+                size += len(rest)
+                if size > DRAIN_MAX_BYTES:
+                    err.close_connection = True
+                    break
+            raise err
         chunks.append(chunk)
-    return decode_body(b"".join(chunks), request.headers.get("content-type"), what)
+    depth = getattr(request.app.state, "max_json_depth", DEFAULT_MAX_DEPTH)
+    return decode_body(b"".join(chunks), request.headers.get("content-type"), what,
+                       max_depth=depth)
 
 
 def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 256 * 1024,
                max_body_bytes: int = 16 * 1024 * 1024,
                snapshot: Callable[[], PoolSnapshot] | None = None,
-               info: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
+               info: Callable[[], dict[str, Any]] | None = None,
+               limits: TenantLimits | None = None,
+               max_json_depth: int = DEFAULT_MAX_DEPTH) -> FastAPI:
     """The FastAPI app of a service.
 
     Args:
@@ -167,18 +317,39 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         snapshot: returns the runtime's metrics snapshot, pulled at each scrape (None: /metrics
             is empty).
         info: returns facts about the deployment for GET /v1/info.
+        limits: per-tenant request limits (None: the defaults of `TenantLimits`).
+        max_json_depth: deepest nesting of lists and objects a body may have.
     """
-    app = FastAPI(
+    limits = limits or TenantLimits()
+    app = _App(
         title="cameo", version=__version__, docs_url=None, redoc_url=None,
         description="Deadline-aware multi-tenant stream processing: submit, list, watch, update "
                     "and cancel dataflows. Bodies are JSON or msgpack (application/msgpack). "
                     "Every request carries `Authorization: Bearer <token>`.",
         responses=ERROR_RESPONSES)
+    app.add_middleware(TenantLimit, limits=limits)  # inside BearerAuth: it needs the caller
     app.add_middleware(BearerAuth, tokens=tokens)
+    app.state.max_json_depth = max_json_depth  # read_body's
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, e: ApiError) -> JSONResponse:
         return _error_response(e)
+
+    @app.exception_handler(UserError)
+    async def _user_error(_: Request, e: UserError) -> JSONResponse:
+        # Bad input a route did not turn into an ApiError itself (e.g. the runtime's own
+        # check of an update): still the caller's mistake, never a 500.
+        code = "invalid_spec" if isinstance(e, SpecError) else "invalid_request"
+        return _error_response(ApiError.from_user_error(e, 422, code))
+
+    @app.exception_handler(TimeoutError)  # RuntimeUnavailable is one
+    async def _unavailable(request: Request, e: TimeoutError) -> JSONResponse:
+        log.warning("%s %s: %s", request.method, request.url.path, e)
+        return _error_response(unavailable(e))
+
+    @app.exception_handler(Exception)  # Starlette's error layer calls it; LastResort logs
+    async def _internal(_: Request, e: Exception) -> JSONResponse:
+        return _error_response(internal_error(e))
 
     @app.exception_handler(RequestValidationError)
     async def _bad_params(_: Request, e: RequestValidationError) -> JSONResponse:
@@ -228,14 +399,21 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         return JSONResponse(SubmitResponse(**body).model_dump(), status_code=status)
 
     @app.get("/v1/dataflows", tags=["dataflows"], response_model=DataflowList,
-             summary="The dataflows this token may see")
-    async def list_dataflows(p: Caller) -> dict[str, Any]:
-        return {"dataflows": await run_in_threadpool(core.list, p)}
+             summary="The dataflows this token may see, live and ended (kept for a while)")
+    async def list_dataflows(p: Caller, state: Annotated[list[str] | None, Query(
+            description="only dataflows in these states (repeat the parameter)")] = None
+            ) -> dict[str, Any]:
+        return {"dataflows": await run_in_threadpool(core.list, p, state)}
 
     @app.get("/v1/dataflows/{name}", tags=["dataflows"], response_model=DataflowStatus,
              summary="State, throughput, latency percentiles vs target, backlog, errors")
     async def status(name: str, p: Caller) -> dict[str, Any]:
         return await run_in_threadpool(core.status, p, name)
+
+    @app.get("/v1/dataflows/{name}/exceptions", tags=["dataflows"], response_model=Exceptions,
+             summary="Why it failed, and its last operator failures")
+    async def exceptions(name: str, p: Caller) -> dict[str, Any]:
+        return await run_in_threadpool(core.exceptions, p, name)
 
     @app.patch("/v1/dataflows/{name}", tags=["dataflows"], response_model=UpdateResponse,
                summary="Change the latency target or tenant weight while it runs",
@@ -251,18 +429,82 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         return await run_in_threadpool(core.cancel, p, name)
 
     @app.post("/v1/dataflows/{name}/sources/{source}/events", tags=["events"], status_code=202,
-              response_model=PushResponse, summary="Push a batch of events to a source",
+              response_model=PushResponse,
+              summary="Push a batch of events to a source; each event enters or is refused alone",
               openapi_extra=_body(EVENTS_SCHEMA, "events: a list of objects"))
     async def push(name: str, source: str, request: Request,
                    p: Caller) -> dict[str, Any]:
+        """An event that cannot be carried (an integer beyond 64 bits, text with a lone
+        surrogate, nesting too deep) is refused alone: counted in `rejected`, described in
+        `rejections` (the first 10) and written to the error output; the other events of
+        the batch go on. Events off the source's schema are accepted here and go to the
+        error output when the source checks them (kind `malformed`)."""
+        # Refusals first (unknown, ended, full: 4xx at once), before a large body is parsed.
+        await run_in_threadpool(core.admit_push, p, name, source)
         events = parse_events(await read_body(request, max_body_bytes, "events batch"))
-        return {"accepted": await run_in_threadpool(core.push, p, name, source, events)}
+        return await run_in_threadpool(core.push, p, name, source, events)
 
     @app.post("/v1/dataflows/{name}/close", tags=["events"],
               summary="End every source: windows fire, no more events are expected")
     async def close(name: str, p: Caller) -> dict[str, str]:
         await run_in_threadpool(core.close, p, name)
         return {"name": name, "state": "sources closed"}
+
+    # -- outputs: pages after a cursor; a commit frees what was read ---------------------------
+    def answer(request: Request, data: Any) -> Response:
+        body, kind = encode_answer(data, request.headers.get("accept"))
+        return Response(body, media_type=kind)
+
+    @app.get("/v1/dataflows/{name}/results", tags=["outputs"], response_model=ResultsPage,
+             summary="A page of results after a cursor (reading commits nothing)",
+             responses={**PAGE_RESPONSES, 409: {"model": ErrorBody, "description":
+                        "rows before the cursor were committed already"}})
+    async def results(name: str, request: Request, p: Caller,
+                      sink: Annotated[str | None, Query(
+                          description="the sink (optional when there is one, or with a cursor)")
+                      ] = None,
+                      cursor: Annotated[str | None, Query(
+                          description="from the last answer; none: from the committed rows",
+                          max_length=MAX_CURSOR_CHARS)] = None,
+                      limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="rows at most")
+                                       ] = DEFAULT_PAGE) -> Response:
+        page = await run_in_threadpool(lambda: core.read_results(p, name, sink=sink,
+                                                                 cursor=cursor, limit=limit))
+        return answer(request, page)
+
+    @app.post("/v1/dataflows/{name}/results/commit", tags=["outputs"],
+              response_model=CommitResponse, responses=PAGE_RESPONSES,
+              summary="Free the results before a cursor (a sink held on a full log resumes)",
+              openapi_extra=_body(CommitRequest.model_json_schema(), "the cursor"))
+    async def commit_results(name: str, request: Request, p: Caller) -> Response:
+        req = parse_model(CommitRequest, await read_body(request, COMMIT_BODY_BYTES, "commit"),
+                          "commit")
+        done = await run_in_threadpool(lambda: core.commit_results(p, name, cursor=req.cursor,
+                                                                   sink=req.sink))
+        return answer(request, done)
+
+    @app.get("/v1/dataflows/{name}/errors", tags=["outputs"], response_model=ErrorsPage,
+             responses=PAGE_RESPONSES,
+             summary="A page of the error output after a cursor (reading commits nothing)")
+    async def errors(name: str, request: Request, p: Caller,
+                     cursor: Annotated[str | None, Query(
+                         description="from the last answer; none: from the committed records",
+                         max_length=MAX_CURSOR_CHARS)] = None,
+                     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="rows at most")
+                                      ] = DEFAULT_PAGE) -> Response:
+        page = await run_in_threadpool(lambda: core.read_errors(p, name, cursor=cursor,
+                                                                limit=limit))
+        return answer(request, page)
+
+    @app.post("/v1/dataflows/{name}/errors/commit", tags=["outputs"],
+              response_model=CommitResponse, responses=PAGE_RESPONSES,
+              summary="Free the error-output records before a cursor",
+              openapi_extra=_body(ErrorsCommitRequest.model_json_schema(), "the cursor"))
+    async def commit_errors(name: str, request: Request, p: Caller) -> Response:
+        req = parse_model(ErrorsCommitRequest,
+                          await read_body(request, COMMIT_BODY_BYTES, "commit"), "commit")
+        done = await run_in_threadpool(lambda: core.commit_errors(p, name, cursor=req.cursor))
+        return answer(request, done)
 
     @app.get("/v1/executors", tags=["service"], summary="Per-executor scheduler counters (admin)")
     async def executors(p: Caller) -> dict[str, Any]:
@@ -275,7 +517,12 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
     async def create_token(request: Request, p: Caller) -> dict[str, Any]:
         admin_only(p, "creating tokens")
         req = parse_model(TokenRequest, await read_body(request, 4096, "token request"), "token")
-        token, record = tokens.create(req.tenant)
+        try:
+            token, record = tokens.create(req.tenant)
+        except TokenLimitError as e:  # 409: the request is fine, the tenant's token set is full
+            raise ApiError(409, "token_limit", f"no new token for tenant {req.tenant!r}: "
+                           f"{e.subject} holds as many tokens as allowed",
+                           expected=e.expected, got=e.got, fix=e.fix) from None
         return {**record, "token": token}
 
     @app.get("/v1/tokens", tags=["tokens"], response_model=list[TokenInfo],

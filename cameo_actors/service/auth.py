@@ -28,9 +28,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cameo_actors.service.errors import ConfigError
+from cameo_actors.service.errors import ConfigError, TokenLimitError
 
 TOKEN_PREFIX = "cameo_"
+#: Defaults of the service's --max-tokens-per-tenant and --max-tokens: each token is checked
+#: on every request and kept in tokens.json, so an admin script in a loop must hit a wall.
+MAX_TOKENS_PER_TENANT = 16
+MAX_TOKENS = 1024
 TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")  # the spec's tenant rule
 
 
@@ -103,12 +107,22 @@ class TokenStore:
     Args:
         admin_token: the admin's token (sees and changes every tenant's dataflows).
         tenants_file: where tenant tokens' hashes persist; None keeps them in memory.
+        max_per_tenant: most tokens one tenant may hold; `create` refuses beyond it.
+        max_total: most tenant tokens in all. Tokens already stored beyond a lowered
+            limit keep working; only new ones are refused.
     """
 
-    def __init__(self, admin_token: str, tenants_file: str | None = None) -> None:
+    def __init__(self, admin_token: str, tenants_file: str | None = None, *,
+                 max_per_tenant: int = MAX_TOKENS_PER_TENANT,
+                 max_total: int = MAX_TOKENS) -> None:
         if not admin_token or len(admin_token) < 8:
             raise ConfigError("admin_token", "at least 8 characters", "a shorter token",
                               "use a long random token, or let the service generate one")
+        for name, limit in (("max_tokens_per_tenant", max_per_tenant), ("max_tokens", max_total)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ConfigError(name, "an integer >= 1", limit, "allow at least one token")
+        self._max_per_tenant = max_per_tenant
+        self._max_total = max_total
         self._admin_hash = token_hash(admin_token)
         self._file = tenants_file
         self._lock = threading.Lock()
@@ -123,11 +137,14 @@ class TokenStore:
                                   "then lost)") from e
 
     @classmethod
-    def open(cls, state_dir: str, admin_token_file: str, admin_token: str | None = None
+    def open(cls, state_dir: str, admin_token_file: str, admin_token: str | None = None, *,
+             max_per_tenant: int = MAX_TOKENS_PER_TENANT, max_total: int = MAX_TOKENS,
              ) -> tuple[TokenStore, bool]:
         """The store of a service; (store, True) when the admin token was generated now."""
         token, generated = load_or_create_admin_token(admin_token_file, admin_token)
-        return cls(token, os.path.join(state_dir, "tokens.json")), generated
+        store = cls(token, os.path.join(state_dir, "tokens.json"), max_per_tenant=max_per_tenant,
+                    max_total=max_total)
+        return store, generated
 
     def authenticate(self, authorization: str | None) -> Principal | None:
         """The caller of an `Authorization` header value, or None (missing or wrong)."""
@@ -146,14 +163,31 @@ class TokenStore:
         return Principal(tenant=record["tenant"], admin=False, token_id=token_id(h))
 
     def create(self, tenant: str) -> tuple[str, dict[str, Any]]:
-        """A new token for `tenant`: (secret, public record). The secret is shown once."""
+        """A new token for `tenant`: (secret, public record). The secret is shown once.
+
+        Raises:
+            TokenLimitError: the tenant, or the service, holds as many tokens as allowed.
+        """
         if not isinstance(tenant, str) or not TENANT_RE.match(tenant):
             raise ValueError(f"tenant: expected letters, digits, '_', '.', '-' (up to 128), "
                              f"got {tenant!r}")
         token = new_token()
         h = token_hash(token)
         record = {"tenant": tenant, "created": time.time()}
-        with self._lock:
+        with self._lock:  # count and add under one lock: two racing creates cannot both pass
+            held = sum(1 for r in self._tenants.values() if r["tenant"] == tenant)
+            if held >= self._max_per_tenant:
+                raise TokenLimitError(
+                    f"tenant {tenant!r}", f"at most {self._max_per_tenant} tokens per tenant",
+                    f"{held} tokens already",
+                    "revoke one with `cameo token revoke ID` (ids: `cameo token list`), or "
+                    "raise the service's --max-tokens-per-tenant")
+            if len(self._tenants) >= self._max_total:
+                raise TokenLimitError(
+                    "the service", f"at most {self._max_total} tenant tokens in all",
+                    f"{len(self._tenants)} already",
+                    "revoke unused ones with `cameo token revoke ID` (ids: `cameo token "
+                    "list`), or raise the service's --max-tokens")
             self._tenants[h] = record
             self._save()
         return token, {"id": token_id(h), **record}

@@ -8,6 +8,7 @@
     cameo update alerts --target 30
     cameo cancel alerts
     cameo push alerts logs events.jsonl # events from a JSON-lines file (or '-')
+    cameo results alerts --follow       # results as they come (committed once printed)
     cameo token create ops              # a token for tenant 'ops' (admin)
 
 Client commands find the service at --url / CAMEO_URL (else the one a local
@@ -24,6 +25,7 @@ import runpy
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from cameo_actors.dataflow.builder import Dataflow
@@ -173,10 +175,22 @@ def cmd_update(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     client = _client(args)
+    failed = 0
     for name in args.names:
-        r = client.cancel(name)
-        print(f"{r['name']}: {r['state']} ({r['messages_dropped']} queued messages dropped)")
-    return 0
+        # One unknown name must not leave the names after it running: try each, report each.
+        try:
+            r = client.cancel(name)
+        except CameoError as e:
+            print(f"cameo: {name}: not cancelled: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        if r.get("ended_before"):
+            print(f"{r['name']}: {r['state']} already (what it kept is freed)")
+        else:
+            print(f"{r['name']}: {r['state']} ({r['messages_dropped']} queued messages dropped)")
+    if failed and len(args.names) > 1:
+        print(f"cameo: {failed} of {len(args.names)} dataflows not cancelled", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def read_events(path: str) -> list[dict[str, Any]]:
@@ -194,16 +208,74 @@ def read_events(path: str) -> list[dict[str, Any]]:
 
 def cmd_push(args: argparse.Namespace) -> int:
     client = _client(args)
-    n = client.push(args.name, args.source, read_events(args.file), batch_size=args.batch)
+    got = client.push(args.name, args.source, read_events(args.file), batch_size=args.batch)
     if args.close:
         client.close(args.name)
-    print(f"{args.name}/{args.source}: {n} events pushed" + (", sources closed" if args.close else ""))
+    print(f"{args.name}/{args.source}: {got.accepted} events pushed, {got.rejected} refused"
+          + (", sources closed" if args.close else ""))
+    for r in got.rejections:  # the first few; all of them are in the error output
+        print(f"  event {r['index']} refused, {r['reason']}", file=sys.stderr)
     return 0
 
 
 def cmd_close(args: argparse.Namespace) -> int:
     _client(args).close(args.name)
     print(f"{args.name}: sources closed")
+    return 0
+
+
+# -- results ----------------------------------------------------------------------------------
+def _iso_ms(epoch_ms: float | None) -> str:
+    if epoch_ms is None:
+        return "-"
+    iso = datetime.fromtimestamp(epoch_ms / 1000.0, UTC).isoformat(timespec="milliseconds")
+    return iso.replace("+00:00", "Z")
+
+
+def format_row(row: dict[str, Any], *, errors: bool = False) -> str:
+    """One readable line per row: when it left (UTC, to the ms), then the latency and the
+    result, or for the error output the step, kind, message and the record.
+
+    >>> format_row({"event": {"n": 1}, "ingest_ms": 1000.0, "egress_ms": 1012.5})
+    '1970-01-01T00:00:01.012Z     12.5 ms  {"n": 1}'
+    """
+    from cameo_actors.service.protocol import json_safe
+
+    event = json.dumps(json_safe(row.get("event")), sort_keys=True, default=repr)
+    when = _iso_ms(row.get("egress_ms"))
+    if errors:
+        return f"{when}  {row.get('step')}:{row.get('kind')}  {row.get('message')}  {event}"
+    ingest, egress = row.get("ingest_ms"), row.get("egress_ms")
+    latency = f"{egress - ingest:7.1f} ms" if ingest is not None and egress is not None else \
+        f"{'-':>7} ms"
+    return f"{when}  {latency}  {event}"
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from cameo_actors.service.outputs import DEFAULT_PAGE
+    from cameo_actors.service.protocol import to_json
+
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit", "a positive number of rows", args.limit,
+                          "leave it out to print every row")
+    if args.errors and args.sink:
+        raise ConfigError("--sink", "no sink with --errors (the error output is one per "
+                          "dataflow)", args.sink, "leave out --sink, or --errors")
+    rows = _client(args).follow(
+        args.name, args.sink, errors=args.errors, commit=not args.no_commit,
+        limit=min(args.limit or DEFAULT_PAGE, DEFAULT_PAGE), max_rows=args.limit,
+        poll_s=args.interval, until_ended=args.follow, until_caught_up=not args.follow)
+    n = 0
+    try:
+        for row in rows:  # each page is committed once printed (when the next is asked for)
+            print(to_json(row).decode() if args.json else format_row(row, errors=args.errors),
+                  flush=args.follow)
+            n += 1
+    except KeyboardInterrupt:  # the page being printed stays uncommitted: read again next time
+        pass
+    what = "error records" if args.errors else "rows"
+    print(f"{args.name}: {n} {what}" + (" (not committed)" if args.no_commit else ""),
+          file=sys.stderr)
     return 0
 
 
@@ -221,7 +293,10 @@ def cmd_token(args: argparse.Namespace) -> int:
         print(r["token"])
     elif args.action == "list":
         rows = client.tokens()
-        print(render_table(rows, ["id", "tenant", "created"]) if rows else "no tenant tokens")
+        if args.json:
+            _print_json(rows)  # epoch seconds, for programs
+        else:  # "created" shows as ISO 8601 (render_table)
+            print(render_table(rows, ["id", "tenant", "created"]) if rows else "no tenant tokens")
     else:
         if not args.arg:
             raise ConfigError("token revoke", "a token id", None, "see `cameo token list`")
@@ -318,9 +393,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.set_defaults(func=cmd_close)
 
+    p = sub.add_parser("results", parents=[client_opts],
+                       help="print a dataflow's results (or error output), committing them",
+                       description="Print the results waiting in a dataflow's sink, a page at a "
+                                   "time, and commit each page once printed (that frees a sink "
+                                   "held on a full result log). Without --follow: what is there "
+                                   "now. Ctrl-C leaves the page being printed uncommitted.")
+    p.add_argument("name")
+    p.add_argument("--sink", default=None, help="the sink (needed when there are several)")
+    p.add_argument("--follow", action="store_true",
+                   help="keep printing as results come, until the dataflow ended")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per row (NaN and infinities as null)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N rows")
+    p.add_argument("--errors", action="store_true",
+                   help="the error output (bad records, with step, kind and message)")
+    p.add_argument("--no-commit", action="store_true",
+                   help="leave the rows for the next reader")
+    p.add_argument("--interval", type=float, default=0.5,
+                   help="--follow: seconds between polls when nothing is new (0.5)")
+    p.set_defaults(func=cmd_results)
+
     p = sub.add_parser("token", parents=[client_opts], help="tenant tokens (admin)")
     p.add_argument("action", choices=["create", "list", "revoke"])
     p.add_argument("arg", nargs="?", help="tenant (create) or token id (revoke)")
+    p.add_argument("--json", action="store_true", help="list: print the tokens as JSON")
     p.set_defaults(func=cmd_token)
 
     p = sub.add_parser("executors", parents=[client_opts], help="executor counters (admin)")

@@ -8,6 +8,7 @@
 ...          .filter("level == 'ERROR'").sink("alerts"))         # doctest: +SKIP
 {'id': 'errors', 'name': 'errors', 'tenant': 'ops', 'created': True, ...}
 >>> c.push("errors", "logs", [{"ts": 1, "level": "ERROR"}])      # doctest: +SKIP
+Pushed(accepted=1, rejected=0, rejections=[])
 >>> c.status("errors")["latency"]["p99_ms"]                       # doctest: +SKIP
 
 Refusals raise `ServiceError` (status, code, expected, got, fix); an invalid
@@ -19,7 +20,8 @@ from __future__ import annotations
 import builtins
 import json
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -29,15 +31,60 @@ import msgpack
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import SpecError
+from cameo_actors.runtime.boundary import CANCELLED, FAILED, FINISHED
 from cameo_actors.service.config import DEFAULT_URL, ClientConfig
 from cameo_actors.service.errors import ApiError
+from cameo_actors.service.outputs import DEFAULT_PAGE
 
 #: Events per HTTP request when pushing: big enough to amortise a round trip.
 PUSH_BATCH = 5_000
+#: Refused events a push's answer describes (it counts them all).
+REJECTIONS_SHOWN = 10
+#: Pages of results come as msgpack (compact; NaN kept), JSON still accepted.
+MSGPACK_ACCEPT = "application/msgpack, application/json;q=0.5"
+#: States after which a dataflow makes no more results.
+ENDED_STATES = frozenset({FINISHED, CANCELLED, FAILED})
 
 
 #: What the client raises when the service refuses a request (status 0: unreachable).
 ServiceError = ApiError
+
+
+class Pushed(int):
+    """What `Client.push` returns: the events accepted, as an int (so `n == 1000` and
+    `total += n` go on working), with the events refused.
+
+    Attributes:
+        rejected: events the service refused, each alone (they are in the error output).
+        rejections: the first few of them: {"index" in the pushed events, "field", "reason"}.
+    """
+
+    rejected: int
+    rejections: list[dict[str, Any]]
+
+    def __new__(cls, accepted: int, rejected: int = 0,
+                rejections: list[dict[str, Any]] | None = None) -> Pushed:
+        self = super().__new__(cls, accepted)
+        self.rejected = rejected
+        self.rejections = rejections or []
+        return self
+
+    @property
+    def accepted(self) -> int:
+        return int(self)
+
+    def __getitem__(self, key: str) -> Any:
+        """The push answer's fields by name, as in the HTTP answer: p["rejected"]."""
+        if key not in ("accepted", "rejected", "rejections"):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __repr__(self) -> str:
+        return (f"Pushed(accepted={int(self)}, rejected={self.rejected}, "
+                f"rejections={self.rejections!r})")
+
+    def __str__(self) -> str:  # the number, as an int prints
+        return str(int(self))
 
 
 def _df(name: str) -> str:
@@ -111,14 +158,18 @@ class Client:
 
     # -- transport ---------------------------------------------------------------------------
     def _request(self, method: str, path: str, *, body: Any = None, use_msgpack: bool = False,
-                 params: dict[str, Any] | None = None, raw: bool = False) -> Any:
-        headers: dict[str, str] = {}
+                 params: dict[str, Any] | None = None, raw: bool = False,
+                 accept_msgpack: bool = False) -> Any:
+        headers: dict[str, str] = {"Accept": MSGPACK_ACCEPT} if accept_msgpack else {}
         content: bytes | None = None
         if body is not None:
             if use_msgpack:
-                content = msgpack.packb(body, use_bin_type=True)
-                headers["Content-Type"] = "application/msgpack"
-            else:
+                try:
+                    content = msgpack.packb(body, use_bin_type=True)
+                    headers["Content-Type"] = "application/msgpack"
+                except OverflowError:  # an int beyond 64 bits: JSON carries it, and the
+                    use_msgpack = False  # service refuses that event alone, with the reason
+            if not use_msgpack:
                 content = json.dumps(body).encode("utf-8")
                 headers["Content-Type"] = "application/json"
         try:
@@ -132,6 +183,8 @@ class Client:
             raise self._error(r)
         if raw:
             return r.text
+        if r.headers.get("content-type", "").startswith("application/msgpack"):
+            return msgpack.unpackb(r.content, raw=False)
         return r.json() if r.content else None
 
     @staticmethod
@@ -154,8 +207,14 @@ class Client:
                              use_msgpack=use_msgpack,
                              params={"replace": "true"} if replace else None)
 
-    def list(self) -> list[dict[str, Any]]:
-        return self._request("GET", "/v1/dataflows")["dataflows"]  # type: ignore[no-any-return]
+    def list(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The dataflows this token may see, live and ended (or only those in `states`)."""
+        params = {"state": list(states)} if states else None
+        return self._request("GET", "/v1/dataflows", params=params)["dataflows"]  # type: ignore[no-any-return]
+
+    def exceptions(self, name: str) -> dict[str, Any]:
+        """Why a dataflow failed, and its last operator failures."""
+        return self._request("GET", f"{_df(name)}/exceptions")  # type: ignore[no-any-return]
 
     def status(self, name: str) -> dict[str, Any]:
         return self._request("GET", _df(name))  # type: ignore[no-any-return]
@@ -170,18 +229,136 @@ class Client:
         return self._request("DELETE", _df(name))  # type: ignore[no-any-return]
 
     def push(self, name: str, source: str, events: Sequence[dict[str, Any]], *,
-             batch_size: int = PUSH_BATCH, use_msgpack: bool = True) -> int:
-        """Send events to a source, in batches; returns how many were accepted."""
-        n = 0
+             batch_size: int = PUSH_BATCH, use_msgpack: bool = True) -> Pushed:
+        """Send events to a source, in batches; returns how many were accepted (an int),
+        with `rejected` and `rejections`.
+
+        The service refuses an event it cannot carry (an integer beyond 64 bits, nesting
+        too deep) alone and writes it to the error output; `rejections` describes the
+        first 10 ({"index" in `events`, "field", "reason"}). A value this client cannot
+        encode at all (a Decimal, a datetime) raises before its batch is sent, as msgpack
+        or json does.
+        """
+        accepted = rejected = 0
+        shown: list[dict[str, Any]] = []
         for i in range(0, len(events), batch_size):
             got = self._request("POST", f"{_df(name)}/sources/{quote(source, safe='')}/events",
                                 body=list(events[i:i + batch_size]), use_msgpack=use_msgpack)
-            n += int(got["accepted"])
-        return n
+            accepted += int(got["accepted"])
+            rejected += int(got.get("rejected", 0))
+            # The service counts indexes in its request: count them in `events`.
+            shown += [{**r, "index": i + int(r["index"])}
+                      for r in got.get("rejections", [])[:max(0, REJECTIONS_SHOWN - len(shown))]]
+        return Pushed(accepted, rejected, shown)
 
     def close(self, name: str) -> dict[str, Any]:
         """End every source of the dataflow (windows fire)."""
         return self._request("POST", f"{_df(name)}/close")  # type: ignore[no-any-return]
+
+    # -- outputs: results and the error output, one HTTP round trip per page ------------------
+    def results(self, name: str, sink: str | None = None, cursor: str | None = None,
+                limit: int = DEFAULT_PAGE) -> dict[str, Any]:
+        """A page of at most `limit` results after `cursor` (None: after the committed rows).
+        Reading commits nothing: pass the answer's cursor back to read on, and to
+        `commit_results` once the rows are kept.
+
+        Returns {"rows": [{"event", "ingest_ms", "egress_ms"}, ...], "cursor", "sink",
+        "pending"} (pending: rows after the cursor when the page was read).
+        """
+        params = {k: v for k, v in (("sink", sink), ("cursor", cursor), ("limit", limit))
+                  if v is not None}
+        return self._request("GET", f"{_df(name)}/results", params=params,  # type: ignore[no-any-return]
+                             accept_msgpack=True)
+
+    def commit_results(self, name: str, cursor: str, sink: str | None = None) -> dict[str, Any]:
+        """Let the service forget the results before `cursor` (a sink held on a full log
+        resumes). Returns {"cursor", "freed", "pending"}."""
+        body = {"cursor": cursor} if sink is None else {"cursor": cursor, "sink": sink}
+        return self._request("POST", f"{_df(name)}/results/commit", body=body)  # type: ignore[no-any-return]
+
+    def errors(self, name: str, cursor: str | None = None, limit: int = DEFAULT_PAGE
+               ) -> dict[str, Any]:
+        """A page of the dataflow's error output after `cursor`, like `results`. Returns
+        {"rows": [{"step", "kind", "message", "event", "ingest_ms", "egress_ms"}, ...],
+        "cursor", "pending", "skipped", "dropped"} (skipped: records before this page the
+        service dropped unread; dropped: all it dropped so far)."""
+        params = {k: v for k, v in (("cursor", cursor), ("limit", limit)) if v is not None}
+        return self._request("GET", f"{_df(name)}/errors", params=params,  # type: ignore[no-any-return]
+                             accept_msgpack=True)
+
+    def commit_errors(self, name: str, cursor: str) -> dict[str, Any]:
+        """Let the service forget the error-output records before `cursor`."""
+        return self._request("POST", f"{_df(name)}/errors/commit",  # type: ignore[no-any-return]
+                             body={"cursor": cursor})
+
+    def follow(self, name: str, sink: str | None = None, *, errors: bool = False,
+               cursor: str | None = None, limit: int = DEFAULT_PAGE, poll_s: float = 0.5,
+               commit: bool = True, max_rows: int | None = None, until_ended: bool = False,
+               until_caught_up: bool = False, stop: threading.Event | None = None
+               ) -> Iterator[dict[str, Any]]:
+        """Rows of a sink (or of the error output) as they come, page by page.
+
+        A page is committed once its last row was yielded and the next one asked for, so
+        rows a consumer stopped in the middle of are read again by the next reader (at
+        least once). A full page is followed by the next at once; an empty one by a wait of
+        `poll_s` (cut short by `stop`).
+
+        Args:
+            errors: follow the error output instead of a sink's results.
+            cursor: where to start (None: after the committed rows).
+            limit: rows per page (one HTTP round trip each).
+            commit: commit each page after it was yielded.
+            max_rows: stop after this many rows (the last page asks for no more).
+            until_ended: stop once the dataflow ended (finished, cancelled, failed, gone)
+                and every row was read.
+            until_caught_up: stop once nothing is pending (what is there now, then stop).
+            stop: set it (from another thread) to stop after the current page.
+
+        >>> for row in client.follow("alerts", until_ended=True):   # doctest: +SKIP
+        ...     print(row["event"])
+        """
+        if poll_s < 0 or (max_rows is not None and max_rows < 1):
+            raise ValueError(f"follow: expected poll_s >= 0 and max_rows >= 1 (or None), got "
+                             f"poll_s={poll_s!r}, max_rows={max_rows!r}")
+        stop = stop or threading.Event()
+        seen = 0
+        ended = False  # the dataflow ended: read once more, then stop
+        while not stop.is_set():
+            want = limit if max_rows is None else min(limit, max_rows - seen)
+            try:
+                page = (self.errors(name, cursor, want) if errors
+                        else self.results(name, sink, cursor, want))
+            except ServiceError as e:  # gone, or ended and its outputs freed, while we followed
+                if until_ended and e.code in ("not_found", "dataflow_ended"):
+                    return
+                raise
+            yield from page["rows"]
+            seen += len(page["rows"])
+            cursor, sink = page["cursor"], page.get("sink", sink)
+            if commit and page["rows"]:
+                if errors:
+                    self.commit_errors(name, cursor)
+                else:
+                    self.commit_results(name, cursor, sink)
+            if max_rows is not None and seen >= max_rows:
+                return
+            if page["pending"]:
+                continue
+            if until_caught_up or ended:
+                return
+            if until_ended:
+                ended = self._ended(name)
+                if ended:
+                    continue  # rows may have come between that read and the state change
+            stop.wait(poll_s)
+
+    def _ended(self, name: str) -> bool:
+        try:
+            return self.status(name)["state"] in ENDED_STATES
+        except ServiceError as e:
+            if e.code in ("not_found", "dataflow_ended"):
+                return True
+            raise
 
     # -- service -----------------------------------------------------------------------------
     def whoami(self) -> dict[str, Any]:

@@ -18,12 +18,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cameo_actors.service.auth import MAX_TOKENS, MAX_TOKENS_PER_TENANT
 from cameo_actors.service.errors import ConfigError
 
 DEFAULT_PORT = 8470
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 SHUTDOWN_MODES = ("stop", "keep")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+#: Deepest nesting of lists and objects a request body may have (specs nest about 5 deep).
+DEFAULT_MAX_JSON_DEPTH = 64
+MAX_JSON_DEPTH_RANGE = (8, 512)  # msgpack's unpacker stops at 1024 by itself
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,26 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "(default cameo)"),
     Option("executors", "--executors", ("CAMEO_EXECUTORS",),
            "executors in a new pool (default: one per core, embedded; one per CPU, joined)", _int),
+    Option("max_windows_per_event", "--max-windows-per-event", ("CAMEO_MAX_WINDOWS_PER_EVENT",),
+           "most windows one event may open in a new pool (a sliding window's size / slide); "
+           "specs asking more are refused (default 1000)", _int),
+    Option("state_budget_bytes", "--state-budget-bytes", ("CAMEO_STATE_BUDGET_BYTES",),
+           "a dataflow's operator state and unread results in a new pool, when its spec sets "
+           "no limits.state_bytes; over it the dataflow fails (default 536870912)", _int),
+    Option("max_state_bytes", "--max-state-bytes", ("CAMEO_MAX_STATE_BYTES",),
+           "the largest limits.state_bytes a spec may ask for in a new pool "
+           "(default 4294967296)", _int),
+    Option("keep_ended_s", "--keep-ended", ("CAMEO_KEEP_ENDED_S",),
+           "seconds a new pool keeps ended dataflows (finished, cancelled, failed) to be "
+           "seen, a finished one with its results (default 3600)", _float),
+    Option("max_string_chars", "--max-string-chars", ("CAMEO_MAX_STRING_CHARS",),
+           "longest str field value an event may carry in a new pool; longer ones go to the "
+           "error output (default 1048576)", _int),
+    Option("tenant_max_concurrent", "--tenant-max-concurrent", ("CAMEO_TENANT_MAX_CONCURRENT",),
+           "requests one tenant may have in flight; more get 429 (default 8)", _int),
+    Option("tenant_rate", "--tenant-rate", ("CAMEO_TENANT_RATE",),
+           "requests per second one tenant may send, in bursts of twice that; more get 429 "
+           "(default 200)", _float),
     Option("allowed_modules", "--allow-module", ("CAMEO_ALLOWED_MODULES",),
            "module prefix that specs' Python functions may come from; repeat the flag, or "
            "comma-separate in the variable (default: none, only safe expressions)",
@@ -84,6 +108,14 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "largest spec accepted, in bytes (default 262144)", _int),
     Option("max_body_bytes", "--max-body-bytes", ("CAMEO_MAX_BODY_BYTES",),
            "largest events batch accepted, in bytes (default 16777216)", _int),
+    Option("max_json_depth", "--max-json-depth", ("CAMEO_MAX_JSON_DEPTH",),
+           "deepest nesting of lists and objects in a request body, JSON or msgpack "
+           f"(default {DEFAULT_MAX_JSON_DEPTH}; {MAX_JSON_DEPTH_RANGE[0]} to "
+           f"{MAX_JSON_DEPTH_RANGE[1]})", _int),
+    Option("max_tokens_per_tenant", "--max-tokens-per-tenant", ("CAMEO_MAX_TOKENS_PER_TENANT",),
+           f"most tenant tokens one tenant may hold (default {MAX_TOKENS_PER_TENANT})", _int),
+    Option("max_tokens", "--max-tokens", ("CAMEO_MAX_TOKENS",),
+           f"most tenant tokens in all (default {MAX_TOKENS})", _int),
     Option("on_shutdown", "--on-shutdown", ("CAMEO_ON_SHUTDOWN",),
            "on SIGTERM: 'stop' drains and cancels the dataflows; 'keep' leaves them running in "
            "a joined cluster for the next service (default stop)"),
@@ -106,6 +138,13 @@ class ServiceConfig:
     pool: str = "default"
     policy: str = "cameo"
     executors: int | None = None
+    max_windows_per_event: int = 1_000
+    state_budget_bytes: int = 512 * 1024 * 1024
+    max_state_bytes: int = 4 * 1024 * 1024 * 1024
+    keep_ended_s: float = 3600.0
+    max_string_chars: int = 1 << 20
+    tenant_max_concurrent: int = 8
+    tenant_rate: float = 200.0
     allowed_modules: tuple[str, ...] = ()
     run_dir: str = ".run"
     state_dir: str | None = None
@@ -113,6 +152,9 @@ class ServiceConfig:
     admin_token: str | None = field(default=None, repr=False)
     max_spec_bytes: int = 256 * 1024
     max_body_bytes: int = 16 * 1024 * 1024
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_tokens_per_tenant: int = MAX_TOKENS_PER_TENANT
+    max_tokens: int = MAX_TOKENS
     on_shutdown: str = "stop"
     drain_timeout_s: float = 10.0
     log_level: str = "info"
@@ -120,10 +162,21 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError("port", "0..65535", self.port, "pick a free TCP port")
+        for name in ("max_windows_per_event", "state_budget_bytes", "max_state_bytes",
+                     "max_string_chars", "tenant_max_concurrent", "tenant_rate"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, "> 0", getattr(self, name), "give a positive limit")
+        if self.keep_ended_s < 0:
+            raise ConfigError("keep_ended_s", ">= 0", self.keep_ended_s, "use 0 to forget at once")
         for name in ("max_spec_bytes", "max_body_bytes"):
             if getattr(self, name) < 1024:
                 raise ConfigError(name, "at least 1024 bytes", getattr(self, name),
                                   "raise the limit")
+        lo, hi = MAX_JSON_DEPTH_RANGE
+        if not lo <= self.max_json_depth <= hi:
+            raise ConfigError("max_json_depth", f"{lo} to {hi} levels", self.max_json_depth,
+                              f"keep the default {DEFAULT_MAX_JSON_DEPTH} unless events nest "
+                              "deeper")
         if self.on_shutdown not in SHUTDOWN_MODES:
             raise ConfigError("on_shutdown", f"one of {SHUTDOWN_MODES}", self.on_shutdown,
                               "use 'stop' (drain and cancel) or 'keep' (leave running)")
@@ -134,6 +187,9 @@ class ServiceConfig:
             raise ConfigError("executors", ">= 1", self.executors, "leave it unset for one per CPU")
         if self.drain_timeout_s < 0:
             raise ConfigError("drain_timeout_s", ">= 0", self.drain_timeout_s, "use 0 to not wait")
+        for name in ("max_tokens_per_tenant", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, ">= 1", getattr(self, name), "allow at least one token")
 
     @property
     def embedded(self) -> bool:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import heapq
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cameo_actors.clock import Clock, SystemClock
@@ -20,22 +21,37 @@ from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError, SpecError
 from cameo_actors.runtime.boundary import (
+    LIVE_STATES,
+    RUNNING,
+    STATES,
     DataflowInfo,
     DataflowStats,
     DataflowSummary,
     ExecutorStats,
     RuntimeLike,
 )
-from cameo_actors.runtime.exceptions import DataflowExists, DataflowNotFound
+from cameo_actors.runtime.exceptions import DataflowEnded, DataflowExists, DataflowNotFound
 from cameo_actors.service.auth import Principal
-from cameo_actors.service.errors import ApiError, not_found
+from cameo_actors.service.errors import ApiError, ended, not_found
+from cameo_actors.service.outputs import (
+    DEFAULT_PAGE,
+    ERRORS,
+    MAX_PAGE,
+    RESULTS,
+    Cursor,
+    below_committed,
+    committed_rows,
+    error_item,
+    plan_page,
+    result_item,
+)
 
 #: Throughput is measured over status samples at most this old (ms) ...
 RATE_WINDOW_MS = 30_000.0
 #: ... and at least this far apart (ms); otherwise since the dataflow started.
 RATE_MIN_SPAN_MS = 500.0
-#: Names of recently cancelled dataflows kept, for clearer answers to a second cancel.
-CANCELLED_KEPT = 256
+#: Refused events a push answer describes (it counts them all).
+REJECTIONS_SHOWN = 10
 
 
 def normalize(spec: dict[str, Any]) -> dict[str, Any]:
@@ -63,6 +79,12 @@ def spec_differences(running: dict[str, Any], submitted: dict[str, Any]) -> list
     return out[:8]
 
 
+def _deployment(info: DataflowInfo) -> str:
+    """Names one deployment of a dataflow: a redeploy under the same name gets another
+    (as the Spark tier's offsets do), so a replaced dataflow's cursors are refused."""
+    return repr(info.get("submitted_at"))
+
+
 class ServiceCore:
     """Tenancy, idempotency and bookkeeping around a runtime; safe to call from many threads.
 
@@ -85,21 +107,15 @@ class ServiceCore:
         self._flow_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._samples: dict[str, deque[tuple[float, int, int, int]]] = {}
-        self._cancelled: dict[str, tuple[str, str]] = {}  # name -> (how it ended, tenant)
 
     # -- lookups -----------------------------------------------------------------------------
     def _entry(self, principal: Principal, name: str) -> DataflowSummary:
-        """The controller's list entry of a dataflow this caller may access, else 404."""
+        """The pool's list entry (live or ended) of a dataflow this caller may access, else 404."""
         for d in self.rt.list():
             if d["name"] == name:
                 if principal.can_access(d["tenant"]):
                     return d
                 break
-        gone = self._cancelled.get(name)
-        if gone and principal.can_access(gone[1]):
-            raise ApiError(404, "not_found", f"dataflow {name!r} was {gone[0]} already",
-                           expected="the name of a running dataflow", got=name,
-                           fix="nothing to do; `cameo list` shows what runs")
         raise not_found(name)
 
     def flow_lock(self, name: str) -> threading.Lock:
@@ -161,7 +177,7 @@ class ServiceCore:
                                    f"a different dataflow runs under the name {spec.name!r}",
                                    expected="the running spec, or replace=true",
                                    got="; ".join(diffs), fix=fix)
-                self._cancel_now(spec.name, "replaced", owner)
+                self._cancel_now(spec.name)
                 replaced = True
             try:
                 self.rt.deploy(wanted)
@@ -175,12 +191,12 @@ class ServiceCore:
                 raise ApiError(409, "spec_changed", f"a different dataflow runs under the name "
                                f"{spec.name!r}", expected="the running spec", got=spec.name,
                                fix="resubmit with replace, or pick another name") from None
-            self._cancelled.pop(spec.name, None)
             self._samples.pop(spec.name, None)
             return 201, {**self._submitted(spec, created=True), "replaced": replaced}
 
     def _running_spec(self, name: str) -> dict[str, Any] | None:
-        if not any(d["name"] == name for d in self.rt.list()):
+        """The normalized spec of a live dataflow of that name (an ended one may be replaced)."""
+        if not any(d["name"] == name for d in self.rt.list(LIVE_STATES)):
             return None
         try:
             return normalize(self.rt.describe(name)["spec"])
@@ -198,37 +214,74 @@ class ServiceCore:
         except SpecError as e:
             raise ApiError.from_user_error(e) from None
 
-    def list(self, principal: Principal) -> list[DataflowSummary]:
-        return [d for d in self.rt.list() if principal.can_access(d["tenant"])]
+    def list(self, principal: Principal, states: builtins.list[str] | None = None
+             ) -> builtins.list[DataflowSummary]:
+        """The dataflows this caller may see, live and ended (or those in `states`)."""
+        if states:
+            unknown = sorted(set(states) - set(STATES))
+            if unknown:
+                raise ApiError(422, "invalid_request", "unknown dataflow state in the filter",
+                               expected=f"states among {list(STATES)}", got=", ".join(unknown),
+                               fix="e.g. ?state=running&state=failed")
+        return [d for d in self.rt.list(states) if principal.can_access(d["tenant"])]
 
     def status(self, principal: Principal, name: str) -> dict[str, Any]:
         self._entry(principal, name)
         try:
-            info = self.rt.describe(name)
-            s = self.rt.stats(name)
+            info = self.rt.describe(name, refresh=True)
+            s: DataflowStats | dict[str, Any] = info.get("final") or {} if info.get("released") \
+                else self.rt.stats(name)
         except DataflowNotFound:
             raise not_found(name) from None
+        except DataflowEnded:  # ended between the two calls: its last statistics
+            info = self.rt.describe(name, refresh=True)
+            s = info.get("final") or {}
         spec = info["spec"]
         now = self.clock.now_ms()
+        state = info.get("state", RUNNING)
         return {
             "name": name, "tenant": spec["tenant"],
-            "state": "stopping" if self.stopping else info.get("state", "running"),
+            "state": "stopping" if self.stopping and state in LIVE_STATES else state,
             "latency_target_ms": spec["latency_target_ms"],
             "weight": spec["scheduling"]["weight"],
             "latency": {k: s.get(k) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms")},
             "within_target": s.get("within_target"),
-            "results": s["results"], "events_in": s["events_in"], "events_out": s["events_out"],
+            "results": s.get("results", 0), "events_in": s.get("events_in", 0),
+            "events_out": s.get("events_out", 0),
             "throughput": self._throughput(name, now, info.get("submitted_at"), s),
-            "backlog": s["backlog"], "errors": dict(s["errors"]),
+            "backlog": s.get("backlog", 0), "errors": dict(s.get("errors", {})),
             "failures": list(s.get("failures", []))[-10:],
             "executors": list(info.get("executors", [])),
             "sources": list(s.get("sources", [])),
             "submitted_at": info.get("submitted_at"),
+            "ended_at": info.get("ended_at"),
+            "cause": info.get("cause"),
+            "exceptions": list(info.get("exceptions") or [])[-10:],
+            "history": list(info.get("history") or []),
+            "state_bytes": info.get("state_bytes", 0),
+            "held": list(s.get("held", [])),
         }
 
+    def exceptions(self, principal: Principal, name: str) -> dict[str, Any]:
+        """Why a dataflow failed and its last operator failures (like Flink's
+        /jobs/{id}/exceptions)."""
+        self._entry(principal, name)
+        try:
+            info = self.rt.describe(name, refresh=True)
+            failures = info.get("exceptions") if info.get("released") \
+                else self.rt.stats(name).get("failures", [])
+        except DataflowNotFound:
+            raise not_found(name) from None
+        except DataflowEnded:
+            info = self.rt.describe(name, refresh=True)
+            failures = info.get("exceptions")
+        return {"name": name, "state": info["state"], "cause": info.get("cause"),
+                "exceptions": list(failures or [])[-10:]}
+
     def _throughput(self, name: str, now: float, submitted_at: float | None,
-                    s: DataflowStats) -> dict[str, float]:
-        cur = (now, int(s["events_in"]), int(s["events_out"]), int(s["results"]))
+                    s: DataflowStats | dict[str, Any]) -> dict[str, float]:
+        cur = (now, int(s.get("events_in", 0)), int(s.get("events_out", 0)),
+               int(s.get("results", 0)))
         samples = self._samples.setdefault(name, deque(maxlen=64))
         while samples and now - samples[0][0] > RATE_WINDOW_MS:
             samples.popleft()
@@ -250,13 +303,17 @@ class ServiceCore:
             return self.rt.update(name, latency_target_ms=latency_target_ms, weight=weight)
         except DataflowNotFound:
             raise not_found(name) from None
+        except DataflowEnded as e:
+            raise ended(e) from None
 
     def cancel(self, principal: Principal, name: str) -> dict[str, Any]:
+        """Cancel a live dataflow; for an ended one, free what it kept (a finished one's
+        results) and answer its state: cancelling twice is not an error."""
         with self._control:
-            entry = self._entry(principal, name)
-            return self._cancel_now(name, "cancelled", entry["tenant"])
+            self._entry(principal, name)
+            return self._cancel_now(name)
 
-    def _cancel_now(self, name: str, how: str, tenant: str) -> dict[str, Any]:
+    def _cancel_now(self, name: str) -> dict[str, Any]:
         try:
             # Not under the dataflow's push lock: cancelling is what frees a push that
             # waits on a stuck dataflow's backpressure.
@@ -265,35 +322,83 @@ class ServiceCore:
             raise not_found(name) from None
         with self._locks_guard:
             self._flow_locks.pop(name, None)
-        self._cancelled[name] = (how, tenant)
-        while len(self._cancelled) > CANCELLED_KEPT:
-            del self._cancelled[next(iter(self._cancelled))]
         self._samples.pop(name, None)
         return result
 
     def push(self, principal: Principal, name: str, source: str,
-             events: builtins.list[dict[str, Any]]) -> int:
+             events: builtins.list[dict[str, Any]]) -> dict[str, Any]:
+        """Hand events to a source: {"accepted": n, "rejected": m, "rejections": the first
+        few}. An event msgpack cannot carry is refused alone (and goes to the error output);
+        the rest go on, so a writer never retries a whole batch for one event."""
+        self.admit_push(principal, name, source)
+        with self._ending(name), self.flow_lock(name):
+            rejected = self.rt.push(name, source, events)
+        return {"accepted": len(events) - len(rejected), "rejected": len(rejected),
+                "rejections": rejected[:REJECTIONS_SHOWN]}
+
+    def admit_push(self, principal: Principal, name: str, source: str) -> None:
+        """Whether a push to `source` may go on now: the refusals of a push (404, 409, 429,
+        503), answered before its body is even read."""
         self._refuse_while_stopping()
         info = self._describe_visible(principal, name)
         self._check_source(info, name, source)
-        with self.flow_lock(name):
-            self.rt.push(name, source, events)
-        return len(events)
+        with self._ending(name):
+            self._refuse_when_full(name)
 
     def close(self, principal: Principal, name: str) -> None:
         """End every source of the dataflow: its windows fire, nothing more is expected."""
         self._describe_visible(principal, name)
-        with self.flow_lock(name):
+        with self._ending(name), self.flow_lock(name):
             self.rt.close(name)
 
-    def _describe_visible(self, principal: Principal, name: str) -> DataflowInfo:
+    @contextlib.contextmanager
+    def _ending(self, name: str) -> Iterator[None]:
+        """A dataflow that ended (or went) while a call was under way: the same answers as
+        when it had ended before (409 / 503 / 404)."""
+        try:
+            yield
+        except DataflowNotFound:
+            raise not_found(name) from None
+        except DataflowEnded as e:
+            lost = bool(self.rt.describe(name, refresh=True).get("lost"))
+            raise ended(e, lost=lost) from None
+
+    def _describe_visible(self, principal: Principal, name: str, *, outputs: bool = False
+                          ) -> DataflowInfo:
+        """A dataflow this caller may access (else 404) that is running, or with `outputs`
+        whose outputs are still kept (running, finishing or finished); else 409, or 503 if
+        a part of the pool died under it."""
         try:
             info = self.rt.describe(name)
         except DataflowNotFound:
             raise not_found(name) from None
         if not principal.can_access(info["spec"]["tenant"]):
             raise not_found(name)
+        if info.get("released") if outputs else info.get("state", RUNNING) != RUNNING:
+            raise ended(DataflowEnded(name, info["state"], info.get("cause")),
+                        lost=bool(info.get("lost")))
         return info
+
+    def _refuse_when_full(self, name: str) -> None:
+        """429 before anything is sent when the dataflow cannot take more now: a request
+        never waits on one dataflow's backpressure while holding a server worker."""
+        p = self.rt.pressure(name)
+        if p["full_sinks"]:
+            raise ApiError(429, "results_full", f"dataflow {name!r} holds as many unread "
+                           "results as it may: its pushes wait until a reader commits",
+                           expected="results read and committed",
+                           got=f"full result log(s) at {', '.join(p['full_sinks'])}",
+                           fix=f"read and commit them (`cameo results {name}`, or GET "
+                               f"/v1/dataflows/{name}/results then POST .../results/commit), "
+                               "then push again", retry_after_s=1.0)
+        waiting = p["waiting"]
+        if waiting and all(n >= p["limit"] for n in waiting.values()):
+            raise ApiError(429, "backpressure", f"dataflow {name!r} is not keeping up: its "
+                           "sources have as many events waiting as they may",
+                           expected=f"fewer than {p['limit']} events waiting per source instance",
+                           got=f"{sum(waiting.values())} waiting",
+                           fix="retry after the Retry-After seconds, push smaller batches, or "
+                               "give the dataflow more parallelism", retry_after_s=1.0)
 
     @staticmethod
     def _check_source(info: DataflowInfo, name: str, source: str) -> None:
@@ -310,12 +415,158 @@ class ServiceCore:
                            fix="ask the service operator")
         return self.rt.executor_stats()
 
+    # -- outputs: results and the error output, read with cursors ----------------------------
+    # Only the runtime's read and commit calls, never a dataflow's push lock: a reader does
+    # not wait for a pusher, and its commit is what frees a sink held on a full result log.
+    def read_results(self, principal: Principal, name: str, *, sink: str | None = None,
+                     cursor: str | None = None, limit: int = DEFAULT_PAGE) -> dict[str, Any]:
+        """At most `limit` results after `cursor` (none: after the committed rows), shared
+        fairly among the sink's instances. Commits nothing.
+
+        Returns {"rows", "cursor", "sink", "pending"}; each row {"event", "ingest_ms",
+        "egress_ms"}, in egress order (one instance's rows in their order).
+        """
+        return self._read(principal, name, RESULTS, sink, cursor, limit)
+
+    def read_errors(self, principal: Principal, name: str, *, cursor: str | None = None,
+                    limit: int = DEFAULT_PAGE) -> dict[str, Any]:
+        """At most `limit` error-output records after `cursor`, over every executor's error
+        log. Records the runtime dropped unread (beyond its capacity) are skipped and counted.
+
+        Returns {"rows", "cursor", "pending", "skipped", "dropped"}; each row {"step", "kind",
+        "message", "event", "ingest_ms", "egress_ms"}.
+        """
+        return self._read(principal, name, ERRORS, None, cursor, limit)
+
+    def commit_results(self, principal: Principal, name: str, *, cursor: str,
+                       sink: str | None = None) -> dict[str, Any]:
+        """Let the runtime forget the results before `cursor` (a sink held on a full log
+        resumes). Committing again, or an older cursor, frees nothing and is no error."""
+        return self._commit(principal, name, RESULTS, sink, cursor)
+
+    def commit_errors(self, principal: Principal, name: str, *, cursor: str) -> dict[str, Any]:
+        """Let the runtime forget the error-output records before `cursor`."""
+        return self._commit(principal, name, ERRORS, None, cursor)
+
+    def _read(self, principal: Principal, name: str, output: str, sink: str | None,
+              cursor: str | None, limit: int) -> dict[str, Any]:
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise ApiError(422, "invalid_request", f"limit {limit!r} is out of range",
+                           expected=f"1 to {MAX_PAGE} rows", got=limit,
+                           fix=f"ask for at most {MAX_PAGE} rows and read on with the cursor")
+        info = self._describe_visible(principal, name, outputs=True)
+        at = Cursor.decode(cursor, output) if cursor is not None else None
+        if output == RESULTS:
+            sink = self._pick_sink(info, name, sink, at)
+        available, dropped = self._available(name, output, sink)
+        deployment = _deployment(info)
+        if at is None:
+            starts = {log: committed for log, (committed, _) in available.items()}
+        else:
+            at.check(name, deployment, sink, available)
+            starts = dict(at.positions)
+        below = below_committed(starts, available)
+        skipped = 0
+        if below and output == RESULTS:
+            raise committed_rows(name, below, cursor or "")
+        if below:  # the error output drops its oldest unread records beyond a capacity
+            skipped = sum(c - s for s, c in below.values())
+            starts.update({log: c for log, (_, c) in below.items()})
+        stops = plan_page(starts, {log: end for log, (_, end) in available.items()}, limit)
+        positions = dict(starts)
+        pages: builtins.list[builtins.list[dict[str, Any]]] = []
+        with self._reading(name, cursor):
+            for log, stop in stops.items():
+                if stop <= starts[log]:
+                    continue  # nothing new there: no call
+                if output == RESULTS:
+                    first, rows = starts[log], self.rt.read_results(name, log, starts[log], stop)
+                    pages.append([result_item(r) for r in rows])
+                else:
+                    first, rows = self.rt.read_errors(name, log, starts[log], stop)
+                    skipped += first - starts[log]
+                    pages.append([error_item(r) for r in rows])
+                positions[log] = first + len(rows)
+        page: dict[str, Any] = {
+            "rows": list(heapq.merge(*pages, key=lambda r: r["egress_ms"])),
+            "cursor": Cursor(output, name, deployment, sink, positions).encode(),
+            "pending": sum(max(0, end - positions[log]) for log, (_, end) in available.items())}
+        if output == RESULTS:
+            page["sink"] = sink
+        else:
+            page.update(skipped=skipped, dropped=dropped)
+        return page
+
+    def _commit(self, principal: Principal, name: str, output: str, sink: str | None,
+                cursor: str) -> dict[str, Any]:
+        info = self._describe_visible(principal, name, outputs=True)
+        at = Cursor.decode(cursor, output)
+        if output == RESULTS:
+            sink = self._pick_sink(info, name, sink, at)
+        available, _ = self._available(name, output, sink)
+        at.check(name, _deployment(info), sink, available)
+        freed = 0
+        with self._reading(name, cursor):
+            for log, offset in sorted(at.positions.items()):
+                committed = available[log][0]
+                if offset > committed:
+                    if output == RESULTS:
+                        self.rt.commit_results(name, log, offset)
+                    else:
+                        self.rt.commit_errors(name, log, offset)
+                    freed += offset - committed
+        pending = sum(max(0, end - max(at.positions[log], committed))
+                      for log, (committed, end) in available.items())
+        return {"cursor": cursor, "freed": freed, "pending": pending}
+
+    def _available(self, name: str, output: str, sink: str | None
+                   ) -> tuple[dict[str, tuple[int, int]], int]:
+        """(log -> (committed, end), records dropped unread) of one output."""
+        with self._reading(name):
+            if output == RESULTS:
+                return dict(self.rt.result_offsets(name, sink)), 0
+            logs = self.rt.error_offsets(name)
+        return ({log: (c, e) for log, (c, e, _) in logs.items()},
+                sum(d for _, _, d in logs.values()))
+
+    @staticmethod
+    def _pick_sink(info: DataflowInfo, name: str, sink: str | None, at: Cursor | None) -> str:
+        """The sink asked for, else the cursor's, else the only one; 422 / 404 otherwise."""
+        sinks = [s["id"] for s in info["spec"]["steps"] if s["op"] == "sink"]
+        sink = sink if sink is not None else at.sink if at is not None else None
+        if sink is None:
+            if len(sinks) == 1:
+                return str(sinks[0])
+            raise ApiError(422, "sink_required", f"dataflow {name!r} has {len(sinks)} sinks",
+                           expected=f"sink= one of {sinks}", got="no sink",
+                           fix="name the sink to read (?sink=NAME, `cameo results --sink NAME`)")
+        if sink not in sinks:
+            raise ApiError(404, "unknown_sink", f"dataflow {name!r} has no sink {sink!r}",
+                           expected=f"one of {sinks}", got=sink,
+                           fix="read one of the dataflow's sinks")
+        return sink
+
+    @contextlib.contextmanager
+    def _reading(self, name: str, cursor: str | None = None) -> Iterator[None]:
+        """The runtime's answers about a dataflow's outputs, as the API says them."""
+        try:
+            yield
+        except DataflowEnded as e:  # cancelled or failed meanwhile: its outputs were freed
+            raise ended(e) from None
+        except KeyError:  # cancelled meanwhile (an executor forgot it before the controller)
+            raise not_found(name) from None
+        except ValueError as e:  # the runtime refuses to read rows another reader committed
+            raise ApiError(409, "cursor_committed", f"rows of dataflow {name!r} after this cursor "
+                           f"were committed meanwhile by another reader ({e})",
+                           expected="one reader per output", got=(cursor or "")[:80],
+                           fix="read again without a cursor (from the committed rows)") from None
+
     # -- shutdown ----------------------------------------------------------------------------
     def stop_all(self, drain_timeout_s: float, log: Callable[[str], None]) -> builtins.list[dict[str, Any]]:
         """Stop every dataflow cleanly: close sources (windows fire), let the backlog
         drain for up to `drain_timeout_s`, cancel, and say so for each one."""
         self.stopping = True
-        running = self.rt.list()
+        running = self.rt.list(LIVE_STATES)
         if not running:
             log("no dataflows were running")
             return []
@@ -335,7 +586,7 @@ class ServiceCore:
                 name = d["name"]
                 try:
                     s = self.rt.stats(name)
-                    result = self._cancel_now(name, "stopped at shutdown", d["tenant"])
+                    result = self._cancel_now(name)
                 except ApiError:
                     continue
                 within, target = s.get("within_target"), d["latency_target_ms"]

@@ -6,9 +6,11 @@ Every refusal names what was expected, what arrived and the fix, so a client
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from cameo_actors.errors import CameoError, SpecError, UserError
+from cameo_actors.runtime.exceptions import DataflowEnded
 
 
 class ConfigError(UserError):
@@ -26,6 +28,16 @@ class ConfigError(UserError):
         return str(self.subject)
 
 
+class TokenLimitError(UserError):
+    """A tenant, or the whole service, holds as many tenant tokens as allowed; nothing was
+    created. The fix is to revoke one (or raise the service's limit).
+
+    >>> str(TokenLimitError("tenant 'ops'", "at most 16 tokens per tenant", "16 already",
+    ...                     "revoke one"))
+    "tenant 'ops': expected at most 16 tokens per tenant, got '16 already'. Fix: revoke one"
+    """
+
+
 class ApiError(CameoError):
     """A request the service refuses; nothing was changed. The server raises it, and
     the client raises it again from the response (as `ServiceError`).
@@ -36,10 +48,14 @@ class ApiError(CameoError):
         message: one sentence for people.
         expected, got, fix: what the service wanted, what it got, what to do.
         step: the dataflow step at fault, for spec errors.
+        retry_after_s: for 429 / 503, when a retry may succeed (the Retry-After header).
+        close_connection: answer with `Connection: close` (the rest of a too large body is
+            not worth reading; the client connects again).
     """
 
     def __init__(self, status: int, code: str, message: str, *, expected: Any = None,
-                 got: Any = None, fix: str | None = None, step: str | None = None) -> None:
+                 got: Any = None, fix: str | None = None, step: str | None = None,
+                 retry_after_s: float | None = None, close_connection: bool = False) -> None:
         text = f"{message} (HTTP {status} {code})" if status else message
         if expected is not None:
             text += f"; expected {expected}, got {got!r}"
@@ -53,13 +69,18 @@ class ApiError(CameoError):
         self.got = got
         self.fix = fix
         self.step = step
+        self.retry_after_s = retry_after_s
+        self.close_connection = close_connection
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"code": self.code, "message": self.message}
         for key in ("step", "expected", "got", "fix"):
             value = getattr(self, key)
             if value is not None:
-                body[key] = value if isinstance(value, (str, int, float, bool)) else repr(value)
+                plain = isinstance(value, (str, int, bool)) or (
+                    isinstance(value, float) and math.isfinite(value))
+                # NaN or Infinity as "got" (a refused number) would make the JSON answer fail.
+                body[key] = value if plain else repr(value)
         return {"error": body}
 
     @classmethod
@@ -76,3 +97,18 @@ def not_found(name: str) -> ApiError:
                     expected="the name of a running dataflow of your tenant", got=name,
                     fix="list your dataflows with `cameo list` (GET /v1/dataflows)")
 
+
+
+def ended(e: DataflowEnded, *, lost: bool = False) -> ApiError:
+    """A dataflow that takes no events any more: 409, or 503 when a part of the pool died
+    under it (not the caller's doing; a retry may work once it is restored)."""
+    why = f" ({e.cause})" if e.cause else ""
+    if lost:
+        return ApiError(503, "dataflow_unavailable", f"dataflow {e.name!r} lost a part of the "
+                        f"pool it ran on{why}", expected="a running dataflow", got=e.state,
+                        fix="resubmit the dataflow (`cameo submit`); `cameo status NAME` shows "
+                            "what happened", retry_after_s=5.0)
+    return ApiError(409, "dataflow_ended", f"dataflow {e.name!r} is {e.state}{why}",
+                    expected="a running dataflow", got=e.state,
+                    fix="resubmit it to run it again (`cameo submit`); `cameo status NAME` shows "
+                        "how it ended")

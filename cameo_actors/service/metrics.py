@@ -113,8 +113,21 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
             errors.add_metric([*labels, step, kind], n)
     for t, n in sorted(per_tenant.items()):
         running.add_metric([t], n)
+    transitions = CounterMetricFamily("cameo_dataflow_transitions", "Dataflows that entered a "
+                                      "lifecycle state (running, finishing, finished, "
+                                      "cancelled, failed) since the pool started",
+                                      labels=["tenant", "state"])
+    for t, state, n in snapshot.get("transitions", []):
+        if tenant is None or t == tenant:
+            transitions.add_metric([t, state], n)
     out: list[Metric] = [lat, results, within, target, weight, recent, ev_in, ev_out, errors,
-                         backlog, running]
+                         backlog, running, transitions]
+    if tenant is None:
+        states = GaugeMetricFamily("cameo_dataflows_by_state", "Dataflows the pool keeps, by "
+                                   "lifecycle state (ended ones for a while)", labels=["state"])
+        for state, n in sorted(snapshot.get("states", {}).items()):
+            states.add_metric([state], n)
+        out.append(states)
     if include_executors:
         out.extend(executor_families(snapshot.get("executors", [])))
     if scrape_seconds is not None:

@@ -8,18 +8,25 @@ step, what was expected, what arrived and the fix.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cameo_actors.dataflow.validate import MAX_LATENCY_TARGET_MS, MAX_NUMBER
+from cameo_actors.service.config import DEFAULT_MAX_JSON_DEPTH
 from cameo_actors.service.errors import ApiError
+from cameo_actors.service.nesting import deeper_than, json_depth
+from cameo_actors.service.outputs import MAX_CURSOR_CHARS
 
 JSON_TYPE = "application/json"
 MSGPACK_TYPE = "application/msgpack"
 _JSON_TYPES = {"application/json", "text/json"}
 _MSGPACK_TYPES = {"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"}
+#: Deepest nesting of lists and objects a body may have (the service's --max-json-depth).
+DEFAULT_MAX_DEPTH = DEFAULT_MAX_JSON_DEPTH
 
 
 def media_type(content_type: str | None) -> str:
@@ -48,28 +55,65 @@ def too_large(n: int | str, limit: int, what: str) -> ApiError:
                         "service with a higher limit")
 
 
-def decode_body(raw: bytes, content_type: str | None, what: str) -> Any:
-    """JSON (the default) or msgpack bytes -> plain data; 400 / 415 on failure."""
+def too_deep(depth: int | str, limit: int, what: str) -> ApiError:
+    return ApiError(400, "too_deep", f"the {what} nests lists and objects deeper than the "
+                    "service accepts", expected=f"at most {limit} levels of nesting",
+                    got=f"{depth} levels",
+                    fix=f"flatten the {what}, or start the service with a higher "
+                        "--max-json-depth")
+
+
+class _NonFinite(ValueError):
+    """NaN, Infinity or -Infinity in JSON text (the message is the token)."""
+
+
+def _refuse_constant(token: str) -> Any:
+    raise _NonFinite(token)
+
+
+def decode_body(raw: bytes, content_type: str | None, what: str,
+                max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """JSON (the default) or msgpack bytes -> plain data; 400 / 415 on failure.
+
+    Nesting deeper than `max_depth` is refused (JSON before it is parsed), and so are
+    JSON's NaN and Infinity, which Python's parser would otherwise accept.
+    """
     kind = media_type(content_type)
     if kind in _MSGPACK_TYPES:
         try:
-            return msgpack.unpackb(raw, raw=False)
+            data = msgpack.unpackb(raw, raw=False)
+        except msgpack.StackError:  # its C unpacker's own limit (1024 levels)
+            raise too_deep("more than 1024", max_depth, what) from None
         except Exception as e:  # msgpack raises several unrelated exception types
             raise ApiError(400, "malformed_body", f"the {what} is not valid msgpack",
                            expected=f"a msgpack-encoded {what}", got=f"{type(e).__name__}: {e}",
                            fix=f"encode the {what} with msgpack.packb(..., use_bin_type=True)"
                            ) from None
+        depth = deeper_than(data, max_depth)
+        if depth is not None:
+            raise too_deep(f"more than {depth - 1}", max_depth, what)
+        return data
     if kind in _JSON_TYPES or kind == "" or kind.endswith("+json"):
         if not raw.strip():
             raise ApiError(400, "malformed_body", f"the request has no {what}",
                            expected=f"a JSON {what}", got="an empty body",
                            fix=f"send the {what} as the request body")
+        depth = json_depth(raw)
+        if depth > max_depth:
+            raise too_deep(depth, max_depth, what)
         try:
-            return json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            return json.loads(raw, parse_constant=_refuse_constant)
+        except _NonFinite as e:
+            raise ApiError(400, "malformed_body", f"the {what} holds {e}, which is not a JSON "
+                           "number", expected="finite numbers (JSON has no NaN or Infinity)",
+                           got=str(e), fix="send a finite number, or null for no value") from None
+        # ValueError: also an integer of more than 4300 digits; RecursionError: deep nesting
+        # the scan above let through (it never should).
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise ApiError(400, "malformed_body", f"the {what} is not valid JSON",
-                           expected=f"a JSON {what}", got=str(e),
-                           fix="check the JSON syntax (quotes, commas, brackets)") from None
+                           expected=f"a JSON {what}", got=str(e)[:200],
+                           fix="check the JSON syntax (quotes, commas, brackets) and that "
+                               "integers have at most 4300 digits") from None
     raise ApiError(415, "unsupported_media_type", f"cannot read a {what} sent as {kind!r}",
                    expected=f"Content-Type {JSON_TYPE} or {MSGPACK_TYPE}", got=content_type,
                    fix=f"send the {what} as JSON or msgpack with a matching Content-Type")
@@ -108,6 +152,52 @@ def parse_events(data: Any) -> list[dict[str, Any]]:
     return data
 
 
+# -- answers in the format asked for (results and error-output pages) -------------------------
+def wants_msgpack(accept: str | None) -> bool:
+    """Whether an Accept header prefers msgpack: its first JSON or msgpack type is msgpack."""
+    for part in (accept or "").split(","):
+        kind = media_type(part)
+        if kind in _MSGPACK_TYPES:
+            return True
+        if kind in _JSON_TYPES:
+            return False
+    return False
+
+
+def json_safe(data: Any) -> Any:
+    """`data` with NaN and the infinities as None: JSON has no number for them (msgpack has)."""
+    if isinstance(data, float):
+        return data if data == data and data not in (float("inf"), float("-inf")) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v) for v in data]
+    return data
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):  # an "any" field pushed as msgpack bytes
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def to_json(data: Any) -> bytes:
+    """Compact JSON that never fails on non-finite floats (they become null)."""
+    try:  # the usual case, one pass: no NaN anywhere
+        text = json.dumps(data, allow_nan=False, separators=(",", ":"), default=_json_default)
+    except ValueError:
+        text = json.dumps(json_safe(data), allow_nan=False, separators=(",", ":"),
+                          default=_json_default)
+    return text.encode("utf-8")
+
+
+def encode_answer(data: Any, accept: str | None) -> tuple[bytes, str]:
+    """(body, media type): msgpack when the Accept header asks for it, else JSON."""
+    if wants_msgpack(accept):
+        return msgpack.packb(data, use_bin_type=True), MSGPACK_TYPE
+    return to_json(data), JSON_TYPE
+
+
 # -- request models --------------------------------------------------------------------------
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -116,8 +206,13 @@ class _Strict(BaseModel):
 class UpdateRequest(_Strict):
     """Change a running dataflow's latency target or its tenant weight."""
 
-    latency_target_ms: float | None = Field(None, gt=0, description="new end-to-end target, ms")
-    weight: float | None = Field(None, gt=0, description="new share under fair_share")
+    # The spec's bounds (validate.check_live_settings); strict: no "30" or true for a number,
+    # and no NaN or Infinity (msgpack carries them, and JSON's 1e999 reads as Infinity).
+    latency_target_ms: float | None = Field(None, gt=0, lt=MAX_LATENCY_TARGET_MS, strict=True,
+                                            allow_inf_nan=False,
+                                            description="new end-to-end target, ms")
+    weight: float | None = Field(None, gt=0, le=MAX_NUMBER, strict=True, allow_inf_nan=False,
+                                 description="new share under fair_share")
 
     @model_validator(mode="after")
     def _something(self) -> UpdateRequest:
@@ -158,8 +253,10 @@ class DataflowSummary(BaseModel):
     name: str
     tenant: str
     latency_target_ms: float
-    state: str
+    state: str = Field(description="running, finishing, finished, cancelled or failed")
     executors: list[int]
+    submitted_at: float | None = None
+    ended_at: float | None = None
 
 
 class DataflowList(BaseModel):
@@ -181,6 +278,12 @@ class Throughput(BaseModel):
     window_s: float = Field(description="the interval the rates were measured over")
 
 
+class Transition(BaseModel):
+    state: str
+    at: float = Field(description="epoch seconds")
+    reason: str | None
+
+
 class DataflowStatus(BaseModel):
     name: str
     tenant: str
@@ -199,6 +302,20 @@ class DataflowStatus(BaseModel):
     executors: list[int]
     sources: list[str]
     submitted_at: float | None
+    ended_at: float | None = None
+    cause: str | None = Field(None, description="why it failed")
+    exceptions: list[str] = Field([], description="its last operator failures")
+    history: list[Transition] = Field([], description="its state changes, oldest first")
+    state_bytes: int = Field(0, description="estimated operator state and unread results")
+    held: list[str] = Field([], description="activations held by flow control (e.g. a sink "
+                                            "whose result log is full)")
+
+
+class Exceptions(BaseModel):
+    name: str
+    state: str
+    cause: str | None
+    exceptions: list[str]
 
 
 class UpdateResponse(BaseModel):
@@ -211,10 +328,75 @@ class CancelResponse(BaseModel):
     name: str
     state: str
     messages_dropped: int
+    ended_before: bool = Field(False, description="it had ended already; what it kept (a "
+                                                  "finished dataflow's results) is freed")
+
+
+class Rejection(BaseModel):
+    """An event refused at the edge: msgpack cannot carry it (it is in the error output too)."""
+
+    index: int = Field(description="its position in the request's events")
+    field: str | None = Field(description="the field at fault; null when the event as a whole is")
+    reason: str = Field(description="what was expected, what arrived, and the fix")
 
 
 class PushResponse(BaseModel):
-    accepted: int
+    accepted: int = Field(description="events handed to the source; those off its schema go "
+                                      "to the error output later (kind malformed)")
+    rejected: int = Field(description="events refused here, each alone (kind unencodable in "
+                                      "the error output); the others went on")
+    rejections: list[Rejection] = Field(description="the first 10 refused events")
+
+
+class CommitRequest(_Strict):
+    """Free the rows of an output before a cursor (the reader kept them)."""
+
+    cursor: str = Field(..., min_length=1, max_length=MAX_CURSOR_CHARS,
+                        description="the cursor of a results answer, unchanged")
+    sink: str | None = Field(None, description="the sink the cursor is of (checked; optional)")
+
+
+class ErrorsCommitRequest(_Strict):
+    cursor: str = Field(..., min_length=1, max_length=MAX_CURSOR_CHARS,
+                        description="the cursor of an errors answer, unchanged")
+
+
+class ResultItem(BaseModel):
+    event: dict[str, Any] = Field(description="the result (non-finite floats are null in JSON)")
+    ingest_ms: float | None = Field(description="when the message that made it computable "
+                                                "arrived, ms since the epoch")
+    egress_ms: float | None = Field(description="when the sink recorded it, ms since the epoch")
+
+
+class ResultsPage(BaseModel):
+    rows: list[ResultItem] = Field(description="in egress order; one sink instance's in its order")
+    cursor: str = Field(description="opaque: read on from here, or commit up to here")
+    sink: str
+    pending: int = Field(description="rows after the cursor when this page was read")
+
+
+class ErrorItem(BaseModel):
+    step: str | None
+    kind: str | None = Field(description="malformed, late, user_function, ...")
+    message: str | None
+    event: Any = Field(description="the record as it arrived at the step")
+    ingest_ms: float | None
+    egress_ms: float | None
+
+
+class ErrorsPage(BaseModel):
+    rows: list[ErrorItem]
+    cursor: str
+    pending: int = Field(description="records after the cursor when this page was read")
+    skipped: int = Field(description="records between the cursor and this page, dropped "
+                                     "unread (the error output keeps a bounded number)")
+    dropped: int = Field(description="records dropped unread since the dataflow started")
+
+
+class CommitResponse(BaseModel):
+    cursor: str
+    freed: int = Field(description="rows this commit let the runtime forget")
+    pending: int = Field(description="rows kept after the cursor")
 
 
 class TokenCreated(BaseModel):
@@ -238,9 +420,11 @@ class WhoAmI(BaseModel):
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text} for status, text in (
-        (400, "malformed body"), (401, "missing or wrong bearer token"),
+        (400, "malformed body: not JSON or msgpack, NaN or Infinity in JSON, nested too deep"),
+        (401, "missing or wrong bearer token"),
         (403, "the token's tenant may not do this"), (404, "no such dataflow for this token"),
         (409, "a different dataflow runs under this name"), (413, "body too large"),
         (415, "neither JSON nor msgpack"), (422, "invalid spec or request"),
-        (503, "the service is stopping"))
+        (500, "a bug in the service (internal_error; the traceback is in its log)"),
+        (503, "the service is stopping, or the runtime did not answer in time (Retry-After)"))
 }

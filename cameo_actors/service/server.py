@@ -28,14 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 from cameo_actors.errors import CameoError
 from cameo_actors.operators.base import Event
+from cameo_actors.runtime.boundary import LIVE_STATES, Pressure, Rejected
 from cameo_actors.service.auth import TokenStore, write_private
 from cameo_actors.service.config import ServiceConfig
 from cameo_actors.service.core import ServiceCore
+from cameo_actors.service.limits import TenantLimits
 
 if TYPE_CHECKING:
     from cameo_actors.runtime.api import Runtime
 
 log = logging.getLogger("cameo.service")
+#: How long the service trusts what it learnt of a dataflow's backpressure (seconds).
+PRESSURE_TTL_S = 0.1
 
 
 class ServiceRuntime:
@@ -49,6 +53,7 @@ class ServiceRuntime:
         self.pool = rt.pool
         self._pushers: dict[str, Runtime] = {}
         self._pushers_guard = threading.Lock()
+        self._pressure: dict[str, tuple[float, Pressure]] = {}
 
     def __getattr__(self, name: str) -> Any:  # everything else is the runtime's own
         return getattr(self.rt, name)
@@ -66,11 +71,21 @@ class ServiceRuntime:
             self._pushers.pop(name, None)
         return result
 
-    def push(self, name: str, source: str, events: Sequence[Event], **kwargs: Any) -> None:
-        self._pusher(name).push(name, source, events, **kwargs)
+    def push(self, name: str, source: str, events: Sequence[Event], **kwargs: Any
+             ) -> list[Rejected]:
+        return self._pusher(name).push(name, source, events, **kwargs)
 
     def close(self, name: str) -> None:
         self._pusher(name).close(name)  # after that dataflow's events, in order
+
+    def pressure(self, name: str) -> Pressure:
+        """The runtime's answer, reused for `PRESSURE_TTL_S`: a push asks before sending,
+        and a burst of pushes should not each cost a round of calls."""
+        now = time.monotonic()
+        cached = self._pressure.get(name)
+        if cached is None or now - cached[0] > PRESSURE_TTL_S:
+            cached = self._pressure[name] = (now, self.rt.pressure(name))
+        return cached[1]
 
     def wait_idle(self, timeout_s: float = 60.0) -> None:
         with self._pushers_guard:
@@ -85,12 +100,17 @@ class ServiceRuntime:
 
 def serve(cfg: ServiceConfig) -> int:
     """Run the service until SIGTERM / SIGINT; returns the process exit code."""
-    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s cameo %(levelname)s %(message)s")
+    from cameo_actors.service.view import UtcIsoFormatter
+
+    handler = logging.StreamHandler(sys.stderr)  # times in ISO 8601 UTC, as the CLI shows them
+    handler.setFormatter(UtcIsoFormatter("%(asctime)s cameo %(levelname)s %(message)s"))
+    logging.basicConfig(level=cfg.log_level.upper(), handlers=[handler])
     state_dir = cfg.resolved_state_dir
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     os.chmod(state_dir, 0o700)
-    tokens, generated = TokenStore.open(state_dir, cfg.resolved_admin_token_file, cfg.admin_token)
+    tokens, generated = TokenStore.open(state_dir, cfg.resolved_admin_token_file, cfg.admin_token,
+                                        max_per_tenant=cfg.max_tokens_per_tenant,
+                                        max_total=cfg.max_tokens)
     if generated:
         log.info("generated the admin token in %s (readable by this user only)",
                  cfg.resolved_admin_token_file)
@@ -113,7 +133,12 @@ def serve(cfg: ServiceConfig) -> int:
     t0 = time.monotonic()
     executors = cfg.executors or ((os.cpu_count() or 1) if cfg.embedded else None)
     config = RuntimeConfig(num_executors=executors, policy=cfg.policy,
-                           allowed_modules=cfg.allowed_modules)
+                           allowed_modules=cfg.allowed_modules,
+                           max_windows_per_event=cfg.max_windows_per_event,
+                           state_budget_bytes=cfg.state_budget_bytes,
+                           max_state_bytes=cfg.max_state_bytes,
+                           max_string_chars=cfg.max_string_chars,
+                           ended_retention_s=cfg.keep_ended_s)
     try:
         rt = Runtime.start(config, pool=cfg.pool, address=None if cfg.embedded else cfg.address,
                            run_dir=cfg.run_dir, num_cpus=cfg.num_cpus, node_ip=cfg.node_ip)
@@ -123,7 +148,7 @@ def serve(cfg: ServiceConfig) -> int:
                   "matches the cluster's", cfg.address or "embedded", e)
         return 1
     pool_existed = rt.found
-    found = rt.list()
+    found = rt.list(LIVE_STATES)
     log.info("Ray %s at %s; pool %r %s with %d executors (policy %s) in %.1f s",
              "embedded" if cfg.embedded else "joined", rt.address,
              cfg.pool, "found" if pool_existed else "started", len(rt.executors), rt.config.policy,
@@ -148,8 +173,11 @@ def serve(cfg: ServiceConfig) -> int:
     from cameo_actors.service.app import create_app
 
     app = create_app(core, tokens, max_spec_bytes=cfg.max_spec_bytes,
-                     max_body_bytes=cfg.max_body_bytes, snapshot=rt.stats_all,
-                     info=rt.cluster_info)
+                     max_body_bytes=cfg.max_body_bytes, max_json_depth=cfg.max_json_depth,
+                     snapshot=rt.stats_all,
+                     info=rt.cluster_info,
+                     limits=TenantLimits(max_concurrent=cfg.tenant_max_concurrent,
+                                         rate_per_s=cfg.tenant_rate, burst=2 * cfg.tenant_rate))
     import uvicorn
 
     service_file = os.path.join(state_dir, "service.json")
@@ -183,7 +211,7 @@ def serve(cfg: ServiceConfig) -> int:
                     "process, so its dataflows are stopped instead")
         keep = False
     if keep:
-        names = [d["name"] for d in rt.list()]
+        names = [d["name"] for d in rt.list(LIVE_STATES)]
         log.info("%s: leaving %d dataflow(s) running in pool %r for the next service: %s",
                  why, len(names), cfg.pool, ", ".join(names) or "none")
     else:

@@ -9,12 +9,46 @@ visible at a glance:
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 BAR = 30
 RED, GREEN, DIM, BOLD, RESET = "\x1b[31m", "\x1b[32m", "\x1b[2m", "\x1b[1m", "\x1b[0m"
 CLEAR = "\x1b[H\x1b[2J"
+#: Table columns that hold epoch seconds (besides any "*_at"): shown as ISO 8601.
+TIME_COLUMNS = frozenset({"created"})
+
+
+def iso_time(epoch_s: float | None) -> str:
+    """Epoch seconds as ISO 8601 in UTC, to the second: how every human output shows a
+    time (JSON outputs keep the number).
+
+    >>> iso_time(1_700_000_000.7)
+    '2023-11-14T22:13:20Z'
+    >>> iso_time(None)
+    '-'
+    """
+    if epoch_s is None:
+        return "-"
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class UtcIsoFormatter(logging.Formatter):
+    """The service log's times as ISO 8601 in UTC, like `iso_time`, to the millisecond.
+
+    >>> f = UtcIsoFormatter("%(asctime)s %(message)s")
+    >>> f.format(logging.makeLogRecord({"msg": "up", "created": 0.25, "msecs": 250.0}))
+    '1970-01-01T00:00:00.250Z up'
+    """
+
+    @staticmethod
+    def converter(secs: float | None = None) -> time.struct_time:
+        return time.gmtime(secs)
+
+    default_time_format = "%Y-%m-%dT%H:%M:%S"
+    default_msec_format = "%s.%03dZ"
 
 
 def _paint(text: str, code: str, color: bool) -> str:
@@ -45,12 +79,13 @@ def latency_bar(value_ms: float | None, target_ms: float, width: int = BAR) -> s
 def render_status(s: dict[str, Any], *, color: bool = False, now: float | None = None) -> str:
     """One frame of `cameo status NAME`."""
     target = float(s["latency_target_ms"])
-    clock = time.strftime("%H:%M:%S", time.localtime(now if now is not None else time.time()))
+    clock = iso_time(now if now is not None else time.time())
     lines = [
         _paint(f"cameo status  {s['name']}  (tenant {s['tenant']})  {s['state']}", BOLD, color)
         + f"    {clock}",
         f"target {target:g} ms   weight {s['weight']:g}   executors "
-        f"{','.join(map(str, s['executors'])) or '-'}   sources {', '.join(s['sources']) or '-'}",
+        f"{','.join(map(str, s['executors'])) or '-'}   sources {', '.join(s['sources']) or '-'}"
+        f"   submitted {iso_time(s.get('submitted_at'))}",
         "",
     ]
     lat = s["latency"]
@@ -78,19 +113,22 @@ def render_status(s: dict[str, Any], *, color: bool = False, now: float | None =
 
 
 def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """A plain left-aligned table.
+    """A plain left-aligned table; epoch seconds in "*_at" and TIME_COLUMNS as ISO 8601.
 
-    >>> print(render_table([{"a": 1, "b": "x"}], ["a", "b"]))
-    a  b
-    1  x
+    >>> print(render_table([{"a": 1, "b": "x", "created": 0.0}], ["a", "b", "created"]))
+    a  b  created
+    1  x  1970-01-01T00:00:00Z
     """
-    cells = [[str(c) for c in columns]] + [[_cell(r.get(c)) for c in columns] for r in rows]
+    cells = [[str(c) for c in columns]] + [[_cell(r.get(c), c) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
                      for row in cells)
 
 
-def _cell(v: Any) -> str:
+def _cell(v: Any, column: str = "") -> str:
+    is_time = column.endswith("_at") or column in TIME_COLUMNS
+    if is_time and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return iso_time(v)
     if isinstance(v, list):
         return ",".join(map(str, v))
     if isinstance(v, float):

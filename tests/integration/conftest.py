@@ -22,6 +22,10 @@ POOLS = {
     "isolated2": dict(num_executors=2, policy="fifo", isolation="isolated"),
     "tiny_credits": dict(num_executors=2, policy="cameo", credit_events=50, ingress_events=100,
                          result_capacity=300),
+    # The lifecycle's monitor checks often, so tests see transitions within a second.
+    "watched2": dict(num_executors=2, policy="cameo", monitor_interval_s=0.2),
+    # Executors are killed here: a pool of its own, one executor per dataflow.
+    "doomed3": dict(num_executors=3, policy="cameo", isolation="isolated", monitor_interval_s=0.2),
 }
 
 

@@ -42,8 +42,7 @@ def test_every_operator_equals_run_local(pools: Any, pool: str, p: int) -> None:
         got = run_on(rt, d, data)
         assert expected.sinks["o"], f"{d.name}: the reference produced nothing; the test data is off"
         assert canon(got) == canon(expected.sinks["o"]), d.name
-        stats_free = rt.list()
-        assert d.name not in [x["name"] for x in stats_free]
+        assert d.name not in [x["name"] for x in rt.list(["running", "finishing"])]
 
 
 def test_isolated_mode_gives_each_dataflow_its_own_executor(pools: Any) -> None:
@@ -80,14 +79,16 @@ def test_cancel_one_tenant_while_the_other_continues(pools: Any) -> None:
     rt.push(nd, "s", data[:2000])
     result = rt.cancel(nd)
     assert result["state"] == "cancelled"
-    assert nd not in [x["name"] for x in rt.list()]
+    assert [x["state"] for x in rt.list() if x["name"] == nd] == ["cancelled"]
     rt.push(nk, "s", data[2000:])
     rt.wait_idle()
     got = rt.results(nk)
     assert len(got) == sum(1 for e in data if e["level"] == "ERROR")
     assert all(s["activations"] >= 0 for s in rt.executor_stats())
+    again = rt.cancel(nd)  # a second cancel changes nothing and says so
+    assert again["state"] == "cancelled" and again["ended_before"]
     with pytest.raises(Exception, match="no dataflow named"):
-        rt.cancel(nd)  # a second cancel is refused, nothing changes
+        rt.cancel("never-deployed")
     rt.cancel(nk)
 
 
@@ -219,5 +220,38 @@ def test_latency_is_recorded_per_dataflow(pools: Any) -> None:
         rt.push(name, "s", events(100))
         rt.wait_idle()
         assert rt.stats(name)["within_target"] < 1.0
+    finally:
+        rt.cancel(name)
+
+
+def test_events_that_cannot_be_carried_are_refused_alone_and_the_rest_flows(pools: Any) -> None:
+    import decimal
+    import math
+
+    rt = pools["cameo2"]
+    d = (Dataflow(unique("edge"), latency_target_ms=50)
+         .source("s", schema={"ts": "int", "value": "float", "extra": "any"}, parallelism=2)
+         .sink("o"))
+    name = rt.deploy(d)
+    try:
+        ok = [{"ts": i, "value": float(i), "extra": [i]} for i in range(12)]
+        deep: Any = 1
+        for _ in range(1000):
+            deep = [deep]
+        batch = ok[:3] + [{"ts": 2**70, "value": 1.0, "extra": None},
+                          {"ts": 3, "value": math.nan, "extra": None},
+                          {"ts": 4, "value": 1.0, "extra": decimal.Decimal("1.5")},
+                          {"ts": 5, "value": 1.0, "extra": deep}] + ok[3:6]
+        rejected = rt.push(name, "s", batch)
+        assert [(r["index"], r["field"]) for r in rejected] == [(3, "ts"), (5, "extra"), (6, "extra")]
+        # Round robin over the two source instances: the third push goes where the first
+        # went, and is not held behind a lost sequence number.
+        assert rt.push(name, "s", ok[6:9]) == [] and rt.push(name, "s", ok[9:]) == []
+        rt.wait_idle()
+        assert canon(rt.results(name)) == canon(ok)
+        assert rt.stats(name)["errors"] == {"s:unencodable": 3, "s:malformed": 1}
+        messages = sorted(e.message for e in rt.errors(name))
+        assert messages[0].startswith("event 3 of the push: field 'ts': expected an integer")
+        assert messages[-1].startswith("field 'value': expected a finite float, got nan")
     finally:
         rt.cancel(name)

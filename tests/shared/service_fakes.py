@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from cameo_actors import Dataflow
 from cameo_actors.clock import FakeClock
-from cameo_actors.runtime.exceptions import DataflowExists, DataflowNotFound
+from cameo_actors.runtime._private.ingest import pack_ingest
+from cameo_actors.runtime.boundary import LIVE_STATES, Rejected
+from cameo_actors.runtime.exceptions import DataflowEnded, DataflowExists, DataflowNotFound
 from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import TokenStore
 from cameo_actors.service.client import Client
@@ -24,6 +27,42 @@ ADMIN = "admin-token-for-tests"
 SCHEMA = {"ts": "int", "level": "str", "key": "str"}
 
 
+class FakeLog:
+    """An output log as the runtime keeps one (its egress's ResultLog): offsets count rows
+    from the first ever appended; rows below the committed offset are forgotten."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, float, float]] = []
+        self.committed = 0  # offset of rows[0]
+
+    @property
+    def end(self) -> int:
+        return self.committed + len(self.rows)
+
+    def read(self, start: int, end: int | None) -> list[tuple[Any, float, float]]:
+        if start < self.committed:
+            raise ValueError(f"offset {start} was committed already (first kept: "
+                             f"{self.committed})")
+        stop = self.end if end is None else min(end, self.end)
+        return self.rows[start - self.committed:max(start, stop) - self.committed]
+
+    def commit(self, offset: int) -> None:
+        drop = max(0, min(offset, self.end) - self.committed)
+        del self.rows[:drop]
+        self.committed += drop
+
+
+class FakeOutputs:
+    """A dataflow's result logs (one per sink instance) and error logs (one per executor)."""
+
+    def __init__(self, name: str, spec: dict[str, Any], executors: list[int]) -> None:
+        self.results = {f"{name}/{s['id']}/{i}": FakeLog() for s in spec["steps"]
+                        if s["op"] == "sink" for i in range(s.get("parallelism", 1))}
+        self.errors = {f"{name}/errors/{h}": FakeLog() for h in executors}
+        self.dropped = dict.fromkeys(self.errors, 0)
+        self.seq = 0  # events pushed so far: the times of their results, and round robin
+
+
 class FakeRuntime:
     """A RuntimeLike in memory: every event pushed becomes one 5 ms result."""
 
@@ -31,6 +70,8 @@ class FakeRuntime:
         self.flows: dict[str, dict[str, Any]] = {}
         self.deploys = 0
         self.closed: list[str] = []
+        self.reads: list[tuple[str, int, int | None]] = []  # (log, start, end) per read call
+        self.error_capacity = 100_000  # unread error records kept per log, as the runtime
 
     def _get(self, name: str) -> dict[str, Any]:
         if name not in self.flows:
@@ -38,21 +79,38 @@ class FakeRuntime:
         return self.flows[name]
 
     def deploy(self, spec: dict[str, Any]) -> str:
-        if spec["name"] in self.flows:
+        old = self.flows.get(spec["name"])
+        if old is not None and old["state"] in LIVE_STATES:
             raise DataflowExists(spec["name"])
         self.deploys += 1
         self.flows[spec["name"]] = {"spec": json.loads(json.dumps(spec)), "events": 0,
-                                    "executors": [0, 1], "submitted_at": 100.0}
+                                    "executors": [0, 1], "submitted_at": 100.0,
+                                    "state": "running", "released": False, "cause": None,
+                                    "final": None, "ended_at": None, "lost": False}
         return str(spec["name"])
 
+    def end(self, name: str, state: str, cause: str | None = None, *, lost: bool = False) -> None:
+        """What the pool's monitor does: a dataflow finishes, or fails (its parts freed)."""
+        f = self._get(name)
+        if state != "finished":
+            f["final"], f["released"] = self.stats(name), True
+        f.update(state=state, cause=cause, ended_at=200.0, lost=lost)
+
     def cancel(self, name: str) -> dict[str, Any]:
-        self._get(name)
-        del self.flows[name]
-        return {"name": name, "state": "cancelled", "messages_dropped": 0}
+        f = self._get(name)
+        was_live = f["state"] in LIVE_STATES
+        if was_live:
+            self.end(name, "cancelled")
+        f["released"] = True
+        return {"name": name, "state": f["state"], "messages_dropped": 0,
+                "ended_before": not was_live}
 
     def update(self, name: str, *, latency_target_ms: float | None,
                weight: float | None) -> dict[str, Any]:
-        spec = self._get(name)["spec"]
+        f = self._get(name)
+        if f["state"] not in LIVE_STATES:
+            raise DataflowEnded(name, f["state"], f["cause"])
+        spec = f["spec"]
         if latency_target_ms is not None:
             spec["latency_target_ms"] = latency_target_ms
         if weight is not None:
@@ -60,15 +118,19 @@ class FakeRuntime:
         return {"name": name, "latency_target_ms": spec["latency_target_ms"],
                 "weight": spec["scheduling"]["weight"]}
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
         return [{"name": n, "tenant": f["spec"]["tenant"],
-                 "latency_target_ms": f["spec"]["latency_target_ms"], "state": "running",
-                 "executors": f["executors"]} for n, f in self.flows.items()]
+                 "latency_target_ms": f["spec"]["latency_target_ms"], "state": f["state"],
+                 "executors": f["executors"], "submitted_at": f["submitted_at"],
+                 "ended_at": f["ended_at"]}
+                for n, f in self.flows.items() if not states or f["state"] in states]
 
-    def describe(self, name: str) -> dict[str, Any]:
+    def describe(self, name: str, *, refresh: bool = False) -> dict[str, Any]:
         f = self._get(name)
-        return {"name": name, "spec": f["spec"], "executors": f["executors"], "state": "running",
-                "submitted_at": f["submitted_at"]}
+        return {"name": name, "spec": f["spec"], "executors": f["executors"],
+                "state": f["state"], "submitted_at": f["submitted_at"], "ended_at": f["ended_at"],
+                "cause": f["cause"], "history": [], "exceptions": [], "final": f["final"],
+                "released": f["released"], "lost": f["lost"], "state_bytes": 0}
 
     def stats(self, name: str) -> dict[str, Any]:
         f = self._get(name)
@@ -79,12 +141,25 @@ class FakeRuntime:
                 "events_in": n, "events_out": n, "backlog": 0, "errors": {"s:malformed": 1},
                 "failures": [], "sources": ["s"]}
 
-    def push(self, name: str, source: str, events: list[dict[str, Any]]) -> None:
-        self._get(name)["events"] += len(events)
+    def push(self, name: str, source: str, events: list[dict[str, Any]]) -> list[Rejected]:
+        """Refuses what msgpack cannot carry, as the runtime does (with its own packing)."""
+        f = self._get(name)
+        rejected = pack_ingest(source, list(events)).rejected
+        refused = {r["index"] for r in rejected}
+        good = [e for i, e in enumerate(events) if i not in refused]
+        f["events"] += len(good)
+        self._append_results(name, good)
+        return rejected
+
+    def pressure(self, name: str) -> dict[str, Any]:
+        f = self._get(name)
+        return {"full_sinks": list(f.get("full_sinks", [])), "waiting": {}, "limit": 20_000}
 
     def close(self, name: str) -> None:
-        self._get(name)
+        f = self._get(name)
         self.closed.append(name)
+        if f["state"] == "running":
+            f["state"] = "finishing"
 
     def executor_stats(self) -> list[dict[str, Any]]:
         return [{"executor": 0, "node": "n" * 40, "activations": 2, "backlog": 0, "executed": 9,
@@ -93,6 +168,72 @@ class FakeRuntime:
 
     def wait_idle(self, timeout_s: float) -> None:
         return None
+
+    # -- outputs with offsets, as the runtime keeps them (read without commit) -----------------
+    def _outputs(self, name: str) -> FakeOutputs:
+        f = self._get(name)
+        if f.get("released"):  # cancelled or failed: its logs went with its parts
+            raise DataflowEnded(name, f["state"], f.get("cause"))
+        if "outputs" not in f:
+            f["outputs"] = FakeOutputs(name, f["spec"], f["executors"])
+        return f["outputs"]  # type: ignore[no-any-return]
+
+    def _append_results(self, name: str, events: list[dict[str, Any]]) -> None:
+        """Every event becomes a result of every sink, round robin over its instances,
+        ingested at ms `seq` and out 5 ms later."""
+        if self._get(name).get("released"):
+            return
+        out = self._outputs(name)
+        sinks: dict[str, list[FakeLog]] = {}
+        for log_id, log in out.results.items():
+            sinks.setdefault(log_id.split("/")[1], []).append(log)
+        for event in events:
+            t = float(out.seq)
+            for logs in sinks.values():
+                logs[out.seq % len(logs)].rows.append((dict(event), t, t + 5.0))
+            out.seq += 1
+
+    def add_errors(self, name: str, records: list[dict[str, Any]], executor: int = 0) -> None:
+        """Records reach the error output on one executor; beyond `error_capacity` unread
+        ones the oldest are dropped and counted, as the runtime does."""
+        out = self._outputs(name)
+        log_id = f"{name}/errors/{executor}"
+        log = out.errors[log_id]
+        for r in records:
+            t = float(out.seq)
+            log.rows.append((dict(r), t, t + 5.0))
+            out.seq += 1
+        excess = len(log.rows) - self.error_capacity
+        if excess > 0:
+            log.commit(log.committed + excess)
+            out.dropped[log_id] += excess
+
+    def result_offsets(self, name: str, sink: str | None = None) -> dict[str, tuple[int, int]]:
+        return {a: (log.committed, log.end) for a, log in self._outputs(name).results.items()
+                if sink is None or a.split("/")[1] == sink}
+
+    def read_results(self, name: str, sink_activation: str, start: int, end: int | None = None
+                     ) -> list[tuple[Any, float, float]]:
+        self.reads.append((sink_activation, start, end))
+        return self._outputs(name).results[sink_activation].read(start, end)
+
+    def commit_results(self, name: str, sink_activation: str, offset: int) -> None:
+        self._outputs(name).results[sink_activation].commit(offset)
+
+    def error_offsets(self, name: str) -> dict[str, tuple[int, int, int]]:
+        out = self._outputs(name)
+        return {log_id: (log.committed, log.end, out.dropped[log_id])
+                for log_id, log in out.errors.items()}
+
+    def read_errors(self, name: str, log: str, start: int, end: int | None = None
+                    ) -> tuple[int, list[tuple[Any, float, float]]]:
+        self.reads.append((log, start, end))
+        kept = self._outputs(name).errors[log]
+        first = max(start, kept.committed)  # rows dropped unread are skipped over
+        return first, kept.read(first, end)
+
+    def commit_errors(self, name: str, log: str, offset: int) -> None:
+        self._outputs(name).errors[log].commit(offset)
 
     def snapshot(self) -> dict[str, Any]:
         dataflows = []

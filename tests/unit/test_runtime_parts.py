@@ -204,3 +204,27 @@ def test_parts_of_a_dataflow_merge_into_one_status() -> None:
     assert merged["within_target"] == 0.5 and merged["max_ms"] == 100.0
     assert merged["errors"] == {"s:late": 4} and merged["held"] == ["d/o/0", "d/o/1"]
     assert merged["sources"] == ["s"] and sum(merged["latency_buckets"]) == 2
+
+
+def test_an_output_that_cannot_travel_is_reported_and_the_link_keeps_its_order() -> None:
+    from decimal import Decimal
+
+    from cameo_actors.runtime._private.wire import unpack_link
+    from cameo_actors.scheduling import Message
+
+    sent: list[bytes] = []
+    told: list[tuple[str, list[object]]] = []
+    ch = Channels(0, lambda host, blob: sent.append(blob),
+                  lambda sender, events, why: told.append((sender, events)))
+    ctx = Message.ingress("df/s/0", [], dataflow="df", tenant="t", ingest_ms=0.0).ctx
+    msg = Message("df/o/0", 0, [{"v": 1}, {"v": Decimal("1.5")}, {"v": 2**70}], False, ctx,
+                  "df/m/0", 3)
+    ch.message(1, msg)
+    ch.flush()
+    ch.message(1, Message("df/o/0", 0, [{"v": 3}], False, ctx, "df/m/0", 1))
+    ch.flush()
+    links = [unpack_link(b) for b in sent]
+    assert [seq for _, seq, _, _ in links] == [0, 1]  # no gap: the receiver is not wedged
+    first = links[0][2][0]
+    assert first[3] == [{"v": 1}] and first[6] == 3  # good events go on, credits come back
+    assert told == [("df/m/0", [{"v": Decimal("1.5")}, {"v": 2**70}])]

@@ -57,7 +57,7 @@ def test_msgpack_and_json_bodies_are_both_accepted(svc: Service) -> None:
     r = svc.http.post("/v1/dataflows/m/sources/s/events",
                       content=msgpack.packb([{"ts": 1, "level": "ERROR", "key": "k"}] * 3),
                       headers={**auth(), "Content-Type": "application/msgpack"})
-    assert r.status_code == 202 and r.json() == {"accepted": 3}
+    assert r.status_code == 202 and r.json() == {"accepted": 3, "rejected": 0, "rejections": []}
     r = svc.http.post("/v1/dataflows/m/sources/s/events", headers=auth(),
                       json={"events": [{"ts": 2, "level": "INFO", "key": "k"}]})
     assert r.status_code == 202 and svc.rt.flows["m"]["events"] == 4
@@ -98,7 +98,7 @@ def test_a_spec_error_names_the_step_and_reaches_the_client_as_spec_error(svc: S
     assert svc.rt.deploys == 0
 
 
-def test_unknown_dataflow_and_second_cancel_are_404(svc: Service) -> None:
+def test_unknown_dataflow_is_404_and_an_ended_one_says_how_it_ended(svc: Service) -> None:
     c = svc.client(ADMIN)
     for call in (lambda: c.status("nope"), lambda: c.cancel("nope"),
                  lambda: c.update("nope", weight=2), lambda: c.push("nope", "s", [{"ts": 1}])):
@@ -107,9 +107,11 @@ def test_unknown_dataflow_and_second_cancel_are_404(svc: Service) -> None:
         assert e.value.status == 404
     c.submit(flow("x"))
     assert c.cancel("x")["state"] == "cancelled"
+    assert c.cancel("x")["state"] == "cancelled"  # cancelling twice is no error
+    assert c.status("x")["state"] == "cancelled"  # the record stays, with how it ended
     with pytest.raises(ServiceError) as e:
-        c.cancel("x")
-    assert e.value.status == 404 and "cancelled already" in e.value.message
+        c.push("x", "s", [{"ts": 1}])
+    assert e.value.status == 409 and e.value.code == "dataflow_ended"
     with pytest.raises(ServiceError) as e:
         c.submit(flow("y")) and c.push("y", "nosuch", [{"ts": 1}])
     assert e.value.status == 404 and e.value.code == "unknown_source" and "['s']" in str(e.value.expected)
@@ -220,6 +222,21 @@ def test_tokens_created_over_the_api_work_and_can_be_revoked(svc: Service) -> No
     assert e.value.status == 401
 
 
+def test_a_tenant_past_its_token_limit_gets_409_saying_how_to_make_room(svc: Service) -> None:
+    made = [svc.http.post("/v1/tokens", json={"tenant": "ops"}, headers=auth()).json()
+            for _ in range(16)]  # the default max_tokens_per_tenant
+    r = svc.http.post("/v1/tokens", json={"tenant": "ops"}, headers=auth())
+    assert r.status_code == 409, r.text
+    err = r.json()["error"]
+    assert err["code"] == "token_limit" and "tenant 'ops'" in err["message"]
+    assert err["expected"] == "at most 16 tokens per tenant" and err["got"] == "16 tokens already"
+    assert "cameo token revoke ID" in err["fix"]
+    assert len(svc.tokens.list()) == 16  # nothing was created
+    assert svc.http.post("/v1/tokens", json={"tenant": "analytics"}, headers=auth()).status_code == 201
+    svc.client(ADMIN).revoke_token(made[0]["id"])
+    assert svc.http.post("/v1/tokens", json={"tenant": "ops"}, headers=auth()).status_code == 201
+
+
 def test_stopping_refuses_changes_and_stop_all_says_how_each_ended(svc: Service) -> None:
     admin = svc.client(ADMIN)
     admin.submit(flow("k1"))
@@ -227,7 +244,7 @@ def test_stopping_refuses_changes_and_stop_all_says_how_each_ended(svc: Service)
     said: list[str] = []
     stopped = svc.core.stop_all(5.0, said.append)
     assert stopped == [{"name": "k1", "results": 3, "drained": True, "messages_dropped": 0}]
-    assert svc.rt.closed == ["k1"] and svc.rt.flows == {}
+    assert svc.rt.closed == ["k1"] and svc.rt.flows["k1"]["state"] == "cancelled"
     assert any("'k1'" in line and "stopped cleanly" in line and "3 results" in line for line in said)
     with pytest.raises(ServiceError) as e:
         admin.submit(flow("k2"))

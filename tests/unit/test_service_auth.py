@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from cameo_actors.service.auth import TokenStore, load_or_create_admin_token, write_private
-from cameo_actors.service.errors import ConfigError
+from cameo_actors.service.errors import ConfigError, TokenLimitError
 
 
 def mode(path: str) -> int:
@@ -73,3 +73,42 @@ def test_bad_tenant_names_and_short_admin_tokens_are_refused(tmp_path) -> None: 
     (tmp_path / "tokens.json").write_text("{not json")
     with pytest.raises(ConfigError, match="tokens file"):
         TokenStore("admin-secret-1", str(tmp_path / "tokens.json"))
+
+
+def test_tokens_per_tenant_are_bounded_and_revoking_one_makes_room(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store, _ = TokenStore.open(str(tmp_path), str(tmp_path / "admin_token"), "admin-secret-1",
+                               max_per_tenant=2, max_total=10)
+    first, record = store.create("ops")
+    store.create("ops")
+    with pytest.raises(TokenLimitError) as e:
+        store.create("ops")
+    assert e.value.subject == "tenant 'ops'" and e.value.got == "2 tokens already"
+    assert "at most 2 tokens per tenant" in str(e.value)
+    assert "cameo token revoke ID" in e.value.fix
+    assert len(store.list()) == 2  # the refused token was not stored (nor written)
+    assert len(json.loads((tmp_path / "tokens.json").read_text())["tokens"]) == 2
+    store.create("analytics")  # the limit counts each tenant's own tokens
+    assert store.revoke(record["id"])
+    assert store.authenticate(f"Bearer {first}") is None
+    store.create("ops")  # room again
+
+
+def test_total_tokens_are_bounded_and_a_lowered_limit_keeps_existing_tokens(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store, _ = TokenStore.open(str(tmp_path), str(tmp_path / "admin_token"), "admin-secret-1",
+                               max_per_tenant=5, max_total=3)
+    tokens = [store.create(t)[0] for t in ("a", "b", "c")]
+    with pytest.raises(TokenLimitError, match="at most 3 tenant tokens in all") as e:
+        store.create("d")
+    assert e.value.subject == "the service" and "--max-tokens" in e.value.fix
+    lowered, _ = TokenStore.open(str(tmp_path), str(tmp_path / "admin_token"), "admin-secret-1",
+                                 max_per_tenant=1, max_total=2)
+    assert all(lowered.authenticate(f"Bearer {t}") is not None for t in tokens)
+    with pytest.raises(TokenLimitError, match="tenant 'a'"):
+        lowered.create("a")
+
+
+@pytest.mark.parametrize("limits", [{"max_per_tenant": 0}, {"max_total": -1},
+                                    {"max_per_tenant": 1.5}, {"max_total": True}])
+def test_token_limits_must_be_positive_integers(limits: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match="expected an integer >= 1"):
+        TokenStore("admin-secret-1", **limits)  # type: ignore[arg-type]

@@ -35,6 +35,17 @@ def test_ray_address_falls_back_to_the_usual_variable() -> None:
     assert resolve_service_config({"address": "local"}, env={}).embedded
 
 
+def test_token_limits_default_and_come_from_flags_or_the_environment() -> None:
+    cfg = resolve_service_config({}, env={})
+    assert (cfg.max_tokens_per_tenant, cfg.max_tokens) == (16, 1024)
+    cfg = resolve_service_config({"max_tokens_per_tenant": "4"}, env={"CAMEO_MAX_TOKENS": "50"})
+    assert (cfg.max_tokens_per_tenant, cfg.max_tokens) == (4, 50)
+    with pytest.raises(ConfigError, match="max_tokens_per_tenant: expected >= 1, got 0"):
+        resolve_service_config({"max_tokens_per_tenant": "0"}, env={})
+    args = build_parser().parse_args(["serve", "--max-tokens-per-tenant", "3", "--max-tokens", "9"])
+    assert (args.max_tokens_per_tenant, args.max_tokens) == ("3", "9")
+
+
 def test_repeated_flag_and_comma_separated_variable() -> None:
     assert resolve_service_config({"allowed_modules": ["a.", "b."]}, env={}).allowed_modules == ("a.", "b.")
     assert resolve_service_config({}, env={"CAMEO_ALLOWED_MODULES": "x., y"}).allowed_modules == ("x.", "y")

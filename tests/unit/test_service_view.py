@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
 
+from cameo_actors.service import cli
 from cameo_actors.service.cli import load_specs, read_events
 from cameo_actors.service.errors import ConfigError
-from cameo_actors.service.view import latency_bar, render_status, render_table
+from cameo_actors.service.view import (
+    UtcIsoFormatter,
+    iso_time,
+    latency_bar,
+    render_status,
+    render_table,
+)
+from tests.shared.service_fakes import ADMIN, Service, flow
 
 
 def status(p99: float | None) -> dict[str, Any]:
@@ -83,3 +92,59 @@ def test_read_events_json_lines_or_list(tmp_path) -> None:  # type: ignore[no-un
     listed = tmp_path / "e.json"
     listed.write_text('[{"x": 3}]')
     assert read_events(str(listed)) == [{"x": 3}]
+
+
+def test_times_show_as_iso_8601_in_utc() -> None:
+    assert iso_time(0) == "1970-01-01T00:00:00Z"
+    assert iso_time(1_700_000_000.9) == "2023-11-14T22:13:20Z"  # to the second, not rounded up
+    assert iso_time(None) == "-"
+    text = render_status(status(61.0), now=1_700_000_000)
+    assert text.splitlines()[0].endswith("2023-11-14T22:13:20Z")
+    assert "submitted 1970-01-01T00:00:01Z" in text  # status()'s submitted_at is 1.0
+    rows = [{"id": "t1", "created": 86_400.5, "ended_at": 0, "n": 3.0},
+            {"id": "t2", "created": None, "ended_at": True}]
+    assert render_table(rows, ["id", "created", "ended_at", "n"]).splitlines() == [
+        "id  created               ended_at              n",
+        "t1  1970-01-02T00:00:00Z  1970-01-01T00:00:00Z  3",
+        "t2  -                     True                  -"]  # a flag is not a time
+    log = UtcIsoFormatter("%(asctime)s cameo %(levelname)s %(message)s")  # `cameo serve`'s log
+    record = logging.makeLogRecord({"msg": "up", "levelname": "INFO", "created": 1_700_000_000.25,
+                                    "msecs": 250.0})
+    assert log.format(record) == "2023-11-14T22:13:20.250Z cameo INFO up"
+
+
+def run_cli(svc: Service, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+            *argv: str) -> tuple[int, str, str]:
+    """A `cameo` command against the in-memory service: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(cli, "_client", lambda _args: svc.client(ADMIN))
+    args = cli.build_parser().parse_args(list(argv))
+    code = args.func(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cancel_goes_through_every_name_and_fails_if_any_failed(
+        svc: Service, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    admin = svc.client(ADMIN)
+    admin.submit(flow("a"))
+    admin.submit(flow("c"))
+    code, out, err = run_cli(svc, monkeypatch, capsys, "cancel", "a", "nope", "c")
+    assert code == 1
+    assert out.splitlines() == ["a: cancelled (0 queued messages dropped)",
+                                "c: cancelled (0 queued messages dropped)"]  # past the bad name
+    assert "cameo: nope: not cancelled: no dataflow named 'nope'" in err
+    assert "HTTP 404" in err and "cameo list" in err  # what arrived and the fix
+    assert "1 of 3 dataflows not cancelled" in err
+    admin.submit(flow("d"))
+    assert run_cli(svc, monkeypatch, capsys, "cancel", "d")[0] == 0
+
+
+def test_token_list_shows_iso_times_and_json_keeps_the_number(
+        svc: Service, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    made = svc.client(ADMIN).create_token("ops")
+    code, out, _ = run_cli(svc, monkeypatch, capsys, "token", "list")
+    header, row = out.splitlines()
+    assert code == 0 and header.split() == ["id", "tenant", "created"]
+    assert row.split() == [made["id"], "ops", iso_time(made["created"])]
+    _, out, _ = run_cli(svc, monkeypatch, capsys, "token", "list", "--json")
+    assert json.loads(out) == [{"id": made["id"], "tenant": "ops", "created": made["created"]}]

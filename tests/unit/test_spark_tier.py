@@ -398,3 +398,63 @@ def test_a_whole_task_table_is_planned_like_a_batch() -> None:
     assert to_events(ordered) == [{"ts": None}, {"ts": 10}, {"ts": 20}, {"ts": 250}]
     assert event_times(table, None) is None
     assert event_times(pa.table({"ts": ["x"]}), "ts") is None
+
+
+PRIORITY_CHILD = """
+import os, sys, threading
+go = threading.Event()
+threading.Thread(target=go.wait).start()       # a thread that exists before the change
+print(threading.get_native_id(), flush=True)
+sys.stdin.readline()                            # the parent lowers our priority meanwhile
+seen = []
+later = threading.Thread(target=lambda: seen.append(os.getpriority(os.PRIO_PROCESS, 0)))
+later.start(); later.join()                     # a thread started after the change
+print(seen[0], os.getpriority(os.PRIO_PROCESS, 0), flush=True)
+go.set()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_lower_priority_reaches_every_thread_and_what_they_start() -> None:
+    import os
+
+    from spark_ingest.session import lower_priority
+
+    child = subprocess.Popen([sys.executable, "-c", PRIORITY_CHILD], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        child.stdout.readline()
+        lower_priority(child.pid, 7)
+        tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+        assert len(tids) >= 2 and {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {7}
+        lower_priority(child.pid, 3)  # never raises a priority back (that needs privileges)
+        assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {7}
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().split() == ["7", "7"]  # new thread, main thread
+    finally:
+        child.stdin.close()  # the child's readline returns: it ends either way
+        child.stdout.read()
+    assert child.wait() == 0  # a blocking wait: no polling sleep
+
+
+def test_spark_niceness_is_checked() -> None:
+    from spark_ingest.session import SparkConfig
+
+    assert SparkConfig().niceness == 10
+    for bad in (-1, 20):
+        with pytest.raises(ValueError, match="niceness: expected 0..19"):
+            SparkConfig(niceness=bad)
+
+
+def test_the_demo_explains_a_missed_target_with_its_numbers() -> None:
+    from spark_ingest.demo import alerts, over_target_note
+
+    note = over_target_note({"p50_ms": 12.0, "p99_ms": 180.4}, 50, [1.6, 9.6], cores=2)
+    assert note.startswith("over target: runtime p50 12 ms, p99 180 ms against 50 ms.")
+    assert "2 cores, load average 1.6 from other work" in note
+    assert "SparkConfig.niceness" in note and "python -m cameo_actors.demo" in note
+    # An input micro-batch holds at most one trigger's worth of files (no burst of backlog).
+    source = alerts("/in", "/out", max_files=10).spec.steps[0].connector
+    assert source is not None and ("maxFilesPerTrigger", "10") in source.options

@@ -226,7 +226,7 @@ def test_join_needs_keyed_inputs() -> None:
     a.join(b, tumbling_ms=10, id="j").sink("out")
     with pytest.raises(SpecError) as exc:
         _ = df.spec
-    assert_spec_error(exc, "j", "keyed left input", ".key_by(")
+    assert_spec_error(exc, "j", "keyed left input", "add a key_by step on the left input")
 
 
 def test_projection_dropping_time_field_before_window() -> None:

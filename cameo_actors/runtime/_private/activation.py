@@ -16,8 +16,9 @@ from typing import Any
 
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, SinkStep, SourceStep, WindowStep
-from cameo_actors.operators.base import Event, Operator, Output
+from cameo_actors.operators.base import END_OF_STREAM, Event, Operator, Output
 from cameo_actors.operators.build import build_operator, key_function
+from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 from cameo_actors.runtime._private.routing import split_by_key
 from cameo_actors.runtime.boundary import ActivationId
 from cameo_actors.scheduling import WindowTiming
@@ -37,14 +38,16 @@ class Route:
 
 class Activation:
     def __init__(self, spec: DataflowSpec, aid: ActivationId,
-                 resolver: FunctionResolver | None = None) -> None:
+                 resolver: FunctionResolver | None = None, *,
+                 max_string_chars: int = DEFAULT_MAX_STRING_CHARS) -> None:
         step = spec.step(aid.step)
         instance = aid.instance
         self.aid = aid
         self.id = str(aid)
         self.dataflow = spec.name
         self.step = step
-        self.operator: Operator = build_operator(spec, step, resolver)
+        self.operator: Operator = build_operator(spec, step, resolver,
+                                                 max_string_chars=max_string_chars)
         self.is_source = isinstance(step, SourceStep)
         self.is_sink = isinstance(step, SinkStep)
         self.instance = instance
@@ -96,6 +99,12 @@ class Activation:
                 self._round_robin = (self._round_robin + 1) % len(targets)
                 out.append((targets[self._round_robin], route.port, events))
         return out
+
+    def saw_end(self) -> bool:
+        """Whether the end of the stream arrived on every input channel."""
+        if self.is_source:
+            return self.operator.watermark >= END_OF_STREAM
+        return all(wm >= END_OF_STREAM for port in self.channels for wm in port.values())
 
     def watermark_targets(self) -> list[tuple[str, int]]:
         return [(t, r.port) for r in self.routes for t in r.targets]

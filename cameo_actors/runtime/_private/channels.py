@@ -14,13 +14,23 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from cameo_actors.runtime._private.wire import Ack, encode_message, pack_link, unpack_link
+from cameo_actors.runtime._private.wire import (
+    MSG_PAYLOAD,
+    MSG_UPSTREAM,
+    Ack,
+    encode_message,
+    pack_link,
+    packable,
+    unpack_link,
+)
 from cameo_actors.scheduling import Message
 
 #: Hands a packed batch to another executor: (executor index, bytes).
 Send = Callable[[int, bytes], None]
 #: Applies one batch from another executor: (encoded messages, acks).
 ApplyBatch = Callable[[list[Any], list[Any]], None]
+#: Told of events an operator output that cannot travel: (sending activation, events, why).
+Unsendable = Callable[[str, list[Any], str], None]
 
 
 class Channels:
@@ -36,9 +46,10 @@ class Channels:
     [0, 1]
     """
 
-    def __init__(self, index: int, send: Send) -> None:
+    def __init__(self, index: int, send: Send, unsendable: Unsendable | None = None) -> None:
         self.index = index
         self._send = send
+        self._unsendable = unsendable
         self._out_msgs: dict[int, list[tuple[Any, ...]]] = {}
         self._out_acks: dict[int, list[Ack]] = {}
         self.seq_out: Counter[int] = Counter()  # batches sent per executor
@@ -78,10 +89,35 @@ class Channels:
         if not self._out_msgs and not self._out_acks:
             return
         for host in set(self._out_msgs) | set(self._out_acks):
+            messages, acks = self._out_msgs.pop(host, []), self._out_acks.pop(host, [])
             seq = self.seq_out[host]
+            try:
+                blob = pack_link(self.index, seq, messages, acks)
+            except (TypeError, ValueError, OverflowError):
+                blob = pack_link(self.index, seq, self._sendable(messages), acks)
+            # Numbered only once packed: a batch that failed would leave a gap the
+            # receiver waits on forever.
             self.seq_out[host] += 1
-            self._send(host, pack_link(self.index, seq, self._out_msgs.pop(host, []),
-                                       self._out_acks.pop(host, [])))
+            self._send(host, blob)
+
+    def _sendable(self, messages: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The messages with the events msgpack cannot carry (an operator's output of a
+        Decimal, an int beyond 64 bits) taken out and reported; each message keeps its
+        size, so the credits still come back."""
+        out = []
+        for m in messages:
+            if packable(m):
+                out.append(m)
+                continue
+            payload = m[MSG_PAYLOAD]
+            events = payload if isinstance(payload, list) else [payload]
+            good = [e for e in events if packable(e)]
+            bad = [e for e in events if not packable(e)]
+            if self._unsendable is not None:
+                self._unsendable(m[MSG_UPSTREAM], bad, "an output msgpack cannot carry (an int "
+                                 "beyond 64 bits, a Decimal, a datetime, nesting too deep)")
+            out.append((*m[:MSG_PAYLOAD], good, *m[MSG_PAYLOAD + 1:]))
+        return out
 
     def idle(self) -> bool:
         """Nothing collected to send and nothing parked waiting for an earlier call."""

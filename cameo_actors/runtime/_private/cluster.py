@@ -129,6 +129,11 @@ def get(refs: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
                                  "died or is overloaded; see `cameo executors`") from None
     except ray.exceptions.RayTaskError as e:
         raise unwrap(e) from None
+    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+        # An executor (or the controller) died: say which call could not be answered and why.
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise RuntimeUnavailable(f"a part of the pool is gone ({type(e).__name__}: {first}); "
+                                 "the dataflows it hosted fail, the others go on") from None
 
 
 def get_each(refs: list[Any], timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:

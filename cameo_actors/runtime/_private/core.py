@@ -40,12 +40,14 @@ from typing import Any, Protocol
 from cameo_actors.clock import Clock, SystemClock
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.operators.base import ErrorRecord, Output
+from cameo_actors.operators.base import ErrorRecord, Output, short_repr
 from cameo_actors.runtime._private.activation import Activation
 from cameo_actors.runtime._private.channels import Channels, Send
 from cameo_actors.runtime._private.egress import Egress
 from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
+from cameo_actors.runtime._private.footprint import approx_bytes
 from cameo_actors.runtime._private.hosting import Hosting
+from cameo_actors.runtime._private.ingest import error_records
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.stats import Statistics
 from cameo_actors.runtime._private.wire import decode_message
@@ -72,13 +74,15 @@ class ExecutorCore:
         self.clock = clock or SystemClock()
         self.sched = Scheduler(config.policy, quantum_ms=config.quantum_ms,
                                policy_params=dict(config.policy_params))
-        self.hosting = Hosting(index, FunctionResolver(config.allowed_modules))
-        self.channels = Channels(index, send)
+        self.hosting = Hosting(index, FunctionResolver(config.allowed_modules),
+                               max_string_chars=config.max_string_chars)
+        self.channels = Channels(index, send, self._unsendable)
         self.flow = FlowControl(config.credit_events, config.ingress_events,
                                 self.sched.hold, self.sched.release)
         self.egress = Egress(config.result_capacity,
                              hold=lambda sink: self.flow.hold(sink, RESULTS_FULL),
-                             release=lambda sink: self.flow.release(sink, RESULTS_FULL))
+                             release=lambda sink: self.flow.release(sink, RESULTS_FULL),
+                             state_budget_bytes=config.state_budget_bytes)
         self.stats = Statistics(index)
         self._scoped: tuple[DataflowScoped, ...] = (self.flow, self.egress, self.stats)
         # Work handed over by other threads, run by the owner thread.
@@ -122,7 +126,8 @@ class ExecutorCore:
 
     # == 1. admit ===================================================================
     def ingest(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float) -> None:
-        """Events (lists) and watermarks (numbers) from a client, in the client's order."""
+        """Events (lists), watermarks (numbers) and the error records of events refused at
+        the edge ({"errors": [...]}, see `ingest.py`) from a client, in the client's order."""
         self.channels.from_client(client, seq, lambda: self._ingest_now(target, items, ingest_ms))
 
     def _ingest_now(self, target: str, items: list[Any], ingest_ms: float) -> None:
@@ -135,6 +140,9 @@ class ExecutorCore:
         now = self.clock.now_ms()
         cut = self.config.max_message_events
         for item in items:
+            if isinstance(item, dict):  # events msgpack could not carry: the error output
+                self.egress.errors(act.dataflow, error_records(item), ingest_ms, now)
+                continue
             if not isinstance(item, list):  # a watermark
                 self.sched.enqueue(Message.ingress(target, float(item), dataflow=spec.name,
                                                    tenant=spec.tenant, ingest_ms=ingest_ms,
@@ -225,6 +233,17 @@ class ExecutorCore:
         """Send what was collected for other executors: one call per destination."""
         self.channels.flush()
 
+    def _unsendable(self, sender: str, events: list[Any], why: str) -> None:
+        """Events an operator output that cannot travel to another executor: to the error
+        output of the sender's dataflow, so nothing is lost silently and the link goes on."""
+        act = self.hosting.activations.get(sender)
+        if act is None:
+            return
+        records = [ErrorRecord(act.step.id, "unencodable", f"step {act.step.id!r} output {why}; "
+                               "fix: make the function return JSON-like values", short_repr(e))
+                   for e in events]
+        self.egress.errors(act.dataflow, records, self.clock.now_ms(), self.clock.now_ms())
+
     # == 4. acknowledge ==================================================================
     def _ack(self, upstream: str, downstream: str, n: int, path_cost_ms: float) -> None:
         host = self.hosting.hosts.get(upstream)
@@ -246,6 +265,24 @@ class ExecutorCore:
     def executor_stats(self) -> ExecutorStats:
         return self.stats.executor(self.sched, len(self.hosting.activations), len(self.flow.held),
                                    self.faults)
+
+    def ended(self, dataflow: str) -> bool:
+        """Every activation of `dataflow` here has seen the end of every input (its
+        sources were closed) and run all that came before it: nothing more will come out."""
+        for aid in self.hosting.ids(dataflow):
+            act = self.hosting.activations[aid]
+            if self.sched.pending(aid) or not act.saw_end():
+                return False
+        return True
+
+    def footprints(self) -> dict[str, int]:
+        """dataflow -> estimated bytes of its operator state and unread outputs here."""
+        out: dict[str, int] = {}
+        for dataflow in self.hosting.dataflows:
+            state = sum(approx_bytes(self.hosting.activations[aid].operator)
+                        for aid in self.hosting.ids(dataflow))
+            out[dataflow] = state + self.egress.footprint(dataflow)
+        return out
 
     def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:
         """(nothing to do here, batches sent per executor, batches applied per sender)."""

@@ -1,8 +1,10 @@
 """Egress: the outputs a dataflow's sinks and error output keep on an executor,
 read with offsets and kept until a reader commits them (exactly once).
 
-A sink's results go to its `ResultLog`; a full log holds the sink (flow
-control) until a reader commits. The error output is a log with offsets too,
+A sink's results go to its `ResultLog`; a full log (by rows, or by bytes: half
+the dataflow's state budget shared by its sinks) holds the sink (flow control)
+until a reader commits, so unread results make writers wait, not the
+dataflow fail. The error output is a log with offsets too,
 for a reader (the Spark tier) to consume exactly once; beyond
 `ERROR_LOG_CAPACITY` unread records the oldest are dropped and counted.
 Recent error records and counts per (step, kind) are kept apart, for status.
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cameo_actors.operators.base import ErrorRecord, Event
+from cameo_actors.runtime._private.footprint import approx_bytes
 from cameo_actors.runtime.boundary import ErrorLogOffsets, LogOffsets, ResultRow
 
 if TYPE_CHECKING:
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
 
 #: Unread records of a dataflow's error output kept per executor.
 ERROR_LOG_CAPACITY = 100_000
+#: What a row costs beside its event: the (event, ingest_ms, egress_ms) tuple and two floats.
+ROW_OVERHEAD = 120
 
 
 class ResultLog:
@@ -36,6 +41,7 @@ class ResultLog:
     def __init__(self) -> None:
         self._rows: deque[ResultRow] = deque()
         self._base = 0  # offset of self._rows[0]
+        self.bytes = 0  # estimated memory of the rows kept
 
     @property
     def end_offset(self) -> int:
@@ -49,6 +55,8 @@ class ResultLog:
         return len(self._rows)
 
     def append(self, events: list[Event], ingest_ms: float, egress_ms: float) -> None:
+        if events:  # one event measured per batch: the estimate must stay cheap
+            self.bytes += (approx_bytes(events[0]) + ROW_OVERHEAD) * len(events)
         self._rows.extend((e, ingest_ms, egress_ms) for e in events)
 
     def read(self, start: int, end: int | None = None) -> list[ResultRow]:
@@ -60,9 +68,12 @@ class ResultLog:
 
     def commit(self, offset: int) -> None:
         """Drop rows below `offset` (a reader persisted them)."""
+        before = len(self._rows)
         while self._base < offset and self._rows:
             self._rows.popleft()
             self._base += 1
+        if before:
+            self.bytes = self.bytes * len(self._rows) // before
 
 
 class ErrorLog:
@@ -82,6 +93,7 @@ class DataflowOutputs:
     """The outputs of one dataflow on one executor."""
 
     results: dict[str, ResultLog]  # sink activation -> its log
+    log_bytes: int  # a log holds its sink at this many bytes
     errors: ErrorLog = field(default_factory=ErrorLog)
     error_log: ResultLog = field(default_factory=ResultLog)
     error_log_dropped: int = 0
@@ -93,17 +105,23 @@ class Egress:
     Args:
         result_capacity: results kept uncommitted per sink before the sink is held.
         hold, release: hold a sink on a full log / let it run again (flow control).
+        state_budget_bytes: a dataflow's state budget when its spec sets none; half of it
+            is shared by its sinks' logs.
     """
 
     def __init__(self, result_capacity: int, hold: Callable[[str], None],
-                 release: Callable[[str], None]) -> None:
+                 release: Callable[[str], None], state_budget_bytes: int = 1 << 62) -> None:
         self.result_capacity = result_capacity
+        self.state_budget_bytes = state_budget_bytes
         self._hold = hold
         self._release = release
         self.dataflows: dict[str, DataflowOutputs] = {}
 
     def open(self, spec: DataflowSpec, hosted: list[Activation]) -> None:
-        self.dataflows[spec.name] = DataflowOutputs({a.id: ResultLog() for a in hosted if a.is_sink})
+        budget = spec.limits.state_bytes or self.state_budget_bytes
+        sinks = sum(s.parallelism for s in spec.sinks)
+        self.dataflows[spec.name] = DataflowOutputs(
+            {a.id: ResultLog() for a in hosted if a.is_sink}, log_bytes=budget // (2 * sinks))
 
     def close(self, dataflow: str, ids: list[str]) -> None:
         self.dataflows.pop(dataflow, None)
@@ -111,9 +129,10 @@ class Egress:
     # -- written by the worker thread ------------------------------------------------------
     def results(self, dataflow: str, sink: str, events: list[Event], ingest_ms: float,
                 now: float) -> None:
-        log = self.dataflows[dataflow].results[sink]
+        out = self.dataflows[dataflow]
+        log = out.results[sink]
         log.append(events, ingest_ms, now)
-        if len(log) >= self.result_capacity:
+        if len(log) >= self.result_capacity or log.bytes >= out.log_bytes:
             self._hold(sink)
 
     def errors(self, dataflow: str, errors: list[ErrorRecord], ingest_ms: float,
@@ -133,9 +152,10 @@ class Egress:
         return self.dataflows[dataflow].results[sink].read(start, end)
 
     def commit_results(self, dataflow: str, sink: str, offset: int) -> None:
-        log = self.dataflows[dataflow].results[sink]
+        out = self.dataflows[dataflow]
+        log = out.results[sink]
         log.commit(offset)
-        if len(log) < self.result_capacity // 2:
+        if len(log) < self.result_capacity // 2 and log.bytes < out.log_bytes // 2:
             self._release(sink)
 
     def result_offsets(self, dataflow: str) -> dict[str, LogOffsets]:
@@ -165,3 +185,18 @@ class Egress:
     def error_counts(self, dataflow: str) -> dict[str, int]:
         """"step:kind" -> records."""
         return {f"{s}:{k}": n for (s, k), n in self.dataflows[dataflow].errors.counts.items()}
+
+    def held_full(self, dataflow: str) -> list[str]:
+        """The sinks of `dataflow` here whose log is full (held until a reader commits)."""
+        out = self.dataflows.get(dataflow)
+        if out is None:
+            return []
+        return [sink for sink, log in out.results.items()
+                if len(log) >= self.result_capacity or log.bytes >= out.log_bytes]
+
+    def footprint(self, dataflow: str) -> int:
+        """Estimated bytes of the dataflow's unread results and error output here."""
+        out = self.dataflows.get(dataflow)
+        if out is None:
+            return 0
+        return sum(log.bytes for log in out.results.values()) + out.error_log.bytes

@@ -10,6 +10,7 @@ promptly while the worker computes.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import traceback
@@ -21,8 +22,8 @@ import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.runtime._private.core import ExecutorCore
+from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
-from cameo_actors.runtime._private.wire import unpack_events
 from cameo_actors.runtime.boundary import (
     DataflowPart,
     ErrorLogOffsets,
@@ -104,7 +105,9 @@ class Executor:
         ingest_ms = core.clock.now_ms()
         waiting = core.flow.wait_for_room(target, lambda: target in core.hosting.activations,
                                           CALL_TIMEOUT_S)
-        items = unpack_events(blob)
+        act = core.hosting.activations.get(target)
+        # Never raises: a call that failed here would leave a gap in the client's order.
+        items = unpack_ingest(blob, act.step.id if act is not None else target)
         self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms))
         return waiting
 
@@ -159,7 +162,29 @@ class Executor:
     def executor_stats(self) -> ExecutorStats:
         stats = self._call(self.core.executor_stats)
         stats["node"] = ray.get_runtime_context().get_node_id()
+        stats["pid"] = os.getpid()
+        stats["alive"] = True
         return stats
+
+    def pressure(self, dataflow: str) -> tuple[dict[str, int], list[str]]:
+        """(events waiting at each of the dataflow's sources here, its sinks here whose
+        result log is full). Answered by Ray's threads from counters, so that a client can
+        decide to refuse a push before sending it, however busy the worker thread is."""
+        core = self.core
+        ids = core.hosting.dataflows[dataflow].ids if dataflow in core.hosting.dataflows else []
+        with core.flow.ingress_cond:
+            waiting = {a: core.flow.ingress_pending[a] for a in ids if a in core.flow.ingress_pending}
+        return waiting, core.egress.held_full(dataflow)
+
+    def ping(self) -> int:
+        """Liveness, answered by Ray's threads (not the worker thread, which may be busy)."""
+        return self.index
+
+    def ended(self, dataflow: str) -> bool:
+        return self._call(self.core.ended, dataflow)
+
+    def footprints(self) -> dict[str, int]:
+        return self._call(self.core.footprints)
 
     def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:
         return self._call(self.core.idle)

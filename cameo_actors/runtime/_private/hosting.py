@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 from cameo_actors.runtime._private.activation import Activation
 from cameo_actors.runtime._private.routing import Placement
 
@@ -28,9 +29,11 @@ class HostedDataflow:
 
 
 class Hosting:
-    def __init__(self, index: int, resolver: FunctionResolver) -> None:
+    def __init__(self, index: int, resolver: FunctionResolver, *,
+                 max_string_chars: int = DEFAULT_MAX_STRING_CHARS) -> None:
         self.index = index
         self.resolver = resolver
+        self.max_string_chars = max_string_chars  # the pool's, for every source built here
         self.activations: dict[str, Activation] = {}
         #: activation id -> executor index, for every activation of the dataflows hosted here
         self.hosts: dict[str, int] = {}
@@ -40,7 +43,8 @@ class Hosting:
         """The activations `placement` puts here, built but not yet hosted."""
         if spec.name in self.dataflows:
             raise ValueError(f"dataflow {spec.name!r} is already deployed on executor {self.index}")
-        return [Activation(spec, aid, self.resolver) for aid in placement.on(self.index)]
+        return [Activation(spec, aid, self.resolver, max_string_chars=self.max_string_chars)
+                for aid in placement.on(self.index)]
 
     def add(self, spec: DataflowSpec, placement: Placement, built: list[Activation]) -> None:
         hosts = placement.hosts

@@ -17,6 +17,19 @@ from cameo_actors.scheduling import Message, PriorityContext
 Ack = tuple[str, str, int, float]
 
 
+#: Where the payload and the sending activation are in an encoded message.
+MSG_PAYLOAD, MSG_UPSTREAM = 3, 5
+
+
+def packable(obj: Any) -> bool:
+    """Whether msgpack can carry `obj` between executors."""
+    try:
+        msgpack.packb(obj, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
 def encode_message(m: Message) -> tuple[Any, ...]:
     return (m.target, m.port, m.is_watermark, m.payload, m.ctx.to_tuple(), m.upstream, m.size,
             m.sent_ms)

@@ -1,0 +1,245 @@
+"""The service over HTTP: throughput per tenant, isolation from a slow reader, bad input.
+
+Run: `python -m bench.service [--quick] [--json FILE]`
+
+Starts a real `cameo serve` (embedded Ray, two executors) on loopback and measures,
+in one run:
+
+- **throughput**: events pushed per second and results read per second by one tenant,
+  with JSON bodies and with msgpack, through a pass-through dataflow (push everything,
+  then read and commit every result page by page);
+- **isolation**: the p99 of one tenant's API calls (push 100 events, read and commit its
+  results) alone, and again while another tenant's result log is full and that tenant
+  keeps pushing (answered 429; it waits the Retry-After it is given, as a writer should);
+  reported side by side and as a ratio;
+- **bad input**: the corpus of bad requests (`cameo_actors.service.bad_input`: bodies,
+  specs, updates, paths, tokens) and a set of bad event values, with the share answered
+  4xx (bad requests) or written to the error output (bad events), and the dataflows
+  harmed (a victim dataflow checked before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from typing import Any
+
+import httpx
+import msgpack
+
+from bench.output import save_json
+from cameo_actors import Dataflow
+from cameo_actors.service.testing import ServiceProcess, fresh_dir
+
+SCHEMA = {"ts": "int", "level": "str", "value": "float", "extra": "any"}
+#: A dataflow's state budget: its result logs hold at half of it (a slow reader fills it fast).
+BUDGET = 16_000_000
+
+
+def passthrough(name: str, tenant: str, state_bytes: int | None = None) -> Dataflow:
+    return (Dataflow(name, latency_target_ms=100, tenant=tenant, state_bytes=state_bytes)
+            .source("in", schema=SCHEMA, event_time="ts").filter("level != ''").sink("out"))
+
+
+def events(start: int, n: int) -> list[dict[str, Any]]:
+    return [{"ts": start + i, "level": "INFO", "value": i * 0.5, "extra": None} for i in range(n)]
+
+
+class Tenant:
+    """One tenant's HTTP session (keep-alive), in JSON or msgpack."""
+
+    def __init__(self, url: str, token: str, use_msgpack: bool = False) -> None:
+        self.http = httpx.Client(base_url=url, timeout=60.0,
+                                 headers={"Authorization": f"Bearer {token}"})
+        self.msgpack = use_msgpack
+
+    def call(self, method: str, path: str, body: Any = None, **params: Any) -> httpx.Response:
+        headers: dict[str, str] = {}
+        content = None
+        if body is not None:
+            if self.msgpack:
+                content = msgpack.packb(body, use_bin_type=True)
+                headers["Content-Type"] = "application/msgpack"
+            else:
+                content = httpx.Request("POST", "/", json=body).content
+                headers["Content-Type"] = "application/json"
+        if self.msgpack:
+            headers["Accept"] = "application/msgpack"
+        return self.http.request(method, path, content=content, headers=headers,
+                                 params=params or None)
+
+    def decode(self, r: httpx.Response) -> Any:
+        if r.headers.get("content-type", "").startswith("application/msgpack"):
+            return msgpack.unpackb(r.content, raw=False)
+        return r.json()
+
+    def push(self, name: str, batch: list[dict[str, Any]]) -> httpx.Response:
+        return self.call("POST", f"/v1/dataflows/{name}/sources/in/events", batch)
+
+    def read_page(self, name: str, limit: int = 10_000) -> int:
+        """Read one page of results and commit it; the rows read."""
+        r = self.call("GET", f"/v1/dataflows/{name}/results", limit=limit)
+        if r.status_code == 429:  # over the tenant's request rate: wait as told
+            time.sleep(float(r.headers.get("Retry-After", 1)))
+            return 0
+        r.raise_for_status()
+        page = self.decode(r)
+        if page["rows"]:
+            self.call("POST", f"/v1/dataflows/{name}/results/commit", {"cursor": page["cursor"]})
+        return len(page["rows"])
+
+
+def throughput(svc: ServiceProcess, admin: Tenant, token: str, n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for fmt in ("json", "msgpack"):
+        name = f"tp-{fmt}"
+        # A budget that holds every result: pushing and reading are measured apart.
+        admin.call("POST", "/v1/dataflows",
+                   passthrough(name, "bench", state_bytes=2_000_000_000).spec.to_dict())
+        t = Tenant(svc.url, token, use_msgpack=fmt == "msgpack")
+        t0 = time.perf_counter()
+        for i in range(0, n, 5_000):
+            r = t.push(name, events(i, 5_000))
+            while r.status_code == 429:  # the log is full: read, then push again
+                t.read_page(name)
+                r = t.push(name, events(i, 5_000))
+            r.raise_for_status()
+        pushed_s = time.perf_counter() - t0
+        admin.call("POST", f"/v1/dataflows/{name}/close")
+        t1 = time.perf_counter()
+        read = 0
+        while read < n and time.perf_counter() - t1 < 120:
+            read += t.read_page(name) or 0
+        read_s = time.perf_counter() - t1
+        out[fmt] = {"events": n, "pushes_per_s": n / pushed_s, "results_read": read,
+                    "results_read_per_s": read / read_s if read_s else None}
+        admin.call("DELETE", f"/v1/dataflows/{name}")
+    return out
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100)[98] if len(samples) >= 2 else float("nan")
+
+
+def steady_calls(t: Tenant, name: str, seconds: float, start: int) -> list[float]:
+    """The tenant's call latencies (ms): push 100 events, read and commit its results."""
+    lat: list[float] = []
+    deadline = time.monotonic() + seconds
+    i = start
+    while time.monotonic() < deadline:
+        for call in (lambda at=i: t.push(name, events(at, 100)), lambda: t.read_page(name)):
+            t0 = time.perf_counter()
+            r = call()
+            lat.append((time.perf_counter() - t0) * 1000.0)
+            if isinstance(r, httpx.Response):
+                r.raise_for_status()
+        i += 100
+    return lat
+
+
+def isolation(svc: ServiceProcess, admin: Tenant, tokens: dict[str, str], seconds: float
+              ) -> dict[str, Any]:
+    steady = Tenant(svc.url, tokens["steady"])
+    hoarder = Tenant(svc.url, tokens["hoarders"], use_msgpack=True)
+    admin.call("POST", "/v1/dataflows", passthrough("steady", "steady").spec.to_dict())
+    admin.call("POST", "/v1/dataflows", passthrough("hoard", "hoarders").spec.to_dict())
+    alone = steady_calls(steady, "steady", seconds, 0)
+    # The hoarder never reads: its log fills, then every push of its gets 429.
+    statuses: dict[int, int] = {}
+    stop = threading.Event()
+
+    def hoard() -> None:
+        i = 0
+        while not stop.is_set():
+            r = hoarder.push("hoard", events(i, 2_000))
+            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+            i += 2_000
+            if r.status_code == 429:  # a well-behaved writer waits as it is told
+                stop.wait(float(r.headers.get("Retry-After", 1)))
+
+    thread = threading.Thread(target=hoard, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while statuses.get(429, 0) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    beside = steady_calls(steady, "steady", seconds, 10**7)
+    stop.set()
+    thread.join(60)
+    for name in ("steady", "hoard"):
+        admin.call("DELETE", f"/v1/dataflows/{name}")
+    return {"calls_alone": len(alone), "p99_ms_alone": p99(alone),
+            "calls_beside_full_log": len(beside), "p99_ms_beside_full_log": p99(beside),
+            "p99_ratio": p99(beside) / p99(alone), "hoarder_answers": statuses}
+
+
+BAD_EVENTS: list[tuple[str, dict[str, Any]]] = [
+    ("an int beyond 64 bits", {"ts": 2**70, "level": "x", "value": 1.0, "extra": None}),
+    ("an int beyond 64 bits in an any field", {"ts": 1, "level": "x", "value": 1.0,
+                                               "extra": -(2**80)}),
+    ("a missing field", {"ts": 1, "level": "x", "extra": None}),
+    ("a string where an int goes", {"ts": "1", "level": "x", "value": 1.0, "extra": None}),
+    ("a bool where an int goes", {"ts": True, "level": "x", "value": 1.0, "extra": None}),
+    ("an object where a string goes", {"ts": 1, "level": {"a": 1}, "value": 1.0, "extra": None}),
+    ("a list where a float goes", {"ts": 1, "level": "x", "value": [1.0], "extra": None}),
+]
+
+
+def bad_input(svc: ServiceProcess, admin: Tenant, tokens: dict[str, str]) -> dict[str, Any]:
+    from cameo_actors.service import bad_input as corpus
+
+    admin.call("POST", "/v1/dataflows", passthrough("victim", "ops").spec.to_dict())
+    requests = corpus.probe(svc.url, svc.admin_token, tokens["bench"], "victim")
+    # Bad event values: each pushed beside good events goes to the error output, counted.
+    before = admin.decode(admin.call("GET", "/v1/dataflows/victim"))
+    batch = [e for _, e in BAD_EVENTS] + events(10**6, 10)
+    answer = admin.push("victim", batch)
+    answer.raise_for_status()
+    pushed = admin.decode(answer)
+    time.sleep(1.0)
+    after = admin.decode(admin.call("GET", "/v1/dataflows/victim"))
+    errors = sum(after["errors"].values()) - sum(before["errors"].values())
+    admin.call("DELETE", "/v1/dataflows/victim")
+    return {"requests": requests,
+            "events": {"tried": len(BAD_EVENTS), "refused_at_the_edge": pushed.get("rejected", 0),
+                       "in_error_output": errors,
+                       "good_events_through": after["events_out"] - before["events_out"]}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer events, shorter phases")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    args = ap.parse_args()
+    n, seconds = (50_000, 4.0) if args.quick else (400_000, 15.0)
+    svc = ServiceProcess(fresh_dir(".run/bench-service"), args=[
+        "--address", "local", "--executors", "2", "--num-cpus", "4",
+        "--state-budget-bytes", str(BUDGET)])  # the default per-tenant request limits
+    with svc:
+        admin = Tenant(svc.url, svc.admin_token)
+        tokens = {t: admin.decode(admin.call("POST", "/v1/tokens", {"tenant": t}))["token"]
+                  for t in ("bench", "steady", "hoarders", "ops")}
+        figures = {"throughput": throughput(svc, admin, tokens["bench"], n),
+                   "isolation": isolation(svc, admin, tokens, seconds),
+                   "bad_input": bad_input(svc, admin, tokens)}
+    for fmt, f in figures["throughput"].items():
+        print(f"{fmt:8s} pushes {f['pushes_per_s']:>10,.0f} ev/s   results read "
+              f"{f['results_read_per_s'] or 0:>10,.0f} rows/s")
+    iso = figures["isolation"]
+    print(f"one tenant's API calls p99: alone {iso['p99_ms_alone']:.1f} ms, beside a full log "
+          f"{iso['p99_ms_beside_full_log']:.1f} ms (x{iso['p99_ratio']:.2f}); the hoarder got "
+          f"{iso['hoarder_answers']}")
+    bad = figures["bad_input"]
+    req = bad["requests"]
+    print(f"bad requests: {req['tried']} tried, {req['answered_4xx']} answered 4xx, "
+          f"{len(req['non_4xx'])} otherwise, {len(req['harmed'])} dataflows harmed")
+    ev = bad["events"]
+    print(f"bad events: {ev['tried']} tried, {ev['refused_at_the_edge']} refused at the edge, "
+          f"{ev['in_error_output']} in the error output, {ev['good_events_through']} good ones "
+          "through")
+    save_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()
