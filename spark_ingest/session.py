@@ -43,9 +43,9 @@ class SparkConfig:
         niceness: with a local master, the OS priority the embedded Spark (its JVM and the
             Python workers it starts) runs at, 0..19: Spark's micro-batches take the CPU
             that the runtime's executors leave, instead of delaying urgent messages on a
-            machine both share (on 2 cores they used 1.5 of them while files landed, and
-            the alerts' runtime p99 went from 6 ms without Spark to 300 ms). 0 keeps
-            Spark at the caller's priority.
+            machine both share (in the demo on 2 cores, Spark used 1.2-1.5 of them while
+            files landed; the alerts' runtime p99 was 105-607 ms at the same priority,
+            24-36 ms at nice 10: docs/spark.md). 0 keeps Spark at the caller's priority.
     """
 
     master: str = "local[*]"

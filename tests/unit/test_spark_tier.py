@@ -451,9 +451,10 @@ def test_spark_niceness_is_checked() -> None:
 def test_the_demo_explains_a_missed_target_with_its_numbers() -> None:
     from spark_ingest.demo import alerts, over_target_note
 
-    note = over_target_note({"p50_ms": 12.0, "p99_ms": 180.4}, 50, [1.6, 9.6], cores=2)
+    note = over_target_note({"p50_ms": 12.0, "p99_ms": 180.4}, 50, 0.8, cores=2)
     assert note.startswith("over target: runtime p50 12 ms, p99 180 ms against 50 ms.")
-    assert "2 cores, load average 1.6 from other work" in note
+    assert "2 cores, 0.80 of them busy with other work" in note
+    assert "(2 cores)" in over_target_note({"p50_ms": 1.0, "p99_ms": 99.0}, 50, None, cores=2)
     assert "SparkConfig.niceness" in note and "python -m cameo_actors.demo" in note
     # An input micro-batch holds at most one trigger's worth of files (no burst of backlog).
     source = alerts("/in", "/out", max_files=10).spec.steps[0].connector
