@@ -442,7 +442,7 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         # Refusals first (unknown, ended, full: 4xx at once), before a large body is parsed.
         await run_in_threadpool(core.admit_push, p, name, source)
         events = parse_events(await read_body(request, max_body_bytes, "events batch"))
-        return await run_in_threadpool(core.push, p, name, source, events)
+        return await run_in_threadpool(lambda: core.push(p, name, source, events, admitted=True))
 
     @app.post("/v1/dataflows/{name}/close", tags=["events"],
               summary="End every source: windows fire, no more events are expected")

@@ -25,7 +25,6 @@ import runpy
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from cameo_actors.dataflow.builder import Dataflow
@@ -40,6 +39,7 @@ from cameo_actors.service.config import (
     resolve_service_config,
 )
 from cameo_actors.service.errors import ConfigError
+from cameo_actors.service.view import iso_time
 
 
 def _add_options(p: Any, options: tuple[Option, ...]) -> None:
@@ -225,13 +225,6 @@ def cmd_close(args: argparse.Namespace) -> int:
 
 
 # -- results ----------------------------------------------------------------------------------
-def _iso_ms(epoch_ms: float | None) -> str:
-    if epoch_ms is None:
-        return "-"
-    iso = datetime.fromtimestamp(epoch_ms / 1000.0, UTC).isoformat(timespec="milliseconds")
-    return iso.replace("+00:00", "Z")
-
-
 def format_row(row: dict[str, Any], *, errors: bool = False) -> str:
     """One readable line per row: when it left (UTC, to the ms), then the latency and the
     result, or for the error output the step, kind, message and the record.
@@ -242,7 +235,8 @@ def format_row(row: dict[str, Any], *, errors: bool = False) -> str:
     from cameo_actors.service.protocol import json_safe
 
     event = json.dumps(json_safe(row.get("event")), sort_keys=True, default=repr)
-    when = _iso_ms(row.get("egress_ms"))
+    egress_ms = row.get("egress_ms")
+    when = iso_time(None if egress_ms is None else egress_ms / 1000.0, ms=True)
     if errors:
         return f"{when}  {row.get('step')}:{row.get('kind')}  {row.get('message')}  {event}"
     ingest, egress = row.get("ingest_ms"), row.get("egress_ms")

@@ -326,11 +326,12 @@ class ServiceCore:
         return result
 
     def push(self, principal: Principal, name: str, source: str,
-             events: builtins.list[dict[str, Any]]) -> dict[str, Any]:
+             events: builtins.list[dict[str, Any]], *, admitted: bool = False) -> dict[str, Any]:
         """Hand events to a source: {"accepted": n, "rejected": m, "rejections": the first
         few}. An event msgpack cannot carry is refused alone (and goes to the error output);
         the rest go on, so a writer never retries a whole batch for one event."""
-        self.admit_push(principal, name, source)
+        if not admitted:  # the HTTP route admits first, before it reads the body
+            self.admit_push(principal, name, source)
         with self._ending(name), self.flow_lock(name):
             rejected = self.rt.push(name, source, events)
         return {"accepted": len(events) - len(rejected), "rejected": len(rejected),

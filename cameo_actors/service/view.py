@@ -21,18 +21,20 @@ CLEAR = "\x1b[H\x1b[2J"
 TIME_COLUMNS = frozenset({"created"})
 
 
-def iso_time(epoch_s: float | None) -> str:
-    """Epoch seconds as ISO 8601 in UTC, to the second: how every human output shows a
-    time (JSON outputs keep the number).
+def iso_time(epoch_s: float | None, *, ms: bool = False) -> str:
+    """Epoch seconds as ISO 8601 in UTC, to the second (or the millisecond): how every
+    human output shows a time (JSON outputs keep the number).
 
-    >>> iso_time(1_700_000_000.7)
-    '2023-11-14T22:13:20Z'
+    >>> iso_time(1_700_000_000.7), iso_time(1_700_000_000.7, ms=True)
+    ('2023-11-14T22:13:20Z', '2023-11-14T22:13:20.700Z')
     >>> iso_time(None)
     '-'
     """
     if epoch_s is None:
         return "-"
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = datetime.fromtimestamp(epoch_s, UTC)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z") if ms \
+        else when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class UtcIsoFormatter(logging.Formatter):
