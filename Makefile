@@ -43,13 +43,14 @@ $(BENCH): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH)
 
-bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair; plots), overhead, throughput, service (README)
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair; plots), overhead, throughput, service, migration (README)
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/out/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead
 	$(PY) -m bench.throughput --json bench/out/throughput.json
 	$(PY) -m bench.multitenant --json bench/out/multitenant.json
 	$(PY) -m bench.service --json bench/out/service.json
+	$(PY) -m bench.migration --quick --json bench/out/migration.json --plots bench/out
 
 # PyFlink in its own venv: apache-flink pins pandas, pyarrow and numpy older than ours.
 FLINK_VENV := .venv-peers/flink

@@ -63,3 +63,13 @@ class SpecError(UserError):
     @property
     def where(self) -> str:
         return f"step {self.subject!r}" if self.subject else "dataflow"
+
+
+class ReconfigError(UserError):
+    """A reconfiguration (scale, migrate, rebalance, add or remove executors) that cannot
+    be done as asked; nothing changed. `subject` names the dataflow and step, or the pool."""
+
+
+class ReconfigConflict(ReconfigError):
+    """A reconfiguration that conflicts with one under way, or with the pool's state
+    (the last executor); nothing changed. Retry once the other one is done."""

@@ -25,7 +25,7 @@ envelope are the windowing core's (`windowing`), shared with `windows`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cameo_actors.operators.base import Event, Output
@@ -192,3 +192,22 @@ class WindowJoinOperator(WindowedOperator):
 
     def _restore_windows(self, state: dict[str, Any]) -> None:
         self._state.load(state["windows"], _copy_sides)
+
+    def state_keys(self) -> list[Any]:
+        return list(self._state.keys())
+
+    def state_entries(self) -> list[tuple[Any, list[Any]]]:
+        return self._state.entries()
+
+    def places_of(self, event: Any, port: int) -> list[Any]:
+        t = event_time(event, self.time_fields[port])
+        return [] if t is None else self._aligned.open_ends(t, self.watermark)
+
+    def take_state_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
+                      ) -> dict[Any, list[Any]]:
+        """Rows ``[end, [key, [lefts, rights], ...]]`` per open window: each key's
+        buffered left and right events (see `KeyedWindows.take_at`)."""
+        return self._state.take_at(pairs, label_of, lambda sides: sides)
+
+    def _put_state(self, rows: list[Any]) -> None:
+        self._state.put(rows, _copy_sides)

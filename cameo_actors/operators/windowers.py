@@ -16,7 +16,7 @@ closed windows into results.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from cameo_actors.operators.aggregates import CompiledAggregates, MalformedEvent
@@ -78,6 +78,23 @@ class Windower(Protocol):
 
     def restore(self, state: dict[str, Any]) -> None:
         """Replace the windows with those of a `snapshot`."""
+        ...
+
+    def state_keys(self) -> list[Any]:
+        """Every key with state here (once per window it is in, at most)."""
+        ...
+
+    def entries(self) -> list[tuple[Any, list[Any]]]:
+        """(place, keys) per place holding state (`WindowedOperator.state_entries`)."""
+        ...
+
+    def take_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
+                ) -> dict[Any, list[Any]]:
+        """Remove the state at (place, key) pairs (`WindowedOperator.take_state_at`)."""
+        ...
+
+    def put(self, rows: list[Any]) -> None:
+        """Add `take` rows; ValueError if a key has state here already (nothing changed)."""
         ...
 
 
@@ -163,6 +180,21 @@ class AlignedWindower(AlignedWindows):
     def restore(self, state: dict[str, Any]) -> None:
         copy_acc = _copy_acc(self.aggs.count_only)
         self.state.load(state["windows"], lambda fields: copy_acc(fields[0]))
+
+    def state_keys(self) -> list[Any]:
+        return list(self.state.keys())
+
+    def entries(self) -> list[tuple[Any, list[Any]]]:
+        return self.state.entries()
+
+    def take_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
+                ) -> dict[Any, list[Any]]:
+        """Rows ``[end, [key, acc, key, acc, ...]]`` per open window."""
+        # The popped accumulators are no longer live here: no copy needed.
+        return self.state.take_at(pairs, label_of, lambda acc: acc)
+
+    def put(self, rows: list[Any]) -> None:
+        self.state.put(rows, _copy_acc(self.aggs.count_only))
 
 
 class _Session:
@@ -326,3 +358,86 @@ class SessionWindower:
         heapq.heapify(self.heap)
         self.fired_last = {decode_key(k): last for k, last in state["fired_last"]}
         self.seq = state["seq"]
+
+    def state_keys(self) -> list[Any]:
+        return [*self.sessions, *(k for k in self.fired_last if k not in self.sessions)]
+
+    def entries(self) -> list[tuple[Any, list[Any]]]:
+        # A session's state is per key: one place, None.
+        return [(None, self.state_keys())]
+
+    def take_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
+                ) -> dict[Any, list[Any]]:
+        """`take` of the pairs' keys, rows grouped by label."""
+        by_label: dict[Any, dict[Any, None]] = {}
+        for _, k in pairs:
+            by_label.setdefault(label_of[k], {})[k] = None
+        rows = {label: self.take(ks) for label, ks in by_label.items()}
+        return {label: r for label, r in rows.items() if r}
+
+    def take(self, keys: Iterable[Any]) -> list[Any]:
+        """Rows ``["session", key, first, last, acc]`` (the open sessions, in
+        creation order), then ``["fired", key, last]`` (the last event time of
+        the key's latest fired session, oldest first)."""
+        sessions, fired_last = self.sessions, self.fired_last
+        moved: list[_Session] = []
+        fired: list[list[Any]] = []
+        for k in keys:
+            lst = sessions.pop(k, None)
+            if lst is not None:
+                for s in lst:
+                    s.alive = False  # the heap drops it lazily
+                moved += lst
+            last = fired_last.pop(k, None)
+            if last is not None:
+                fired.append(["fired", encode_key(k), last])
+        moved.sort(key=lambda s: s.seq)
+        fired.sort(key=lambda row: row[2])
+        # The sessions are dead here: their accumulators need no copy.
+        return [["session", encode_key(s.key), s.first, s.last, s.acc] for s in moved] + fired
+
+    def put(self, rows: list[Any]) -> None:
+        sessions, fired_last = self.sessions, self.fired_last
+        opened: list[tuple[Any, Any, Any, Any]] = []
+        fired: dict[Any, float] = {}
+        for row in rows:  # decode and check everything first: all or nothing
+            if row[0] == "session":
+                _, k_data, first, last, acc = row
+                opened.append((decode_key(k_data), first, last, acc))
+            elif row[0] == "fired":
+                _, k_data, last = row
+                k = decode_key(k_data)
+                if k in fired:
+                    raise ValueError(f"key {k!r} has two fired sessions in the rows")
+                fired[k] = last
+            else:
+                raise ValueError(f"not a session state row: {row!r}")
+        for k in (*(o[0] for o in opened), *fired):
+            if k in sessions or k in fired_last:
+                raise ValueError(f"key {k!r} already has session state here")
+
+        copy_acc, gap, heap = _copy_acc(self.aggs.count_only), self.gap, self.heap
+        added: dict[Any, list[_Session]] = {}
+        for k, first, last, acc in opened:  # new seqs, in the rows' order
+            s = _Session(k, first, last, copy_acc(acc), self.seq)
+            self.seq += 1
+            heapq.heappush(heap, (last + gap, s.seq, s))
+            added.setdefault(k, []).append(s)
+        for k, lst in added.items():
+            lst.sort(key=lambda s: s.first)
+            sessions[k] = lst
+
+        if fired:
+            # `close` prunes fired_last oldest first: merge the rows in by last event
+            # time, moving only the entries newer than the oldest row.
+            incoming = sorted(fired.items(), key=lambda kv: kv[1])
+            oldest = incoming[0][1]
+            newer: list[tuple[Any, float]] = []
+            while fired_last:
+                k, last = fired_last.popitem()  # the newest
+                if last <= oldest:
+                    fired_last[k] = last  # back at the end, where it was
+                    break
+                newer.append((k, last))
+            newer.reverse()
+            fired_last.update(heapq.merge(newer, incoming, key=lambda kv: kv[1]))

@@ -6,9 +6,10 @@
   ("late", "malformed"): the one place those records are made and counted.
 - `AlignedWindows`: where tumbling and sliding windows lie.
 - `KeyedWindows`: the state of aligned windows (window end -> key -> state),
-  fired in end order, snapshotted as rows.
-- `WindowedOperator`: the base of both operators: their rejects and the
-  snapshot envelope (configuration check, counters).
+  fired in end order, snapshotted as rows, moved per key as rows.
+- `WindowedOperator`: the base of both operators: their rejects, the
+  snapshot envelope (configuration check, counters) and the per-key state
+  moves of live migration (`state_keys`, `take_state`, `put_state`).
 
 Windows are half-open ``[start, end)`` in event-time milliseconds, aligned to 0.
 """
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import chain
 from typing import Any, Generic, TypeVar
 
 from cameo_actors.operators.aggregates import is_number, is_time
@@ -25,6 +27,7 @@ from cameo_actors.operators.base import Event, Operator, Output
 
 KeyFn = Callable[[Event], Any]
 S = TypeVar("S")
+_ABSENT: Any = object()  # a dict.pop default no state can be
 
 #: Fields every window result carries; aggregates and time fields may not reuse them.
 RESULT_FIELDS = ("key", "window_start", "window_end")
@@ -211,6 +214,61 @@ class KeyedWindows(Generic[S]):
                         for end, entries in rows}
         self.ends = sorted(self.windows)  # a sorted list is a heap
 
+    def keys(self) -> list[Any]:
+        """Every key with state, once per window it is in (no set: a million keys are
+        listed in milliseconds, deduplicated in a quarter of a second)."""
+        return list(chain.from_iterable(self.windows.values()))
+
+    def entries(self) -> list[tuple[Any, list[Any]]]:
+        """(window end, its keys) per open window."""
+        return [(end, list(w)) for end, w in self.windows.items()]
+
+    def take_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any],
+                row: Callable[[S], Any]) -> dict[Any, list[Any]]:
+        """Remove the state at each (window end, key) of `pairs` (absent ones skipped),
+        as rows per label of the key: ``[end, [key, row(state), key, row(state), ...]]``
+        per window (keys encoded), flat for cheap packing."""
+        windows = self.windows
+        out: dict[Any, dict[Any, list[Any]]] = {}
+        for end, k in pairs:
+            w = windows.get(end)
+            if w is None:
+                continue
+            s = w.pop(k, _ABSENT)
+            if s is _ABSENT:
+                continue
+            by_end = out.get(label_of[k])
+            if by_end is None:
+                by_end = out[label_of[k]] = {}
+            flat = by_end.get(end)
+            if flat is None:
+                flat = by_end[end] = []
+            flat += (encode_key(k), row(s))
+        return {label: [[end, flat] for end, flat in by_end.items()] for label, by_end in out.items()}
+
+    def put(self, rows: list[Any], state: Callable[[Any], S]) -> None:
+        """Add `take_scan` rows, opening windows as needed; `state` turns a row's value
+        into a state (a copy: the caller may keep `rows`).
+
+        Raises:
+            ValueError: a row's key already has state in its window here (a protocol
+                bug: a key's state lives in one place); nothing is changed then.
+        """
+        windows = self.windows
+        decoded = [(end, [decode_key(k) if k.__class__ is list else k for k in flat[::2]],
+                    flat[1::2]) for end, flat in rows]
+        for end, keys, _ in decoded:  # check everything first: all or nothing
+            w = windows.get(end)
+            if w is not None and not w.keys().isdisjoint(keys):
+                k = next(k for k in keys if k in w)
+                raise ValueError(f"key {k!r} already has state in the window ending at {end}")
+        for end, keys, values in decoded:
+            w = windows.get(end)
+            if w is None:
+                w = self.open(end)
+            for k, v in zip(keys, values, strict=True):
+                w[k] = state(v)
+
 
 # -- the operators' base ---------------------------------------------------------------
 class WindowedOperator(Operator):
@@ -218,7 +276,8 @@ class WindowedOperator(Operator):
     the configuration, the counters and the subclass's window state.
 
     Subclasses implement `_config` (what a snapshot must match),
-    `_snapshot_windows` and `_restore_windows`.
+    `_snapshot_windows` and `_restore_windows`, and for live migration of
+    keys `state_keys`, `take_state` and `_put_state`.
     """
 
     stateful = True
@@ -246,6 +305,56 @@ class WindowedOperator(Operator):
         raise NotImplementedError
 
     def _restore_windows(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    # -- per-key state moves (live migration) ------------------------------------------
+    def state_keys(self) -> list[Any]:
+        """Every key that has state here (as the key function returns it: tuples
+        stay tuples), in no particular order; a key in several windows may be
+        listed once per window."""
+        raise NotImplementedError
+
+    def take_state(self, keys: Iterable[Any]) -> list[Any]:
+        """Remove every piece of state of `keys` (as `state_keys` lists them)
+        and return it as msgpack-able rows for `put_state` of an identically
+        configured operator; keys without state are skipped. Watermarks and
+        counters stay: they are the operator's, not the keys'."""
+        wanted = set(keys)
+        pairs = [(place, k) for place, ks in self.state_entries() for k in ks if k in wanted]
+        return self.take_state_at(pairs, dict.fromkeys(wanted)).get(None, [])
+
+    def state_entries(self) -> list[tuple[Any, list[Any]]]:
+        """(place, keys) for every place holding state: a window's end and its keys; for
+        state kept per key (sessions), (None, keys)."""
+        raise NotImplementedError
+
+    def places_of(self, event: Any, port: int) -> list[Any]:
+        """The places where `event` keeps state: the ends of its windows that have not
+        fired ([None] for per-key state; [] when it has no valid time)."""
+        raise NotImplementedError
+
+    def take_state_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
+                      ) -> dict[Any, list[Any]]:
+        """Remove the state at each (place, key) of `pairs` (absent ones skipped), as
+        rows for `put_state`, per label of the key (`label_of`: where each key goes).
+        Costs the pairs, not the whole state: live migration takes the state of moved
+        keys in bounded steps this way. The row format is the subclass's."""
+        raise NotImplementedError
+
+    def put_state(self, rows: list[Any]) -> None:
+        """Add state that `take_state` of an identically configured operator
+        gave away (possibly after a msgpack round trip); rows are copied.
+
+        Raises:
+            ValueError: a key of `rows` already has state here (a protocol bug:
+                a key's state lives in one place); nothing is changed then.
+        """
+        try:
+            self._put_state(rows)
+        except ValueError as exc:
+            raise ValueError(f"step {self.step_id!r}: {exc}") from exc
+
+    def _put_state(self, rows: list[Any]) -> None:
         raise NotImplementedError
 
     def snapshot(self) -> dict[str, Any]:

@@ -40,7 +40,7 @@ re-exported here.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from cameo_actors.operators.aggregates import AggSpecLike, compile_aggregates, is_time
@@ -327,3 +327,35 @@ class WindowOperator(WindowedOperator):
 
     def _restore_windows(self, state: dict[str, Any]) -> None:
         self._windower.restore(state)
+
+    def state_keys(self) -> list[Any]:
+        return self._windower.state_keys()
+
+    def state_entries(self) -> list[tuple[Any, list[Any]]]:
+        return self._windower.entries()
+
+    def places_of(self, event: Any, port: int) -> list[Any]:
+        t = event_time(event, self.time_field)
+        if t is None:
+            return []
+        windower = self._windower
+        if isinstance(windower, AlignedWindower):
+            return windower.open_ends(t, self.watermark)
+        return [None]
+
+    def take_state_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
+                      ) -> dict[Any, list[Any]]:
+        """Rows (keys encoded with `encode_key`):
+
+        - tumbling, sliding: ``[end, [key, acc, key, acc, ...]]`` per open window;
+        - session: ``["session", key, first, last, acc]`` per open session, in
+          creation order, then ``["fired", key, last]`` per key whose latest
+          fired session an event could still fall within gap of.
+
+        ``acc`` is the accumulator: an int for count-only aggregates, else a list
+        of numbers (see `aggregates`).
+        """
+        return self._windower.take_at(pairs, label_of)
+
+    def _put_state(self, rows: list[Any]) -> None:
+        self._windower.put(rows)

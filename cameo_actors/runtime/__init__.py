@@ -16,6 +16,7 @@ from cameo_actors.runtime.boundary import (
     DataflowStats,
     DataflowSummary,
     ExecutorStats,
+    MigrationInfo,
     PoolSnapshot,
     Rejected,
     RuntimeLike,
@@ -31,7 +32,7 @@ from cameo_actors.runtime.exceptions import (
 
 __all__ = [
     "ActivationId", "DataflowEnded", "DataflowExists", "DataflowInfo", "DataflowNotFound", "DataflowStats",
-    "DataflowSummary", "ExecutorStats", "PoolNotFound", "PoolSnapshot", "Rejected", "Runtime", "RuntimeConfig", "RuntimeLike",
+    "DataflowSummary", "ExecutorStats", "MigrationInfo", "PoolNotFound", "PoolSnapshot", "Rejected", "Runtime", "RuntimeConfig", "RuntimeLike",
     "RuntimeUnavailable", "start_local_ray",
 ]
 

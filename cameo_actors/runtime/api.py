@@ -49,6 +49,7 @@ from cameo_actors.runtime.boundary import (
     ErrorLogOffsets,
     ExecutorStats,
     LogOffsets,
+    MigrationInfo,
     PoolSnapshot,
     Pressure,
     Rejected,
@@ -231,7 +232,77 @@ class Runtime:
         cached = self._described.get(name)
         if refresh or cached is None or now - cached[0] > DESCRIBE_TTL_S:
             cached = self._described[name] = (now, get(self.controller.describe.remote(name)))
+            if max(cached[1]["executors"], default=-1) >= len(self.executors):
+                self._refresh_executors()  # placed on an executor added since
         return cached[1]
+
+    def _refresh_executors(self) -> None:
+        self.executors = get(self.controller.executor_handles.remote())
+
+    # -- live reconfiguration ------------------------------------------------------------------
+    def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
+              batch_bins: int | None = None) -> MigrationInfo:
+        """Give keyed step `step` (a window or join on a keyed stream) `parallelism`
+        instances while the dataflow runs: bins move to new instances (or off retired
+        ones) epoch by epoch, `strategy` "all_at_once", "batched" (`batch_bins` bins per
+        epoch, default an eighth) or "fluid" (one bin per epoch). Returns at once; watch
+        it with `migrations` or wait with `wait_migration`.
+
+        Raises:
+            ReconfigError: not a keyed step, a parallelism of 0 or above the pool's bins,
+                an unknown strategy; nothing changed.
+            ReconfigConflict: a migration of the dataflow is under way.
+        """
+        return self._migration_started(name, self.controller.scale.remote(
+            name, step, parallelism, strategy, batch_bins))
+
+    def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
+                to_instance: int | None = None, instance: int | None = None,
+                to_executor: int | None = None, strategy: str = "batched",
+                batch_bins: int | None = None) -> MigrationInfo:
+        """Move `bins` of keyed step `step` to its instance `to_instance`, or move its
+        `instance` (every bin it owns) to executor `to_executor`. Like `scale`."""
+        return self._migration_started(name, self.controller.migrate.remote(
+            name, step, list(bins) if bins is not None else None, to_instance, instance,
+            to_executor, strategy, batch_bins))
+
+    def _migration_started(self, name: str, ref: Any) -> MigrationInfo:
+        info: MigrationInfo = get(ref)
+        self._described.pop(name, None)
+        return info
+
+    def migrations(self, name: str | None = None) -> builtins.list[MigrationInfo]:
+        """Reconfigurations kept by the pool (running and recent), or those of `name`."""
+        return list(get(self.controller.list_migrations.remote(name)))
+
+    def wait_migration(self, migration_id: str, timeout_s: float = 120.0) -> MigrationInfo:
+        """Block until a migration is done or failed (or `timeout_s` passed); its info."""
+        info: MigrationInfo = get(self.controller.wait_migration.remote(migration_id, timeout_s),
+                                  timeout_s=timeout_s + 30.0)
+        self._described.pop(info["dataflow"], None)
+        return info
+
+    def rebalance(self, *, strategy: str = "batched") -> builtins.list[MigrationInfo]:
+        """Move keyed instances from the busiest executors (busy time over a second) to the
+        least busy, at most one per dataflow; the migrations started."""
+        return list(get(self.controller.rebalance.remote(strategy)))
+
+    def add_executors(self, n: int = 1) -> builtins.list[int]:
+        """Add `n` executors to the running pool; their indices."""
+        added = list(get(self.controller.add_executors.remote(n)))
+        self._refresh_executors()
+        return added
+
+    def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]:
+        """Move every keyed instance off executor `index`, then stop it (in the background:
+        watch `migrations` and `executor_stats`).
+
+        Raises:
+            ReconfigError: an unknown executor, or one hosting what cannot move (sources,
+                sinks, stateless steps); nothing changed.
+            ReconfigConflict: the last executor, or a migration of its dataflows under way.
+        """
+        return dict(get(self.controller.remove_executor.remote(index, strategy)))
 
     def _live(self, name: str) -> DataflowInfo:
         """The dataflow's record, if its parts still run on the executors (else DataflowEnded)."""
@@ -501,4 +572,4 @@ class Runtime:
                 dataflows.append(dataflow_metrics(info, parts))
         transitions, states = get(lifecycle)
         return {"dataflows": dataflows, "executors": executors, "transitions": transitions,
-                "states": states}
+                "states": states, "migrations": self.migrations()}

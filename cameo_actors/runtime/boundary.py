@@ -211,6 +211,29 @@ class Pressure(TypedDict):
     limit: int  # events waiting at a source before its writers are held back
 
 
+class MigrationInfo(TypedDict):
+    """A reconfiguration of one keyed step (`scale`, `migrate`, `rebalance`,
+    `remove_executor`) and its progress."""
+
+    id: str
+    dataflow: str
+    step: str
+    kind: str  # "scale", "migrate", "move_instance"
+    strategy: str  # "all_at_once", "batched", "fluid"
+    state: str  # "running", "done", "failed"
+    from_parallelism: int
+    to_parallelism: int
+    bins_total: int
+    bins_moved: int
+    epochs_total: int
+    epochs_done: int
+    bytes_moved: int
+    started_at: float
+    ended_at: float | None
+    duration_s: float
+    error: str | None
+
+
 class PoolSnapshot(TypedDict, total=False):
     """`stats_all()`: every dataflow and executor of the pool in one round."""
 
@@ -220,6 +243,8 @@ class PoolSnapshot(TypedDict, total=False):
     transitions: list[tuple[str, str, int]]
     #: state -> dataflows in it now (the ended ones kept)
     states: dict[str, int]
+    #: reconfigurations kept by the controller (running and recent)
+    migrations: list[MigrationInfo]
 
 
 class RuntimeLike(Protocol):
@@ -247,6 +272,18 @@ class RuntimeLike(Protocol):
     def stats(self, name: str) -> DataflowStats: ...
     def executor_stats(self) -> builtins.list[ExecutorStats]: ...
     def wait_idle(self, timeout_s: float = 60.0) -> None: ...
+
+    # -- live reconfiguration (bad requests raise ReconfigError, conflicts ReconfigConflict)
+    def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
+              batch_bins: int | None = None) -> MigrationInfo: ...
+    def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
+                to_instance: int | None = None, instance: int | None = None,
+                to_executor: int | None = None, strategy: str = "batched",
+                batch_bins: int | None = None) -> MigrationInfo: ...
+    def migrations(self, name: str | None = None) -> builtins.list[MigrationInfo]: ...
+    def rebalance(self, *, strategy: str = "batched") -> builtins.list[MigrationInfo]: ...
+    def add_executors(self, n: int = 1) -> builtins.list[int]: ...
+    def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]: ...
 
     # -- input
     def pressure(self, name: str) -> Pressure: ...

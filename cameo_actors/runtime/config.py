@@ -47,6 +47,10 @@ class RuntimeConfig:
             dataflows and retention (and executors their dataflows' state budgets).
         max_string_chars: the longest text a source's `str` field may hold, in characters;
             a longer one sends its event to the error output (run_local uses the same default).
+        bins: key bins of every keyed step (a power of two): the unit of scaling and
+            migration; at most this many instances per keyed step.
+        epoch_timeout_s: how long one epoch of a migration may take before the
+            migration is reported failed.
     """
 
     num_executors: int | None = None
@@ -69,6 +73,8 @@ class RuntimeConfig:
     ended_kept: int = 1_000
     monitor_interval_s: float = 1.0
     max_string_chars: int = DEFAULT_MAX_STRING_CHARS
+    bins: int = 4096
+    epoch_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -81,6 +87,11 @@ class RuntimeConfig:
                      "max_state_bytes", "ended_kept", "monitor_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
+        if type(self.bins) is not int or not 1 <= self.bins <= 65536 or self.bins & (self.bins - 1):
+            raise ValueError(f"RuntimeConfig.bins: expected a power of two from 1 to 65536, "
+                             f"got {self.bins!r}")
+        if not self.epoch_timeout_s > 0:
+            raise ValueError(f"RuntimeConfig.epoch_timeout_s: expected > 0, got {self.epoch_timeout_s}")
         # An int: the source operator compiles it into its schema check.
         if type(self.max_string_chars) is not int or self.max_string_chars <= 0:
             raise ValueError(f"RuntimeConfig.max_string_chars: expected an int > 0 (characters), "

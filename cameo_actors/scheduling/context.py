@@ -85,7 +85,8 @@ class Message:
         target: id of the activation that will process the message.
         port: input port of the target operator.
         payload: a list of event dicts, or the watermark (float) when `is_watermark`.
-        is_watermark: whether the payload is a watermark.
+        is_watermark: whether the payload is a watermark, or an in-band control message
+            (a routing epoch, migrated state: a list) that is a barrier like one.
         ctx: the priority context.
         upstream: id of the sending activation, "" for ingress.
         size: number of events (credits and rate limits count these).

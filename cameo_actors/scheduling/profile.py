@@ -369,6 +369,8 @@ class ActivationProfile:
         if w is None:
             return ctx.ingest_ms, ctx.local_priority
         if msg.is_watermark:
+            if msg.payload.__class__ is list:  # an in-band control message: due like its cause
+                return ctx.ingest_ms, ctx.local_priority
             wm = float(msg.payload)
             prev = self.input_watermark_ms
             if wm == _INF or prev == _INF:  # end of stream (on this or another channel)
@@ -383,7 +385,7 @@ class ActivationProfile:
 
     def observe_watermark(self, msg: Message) -> None:
         """Record the watermark `msg` carries; window operators keep the largest (`frontier`)."""
-        if self.window is not None:
+        if self.window is not None and msg.payload.__class__ is not list:  # not a control
             wm = float(msg.payload)
             if wm > self.input_watermark_ms:
                 self.input_watermark_ms = wm

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from anyio import to_thread
-from fastapi import FastAPI, Query, Request, Security
+from fastapi import FastAPI, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -41,7 +41,9 @@ from cameo_actors.service.outputs import DEFAULT_PAGE, MAX_CURSOR_CHARS, MAX_PAG
 from cameo_actors.service.protocol import (
     DEFAULT_MAX_DEPTH,
     ERROR_RESPONSES,
+    MAX_EXECUTOR_INDEX,
     MSGPACK_TYPE,
+    AddExecutorsRequest,
     CancelResponse,
     CommitRequest,
     CommitResponse,
@@ -51,8 +53,16 @@ from cameo_actors.service.protocol import (
     ErrorsCommitRequest,
     ErrorsPage,
     Exceptions,
+    ExecutorRemoval,
+    ExecutorsAdded,
+    MigrateRequest,
+    Migration,
+    MigrationList,
     PushResponse,
+    RebalanceRequest,
     ResultsPage,
+    ScaleRequest,
+    Strategy,
     SubmitResponse,
     TokenCreated,
     TokenInfo,
@@ -112,6 +122,9 @@ EVENTS_SCHEMA: dict[str, Any] = {
                "properties": {"events": {"type": "array", "items": {"type": "object"}}}}]}
 #: A commit body: a cursor (one offset per sink instance or executor) and a sink name.
 COMMIT_BODY_BYTES = 2 * MAX_CURSOR_CHARS
+#: A reconfiguration body: a step and a few numbers, or a list of bins (a migrate).
+RECONFIG_BODY_BYTES = 4096
+MIGRATE_BODY_BYTES = 512 * 1024
 PAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {MSGPACK_TYPE: {"schema": {
         "type": "string", "format": "binary",
@@ -300,6 +313,14 @@ async def read_body(request: Request, limit: int, what: str) -> Any:
     depth = getattr(request.app.state, "max_json_depth", DEFAULT_MAX_DEPTH)
     return decode_body(b"".join(chunks), request.headers.get("content-type"), what,
                        max_depth=depth)
+
+
+async def read_optional_body(request: Request, limit: int, what: str) -> Any:
+    """Like `read_body`, but a request without a body reads as {} (every field defaulted)."""
+    if request.headers.get("content-length") in (None, "0") \
+            and "transfer-encoding" not in request.headers:
+        return {}
+    return await read_body(request, limit, what)
 
 
 def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 256 * 1024,
@@ -509,6 +530,78 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
     @app.get("/v1/executors", tags=["service"], summary="Per-executor scheduler counters (admin)")
     async def executors(p: Caller) -> dict[str, Any]:
         return {"executors": await run_in_threadpool(core.executors, p)}
+
+    # -- live reconfiguration: each answers 202 with the migration started (see its progress
+    # in GET /v1/migrations); 409 while another migration of the dataflow is under way ---------
+    @app.post("/v1/dataflows/{name}/scale", tags=["reconfiguration"], status_code=202,
+              response_model=Migration,
+              summary="Change the parallelism of a keyed step while it runs",
+              openapi_extra=_body(ScaleRequest.model_json_schema(), "the step and parallelism"))
+    async def scale(name: str, request: Request, p: Caller) -> Any:
+        req = parse_model(ScaleRequest, await read_body(request, RECONFIG_BODY_BYTES, "scale"),
+                          "scale")
+        return await run_in_threadpool(lambda: core.scale(
+            p, name, req.step, req.parallelism, strategy=req.strategy,
+            batch_bins=req.batch_bins))
+
+    @app.post("/v1/dataflows/{name}/migrate", tags=["reconfiguration"], status_code=202,
+              response_model=Migration,
+              summary="Move key bins of a keyed step to an instance, or an instance to an "
+                      "executor",
+              openapi_extra=_body(MigrateRequest.model_json_schema(), "what moves where"))
+    async def migrate(name: str, request: Request, p: Caller) -> Any:
+        req = parse_model(MigrateRequest, await read_body(request, MIGRATE_BODY_BYTES,
+                                                          "migrate"), "migrate")
+        return await run_in_threadpool(lambda: core.migrate(
+            p, name, req.step, bins=req.bins, to_instance=req.to_instance,
+            instance=req.instance, to_executor=req.to_executor, strategy=req.strategy,
+            batch_bins=req.batch_bins))
+
+    @app.get("/v1/dataflows/{name}/migrations", tags=["reconfiguration"],
+             response_model=MigrationList,
+             summary="A dataflow's reconfigurations, running and recent, with their progress")
+    async def dataflow_migrations(name: str, p: Caller) -> dict[str, Any]:
+        return {"migrations": await run_in_threadpool(core.migrations, p, name)}
+
+    @app.get("/v1/migrations", tags=["reconfiguration"], response_model=MigrationList,
+             summary="Reconfigurations of the dataflows this token may see (admin: all)")
+    async def all_migrations(p: Caller) -> dict[str, Any]:
+        return {"migrations": await run_in_threadpool(core.migrations, p)}
+
+    @app.post("/v1/pool/rebalance", tags=["reconfiguration"], status_code=202,
+              response_model=MigrationList,
+              summary="Even out the executors' load: instances and bins move (admin)",
+              openapi_extra=_body(RebalanceRequest.model_json_schema(),
+                                  "the strategy (optional: no body is batched)"))
+    async def rebalance(request: Request, p: Caller) -> dict[str, Any]:
+        admin_only(p, "rebalancing the pool")
+        req = parse_model(RebalanceRequest, await read_optional_body(
+            request, RECONFIG_BODY_BYTES, "rebalance"), "rebalance")
+        return {"migrations": await run_in_threadpool(
+            lambda: core.rebalance(p, strategy=req.strategy))}
+
+    @app.post("/v1/pool/executors", tags=["reconfiguration"], status_code=201,
+              response_model=ExecutorsAdded, summary="Start executors (admin)",
+              openapi_extra=_body(AddExecutorsRequest.model_json_schema(),
+                                  "how many (optional: no body is one)"))
+    async def add_executors(request: Request, p: Caller) -> dict[str, Any]:
+        admin_only(p, "adding executors")
+        req = parse_model(AddExecutorsRequest, await read_optional_body(
+            request, RECONFIG_BODY_BYTES, "executors request"), "executors")
+        return {"added": await run_in_threadpool(core.add_executors, p, req.count)}
+
+    @app.delete("/v1/pool/executors/{index}", tags=["reconfiguration"], status_code=202,
+                response_model=ExecutorRemoval,
+                summary="Drain an executor: its instances move elsewhere, then it stops (admin)")
+    async def remove_executor(
+            p: Caller,
+            index: Annotated[int, Path(ge=0, le=MAX_EXECUTOR_INDEX,
+                                       description="the executor's index")],
+            strategy: Annotated[Strategy, Query(description="how its instances' bins move")
+                                ] = "batched") -> Any:
+        admin_only(p, "removing executors")
+        return await run_in_threadpool(lambda: core.remove_executor(p, index,
+                                                                    strategy=strategy))
 
     # -- tokens --------------------------------------------------------------------------------
     @app.post("/v1/tokens", tags=["tokens"], status_code=201, response_model=TokenCreated,

@@ -2,7 +2,8 @@
 
 Every case is a request a correct service refuses with a 4xx, changing nothing:
 malformed bodies (bad JSON or msgpack, a wrong content type, empty, too large, too
-deep, NaN or Infinity in JSON), bad specs, bad updates, bad paths and query
+deep, NaN or Infinity in JSON), bad specs, bad updates, bad reconfigurations (scale,
+migrate, the pool's executors), bad paths and query
 parameters, unknown dataflows and sources, bad tokens, and events bodies that are
 not lists of objects. Bad event *values* are not here: a service accepts those and
 the dataflow's error output gets them.
@@ -54,7 +55,7 @@ class BadRequest:
     """One bad request.
 
     Attributes:
-        kind: body, spec, update, path, dataflow, token or events.
+        kind: body, spec, update, reconfig, path, dataflow, token or events.
         description: what is wrong with it, for reports.
         method, path: the request line (the path is relative to the service's URL).
         body: the raw body (None: no body).
@@ -424,6 +425,65 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
                                ("POST", events, "events to")):
         call("dataflow", f"{what} the victim by another tenant", method, path, 404,
              auth="tenant", raw=_json([GOOD_EVENT]) if path == events else None)
+
+    # -- bad reconfigurations: refused before anything moves -----------------------------------
+    def reconfig(description: str, method: str, path: str, raw: bytes | None,
+                 expect: int | None = 422, *, auth: str = "admin", needle: str | None = None,
+                 params: tuple[tuple[str, str], ...] = ()) -> None:
+        cases.append(BadRequest("reconfig", description, method, path, raw,
+                                JSON if raw is not None else None, auth=auth, params=params,
+                                expect=expect, needle=needle))
+
+    scale, migrate = f"{flow}/scale", f"{flow}/migrate"
+    for value, what in ((0, "0"), (True, "true"), ("2", "a string"), (10**30, "10**30"),
+                        (1.5, "1.5"), (None, "null")):
+        reconfig(f"scale to parallelism {what}", "POST", scale,
+                 _json({"step": "out", "parallelism": value}), needle="parallelism")
+    reconfig("scale without a step", "POST", scale, _json({"parallelism": 2}), needle="step")
+    reconfig("scale with strategy warp", "POST", scale,
+             _json({"step": "out", "parallelism": 2, "strategy": "warp"}), needle="strategy")
+    reconfig("scale with batch_bins 0", "POST", scale,
+             _json({"step": "out", "parallelism": 2, "batch_bins": 0}), needle="batch_bins")
+    reconfig("scale with an unknown field", "POST", scale,
+             _json({"step": "out", "parallelism": 2, "instances": 2}), needle="instances")
+    reconfig("scale with a list body", "POST", scale, _json([{"step": "out"}]))
+    reconfig("scale without a body", "POST", scale, b"", 400)
+    # Checked by the runtime: the victim has no keyed step (ReconfigError, 422).
+    reconfig("scale a step the victim does not have", "POST", scale,
+             _json({"step": "bad-input-nowhere", "parallelism": 2}), None)
+    reconfig("scale the victim's sink (not a keyed step)", "POST", scale,
+             _json({"step": "out", "parallelism": 2}), None)
+    reconfig("scale the victim by another tenant", "POST", scale,
+             _json({"step": "out", "parallelism": 2}), 404, auth="tenant")
+    reconfig("scale a dataflow that does not exist", "POST", "/v1/dataflows/bad-input-nowhere/"
+             "scale", _json({"step": "w", "parallelism": 2}), 404)
+    reconfig("migrate without saying where to", "POST", migrate, _json({"step": "out"}))
+    reconfig("migrate bins to an executor", "POST", migrate,
+             _json({"step": "out", "bins": [1], "to_executor": 0}))
+    reconfig("migrate bin -1", "POST", migrate,
+             _json({"step": "out", "bins": [-1], "to_instance": 0}), needle="bins")
+    reconfig("migrate bins as a string", "POST", migrate,
+             _json({"step": "out", "bins": "1,2", "to_instance": 0}), needle="bins")
+    reconfig("migrate to instance true", "POST", migrate,
+             _json({"step": "out", "bins": [1], "to_instance": True}), needle="to_instance")
+    reconfig("migrations of a dataflow that does not exist", "GET",
+             "/v1/dataflows/bad-input-nowhere/migrations", None, 404)
+    reconfig("the victim's migrations by another tenant", "GET", f"{flow}/migrations", None,
+             404, auth="tenant")
+    for method, path, raw in (("POST", "/v1/pool/rebalance", _json({})),
+                              ("POST", "/v1/pool/executors", _json({"count": 1})),
+                              ("DELETE", "/v1/pool/executors/0", None)):
+        reconfig(f"{method} {path} with a tenant token", method, path, raw, 403, auth="tenant")
+    reconfig("rebalance with strategy warp", "POST", "/v1/pool/rebalance",
+             _json({"strategy": "warp"}), needle="strategy")
+    for value, what in ((0, "0"), (65, "65"), (True, "true"), ("1", "a string")):
+        reconfig(f"add {what} executors", "POST", "/v1/pool/executors", _json({"count": value}),
+                 needle="count")
+    for index in ("-1", "abc", "99999999999999999999"):
+        reconfig(f"remove executor {index}", "DELETE", f"/v1/pool/executors/{index}", None,
+                 needle="index")
+    reconfig("remove executor 0 with strategy warp", "DELETE", "/v1/pool/executors/0", None,
+             params=(("strategy", "warp"),), needle="strategy")
 
     # -- bad tokens ----------------------------------------------------------------------------
     for auth in AUTH_HEADERS:

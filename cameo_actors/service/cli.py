@@ -10,6 +10,9 @@
     cameo push alerts logs events.jsonl # events from a JSON-lines file (or '-')
     cameo results alerts --follow       # results as they come (committed once printed)
     cameo token create ops              # a token for tenant 'ops' (admin)
+    cameo scale alerts win 4 --wait     # a keyed step to 4 instances, live
+    cameo migrations                    # reconfigurations and their progress
+    cameo pool add --count 2            # more executors (admin); pool rebalance, pool remove
 
 Client commands find the service at --url / CAMEO_URL (else the one a local
 `cameo serve` recorded in RUN_DIR/service/service.json, else 127.0.0.1:8470)
@@ -273,6 +276,141 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- live reconfiguration -----------------------------------------------------------------------
+def parse_bins(text: str) -> list[int]:
+    """Key bins from the command line: numbers and ranges separated by commas.
+
+    >>> parse_bins("0-3,7")
+    [0, 1, 2, 3, 7]
+    """
+    bins: list[int] = []
+    try:
+        for part in text.split(","):
+            first, dash, last = part.strip().partition("-")
+            lo = int(first)
+            hi = int(last) if dash else lo
+            if lo < 0 or hi < lo:
+                raise ValueError(part)
+            bins.extend(range(lo, hi + 1))
+    except ValueError:
+        raise ConfigError("--bins", "bin numbers or ranges separated by commas", text,
+                          "e.g. --bins 0,1,2 or --bins 0-63") from None
+    return bins
+
+
+def _started(m: dict[str, Any]) -> str:
+    what = (f"{m['kind']} {m.get('from_parallelism')} -> {m.get('to_parallelism')} instances"
+            if m.get("kind") == "scale" else str(m.get("kind")))
+    return (f"{m['dataflow']}/{m['step']}: {what} ({m.get('strategy')}, "
+            f"{m.get('bins_total', 0)} bins), migration {m['id']} {m['state']}")
+
+
+def _ended(m: dict[str, Any]) -> str:
+    line = (f"migration {m['id']} ({m['dataflow']}/{m['step']}): {m['state']} in "
+            f"{float(m.get('duration_s') or 0.0):.1f} s, {m.get('bins_moved', 0)}/"
+            f"{m.get('bins_total', 0)} bins, {m.get('epochs_done', 0)}/"
+            f"{m.get('epochs_total', 0)} epochs, {(m.get('bytes_moved') or 0) / 1e6:.2f} MB "
+            f"moved, ended {iso_time(m.get('ended_at'))}")
+    return line + (f": {m.get('error')}" if m.get("state") == "failed" else "")
+
+
+def _wait_all(client: Any, started: list[dict[str, Any]], timeout_s: float) -> int:
+    """Wait for each migration to end and say how; 1 if any failed."""
+    failed = 0
+    for m in started:
+        done = client.wait_migration(m["id"], timeout_s=timeout_s)
+        print(_ended(done))
+        failed += done["state"] != "done"
+    return 1 if failed else 0
+
+
+def _wait_removed(client: Any, index: int, timeout_s: float) -> int:
+    """Wait until the executor left the pool; 1 if it is still there (a move failed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        entry = next((e for e in client.executors() if e.get("executor") == index), None)
+        if entry is None or not entry.get("alive", True):
+            print(f"executor {index}: removed")
+            return 0
+        time.sleep(0.5)
+    print(f"executor {index}: still in the pool after {timeout_s:g} s; see `cameo migrations`")
+    return 1
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    client = _client(args)
+    m = client.scale(args.name, args.step, args.parallelism, strategy=args.strategy,
+                     batch_bins=args.batch_bins)
+    print(_started(m))
+    return _wait_all(client, [m], args.wait_timeout) if args.wait else 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    by_bins = args.bins is not None or args.to_instance is not None
+    by_instance = args.instance is not None or args.to_executor is not None
+    if by_bins == by_instance or (by_bins and (args.bins is None or args.to_instance is None)) \
+            or (by_instance and (args.instance is None or args.to_executor is None)):
+        raise ConfigError("migrate", "--bins B --to-instance I, or --instance I --to-executor X",
+                          " ".join(a for a, v in (("--bins", args.bins),
+                                                  ("--to-instance", args.to_instance),
+                                                  ("--instance", args.instance),
+                                                  ("--to-executor", args.to_executor))
+                                   if v is not None) or "none of them",
+                          "move bins to an instance, or an instance to an executor")
+    client = _client(args)
+    m = client.migrate(args.name, args.step,
+                       bins=parse_bins(args.bins) if args.bins is not None else None,
+                       to_instance=args.to_instance, instance=args.instance,
+                       to_executor=args.to_executor, strategy=args.strategy,
+                       batch_bins=args.batch_bins)
+    print(_started(m))
+    return _wait_all(client, [m], args.wait_timeout) if args.wait else 0
+
+
+def cmd_migrations(args: argparse.Namespace) -> int:
+    from cameo_actors.service.view import render_migrations
+
+    rows = _client(args).migrations(args.name)
+    if args.json:
+        _print_json(rows)  # epoch seconds, for programs
+    elif rows:
+        print(render_migrations(rows))
+    else:
+        print("no migrations" + (f" of {args.name}" if args.name else ""))
+    return 0
+
+
+def cmd_pool(args: argparse.Namespace) -> int:
+    client = _client(args)
+    if args.action == "add":
+        if args.arg is not None:
+            raise ConfigError("pool add", "no index (use --count N)", args.arg,
+                              "cameo pool add --count N")
+        added = client.add_executors(args.count)
+        print(f"executors added: {', '.join(map(str, added))} (`cameo pool rebalance` moves "
+              "work onto them)")
+        return 0
+    if args.action == "remove":
+        if args.arg is None or not args.arg.isdigit():
+            raise ConfigError("pool remove", "an executor index", args.arg,
+                              "cameo pool remove INDEX (see `cameo executors`)")
+        r = client.remove_executor(int(args.arg), strategy=args.strategy)
+        moving = r.get("moving", [])
+        print(f"executor {r['executor']}: {r['state']}, {len(moving)} instance(s) move off it "
+              "(`cameo migrations` shows them)")
+        for aid in moving:
+            print("  " + aid)
+        return _wait_removed(client, r["executor"], args.wait_timeout) if args.wait else 0
+    if args.arg is not None:
+        raise ConfigError("pool rebalance", "no argument", args.arg, "cameo pool rebalance")
+    moves = client.rebalance(strategy=args.strategy)
+    print(f"rebalance: {len(moves)} migration(s)" if moves else "rebalance: the pool is even, "
+          "nothing moves")
+    for m in moves:
+        print("  " + _started(m))
+    return _wait_all(client, moves, args.wait_timeout) if args.wait else 0
+
+
 # -- service ----------------------------------------------------------------------------------
 def cmd_token(args: argparse.Namespace) -> int:
     from cameo_actors.service.view import render_table
@@ -407,6 +545,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=0.5,
                    help="--follow: seconds between polls when nothing is new (0.5)")
     p.set_defaults(func=cmd_results)
+
+    reconfig = argparse.ArgumentParser(add_help=False)
+    reconfig.add_argument("--strategy", choices=["all_at_once", "batched", "fluid"],
+                          default="batched",
+                          help="how key bins move: in one epoch, in batches (default), or one "
+                               "bin per epoch")
+    reconfig.add_argument("--wait", action="store_true",
+                          help="wait until the migration(s) ended, and say how")
+    reconfig.add_argument("--wait-timeout", type=float, default=120.0, metavar="S",
+                          help="--wait: give up after S seconds (120)")
+    batch = argparse.ArgumentParser(add_help=False)
+    batch.add_argument("--batch-bins", type=int, default=None, metavar="N",
+                       help="batched: bins moved per epoch (default: about 8 epochs)")
+
+    p = sub.add_parser("scale", parents=[client_opts, reconfig, batch],
+                       help="change a keyed step's parallelism while it runs",
+                       description="Scale a keyed step (a window or join after key_by) to P "
+                                   "instances while the dataflow runs: its key bins and their "
+                                   "state move epoch by epoch, no event is lost.")
+    p.add_argument("name")
+    p.add_argument("step")
+    p.add_argument("parallelism", type=int, metavar="P")
+    p.set_defaults(func=cmd_scale)
+
+    p = sub.add_parser("migrate", parents=[client_opts, reconfig, batch],
+                       help="move key bins to an instance, or an instance to an executor")
+    p.add_argument("name")
+    p.add_argument("step")
+    p.add_argument("--bins", default=None, metavar="B", help="bins to move: 1,2,3 or 0-63")
+    p.add_argument("--to-instance", type=int, default=None, metavar="I",
+                   help="the instance that takes the bins")
+    p.add_argument("--instance", type=int, default=None, metavar="I", help="the instance to move")
+    p.add_argument("--to-executor", type=int, default=None, metavar="X",
+                   help="the executor that takes it")
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("migrations", parents=[client_opts],
+                       help="reconfigurations (running and recent) and their progress")
+    p.add_argument("name", nargs="?", default=None, help="only this dataflow's")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_migrations)
+
+    p = sub.add_parser("pool", parents=[client_opts, reconfig],
+                       help="add, remove executors or rebalance the pool (admin)",
+                       description="cameo pool add [--count N]: start executors. cameo pool "
+                                   "remove INDEX: drain an executor (its instances move), then "
+                                   "stop it. cameo pool rebalance: even out the executors' load.")
+    p.add_argument("action", choices=["add", "remove", "rebalance"])
+    p.add_argument("arg", nargs="?", default=None, metavar="INDEX",
+                   help="remove: the executor's index")
+    p.add_argument("--count", type=int, default=1, metavar="N", help="add: executors to start (1)")
+    p.set_defaults(func=cmd_pool)
 
     p = sub.add_parser("token", parents=[client_opts], help="tenant tokens (admin)")
     p.add_argument("action", choices=["create", "list", "revoke"])

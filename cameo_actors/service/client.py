@@ -21,7 +21,8 @@ import builtins
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -31,7 +32,7 @@ import msgpack
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import SpecError
-from cameo_actors.runtime.boundary import CANCELLED, FAILED, FINISHED
+from cameo_actors.runtime.boundary import CANCELLED, FAILED, FINISHED, MigrationInfo
 from cameo_actors.service.config import DEFAULT_URL, ClientConfig
 from cameo_actors.service.errors import ApiError
 from cameo_actors.service.outputs import DEFAULT_PAGE
@@ -359,6 +360,78 @@ class Client:
             if e.code in ("not_found", "dataflow_ended"):
                 return True
             raise
+
+    # -- live reconfiguration: asynchronous; each returns the migration(s) started -----------
+    def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
+              batch_bins: int | None = None) -> MigrationInfo:
+        """Change the parallelism of a keyed step (a window or join after key_by) while it
+        runs. Returns the migration, running: `wait_migration(m["id"])` waits for its end."""
+        body: dict[str, Any] = {"step": step, "parallelism": parallelism, "strategy": strategy}
+        if batch_bins is not None:
+            body["batch_bins"] = batch_bins
+        return self._request("POST", f"{_df(name)}/scale", body=body)  # type: ignore[no-any-return]
+
+    def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
+                to_instance: int | None = None, instance: int | None = None,
+                to_executor: int | None = None, strategy: str = "batched",
+                batch_bins: int | None = None) -> MigrationInfo:
+        """Move key `bins` of a keyed step to instance `to_instance`, or its instance
+        `instance` to executor `to_executor`. Returns the migration, running."""
+        body: dict[str, Any] = {"step": step, "strategy": strategy}
+        for key, value in (("bins", None if bins is None else list(bins)),
+                           ("to_instance", to_instance), ("instance", instance),
+                           ("to_executor", to_executor), ("batch_bins", batch_bins)):
+            if value is not None:
+                body[key] = value
+        return self._request("POST", f"{_df(name)}/migrate", body=body)  # type: ignore[no-any-return]
+
+    def migrations(self, name: str | None = None) -> builtins.list[MigrationInfo]:
+        """Reconfigurations, running and recent: of one dataflow, or of all you may see."""
+        path = "/v1/migrations" if name is None else f"{_df(name)}/migrations"
+        return self._request("GET", path)["migrations"]  # type: ignore[no-any-return]
+
+    def wait_migration(self, migration_id: str, timeout_s: float = 120.0, poll_s: float = 0.2,
+                       *, sleep: Callable[[float], None] | None = None,
+                       clock: Callable[[], float] | None = None) -> MigrationInfo:
+        """Poll until the migration is no longer running; returns it (state "done" or
+        "failed", with its error). Raises TimeoutError naming it after `timeout_s`, and
+        ServiceError (not_found) when no visible migration has that id. `sleep` and `clock`
+        default to time.sleep and time.monotonic."""
+        clock = clock or time.monotonic
+        deadline = clock() + timeout_s
+        while True:
+            found = [m for m in self.migrations() if m["id"] == migration_id]
+            if not found:
+                raise ServiceError(404, "not_found", f"no migration {migration_id!r} is visible "
+                                   "to this token", expected="the id of a running or recent "
+                                   "migration", got=migration_id,
+                                   fix="list them with `cameo migrations`")
+            m = found[-1]
+            if m["state"] != "running":
+                return m
+            if clock() >= deadline:
+                raise TimeoutError(f"migration {migration_id!r} of dataflow {m['dataflow']!r} "
+                                   f"step {m['step']!r} still running after {timeout_s:g} s "
+                                   f"({m.get('bins_moved', 0)} of {m.get('bins_total', 0)} bins "
+                                   "moved); `cameo migrations` shows its progress")
+            (sleep or time.sleep)(poll_s)
+
+    def rebalance(self, strategy: str = "batched") -> builtins.list[MigrationInfo]:
+        """Even out the executors' load (admin). Returns the migrations started."""
+        return self._request("POST", "/v1/pool/rebalance",  # type: ignore[no-any-return]
+                             body={"strategy": strategy})["migrations"]
+
+    def add_executors(self, count: int = 1) -> builtins.list[int]:
+        """Start `count` executors (admin). Returns their indices."""
+        return self._request("POST", "/v1/pool/executors",  # type: ignore[no-any-return]
+                             body={"count": count})["added"]
+
+    def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]:
+        """Drain executor `index` (admin): its instances move elsewhere, then it stops.
+        Returns {"executor", "moving": [instances], "state": "draining"}."""
+        params = None if strategy == "batched" else {"strategy": strategy}
+        return self._request("DELETE", f"/v1/pool/executors/{int(index)}",  # type: ignore[no-any-return]
+                             params=params)
 
     # -- service -----------------------------------------------------------------------------
     def whoami(self) -> dict[str, Any]:

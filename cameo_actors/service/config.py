@@ -76,6 +76,9 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("max_windows_per_event", "--max-windows-per-event", ("CAMEO_MAX_WINDOWS_PER_EVENT",),
            "most windows one event may open in a new pool (a sliding window's size / slide); "
            "specs asking more are refused (default 1000)", _int),
+    Option("bins", "--bins", ("CAMEO_BINS",),
+           "key bins of every keyed step in a new pool: the unit of scaling and migration, "
+           "a power of two (default 4096)", _int),
     Option("state_budget_bytes", "--state-budget-bytes", ("CAMEO_STATE_BUDGET_BYTES",),
            "a dataflow's operator state and unread results in a new pool, when its spec sets "
            "no limits.state_bytes; over it the dataflow fails (default 536870912)", _int),
@@ -139,6 +142,7 @@ class ServiceConfig:
     policy: str = "cameo"
     executors: int | None = None
     max_windows_per_event: int = 1_000
+    bins: int = 4096
     state_budget_bytes: int = 512 * 1024 * 1024
     max_state_bytes: int = 4 * 1024 * 1024 * 1024
     keep_ended_s: float = 3600.0
@@ -166,6 +170,9 @@ class ServiceConfig:
                      "max_string_chars", "tenant_max_concurrent", "tenant_rate"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, "> 0", getattr(self, name), "give a positive limit")
+        if not 1 <= self.bins <= 65536 or self.bins & (self.bins - 1):
+            raise ConfigError("bins", "a power of two from 1 to 65536", self.bins,
+                              "use e.g. 4096 (more bins: finer moves, a little more routing work)")
         if self.keep_ended_s < 0:
             raise ConfigError("keep_ended_s", ">= 0", self.keep_ended_s, "use 0 to forget at once")
         for name in ("max_spec_bytes", "max_body_bytes"):

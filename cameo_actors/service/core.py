@@ -13,13 +13,13 @@ import contextlib
 import heapq
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from cameo_actors.clock import Clock, SystemClock
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.errors import CameoError, SpecError
+from cameo_actors.errors import CameoError, ReconfigError, SpecError
 from cameo_actors.runtime.boundary import (
     LIVE_STATES,
     RUNNING,
@@ -28,11 +28,12 @@ from cameo_actors.runtime.boundary import (
     DataflowStats,
     DataflowSummary,
     ExecutorStats,
+    MigrationInfo,
     RuntimeLike,
 )
 from cameo_actors.runtime.exceptions import DataflowEnded, DataflowExists, DataflowNotFound
 from cameo_actors.service.auth import Principal
-from cameo_actors.service.errors import ApiError, ended, not_found
+from cameo_actors.service.errors import ApiError, ended, not_found, reconfig_refused
 from cameo_actors.service.outputs import (
     DEFAULT_PAGE,
     ERRORS,
@@ -52,6 +53,8 @@ RATE_WINDOW_MS = 30_000.0
 RATE_MIN_SPAN_MS = 500.0
 #: Refused events a push answer describes (it counts them all).
 REJECTIONS_SHOWN = 10
+#: A dataflow's reconfigurations its status shows (the most recent).
+MIGRATIONS_SHOWN = 20
 
 
 def normalize(spec: dict[str, Any]) -> dict[str, Any]:
@@ -260,7 +263,16 @@ class ServiceCore:
             "history": list(info.get("history") or []),
             "state_bytes": info.get("state_bytes", 0),
             "held": list(s.get("held", [])),
+            "migrations": self._migrations_of(name),
         }
+
+    def _migrations_of(self, name: str) -> builtins.list[MigrationInfo]:
+        """A dataflow's reconfigurations, running and recent (none once it is gone, or when
+        the runtime cannot say now: the rest of the status still answers)."""
+        try:
+            return builtins.list(self.rt.migrations(name))[-MIGRATIONS_SHOWN:]
+        except (CameoError, KeyError):  # DataflowNotFound, DataflowEnded, RuntimeUnavailable
+            return []
 
     def exceptions(self, principal: Principal, name: str) -> dict[str, Any]:
         """Why a dataflow failed and its last operator failures (like Flink's
@@ -410,11 +422,96 @@ class ServiceCore:
                            fix="push to one of the dataflow's sources")
 
     def executors(self, principal: Principal) -> builtins.list[ExecutorStats]:
+        self._admin_only(principal, "executor statistics are")
+        return self.rt.executor_stats()
+
+    @staticmethod
+    def _admin_only(principal: Principal, what: str) -> None:
         if not principal.admin:
-            raise ApiError(403, "forbidden", "executor statistics are for the admin",
+            raise ApiError(403, "forbidden", f"{what} for the admin",
                            expected="the admin token", got=principal.label,
                            fix="ask the service operator")
-        return self.rt.executor_stats()
+
+    # -- live reconfiguration: asynchronous, each answers with the migration(s) started ------
+    # A tenant reconfigures its own dataflows; the pool (rebalance, executors) is the admin's.
+    def scale(self, principal: Principal, name: str, step: str, parallelism: int, *,
+              strategy: str = "batched", batch_bins: int | None = None) -> MigrationInfo:
+        """Change the parallelism of a keyed step while it runs; its key bins move to the
+        new instances epoch by epoch. Returns the migration, running."""
+        self._refuse_while_stopping()
+        self._entry(principal, name)
+        with self._reconfiguring(name):
+            return self.rt.scale(name, step, parallelism, strategy=strategy,
+                                 batch_bins=batch_bins)
+
+    def migrate(self, principal: Principal, name: str, step: str, *,
+                bins: Sequence[int] | None = None, to_instance: int | None = None,
+                instance: int | None = None, to_executor: int | None = None,
+                strategy: str = "batched", batch_bins: int | None = None) -> MigrationInfo:
+        """Move key bins of a keyed step to another instance, or one of its instances to
+        another executor. Returns the migration, running."""
+        self._refuse_while_stopping()
+        self._entry(principal, name)
+        with self._reconfiguring(name):
+            return self.rt.migrate(name, step, bins=bins, to_instance=to_instance,
+                                   instance=instance, to_executor=to_executor,
+                                   strategy=strategy, batch_bins=batch_bins)
+
+    def migrations(self, principal: Principal, name: str | None = None
+                   ) -> builtins.list[MigrationInfo]:
+        """Reconfigurations (running and recent): of one dataflow, or of every dataflow this
+        caller may see (the admin: all of them)."""
+        if name is not None:
+            self._entry(principal, name)
+            try:
+                return builtins.list(self.rt.migrations(name))
+            except DataflowNotFound:  # gone meanwhile
+                raise not_found(name) from None
+            except DataflowEnded:  # its parts were freed, and its migrations with them
+                return []
+        every = builtins.list(self.rt.migrations())
+        if principal.admin:
+            return every
+        mine = {d["name"] for d in self.rt.list() if principal.can_access(d["tenant"])}
+        return [m for m in every if m["dataflow"] in mine]
+
+    def rebalance(self, principal: Principal, *, strategy: str = "batched"
+                  ) -> builtins.list[MigrationInfo]:
+        """Even out the pool: instances and bins move to the executors with the least load."""
+        self._admin_only(principal, "rebalancing the pool is")
+        self._refuse_while_stopping()
+        with self._reconfiguring(None):
+            return builtins.list(self.rt.rebalance(strategy=strategy))
+
+    def add_executors(self, principal: Principal, count: int = 1) -> builtins.list[int]:
+        """Start `count` executors; returns their indices (nothing moves to them until a
+        rebalance, a migrate or a new dataflow)."""
+        self._admin_only(principal, "adding executors is")
+        self._refuse_while_stopping()
+        with self._reconfiguring(None):
+            return builtins.list(self.rt.add_executors(count))
+
+    def remove_executor(self, principal: Principal, index: int, *, strategy: str = "batched"
+                        ) -> dict[str, Any]:
+        """Drain an executor: its instances move elsewhere, then it stops. Returns
+        {"executor", "moving": [instances], "state": "draining"}."""
+        self._admin_only(principal, "removing executors is")
+        self._refuse_while_stopping()
+        with self._reconfiguring(None):
+            return self.rt.remove_executor(index, strategy=strategy)
+
+    @contextlib.contextmanager
+    def _reconfiguring(self, name: str | None) -> Iterator[None]:
+        """The runtime's refusals of a reconfiguration, as the API says them: 404 (gone),
+        409 (ended, or a conflict), 422 (cannot be done as asked)."""
+        try:
+            yield
+        except ReconfigError as e:  # ReconfigConflict is one: 409
+            raise reconfig_refused(e) from None
+        except DataflowNotFound as e:
+            raise not_found(name or e.name) from None
+        except DataflowEnded as e:
+            raise ended(e) from None
 
     # -- outputs: results and the error output, read with cursors ----------------------------
     # Only the runtime's read and commit calls, never a dataflow's push lock: a reader does

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cameo_actors.errors import CameoError, SpecError, UserError
+from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError, SpecError, UserError
 from cameo_actors.runtime.exceptions import DataflowEnded
 
 
@@ -97,6 +97,19 @@ def not_found(name: str) -> ApiError:
                     expected="the name of a running dataflow of your tenant", got=name,
                     fix="list your dataflows with `cameo list` (GET /v1/dataflows)")
 
+
+
+def reconfig_refused(e: ReconfigError) -> ApiError:
+    """A reconfiguration the runtime refused, nothing changed: 409 when it conflicts with
+    one under way (or with the pool: its last executor), 422 when it cannot be done as asked.
+
+    >>> reconfig_refused(ReconfigConflict("dataflow 'a'", "no migration under way",
+    ...                                   "m1 running", "retry once m1 is done")).status
+    409
+    """
+    if isinstance(e, ReconfigConflict):
+        return ApiError.from_user_error(e, 409, "reconfiguration_conflict")
+    return ApiError.from_user_error(e, 422, "bad_reconfiguration")
 
 
 def ended(e: DataflowEnded, *, lost: bool = False) -> ApiError:

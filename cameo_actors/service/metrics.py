@@ -23,7 +23,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from cameo_actors.runtime.boundary import LATENCY_BUCKETS_MS, ExecutorStats, PoolSnapshot
+from cameo_actors.runtime.boundary import (
+    LATENCY_BUCKETS_MS,
+    ExecutorStats,
+    MigrationInfo,
+    PoolSnapshot,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DF_LABELS = ["dataflow", "tenant"]
@@ -122,6 +127,11 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
             transitions.add_metric([t, state], n)
     out: list[Metric] = [lat, results, within, target, weight, recent, ev_in, ev_out, errors,
                          backlog, running, transitions]
+    migrations = snapshot.get("migrations", [])
+    if tenant is not None:  # MigrationInfo names the dataflow, not its tenant
+        own = {d["name"] for d in snapshot.get("dataflows", []) if d["tenant"] == tenant}
+        migrations = [m for m in migrations if m["dataflow"] in own]
+    out.extend(migration_families(migrations))
     if tenant is None:
         states = GaugeMetricFamily("cameo_dataflows_by_state", "Dataflows the pool keeps, by "
                                    "lifecycle state (ended ones for a while)", labels=["state"])
@@ -135,6 +145,39 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
                                      "Time the service took to pull this snapshot from the "
                                      "executors", value=scrape_seconds))
     return out
+
+
+def migration_families(migrations: list[MigrationInfo]) -> list[Metric]:
+    """Live reconfiguration: migrations under way, bins and bytes moved (summed over the
+    migrations the controller keeps), and how long the last finished one of each step took."""
+    in_progress = GaugeMetricFamily("cameo_migrations_in_progress", "Reconfigurations (scale, "
+                                    "migrate, executor drain) under way",
+                                    value=sum(m["state"] == "running" for m in migrations))
+    labels = ["dataflow", "step"]
+    bins = CounterMetricFamily("cameo_migration_bins_moved", "Key bins moved between instances "
+                               "by reconfigurations (those the pool keeps)", labels=labels)
+    moved = CounterMetricFamily("cameo_migration_bytes_moved", "Operator state moved between "
+                                "instances by reconfigurations (those the pool keeps)",
+                                labels=labels)
+    duration = GaugeMetricFamily("cameo_migration_duration_seconds", "How long the last "
+                                 "finished reconfiguration of the step took",
+                                 labels=[*labels, "strategy"])
+    totals: dict[tuple[str, str], list[int]] = {}
+    last: dict[tuple[str, str, str], MigrationInfo] = {}
+    for m in migrations:
+        sums = totals.setdefault((m["dataflow"], m["step"]), [0, 0])
+        sums[0] += m.get("bins_moved", 0)
+        sums[1] += m.get("bytes_moved", 0)
+        if m["state"] == "done":
+            key = (m["dataflow"], m["step"], m.get("strategy", ""))
+            if key not in last or (m.get("ended_at") or 0.0) >= (last[key].get("ended_at") or 0.0):
+                last[key] = m
+    for step, (n_bins, n_bytes) in sorted(totals.items()):
+        bins.add_metric(list(step), n_bins)
+        moved.add_metric(list(step), n_bytes)
+    for with_strategy, m in sorted(last.items()):
+        duration.add_metric(list(with_strategy), m.get("duration_s", 0.0))
+    return [in_progress, bins, moved, duration]
 
 
 def executor_families(executors: list[ExecutorStats]) -> list[Metric]:

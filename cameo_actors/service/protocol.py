@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from cameo_actors.dataflow.validate import MAX_LATENCY_TARGET_MS, MAX_NUMBER
+from cameo_actors.dataflow.validate import MAX_LATENCY_TARGET_MS, MAX_NUMBER, NAME_RE
 from cameo_actors.service.config import DEFAULT_MAX_JSON_DEPTH
 from cameo_actors.service.errors import ApiError
 from cameo_actors.service.nesting import deeper_than, json_depth
@@ -221,6 +221,71 @@ class UpdateRequest(_Strict):
         return self
 
 
+#: How a reconfiguration moves a step's key bins: in one epoch, in batches, one bin per epoch.
+STRATEGIES = ("all_at_once", "batched", "fluid")
+Strategy = Literal["all_at_once", "batched", "fluid"]
+#: Bounds of the numbers a reconfiguration names (the runtime checks its own, finer ones):
+#: instances and bins of a step (a step has 4096 key bins by default), executors.
+MAX_INSTANCES = 4096
+MAX_BINS = 65536
+MAX_EXECUTOR_INDEX = 65535
+#: Executors one request may add.
+MAX_ADD_EXECUTORS = 64
+_STEP = Field(..., min_length=1, max_length=128, pattern=NAME_RE.pattern, strict=True,
+              description="the keyed step (a window or join after key_by)")
+_STRATEGY_DOC = ("all_at_once: one epoch; batched: batch_bins bins per epoch; fluid: one bin "
+                 "per epoch")
+_BATCH_BINS = Field(None, ge=1, le=MAX_BINS, strict=True,
+                    description="bins per epoch with the batched strategy (default: about 8 "
+                                "epochs)")
+
+
+class ScaleRequest(_Strict):
+    """Change the parallelism of a keyed step while it runs."""
+
+    step: str = _STEP
+    parallelism: int = Field(..., ge=1, le=MAX_INSTANCES, strict=True,
+                             description="the step's new number of instances")
+    strategy: Strategy = Field("batched", description=_STRATEGY_DOC)
+    batch_bins: int | None = _BATCH_BINS
+
+
+class MigrateRequest(_Strict):
+    """Move key bins of a keyed step to another instance (`bins`, `to_instance`), or one
+    instance to another executor (`instance`, `to_executor`)."""
+
+    step: str = _STEP
+    bins: list[Annotated[int, Field(ge=0, lt=MAX_BINS, strict=True)]] | None = Field(
+        None, min_length=1, max_length=MAX_BINS, strict=True,
+        description="the key bins to move (with to_instance)")
+    to_instance: int | None = Field(None, ge=0, lt=MAX_INSTANCES, strict=True,
+                                    description="the instance that takes the bins")
+    instance: int | None = Field(None, ge=0, lt=MAX_INSTANCES, strict=True,
+                                 description="the instance to move (with to_executor)")
+    to_executor: int | None = Field(None, ge=0, le=MAX_EXECUTOR_INDEX, strict=True,
+                                    description="the executor that takes the instance")
+    strategy: Strategy = Field("batched", description=_STRATEGY_DOC)
+    batch_bins: int | None = _BATCH_BINS
+
+    @model_validator(mode="after")
+    def _one_move(self) -> MigrateRequest:
+        by_bins = self.bins is not None or self.to_instance is not None
+        by_instance = self.instance is not None or self.to_executor is not None
+        if by_bins == by_instance or (by_bins and (self.bins is None or self.to_instance is None)) \
+                or (by_instance and (self.instance is None or self.to_executor is None)):
+            raise ValueError("give bins and to_instance, or instance and to_executor")
+        return self
+
+
+class RebalanceRequest(_Strict):
+    strategy: Strategy = Field("batched", description=_STRATEGY_DOC)
+
+
+class AddExecutorsRequest(_Strict):
+    count: int = Field(1, ge=1, le=MAX_ADD_EXECUTORS, strict=True,
+                       description="executors to start")
+
+
 class TokenRequest(_Strict):
     tenant: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$",
                         description="the tenant the new token acts for")
@@ -309,6 +374,49 @@ class DataflowStatus(BaseModel):
     state_bytes: int = Field(0, description="estimated operator state and unread results")
     held: list[str] = Field([], description="activations held by flow control (e.g. a sink "
                                             "whose result log is full)")
+    migrations: list[Migration] = Field([], description="its reconfigurations (running and "
+                                                        "recent), oldest first")
+
+
+class Migration(BaseModel):
+    """A reconfiguration of one keyed step and its progress (the runtime's MigrationInfo)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    dataflow: str
+    step: str
+    kind: str = Field("", description="scale, migrate or move_instance")
+    strategy: str = Field("", description="all_at_once, batched or fluid")
+    state: str = Field(description="running, done or failed")
+    from_parallelism: int = 0
+    to_parallelism: int = 0
+    bins_total: int = 0
+    bins_moved: int = 0
+    epochs_total: int = 0
+    epochs_done: int = 0
+    bytes_moved: int = Field(0, description="operator state moved between instances")
+    started_at: float | None = Field(None, description="epoch seconds")
+    ended_at: float | None = None
+    duration_s: float = 0.0
+    error: str | None = Field(None, description="why it failed")
+
+
+class MigrationList(BaseModel):
+    migrations: list[Migration]
+
+
+class ExecutorsAdded(BaseModel):
+    added: list[int] = Field(description="the new executors' indices")
+
+
+class ExecutorRemoval(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    executor: int
+    moving: list[str] = Field(description="the instances that move elsewhere, one migration "
+                              "each (see /v1/migrations)")
+    state: str = Field(description="draining: it leaves once its instances moved")
 
 
 class Exceptions(BaseModel):
@@ -423,7 +531,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (400, "malformed body: not JSON or msgpack, NaN or Infinity in JSON, nested too deep"),
         (401, "missing or wrong bearer token"),
         (403, "the token's tenant may not do this"), (404, "no such dataflow for this token"),
-        (409, "a different dataflow runs under this name"), (413, "body too large"),
+        (409, "a different dataflow runs under this name, or a reconfiguration conflicts "
+              "with one under way"), (413, "body too large"),
         (415, "neither JSON nor msgpack"), (422, "invalid spec or request"),
         (500, "a bug in the service (internal_error; the traceback is in its log)"),
         (503, "the service is stopping, or the runtime did not answer in time (Retry-After)"))

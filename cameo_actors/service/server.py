@@ -134,7 +134,7 @@ def serve(cfg: ServiceConfig) -> int:
     executors = cfg.executors or ((os.cpu_count() or 1) if cfg.embedded else None)
     config = RuntimeConfig(num_executors=executors, policy=cfg.policy,
                            allowed_modules=cfg.allowed_modules,
-                           max_windows_per_event=cfg.max_windows_per_event,
+                           max_windows_per_event=cfg.max_windows_per_event, bins=cfg.bins,
                            state_budget_bytes=cfg.state_budget_bytes,
                            max_state_bytes=cfg.max_state_bytes,
                            max_string_chars=cfg.max_string_chars,

@@ -111,7 +111,49 @@ def render_status(s: dict[str, Any], *, color: bool = False, now: float | None =
                                      if errors else "none"))
     for f in s.get("failures", [])[-3:]:
         lines.append(_paint(f"  failure     {f}", RED, color))
+    migrations = s.get("migrations") or []
+    if migrations:
+        lines += ["", "  migrations"]
+        lines += ["    " + line for line in render_migrations(migrations).splitlines()]
     return "\n".join(lines)
+
+
+#: The columns of `cameo migrations` (and of the migrations in `cameo status`).
+MIGRATION_COLUMNS = ["id", "dataflow", "step", "kind", "strategy", "state", "bins", "epochs",
+                     "mb_moved", "duration_s", "started_at"]
+
+
+def migration_row(m: dict[str, Any]) -> dict[str, Any]:
+    """One reconfiguration as a table row: bins and epochs as done/total, MB moved,
+    the parallelism change in its kind.
+
+    >>> r = migration_row({"id": "m1", "dataflow": "a", "step": "w", "kind": "scale",
+    ...                    "strategy": "fluid", "state": "done", "from_parallelism": 2,
+    ...                    "to_parallelism": 4, "bins_total": 4096, "bins_moved": 2048,
+    ...                    "epochs_total": 2048, "epochs_done": 2048, "bytes_moved": 1_500_000,
+    ...                    "duration_s": 3.25, "started_at": 0.0})
+    >>> r["kind"], r["bins"], r["epochs"], r["mb_moved"], r["duration_s"]
+    ('scale 2->4', '2048/4096', '2048/2048', '1.50', '3.2')
+    """
+    kind = str(m.get("kind") or "-")
+    if kind == "scale":
+        kind += f" {m.get('from_parallelism', '?')}->{m.get('to_parallelism', '?')}"
+    return {
+        **{k: m.get(k) for k in ("id", "dataflow", "step", "strategy", "state", "started_at")},
+        "kind": kind,
+        "bins": f"{m.get('bins_moved', 0)}/{m.get('bins_total', 0)}",
+        "epochs": f"{m.get('epochs_done', 0)}/{m.get('epochs_total', 0)}",
+        "mb_moved": f"{(m.get('bytes_moved') or 0) / 1e6:.2f}",
+        "duration_s": f"{float(m.get('duration_s') or 0.0):.1f}",
+    }
+
+
+def render_migrations(migrations: list[dict[str, Any]]) -> str:
+    """The table of `cameo migrations`, then why each failed one failed."""
+    text = render_table([migration_row(m) for m in migrations], MIGRATION_COLUMNS)
+    failed = [f"{m.get('id')}: failed: {m.get('error') or 'no cause given'}"
+              for m in migrations if m.get("state") == "failed"]
+    return "\n".join([text, *failed])
 
 
 def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -24,6 +24,9 @@ POOLS = {
                          result_capacity=300),
     # The lifecycle's monitor checks often, so tests see transitions within a second.
     "watched2": dict(num_executors=2, policy="cameo", monitor_interval_s=0.2),
+    # Executors are added and removed here (test_reconfig.py only); 256 bins keep fluid
+    # migrations short.
+    "elastic2": dict(num_executors=2, policy="cameo", bins=256, monitor_interval_s=0.2),
     # Executors are killed here: a pool of its own, one executor per dataflow.
     "doomed3": dict(num_executors=3, policy="cameo", isolation="isolated", monitor_interval_s=0.2),
 }
@@ -35,7 +38,8 @@ def ray_session() -> Iterator[None]:
 
     from cameo_actors.runtime import start_local_ray
 
-    start_local_ray(RUN_DIR, num_cpus=16)
+    # Every pool of POOLS reserves a CPU per executor, mostly idle: room for all of them.
+    start_local_ray(RUN_DIR, num_cpus=32)
     yield
     ray.shutdown()
 

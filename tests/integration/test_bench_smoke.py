@@ -1,14 +1,16 @@
-"""bench.cameo's scenarios, a few seconds each, in-process on the session's Ray: the shape
-and sanity of the results, not their speed."""
+"""bench.cameo's scenarios, a few seconds each, and bench.migration --quick, in-process on
+the session's Ray: the shape and sanity of the results, not their speed."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import cameo, scenarios
+from bench import cameo, migration, scenarios
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +75,25 @@ def test_fair(ray_session: None) -> None:
         for d in res[mode]["dataflows"].values():
             assert d["throughput_series_eps"] and all(x >= 0 for x in d["throughput_series_eps"])
             assert d["busy_series_ms"] and all(x >= 0 for x in d["busy_series_ms"])
+
+
+MIGRATION_FIELDS = ("steady_p99_ms", "migration_p99_ms", "migration_max_ms", "alerts_p99_ms",
+                    "duration_s", "bytes_moved", "peak_rss_mb", "migration_over_steady_p99")
+
+
+def test_migration(ray_session: None, tmp_path: Path) -> None:
+    """bench.migration --quick: every strategy moved its bins and kept its results."""
+    out = tmp_path / "migration.json"
+    migration.main(["--quick", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert set(figures["strategies"]) == set(migration.STRATEGIES)
+    for name, r in figures["strategies"].items():
+        assert r["completed"] is True, (name, r["note"])
+        assert r["results_match"] is True, (name, r["result_rows"], r["expected_rows"],
+                                            r["windows_differing"])
+        for f in MIGRATION_FIELDS:
+            assert isinstance(r[f], (int, float)) and math.isfinite(r[f]) and r[f] >= 0, (name, f, r[f])
+        assert isinstance(r["alerts_within_target"], bool)
+        assert r["bins_moved"] == r["bins_total"] > 0
+        assert set(r["hosts_after"].values()) == {0, 1}
+    assert set(figures["goals"]) >= {"batched_p99_within_2x_steady", "batched_alerts_within_target"}

@@ -24,7 +24,7 @@ import httpx
 import pytest
 import yaml
 
-from cameo_actors import Dataflow, SpecError
+from cameo_actors import Dataflow, SpecError, count, sum_
 from cameo_actors.service import bad_input
 from cameo_actors.service.client import ServiceError
 from cameo_actors.service.testing import ServiceProcess, free_port, fresh_dir
@@ -436,6 +436,44 @@ def test_results_are_read_and_committed_over_http(svc: ServiceProcess,
     finally:
         with contextlib.suppress(ServiceError):
             ops.cancel("echo")
+
+
+def test_a_tenant_scales_its_window_over_http_while_events_flow(
+        svc: ServiceProcess, tokens: dict[str, str]) -> None:
+    """Scale and migrations through the real service: the client, `cameo migrations`,
+    status and the metrics; the results equal run_local's."""
+    from cameo_actors import run_local
+    from tests.shared.zoo import canon
+
+    flow = (Dataflow("rescaled", latency_target_ms=1000, tenant="analytics")
+            .source("metrics", schema=SCHEMA, event_time="ts")
+            .key_by("key").window(tumbling_ms=50, id="w").aggregate(n=count(), total=sum_("value"))
+            .sink("totals"))
+    analytics = svc.client(tokens["analytics"])
+    analytics.submit(flow)
+    data = [{"ts": i, "level": "INFO", "key": f"k{i % 97}", "value": float(i % 10)}
+            for i in range(20_000)]
+    try:
+        analytics.push("rescaled", "metrics", data[:10_000])
+        started = analytics.scale("rescaled", "w", 2, strategy="batched")
+        assert started["state"] == "running" and started["to_parallelism"] == 2
+        analytics.push("rescaled", "metrics", data[10_000:15_000])  # while it moves
+        done = analytics.wait_migration(started["id"], timeout_s=60)
+        assert done["state"] == "done" and done["bins_moved"] == 2048, done
+        analytics.push("rescaled", "metrics", data[15_000:])
+        listed = svc.cli("migrations", "rescaled", token=tokens["analytics"]).stdout
+        assert started["id"] in listed and "done" in listed
+        assert [m["id"] for m in analytics.status("rescaled")["migrations"]] == [started["id"]]
+        with pytest.raises(ServiceError) as e:  # another tenant's dataflow: not even seen
+            svc.client(tokens["ops"]).scale("rescaled", "w", 1)
+        assert e.value.status == 404
+        metrics = analytics.metrics()
+        assert 'cameo_migration_bins_moved_total{dataflow="rescaled",step="w"} 2048.0' in metrics
+        analytics.close("rescaled")
+        rows = [r["event"] for r in analytics.follow("rescaled", until_ended=True, poll_s=0.1)]
+        assert canon(rows) == canon(run_local(flow, {"metrics": data}).sinks["totals"])
+    finally:
+        analytics.cancel("rescaled")
 
 
 def _exchange(sock: socket.socket, request: bytes) -> tuple[int, dict[str, str], bytes]:

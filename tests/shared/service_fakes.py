@@ -10,8 +10,11 @@ from typing import Any
 
 from cameo_actors import Dataflow
 from cameo_actors.clock import FakeClock
+from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.dataflow.validate import stream_key
+from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.runtime._private.ingest import pack_ingest
-from cameo_actors.runtime.boundary import LIVE_STATES, Rejected
+from cameo_actors.runtime.boundary import LIVE_STATES, MigrationInfo, Rejected
 from cameo_actors.runtime.exceptions import DataflowEnded, DataflowExists, DataflowNotFound
 from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import TokenStore
@@ -25,6 +28,9 @@ with warnings.catch_warnings():
 
 ADMIN = "admin-token-for-tests"
 SCHEMA = {"ts": "int", "level": "str", "key": "str"}
+#: Key bins of a keyed step in the fake (the runtime's default).
+BINS = 4096
+STRATEGIES = ("all_at_once", "batched", "fluid")
 
 
 class FakeLog:
@@ -72,6 +78,10 @@ class FakeRuntime:
         self.closed: list[str] = []
         self.reads: list[tuple[str, int, int | None]] = []  # (log, start, end) per read call
         self.error_capacity = 100_000  # unread error records kept per log, as the runtime
+        self.executors = [0, 1]  # the pool's executors (add_executors / remove_executor)
+        self.removed: set[int] = set()
+        self.moves: dict[str, MigrationInfo] = {}  # every migration, in start order
+        self._seen: set[str] = set()  # running migrations `migrations()` reported once
 
     def _get(self, name: str) -> dict[str, Any]:
         if name not in self.flows:
@@ -162,9 +172,12 @@ class FakeRuntime:
             f["state"] = "finishing"
 
     def executor_stats(self) -> list[dict[str, Any]]:
+        gone = [{"executor": i, "alive": False, "faults": [f"executor {i} removed by a client"]}
+                for i in sorted(self.removed)]
         return [{"executor": 0, "node": "n" * 40, "activations": 2, "backlog": 0, "executed": 9,
                  "slices": 3, "preempted": 1, "overdue": 0, "busy_ms": 1500.0, "overhead_ms": 2.0,
-                 "overhead_us_per_message": 3.5, "held": 0, "faults": []}]
+                 "overhead_us_per_message": 3.5, "held": 0, "faults": []}
+                for i in (0,) if i not in self.removed] + gone
 
     def wait_idle(self, timeout_s: float) -> None:
         return None
@@ -235,6 +248,149 @@ class FakeRuntime:
     def commit_errors(self, name: str, log: str, offset: int) -> None:
         self._outputs(name).errors[log].commit(offset)
 
+    # -- live reconfiguration ------------------------------------------------------------------
+    # A migration starts "running"; the first `migrations()` call that reports it still says
+    # "running", the next one finds it "done" (every bin moved, 1000 bytes of state a bin,
+    # 10 ms an epoch). So a test sees both states, and a conflict while it runs, without time.
+    def _migration(self, name: str, step: str, kind: str, strategy: str, bins: int,
+                   batch_bins: int | None, from_p: int, to_p: int) -> MigrationInfo:
+        if strategy not in STRATEGIES:
+            raise ReconfigError(f"dataflow {name!r}, step {step!r}",
+                                f"a strategy among {list(STRATEGIES)}", strategy,
+                                "use batched (the default)")
+        epochs = 0 if not bins else 1 if strategy == "all_at_once" else bins \
+            if strategy == "fluid" else -(-bins // (batch_bins or max(1, -(-bins // 8))))
+        m: MigrationInfo = {
+            "id": f"m{len(self.moves) + 1}", "dataflow": name, "step": step, "kind": kind,
+            "strategy": strategy, "state": "running", "from_parallelism": from_p,
+            "to_parallelism": to_p, "bins_total": bins, "bins_moved": 0,
+            "epochs_total": epochs, "epochs_done": 0, "bytes_moved": 0, "started_at": 300.0,
+            "ended_at": None, "duration_s": 0.0, "error": None}
+        self.moves[m["id"]] = m
+        return dict(m)  # type: ignore[return-value]
+
+    def _keyed_step(self, name: str, step: str) -> dict[str, Any]:
+        """A live dataflow's keyed step (a window or join after key_by), else the refusal."""
+        f = self._get(name)
+        if f["state"] not in LIVE_STATES:
+            raise DataflowEnded(name, f["state"], f["cause"])
+        where = f"dataflow {name!r}, step {step!r}"
+        steps = {s["id"]: s for s in f["spec"]["steps"]}
+        if step not in steps:
+            raise ReconfigError(where, f"a step of the dataflow, one of {sorted(steps)}", step,
+                                "name a window or join step that follows key_by")
+        spec = DataflowSpec.from_dict(f["spec"])
+        s = steps[step]
+        if s["op"] not in ("window", "join") or any(stream_key(spec, i) is None
+                                                    for i in s["inputs"]):
+            raise ReconfigError(where, "a keyed step (a window or join after key_by)",
+                                f"a {s['op']} step", "scale or migrate a keyed window or join")
+        running = [m["id"] for m in self.moves.values()
+                   if m["dataflow"] == name and m["state"] == "running"]
+        if running:
+            raise ReconfigConflict(f"dataflow {name!r}", "no migration of the dataflow under "
+                                   "way", f"migration {running[0]} running",
+                                   "wait until it is done (`cameo migrations`), then retry")
+        return s
+
+    def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
+              batch_bins: int | None = None) -> MigrationInfo:
+        s = self._keyed_step(name, step)
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) \
+                or not 1 <= parallelism <= BINS:
+            raise ReconfigError(f"dataflow {name!r}, step {step!r}",
+                                f"parallelism an integer from 1 to {BINS}", parallelism,
+                                f"scale to at most {BINS} instances (one key bin each)")
+        old = s.get("parallelism", 1)
+        # The bins that change owner: about those of the instances added or removed.
+        moved = 0 if parallelism == old else BINS * abs(parallelism - old) // max(parallelism, old)
+        m = self._migration(name, step, "scale", strategy, moved, batch_bins, old, parallelism)
+        s["parallelism"] = parallelism
+        return m
+
+    def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
+                to_instance: int | None = None, instance: int | None = None,
+                to_executor: int | None = None, strategy: str = "batched",
+                batch_bins: int | None = None) -> MigrationInfo:
+        s = self._keyed_step(name, step)
+        p, where = s.get("parallelism", 1), f"dataflow {name!r}, step {step!r}"
+        if bins is not None and to_instance is not None:
+            if not 0 <= to_instance < p:
+                raise ReconfigError(where, f"to_instance from 0 to {p - 1}", to_instance,
+                                    "move the bins to an instance of the step")
+            bad = [b for b in bins if not 0 <= b < BINS]
+            if bad:
+                raise ReconfigError(where, f"bins from 0 to {BINS - 1}", bad[0],
+                                    "name key bins of the step")
+            return self._migration(name, step, "migrate", strategy, len(set(bins)), batch_bins,
+                                   p, p)
+        if instance is not None and to_executor is not None:
+            if not 0 <= instance < p:
+                raise ReconfigError(where, f"instance from 0 to {p - 1}", instance,
+                                    "move an instance of the step")
+            if to_executor not in self.executors:
+                raise ReconfigError(where, f"an executor of the pool, one of {self.executors}",
+                                    to_executor, "see `cameo executors`")
+            return self._migration(name, step, "move_instance", strategy, BINS // p,
+                                   batch_bins, p, p)
+        raise ReconfigError(where, "bins and to_instance, or instance and to_executor",
+                            "neither pair", "say what moves where")
+
+    def migrations(self, name: str | None = None) -> list[MigrationInfo]:
+        if name is not None:
+            self._get(name)
+        for m in self.moves.values():
+            if m["state"] == "running" and m["id"] in self._seen:
+                m.update(state="done", bins_moved=m["bins_total"], epochs_done=m["epochs_total"],
+                         bytes_moved=1000 * m["bins_total"], ended_at=301.5,
+                         duration_s=0.01 * m["epochs_total"])
+        shown = [dict(m) for m in self.moves.values() if name is None or m["dataflow"] == name]
+        self._seen.update(m["id"] for m in shown if m["state"] == "running")
+        return shown  # type: ignore[return-value]
+
+    def rebalance(self, *, strategy: str = "batched") -> list[MigrationInfo]:
+        """One bin migration per live dataflow's keyed step with more than one instance
+        (those with a migration under way are left alone)."""
+        started = []
+        for name, f in self.flows.items():
+            if f["state"] not in LIVE_STATES:
+                continue
+            for s in f["spec"]["steps"]:
+                if s.get("parallelism", 1) > 1 and s["op"] in ("window", "join"):
+                    try:
+                        self._keyed_step(name, s["id"])
+                    except ReconfigConflict:
+                        continue
+                    started.append(self._migration(name, s["id"], "migrate", strategy, 64, None,
+                                                   s["parallelism"], s["parallelism"]))
+        return started
+
+    def add_executors(self, n: int = 1) -> list[int]:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
+            raise ReconfigError("pool", "from 1 to 64 executors", n, "add at most 64 at a time")
+        first = max(self.executors, default=-1) + 1
+        added = list(range(first, first + n))
+        self.executors += added
+        return added
+
+    def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]:
+        if index not in self.executors:
+            raise ReconfigError("pool", f"an executor of the pool, one of {self.executors}",
+                                index, "see `cameo executors`")
+        if len(self.executors) == 1:
+            raise ReconfigConflict("pool", "another executor to take its instances",
+                                   f"executor {index} is the last one",
+                                   "add an executor first (`cameo pool add`)")
+        self.executors.remove(index)
+        self.removed.add(index)  # at once: the fake's moves take no time
+        moving = [f"{name}/{s['id']}/0" for name, f in self.flows.items()
+                  if f["state"] in LIVE_STATES and index in f["executors"]
+                  for s in f["spec"]["steps"] if s["op"] in ("window", "join")]
+        for aid in moving:
+            name, step, _ = aid.split("/")
+            self._migration(name, step, "move_instance", strategy, 1024, None, 1, 1)
+        return {"executor": index, "moving": moving, "state": "draining"}
+
     def snapshot(self) -> dict[str, Any]:
         dataflows = []
         for name, f in self.flows.items():
@@ -248,7 +404,8 @@ class FakeRuntime:
                               "p50_ms": 5.0 if n else None, "p95_ms": None, "p99_ms": None,
                               "events_in": n, "events_out": n, "backlog": 0,
                               "errors": {"s:malformed": 1}})
-        return {"dataflows": dataflows, "executors": self.executor_stats()}
+        return {"dataflows": dataflows, "executors": self.executor_stats(),
+                "migrations": [dict(m) for m in self.moves.values()]}
 
 
 def flow(name: str, tenant: str = "ops", target: float = 50) -> Dataflow:

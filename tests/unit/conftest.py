@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,23 @@ def svc() -> Iterator[Service]:
     s = Service()
     yield s
     s.http.close()
+
+
+@pytest.fixture()
+def run_cli(svc: Service, monkeypatch: pytest.MonkeyPatch,
+            capsys: pytest.CaptureFixture[str]) -> Any:
+    """`cameo ARGS` run in-process against the in-memory service as the admin: (exit
+    code, stdout, stderr); `.client` is its client."""
+    from cameo_actors.service import cli
+    from tests.shared.service_fakes import ADMIN
+
+    client = svc.client(ADMIN)
+    monkeypatch.setattr(cli, "_client", lambda args: client)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as done:
+            cli.main(list(argv))
+        out = capsys.readouterr()
+        return int(done.value.code or 0), out.out, out.err
+    run.client = client  # type: ignore[attr-defined]
+    return run

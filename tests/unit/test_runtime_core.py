@@ -4,69 +4,17 @@ equal run_local's for every operator kind."""
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cameo_actors import Dataflow, count
-from cameo_actors.clock import FakeClock
-from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import END_OF_STREAM
-from cameo_actors.runtime._private.core import ExecutorCore
-from cameo_actors.runtime._private.routing import Placement, place
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.testing import run_local
+from tests.shared.inprocess import InProcessCluster
 from tests.shared.zoo import canon, events, flows
-
-
-class InProcessCluster:
-    """Cores that call each other directly; batches in transit are delivered in a random order."""
-
-    def __init__(self, n: int, config: RuntimeConfig, seed: int) -> None:
-        self.clock = FakeClock(1_000_000.0)
-        self.rng = random.Random(seed)
-        self.in_transit: list[tuple[int, bytes]] = []
-        self.cores = [ExecutorCore(i, config, self._send, self.clock) for i in range(n)]
-        self.seq = [0] * n
-
-    def _send(self, host: int, blob: bytes) -> None:
-        self.in_transit.append((host, blob))
-
-    def deploy(self, spec: DataflowSpec) -> dict[str, int]:
-        placement: Placement = place(spec, list(range(len(self.cores))), {})
-        for c in self.cores:
-            c.deploy(spec, placement)
-        return placement.hosts
-
-    def ingest(self, hosts: dict[str, int], target: str, items: list[Any]) -> None:
-        h = hosts[target]
-        self.cores[h].ingest("client", self.seq[h], target, items, self.clock.now_ms())
-        self.seq[h] += 1
-
-    def run(self) -> None:
-        for _ in range(1_000_000):
-            self.clock.advance(0.1)
-            ran = False
-            for c in self.cores:
-                ran |= c.run_slice()
-                c.flush()
-            if self.in_transit:
-                host, blob = self.in_transit.pop(self.rng.randrange(len(self.in_transit)))
-                self.cores[host].receive(blob)
-                ran = True
-            if not ran:
-                return
-        raise AssertionError("the cluster did not go idle")
-
-    def results(self, dataflow: str) -> list[dict[str, Any]]:
-        out = []
-        for c in self.cores:
-            if dataflow in c.egress.dataflows:
-                for aid in c.egress.dataflows[dataflow].results:
-                    out += [e for e, _, _ in c.egress.read_results(dataflow, aid, 0, None)]
-        return out
 
 
 def run_cluster(d: Dataflow, data: list[dict[str, Any]], n: int, seed: int, credits: int) -> Any:

@@ -315,8 +315,8 @@ def test_the_corpus_describes_each_case_once_and_names_what_a_reader_needs() -> 
     cases = bad_input.corpus("victim", "events")
     descriptions = [c.description for c in cases]
     assert len(descriptions) == len(set(descriptions)) and len(cases) > 150
-    assert {c.kind for c in cases} == {"body", "spec", "update", "path", "dataflow", "token",
-                                       "events"}
+    assert {c.kind for c in cases} == {"body", "spec", "update", "reconfig", "path", "dataflow",
+                                       "token", "events"}
     assert all(c.expect is None or 400 <= c.expect < 500 for c in cases)
 
 

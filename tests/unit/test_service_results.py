@@ -19,7 +19,6 @@ import msgpack
 import pytest
 
 from cameo_actors import Dataflow
-from cameo_actors.service import cli
 from cameo_actors.service.client import Client, ServiceError
 from cameo_actors.service.outputs import ERRORS, RESULTS, Cursor, plan_page
 from cameo_actors.service.protocol import encode_answer, wants_msgpack
@@ -409,19 +408,6 @@ def test_follow_checks_its_arguments(svc: Service) -> None:
 
 
 # -- cameo results ----------------------------------------------------------------------------
-@pytest.fixture()
-def run_cli(svc: Service, monkeypatch: pytest.MonkeyPatch,
-            capsys: pytest.CaptureFixture[str]) -> Any:
-    client = svc.client(ADMIN)
-    monkeypatch.setattr(cli, "_client", lambda args: client)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as done:
-            cli.main(list(argv))
-        out = capsys.readouterr()
-        return int(done.value.code or 0), out.out, out.err
-    run.client = client  # type: ignore[attr-defined]
-    return run
 
 
 def test_cameo_results_prints_json_lines_and_commits_what_it_printed(svc: Service,

@@ -2,8 +2,10 @@
 
 It adds to the operator what running on many instances needs: a watermark
 per input channel (the minimum over a port's channels is the port's
-watermark), and routing of outputs to the instances of downstream steps
-(by key group for keyed steps, round robin otherwise, watermarks to all).
+watermark), routing of outputs to the instances of downstream steps (by
+routing table for keyed steps, round robin otherwise, watermarks to all),
+and its part of moving bins (`migration.py`): switching a table at a
+marker, holding watermarks, giving and taking state, buffering.
 Pure: no Ray.
 """
 
@@ -14,30 +16,59 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, SinkStep, SourceStep, WindowStep
 from cameo_actors.operators.base import END_OF_STREAM, Event, Operator, Output
 from cameo_actors.operators.build import build_operator, key_function
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
-from cameo_actors.runtime._private.routing import split_by_key
+from cameo_actors.runtime._private.migration import (
+    CHUNK_KEYS,
+    EPOCH,
+    EXTRACT,
+    INDEX,
+    REROUTE,
+    STATE,
+    Channel,
+    Epoch,
+)
+from cameo_actors.runtime._private.routing import Placement, is_keyed_step, stable_hash
 from cameo_actors.runtime.boundary import ActivationId
 from cameo_actors.scheduling import WindowTiming
 
 NO_WM = -math.inf
+#: A barrier message an activation sends: (target activation, port, watermark or control).
+Barrier = tuple[str, int, Any]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Route:
-    """Where one output of an activation goes: a downstream step's port and instances."""
+    """Where one output of an activation goes: a downstream step's port and instances.
+
+    A keyed step's route has its routing table as `owners` (bin -> target id);
+    `sole` is the target when one instance owns every bin (no hashing then).
+    Out of a keyed step, events go to `prefer` (the downstream instance of the
+    same number, on the same executor), or round robin for an instance added
+    by scaling; watermarks and markers always go to every target.
+    """
 
     step: str
     port: int
     targets: tuple[str, ...]
-    key_fn: Callable[[Event], Any] | None  # set when targets > 1 and the step is keyed
+    key_fn: Callable[[Event], Any] | None = None
+    owners: list[str] | None = None
+    sole: str | None = None
+    version: int = 0
+    prefer: str | None = None
+
+    def set_table(self, owners: list[str], version: int) -> None:
+        self.owners, self.version = owners, version
+        self.sole = owners[0] if len(set(owners)) == 1 else None
 
 
 class Activation:
-    def __init__(self, spec: DataflowSpec, aid: ActivationId,
+    def __init__(self, spec: DataflowSpec, aid: ActivationId, placement: Placement,
                  resolver: FunctionResolver | None = None, *,
                  max_string_chars: int = DEFAULT_MAX_STRING_CHARS) -> None:
         step = spec.step(aid.step)
@@ -51,33 +82,86 @@ class Activation:
         self.is_source = isinstance(step, SourceStep)
         self.is_sink = isinstance(step, SinkStep)
         self.instance = instance
+        self.bins = placement.bins
+        self.keyed = is_keyed_step(spec, step)
         # Input channels per port: the upstream instances that send here ("" = ingress for sources).
         self.channels: list[dict[str, float]] = [
-            {str(ActivationId(spec.name, up, i)): NO_WM
-             for i in ([instance] if is_forward(spec.step(up), step) else range(spec.step(up).parallelism))}
+            {str(a): NO_WM
+             for a in ([ActivationId(spec.name, up, instance)] if is_forward(spec, spec.step(up), step)
+                       else placement.of_step(up))}
             for up in step.inputs
         ] or [{"": NO_WM}]
-        self.routes = [self._route(spec, consumer, port) for consumer, port in spec.consumers(step.id)]
+        self.routes = [self._route(spec, placement, consumer, port)
+                       for consumer, port in spec.consumers(step.id)]
         self._round_robin = 0
         self.window_timing = frontier_timing(spec, step)
+        # Moving bins (keyed steps only): the key of an input event per port, the epoch
+        # under way and the plans of the next ones, the last version done.
+        self.key_fns = [key_function(spec, up) for up in step.inputs] if self.keyed else []
+        self.epoch: Epoch | None = None
+        self.plans: dict[int, Epoch] = {}
+        #: While bins move out of here: bin -> the (place, key) pairs where it has state
+        #: (a place is a window end), so that each epoch takes exactly the state it
+        #: moves, not a pass over all of it (built by the first epoch's pass, kept up by
+        #: the events that arrive; None: no migration, or state came in).
+        self.index: dict[int, set[tuple[Any, Any]]] | None = None
+        #: (place, keys) of the state still to index
+        self.unindexed: list[tuple[Any, list[Any]]] = []
+        self.done_version = placement.tables[step.id].version if step.id in placement.tables else 0
+        self.bins_given = self.bytes_sent = 0  # over every epoch done here
 
-    def _route(self, spec: DataflowSpec, consumer: Any, port: int) -> Route:
-        targets = tuple(str(a) for a in ActivationId.of_step(spec.name, consumer.id,
-                                                              consumer.parallelism))
-        if is_forward(self.step, consumer):
-            return Route(consumer.id, port, (targets[self.instance],), None)
-        if _keyed(consumer):
-            return Route(consumer.id, port, targets, key_function(spec, self.step.id))
-        return Route(consumer.id, port, targets, None)
+    def _route(self, spec: DataflowSpec, placement: Placement, consumer: Any, port: int) -> Route:
+        instances = placement.of_step(consumer.id)
+        if is_forward(spec, self.step, consumer):
+            return Route(consumer.id, port, (str(ActivationId(spec.name, consumer.id, self.instance)),))
+        targets = tuple(str(a) for a in instances)
+        if self.keyed and consumer.id not in placement.tables:
+            same = str(ActivationId(spec.name, consumer.id, self.instance))
+            return Route(consumer.id, port, targets, prefer=same if same in targets else None)
+        if consumer.id in placement.tables:
+            table = placement.tables[consumer.id]
+            route = Route(consumer.id, port, targets, key_function(spec, self.step.id))
+            route.set_table([str(ActivationId(spec.name, consumer.id, i)) for i in table.owners],
+                            table.version)
+            return route
+        return Route(consumer.id, port, targets)
 
     # -- input -------------------------------------------------------------------
     def on_data(self, events: list[Event], port: int) -> Output:
+        epoch = self.epoch
+        if epoch is not None and epoch.take:  # events of bins whose state has not arrived wait
+            mine = self._buffer(epoch, events, port)
+            if not mine:
+                return Output()
+            events = mine
+        if self.index is not None:
+            self._index_keys(events, port)
         return self.operator.on_batch(events, port)
+
+    def _index_keys(self, events: list[Event], port: int) -> None:
+        index, mask, key_fn = self.index, self.bins - 1, self.key_fns[port]
+        places_of = self.operator.places_of  # type: ignore[attr-defined]
+        assert index is not None and key_fn is not None
+        for e in events:
+            try:
+                k = key_fn(e)
+                b = stable_hash(k) & mask
+                pairs = index.get(b)
+                if pairs is None:
+                    pairs = index[b] = set()
+                pairs.update([(p, k) for p in places_of(e, port)])
+            except Exception:  # no usable key or time: the operator reports the event
+                continue
 
     def on_watermark(self, watermark: float, port: int, channel: str) -> Output:
         """A channel's watermark; the operator sees the port's minimum when it rises."""
         if self.is_source:  # one channel: the ingress
             return self.operator.on_watermark(watermark, port)
+        epoch = self.epoch
+        if epoch is not None and epoch.holds((port, channel)):
+            held = epoch.held
+            held[(port, channel)] = max(watermark, held.get((port, channel), NO_WM))
+            return Output()
         chans = self.channels[port]
         if watermark <= chans.get(channel, NO_WM):
             return Output()
@@ -89,15 +173,27 @@ class Activation:
         """Output events -> [(target activation, port, events)]."""
         out: list[tuple[str, int, list[Event]]] = []
         for route in self.routes:
-            targets = route.targets
-            if len(targets) == 1:
-                out.append((targets[0], route.port, events))
-            elif route.key_fn is not None:
-                for i, part in split_by_key(events, route.key_fn, len(targets)).items():
-                    out.append((targets[i], route.port, part))
+            owners = route.owners
+            if route.sole is not None:
+                out.append((route.sole, route.port, events))
+            elif owners is not None and route.key_fn is not None:
+                mask, key_fn = self.bins - 1, route.key_fn
+                parts: dict[str, list[Event]] = {}
+                for e in events:
+                    t = owners[stable_hash(key_fn(e)) & mask]
+                    part = parts.get(t)
+                    if part is None:
+                        parts[t] = [e]
+                    else:
+                        part.append(e)
+                out.extend((t, route.port, part) for t, part in parts.items())
+            elif route.prefer is not None:
+                out.append((route.prefer, route.port, events))
+            elif len(route.targets) == 1:
+                out.append((route.targets[0], route.port, events))
             else:
-                self._round_robin = (self._round_robin + 1) % len(targets)
-                out.append((targets[self._round_robin], route.port, events))
+                self._round_robin = (self._round_robin + 1) % len(route.targets)
+                out.append((route.targets[self._round_robin], route.port, events))
         return out
 
     def saw_end(self) -> bool:
@@ -112,16 +208,208 @@ class Activation:
     def upstreams(self) -> list[str]:
         return [c for port in self.channels for c in port if c]
 
+    # -- changes of the physical plan (migration.py) ---------------------------------
+    def add_channel(self, port: int, upstream: str) -> None:
+        """A new instance upstream: its watermark counts from nothing."""
+        self.channels[port][upstream] = NO_WM
 
-def _keyed(step: Any) -> bool:
-    return isinstance(step, (WindowStep, JoinStep)) and step.parallelism > 1
+    def add_target(self, step: str, target: str) -> None:
+        """A new instance of a non-keyed downstream step (round robin includes it)."""
+        for route in self.routes:
+            if route.step == step and route.owners is None and target not in route.targets:
+                route.targets = (*route.targets, target)
+
+    def drop_targets(self, gone: set[str]) -> None:
+        """Retired instances downstream: nothing more goes to them."""
+        for route in self.routes:
+            if any(t in gone for t in route.targets):
+                route.targets = tuple(t for t in route.targets if t not in gone)
+                if route.prefer in gone:
+                    route.prefer = None
+
+    def prepare(self, version: int, moves: dict[int, tuple[int, int]]) -> list[Barrier]:
+        """The plan of routing version `version` of this (keyed) step: bin -> (old, new
+        owner). An instance that will give bins starts indexing its state now, in steps
+        (the barriers to send), before the switch: then nothing waits on it there."""
+        me, name = self.instance, f"{self.dataflow}/{self.step.id}/"
+        give = {b: f"{name}{new}" for b, (old, new) in moves.items() if old == me}
+        take = frozenset(b for b, (_, new) in moves.items() if new == me)
+        senders = frozenset(f"{name}{old}" for b, (old, new) in moves.items() if new == me)
+        self.plans[version] = Epoch(version, give, take, senders)
+        if give and self.index is None:
+            self._start_index()
+            return [(self.id, 0, [INDEX])]
+        return []
+
+    def _start_index(self) -> None:
+        self.index = {}
+        self.unindexed = self.operator.state_entries()  # type: ignore[attr-defined]
+
+    def on_control(self, payload: list[Any], port: int, channel: str) -> tuple[Output, list[Barrier]]:
+        """A control message (see `migration.py`): (output to route, barriers to send)."""
+        kind = payload[0]
+        if kind == REROUTE:
+            return Output(), self._reroute(payload[1], payload[2], payload[3], payload[4])
+        if kind == EPOCH:
+            return self._on_marker(payload[2], (port, channel))
+        if kind == EXTRACT:
+            return self._give_chunk()
+        if kind == INDEX:
+            self._index_entries()
+            return Output(), [(self.id, 0, [INDEX])] if self.unindexed else []
+        if kind == STATE:
+            return self._on_state(payload[1], payload[2], payload[3], channel)
+        raise ValueError(f"activation {self.id}: unknown control message {kind!r}")
+
+    def _reroute(self, step: str, version: int, owners: list[int], instances: list[int]
+                 ) -> list[Barrier]:
+        """Switch the route to `step` to table `version`: a marker on every channel to
+        the step's instances, old and new, then this activation's watermark to new ones."""
+        sends: list[Barrier] = []
+        prefix = f"{self.dataflow}/{step}/"
+        for route in self.routes:
+            if route.step != step:
+                continue
+            targets = tuple(f"{prefix}{i}" for i in sorted(instances))
+            for t in dict.fromkeys(route.targets + targets):
+                sends.append((t, route.port, [EPOCH, step, version]))
+            wm = self.operator.watermark
+            if wm > NO_WM:
+                sends.extend((t, route.port, wm) for t in targets if t not in route.targets)
+            route.targets = targets
+            route.set_table([f"{prefix}{i}" for i in owners], version)
+        return sends
+
+    def _on_marker(self, version: int, channel: Channel) -> tuple[Output, list[Barrier]]:
+        epoch = self.epoch
+        if epoch is None or epoch.version != version:
+            epoch = self.epoch = self.plans.pop(version, None) or Epoch(version)
+        epoch.marked.add(channel)
+        if epoch.give and epoch.bins is None and self._aligned(epoch):
+            # Every event before the switch is in: what the moved bins hold is final.
+            if self.index is None:  # state came in since `prepare`: index again
+                self._start_index()
+            epoch.bins = sorted(epoch.give)
+            return Output(), [(self.id, 0, [EXTRACT, version])]
+        return self._finish_if_done(), []
+
+    def _aligned(self, epoch: Epoch) -> bool:
+        return len(epoch.marked) >= sum(len(p) for p in self.channels)
+
+    def _give_chunk(self) -> tuple[Output, list[Barrier]]:
+        """One bounded step of giving bins away: on a migration's first epoch, index the
+        places of the next keys; then take the state of the next bins' keys, send it to
+        the new owners; after the last, an empty last chunk to each of them."""
+        epoch, index = self.epoch, self.index
+        assert epoch is not None and index is not None
+        again: Barrier = (self.id, 0, [EXTRACT, epoch.version])
+        if self.unindexed:  # not done since `prepare`: finish it first
+            self._index_entries()
+            return Output(), [again]
+        pairs: list[tuple[Any, Any]] = []
+        label_of: dict[Any, str] = {}
+        while epoch.bins and len(pairs) < CHUNK_KEYS:
+            b = epoch.bins.pop()
+            part = index.pop(b, ())
+            label_of.update(dict.fromkeys([k for _, k in part], epoch.give[b]))
+            pairs += part
+        sends: list[Barrier] = []
+        for to, rows in self.operator.take_state_at(pairs, label_of).items():  # type: ignore[attr-defined]
+            blob = msgpack.packb(rows, use_bin_type=True)
+            epoch.bytes_sent += len(blob)
+            sends.append((to, 0, [STATE, epoch.version, blob, False]))
+        if epoch.bins:
+            return Output(), [*sends, again]
+        epoch.given = True
+        epoch.bins_given = len(epoch.give)
+        sends.extend((to, 0, [STATE, epoch.version, b"", True])
+                     for to in sorted(set(epoch.give.values())))
+        return self._finish_if_done(), sends
+
+    def _index_entries(self) -> None:
+        """Index the next CHUNK_KEYS (place, key) entries of the state by bin."""
+        index, entries = self.index, self.unindexed
+        mask, budget = self.bins - 1, CHUNK_KEYS
+        while entries and budget > 0 and index is not None:
+            place, keys = entries[-1]
+            part = keys[-budget:]
+            del keys[-budget:]
+            budget -= len(part)
+            if not keys:
+                entries.pop()
+            for k in part:
+                b = stable_hash(k) & mask
+                pairs = index.get(b)
+                if pairs is None:
+                    pairs = index[b] = set()
+                pairs.add((place, k))
+
+    def _on_state(self, version: int, blob: bytes, last: bool, sender: str
+                  ) -> tuple[Output, list[Barrier]]:
+        epoch = self.epoch
+        if epoch is None or epoch.version != version:  # state before any marker: possible
+            epoch = self.epoch = self.plans.pop(version, None) or Epoch(version)
+        if blob:
+            self.index, self.unindexed = None, []  # keys come in that it does not list
+            epoch.bytes_received += len(blob)
+            self.operator.put_state(  # type: ignore[attr-defined]
+                msgpack.unpackb(blob, raw=False, strict_map_key=False))
+        if last:
+            epoch.received.add(sender)
+        return self._finish_if_done(), []
+
+    def _buffer(self, epoch: Epoch, events: list[Event], port: int) -> list[Event]:
+        """Keep back the events of bins whose state has not arrived; the others to run."""
+        mask, take, key_fn = self.bins - 1, epoch.take, self.key_fns[port]
+        assert key_fn is not None
+        mine: list[Event] = []
+        wait: list[Event] = []
+        for e in events:
+            try:
+                b = stable_hash(key_fn(e)) & mask
+            except Exception:  # the operator reports it
+                b = -1
+            (wait if b in take else mine).append(e)
+        if wait:
+            epoch.buffered.append((port, wait))
+        return mine
+
+    def _finish_if_done(self) -> Output:
+        """End the epoch once every marker is in and this instance's part is done: run
+        the buffered events, then release the held watermarks."""
+        epoch = self.epoch
+        if epoch is None or not epoch.finished(sum(len(p) for p in self.channels)):
+            return Output()
+        self.epoch = None
+        self.done_version = epoch.version
+        self.bins_given += epoch.bins_given
+        self.bytes_sent += epoch.bytes_sent
+        out = Output()
+        for port, events in epoch.buffered:
+            _merge(out, self.operator.on_batch(events, port))
+        for (port, channel), wm in epoch.held.items():
+            _merge(out, self.on_watermark(wm, port, channel))
+        return out
+
+    def end_barriers(self) -> list[Barrier]:
+        """A retired instance's last word: the end of its stream on every channel out."""
+        return [(t, r.port, END_OF_STREAM) for r in self.routes for t in r.targets]
 
 
-def is_forward(upstream: Any, consumer: Any) -> bool:
-    """Instance i feeds only instance i: same parallelism and no key partitioning.
-    Such hops stay on one executor (placement puts instance i of every step
-    together) and keep their order, as Flink's forward edges do."""
-    return upstream.parallelism == consumer.parallelism and not _keyed(consumer)
+def _merge(into: Output, out: Output) -> None:
+    into.events.extend(out.events)
+    into.errors.extend(out.errors)
+    if out.watermark is not None:
+        into.watermark = out.watermark
+
+
+def is_forward(spec: DataflowSpec, upstream: Any, consumer: Any) -> bool:
+    """Instance i feeds only instance i: same parallelism, and neither step keyed (a
+    keyed step's instances change with scaling). Such hops stay on one executor
+    (placement puts instance i of every step together) and keep their order, as
+    Flink's forward edges do."""
+    return upstream.parallelism == consumer.parallelism and not is_keyed_step(spec, consumer) \
+        and not is_keyed_step(spec, upstream)
 
 
 def frontier_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:

@@ -9,6 +9,11 @@ A monitor thread watches the pool every `monitor_interval_s`:
   activation saw the end of its inputs;
 - a dataflow over its state budget fails and its state is freed;
 - ended dataflows are forgotten after `ended_retention_s`.
+
+Live reconfiguration (scale a keyed step, move bins or instances, rebalance,
+add and remove executors) runs here too: each operation is planned
+(`rescale.py`), checked before anything changes, and carried out epoch by
+epoch in a thread of its own while the dataflow runs (`migration.py`).
 """
 
 from __future__ import annotations
@@ -25,10 +30,17 @@ import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.dataflow.validate import check_live_settings, check_pool_limits
-from cameo_actors.errors import CameoError
+from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError
 from cameo_actors.runtime._private.cluster import NAMESPACE, executor_name, get, get_each
 from cameo_actors.runtime._private.executor import Executor
-from cameo_actors.runtime._private.routing import Placement, place
+from cameo_actors.runtime._private.rescale import (
+    STRATEGIES,
+    Migration,
+    next_instance,
+    plan,
+    scale_plan,
+)
+from cameo_actors.runtime._private.routing import Placement, is_keyed_step, place
 from cameo_actors.runtime._private.stats import dataflow_stats
 from cameo_actors.runtime.boundary import (
     CANCELLED,
@@ -47,6 +59,13 @@ from cameo_actors.runtime.exceptions import DataflowEnded, DataflowExists, Dataf
 logger = logging.getLogger(__name__)
 #: Operator failures kept with a dataflow's record when it ends.
 EXCEPTIONS_KEPT = 10
+#: Reconfigurations kept for `migrations()` (the running ones always).
+MIGRATIONS_KEPT = 200
+#: How long one call waits on an executor for an epoch to be done (then it asks again,
+#: so that a cancelled dataflow or a timeout is noticed).
+EPOCH_WAIT_S = 1.0
+#: Executors `add_executors` adds in one call at most.
+MAX_ADD = 64
 
 
 def short_cause(e: BaseException) -> str:
@@ -61,19 +80,21 @@ class Controller:
         self.pool = pool
         self.config = RuntimeConfig.from_dict(config)
         n = self.config.num_executors or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self.executors = [
-            Executor.options(  # type: ignore[attr-defined]
-                name=executor_name(pool, i), namespace=NAMESPACE,
-                num_cpus=self.config.executor_cpus,
-                scheduling_strategy="SPREAD").remote(i, self.config.to_dict())
-            for i in range(n)
-        ]
+        self.executors = [self._new_executor(i) for i in range(n)]
         get([e.set_peers.remote(self.executors) for e in self.executors])
         #: every dataflow, live or ended (kept for `ended_retention_s`)
         self.dataflows: dict[str, DataflowInfo] = {}
         self.load: dict[int, int] = {}
-        #: executor index -> why it is out of the pool (it died)
+        #: executor index -> why it is out of the pool (it died, or was removed)
         self.dead: dict[int, str] = {}
+        #: executors being emptied before they are removed: no new work goes there
+        self.draining: set[int] = set()
+        #: where each kept dataflow's instances run, and its routing tables
+        self.placements: dict[str, Placement] = {}
+        #: reconfigurations by id (oldest first), and the one under way per dataflow
+        self.migrations: dict[str, Migration] = {}
+        self.migrating: dict[str, str] = {}
+        self._migration_seq = 0
         #: (tenant, state) -> transitions into that state since the pool started
         self.transitions: Counter[tuple[str, str]] = Counter()
         # Changes of the registry (deploy, end, placement load), one at a time; reads take
@@ -106,6 +127,7 @@ class Controller:
                 self._release(old)
             for i in involved:
                 self.load[i] = self.load.get(i, 0) + len(placement.on(i))
+            self.placements[spec.name] = placement
             now = time.time()
             self.dataflows[spec.name] = {
                 "name": spec.name, "spec": spec.to_dict(), "hosts": placement.hosts,
@@ -115,13 +137,23 @@ class Controller:
             self._enter(self.dataflows[spec.name], RUNNING, "submitted")
         return {"name": spec.name, "hosts": placement.hosts}
 
+    def _new_executor(self, i: int) -> Any:
+        return Executor.options(  # type: ignore[attr-defined]
+            name=executor_name(self.pool, i), namespace=NAMESPACE,
+            num_cpus=self.config.executor_cpus,
+            scheduling_strategy="SPREAD").remote(i, self.config.to_dict())
+
+    def _usable(self) -> builtins.list[int]:
+        """Executors new work may go to: alive, not being removed."""
+        return [i for i in range(len(self.executors)) if i not in self.dead and i not in self.draining]
+
     def _place(self, spec: DataflowSpec) -> Placement:
-        all_ex = [i for i in range(len(self.executors)) if i not in self.dead]
+        all_ex = self._usable()
         if not all_ex:
             raise CameoError("every executor of the pool died; restart the service (or the "
                              "pool) to get new ones")
         if self.config.isolation == "shared":
-            return place(spec, all_ex, dict(self.load))
+            return place(spec, all_ex, dict(self.load), self.config.bins)
         taken = {i for d in self.dataflows.values() if not d["released"] for i in d["executors"]}
         free = [i for i in all_ex if i not in taken]
         want = self.config.executors_per_dataflow
@@ -129,7 +161,7 @@ class Controller:
             raise CameoError(f"isolated mode: dataflow {spec.name!r} needs {want} dedicated "
                              f"executor(s), {len(free)} free of {len(all_ex)}; cancel a dataflow "
                              "or start the pool with more executors")
-        return place(spec, free[:want], {})
+        return place(spec, free[:want], {}, self.config.bins)
 
     def cancel(self, name: str) -> dict[str, Any]:
         """Stop a dataflow and free its parts. Cancelling an ended one frees what it kept
@@ -208,6 +240,329 @@ class Controller:
             info["spec"]["scheduling"]["weight"] = weight
         return {"name": name, "latency_target_ms": info["spec"]["latency_target_ms"],
                 "weight": info["spec"]["scheduling"]["weight"]}
+
+    # -- live reconfiguration ------------------------------------------------------------
+    def scale(self, name: str, step: str, parallelism: int, strategy: str = "batched",
+              batch_bins: int | None = None) -> dict[str, Any]:
+        """Give a keyed step `parallelism` instances while the dataflow runs."""
+        with self._lock:
+            info, placement, where = self._keyed(name, step, strategy, batch_bins)
+            bins = placement.bins
+            if type(parallelism) is not int or not 1 <= parallelism <= bins:
+                raise ReconfigError(where, f"a parallelism from 1 to {bins} (the pool's bins)",
+                                    parallelism, f"ask for 1 to {bins} instances")
+            executors = self._usable() if self.config.isolation == "shared" \
+                else [i for i in info["executors"] if i not in self.dead]
+            m = scale_plan(self._migration_id(), placement, name, step, parallelism, executors,
+                           self.load, strategy, batch_bins)
+            return self._start(info, m)
+
+    def migrate(self, name: str, step: str, bins: Sequence[int] | None = None,
+                to_instance: int | None = None, instance: int | None = None,
+                to_executor: int | None = None, strategy: str = "batched",
+                batch_bins: int | None = None) -> dict[str, Any]:
+        """Move bins of a keyed step to one of its instances, or one instance (all its bins)
+        to another executor."""
+        with self._lock:
+            info, placement, where = self._keyed(name, step, strategy, batch_bins)
+            table = placement.tables[step]
+            instances = [a.instance for a in placement.of_step(step)]
+            if bins is not None and to_instance is not None and instance is None:
+                if to_instance not in instances:
+                    raise ReconfigError(where, f"to_instance one of the step's instances {instances}",
+                                        to_instance, "name an instance the step has (cameo status)")
+                moved = sorted(set(bins)) if isinstance(bins, (list, tuple)) else None
+                if not moved or any(type(b) is not int or not 0 <= b < placement.bins for b in moved):
+                    raise ReconfigError(where, f"bins: a non-empty list of bin numbers from 0 to "
+                                        f"{placement.bins - 1}", bins, "list the bins to move")
+                owners = list(table.owners)
+                for b in moved:
+                    owners[b] = to_instance
+                m = plan(self._migration_id(), "migrate", placement, name, step, owners, {}, [],
+                         strategy, batch_bins)
+            elif instance is not None and to_executor is not None and bins is None:
+                if instance not in instances:
+                    raise ReconfigError(where, f"instance one of the step's instances {instances}",
+                                        instance, "name an instance the step has (cameo status)")
+                self._check_executor(to_executor, f"{where}: to_executor")
+                aid = next(a for a in placement.of_step(step) if a.instance == instance)
+                if placement.instances[aid] == to_executor:
+                    raise ReconfigError(where, f"an executor other than {to_executor}, where "
+                                        f"instance {instance} runs", to_executor,
+                                        "name another executor")
+                new = next_instance(placement, step)
+                owners = [new if o == instance else o for o in table.owners]
+                m = plan(self._migration_id(), "move_instance", placement, name, step, owners,
+                         {new: to_executor}, [instance], strategy, batch_bins)
+            else:
+                raise ReconfigError(where, "either bins with to_instance, or instance with "
+                                    "to_executor", {"bins": bins, "to_instance": to_instance,
+                                                    "instance": instance, "to_executor": to_executor},
+                                    "give bins and to_instance to move bins, or instance and "
+                                    "to_executor to move an instance")
+            return self._start(info, m)
+
+    def rebalance(self, strategy: str = "batched", window_s: float = 1.0
+                  ) -> builtins.list[dict[str, Any]]:
+        """Move keyed instances from the busiest executors to the least busy ones (busy time
+        measured over `window_s`), at most one instance per dataflow and executor pair."""
+        if strategy not in STRATEGIES:
+            raise ReconfigError("pool", f"a strategy in {list(STRATEGIES)}", strategy,
+                                "choose one of them")
+        usable = self._usable()
+        first = get_each([self.executors[i].executor_stats.remote() for i in usable])
+        time.sleep(window_s)
+        second = get_each([self.executors[i].executor_stats.remote() for i in usable])
+        busy = {i: (b["busy_ms"] - a["busy_ms"]) / (window_s * 1000.0)
+                for i, a, b in zip(usable, first, second, strict=True) if a and b}
+        started: builtins.list[dict[str, Any]] = []
+        with self._lock:
+            for _ in range(len(busy)):
+                hot = max(busy, key=lambda i: busy[i])
+                cold = min(busy, key=lambda i: busy[i])
+                if busy[hot] - busy[cold] < 0.2:
+                    break
+                movable = [(n, a) for n, p in self.placements.items()
+                           if n not in self.migrating and self.dataflows[n]["state"] in LIVE_STATES
+                           for a in p.on(hot) if a.step in p.tables]
+                if not movable:
+                    break
+                name, aid = movable[0]
+                share = busy[hot] / max(1, self.load.get(hot, 1))
+                started.append(self.migrate(name, aid.step, instance=aid.instance, to_executor=cold,
+                                            strategy=strategy))
+                busy[hot] -= share
+                busy[cold] += share
+        return started
+
+    def add_executors(self, n: int = 1) -> builtins.list[int]:
+        """Add `n` executors to the pool (on a multi-node cluster, Ray's autoscaler is asked
+        for the CPUs first); new dataflows and moved instances may go there."""
+        if type(n) is not int or not 1 <= n <= MAX_ADD:
+            raise ReconfigError("pool", f"a count of executors from 1 to {MAX_ADD}", n,
+                                "add fewer executors per call")
+        with self._lock:
+            start = len(self.executors)
+            _request_cpus(self.config.executor_cpus * (len(self._usable()) + n))
+            added = [self._new_executor(i) for i in range(start, start + n)]
+            self.executors.extend(added)
+            live = [e for i, e in enumerate(self.executors) if i not in self.dead]
+            get([e.set_peers.remote(self.executors) for e in live])
+            return list(range(start, start + n))
+
+    def remove_executor(self, index: int, strategy: str = "batched") -> dict[str, Any]:
+        """Move every keyed instance off executor `index`, then stop it. Refused (nothing
+        changes) when it hosts what cannot move yet (sources, sinks, stateless steps)."""
+        with self._lock:
+            self._check_executor(index, "pool: executor")
+            others = [i for i in self._usable() if i != index]
+            if not others:
+                raise ReconfigConflict(f"executor {index}", "another executor to move its work to",
+                                       "the last executor of the pool",
+                                       "add an executor first (cameo pool add)")
+            fixed = sorted(str(a) for n, p in self.placements.items()
+                           if not self.dataflows[n]["released"] for a in p.on(index)
+                           if a.step not in p.tables)
+            if fixed:
+                raise ReconfigError(f"executor {index}", "only instances of keyed steps (windows, "
+                                    "joins on keyed streams), which can move", fixed[:10],
+                                    "cancel those dataflows first, or keep the executor")
+            busy = sorted({n for n, p in self.placements.items() if p.on(index)} & set(self.migrating))
+            if busy:
+                raise ReconfigConflict(f"executor {index}", "no migration under way of the "
+                                       "dataflows it hosts", busy, "wait for them and retry")
+            self.draining.add(index)
+            moving = [(n, a) for n, p in self.placements.items() for a in p.on(index)]
+        threading.Thread(target=self._drain, args=(index, moving, strategy), daemon=True).start()
+        return {"executor": index, "state": "draining", "moving": [str(a) for _, a in moving]}
+
+    def _drain(self, index: int, moving: builtins.list[tuple[str, Any]], strategy: str) -> None:
+        """Move each keyed instance off `index` (one after the other), then stop it."""
+        try:
+            for name, aid in moving:
+                others = [i for i in self._usable() if i != index]
+                target = min(others, key=lambda i: (self.load.get(i, 0), i))
+                started = self.migrate(name, aid.step, instance=aid.instance, to_executor=target,
+                                       strategy=strategy)
+                self._wait(started["id"])
+                if self.migrations[started["id"]].state != "done":
+                    raise CameoError(f"moving {aid} failed: {self.migrations[started['id']].error}")
+        except Exception:  # the executor stays: something could not move
+            logger.exception("removing executor %d failed", index)
+            self.draining.discard(index)
+            return
+        get_each([self.executors[index].stop.remote()])
+        ray.kill(self.executors[index])
+        with self._lock:
+            self.dead[index] = f"executor {index} removed by a client"
+            self.draining.discard(index)
+
+    def _wait(self, mid: str, timeout_s: float | None = None) -> None:
+        deadline = time.time() + (timeout_s or 10 * self.config.epoch_timeout_s)
+        while self.migrations[mid].state == "running" and time.time() < deadline:
+            time.sleep(0.01)
+
+    def wait_migration(self, mid: str, timeout_s: float = 120.0) -> dict[str, Any]:
+        if mid not in self.migrations:
+            raise ReconfigError("migration", f"one of {list(self.migrations)[-10:]}", mid,
+                                "name a migration listed by migrations()")
+        self._wait(mid, timeout_s)
+        return self.migrations[mid].info()
+
+    def list_migrations(self, name: str | None = None) -> builtins.list[dict[str, Any]]:
+        return [m.info() for m in list(self.migrations.values()) if name is None or m.dataflow == name]
+
+    def _keyed(self, name: str, step: str, strategy: str, batch_bins: int | None
+               ) -> tuple[DataflowInfo, Placement, str]:
+        """The checks every operation on a keyed step makes before it changes anything."""
+        info = self._info(name)
+        spec = DataflowSpec.from_dict(info["spec"])
+        ids = [s.id for s in spec.steps]
+        if step not in ids:
+            raise ReconfigError(f"dataflow {name!r}", f"one of its steps {ids}", step,
+                                "name a window or join step of the dataflow")
+        where = f"dataflow {name!r}, step {step!r}"
+        if not is_keyed_step(spec, spec.step(step)):
+            raise ReconfigError(where, "a window or join on a keyed stream (only those keep state "
+                                "by key, which can be split and moved)",
+                                f"a {spec.step(step).OP} step on an unkeyed stream"
+                                if spec.step(step).OP in ("window", "join")
+                                else f"a {spec.step(step).OP} step",
+                                "add key_by before the window to make it scalable, or scale "
+                                "a keyed window or join")
+        if strategy not in STRATEGIES:
+            raise ReconfigError(where, f"a strategy in {list(STRATEGIES)}", strategy,
+                                "choose one of them")
+        if batch_bins is not None and (type(batch_bins) is not int or batch_bins < 1):
+            raise ReconfigError(where, "batch_bins an integer >= 1, or none", batch_bins,
+                                "give the bins per epoch of a batched migration")
+        running = self.migrating.get(name)
+        if running is not None:
+            raise ReconfigConflict(where, "no other migration of the dataflow under way",
+                                   f"migration {running} is running",
+                                   "wait for it to finish (cameo migrations) and retry")
+        return info, self.placements[name], where
+
+    def _check_executor(self, index: Any, where: str) -> None:
+        known = [i for i in range(len(self.executors)) if i not in self.dead]
+        if type(index) is not int or index not in known:
+            why = f" ({self.dead[index]})" if type(index) is int and index in self.dead else ""
+            raise ReconfigError(where, f"one of the pool's live executors {known}",
+                                index, f"name a live executor{why}; see `cameo executors`")
+        if index in self.draining:
+            raise ReconfigConflict(where, "an executor that is not being removed", index,
+                                   "name another executor")
+
+    def _migration_id(self) -> str:
+        self._migration_seq += 1
+        return f"m{self._migration_seq}"
+
+    def _start(self, info: DataflowInfo, m: Migration) -> dict[str, Any]:
+        """Register `m` and carry it out in its own thread."""
+        self.migrations[m.id] = m
+        for old in [k for k, v in self.migrations.items() if v.state != "running"][:-MIGRATIONS_KEPT]:
+            del self.migrations[old]
+        if not m.epochs and not m.new and not m.retire:
+            m.finish()
+            return m.info()
+        self.migrating[m.dataflow] = m.id
+        threading.Thread(target=self._run, args=(info, m), name=f"cameo-{m.id}", daemon=True).start()
+        return m.info()
+
+    def _run(self, info: DataflowInfo, m: Migration) -> None:
+        """Create the new instances, switch epoch after epoch, retire the old instances."""
+        name, step = m.dataflow, m.step
+        try:
+            spec = DataflowSpec.from_dict(info["spec"])
+            hosts = sorted(set(m.placement.executors()) - set(self.dead))
+            if m.new:
+                new = [f"{name}/{step}/{i}" for i in m.new]
+                get([self.executors[i].add_instances.remote(info["spec"], m.placement, new)
+                     for i in hosts])
+                with self._lock:
+                    self._placed(info, m.placement)
+            inputs = set(spec.step(step).inputs)
+            base = self._bytes_sent(m)  # the counters are per instance, over its life
+            while m.epochs_done < len(m.epochs):
+                table = m.next_table()
+                moves = m.epochs[m.epochs_done]
+                on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == step})
+                upstream = sorted({ex for a, ex in m.placement.instances.items() if a.step in inputs})
+                get([self.executors[i].prepare.remote(name, step, table.version, moves)
+                     for i in on_step])
+                self._await_index(info, m, on_step)
+                get([self.executors[i].reroute.remote(name, step, table.version,
+                                                      list(table.owners), m.instances())
+                     for i in upstream])
+                m.bytes_moved = self._await_epoch(info, m, on_step, table.version) - base
+                m.epoch_done(table, len(moves))
+                with self._lock:
+                    self.placements[name] = m.placement
+            if m.retire:
+                gone = [f"{name}/{step}/{i}" for i in m.retire]
+                get([self.executors[i].retire.remote(name, gone) for i in hosts])
+            m.finish()
+            with self._lock:
+                self._placed(info, m.placement)
+                info["spec"]["steps"] = [{**s, "parallelism": m.to_parallelism} if s["id"] == step
+                                         else s for s in info["spec"]["steps"]]
+        except Exception as e:  # reported with the migration; the dataflow goes on
+            logger.exception("migration %s of %s failed", m.id, name)
+            m.finish(short_cause(e))
+        finally:
+            live = sorted(set(m.placement.executors()) - set(self.dead))
+            get_each([self.executors[i].end_migration.remote(name, step) for i in live])
+            with self._lock:
+                self.migrating.pop(name, None)
+
+    def _bytes_sent(self, m: Migration) -> int:
+        on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == m.step})
+        parts = get([self.executors[i].epochs.remote(m.dataflow, m.step) for i in on_step])
+        return sum(d["bytes_sent"] for part in parts for d in part.values())
+
+    def _await_index(self, info: DataflowInfo, m: Migration, executors: builtins.list[int]
+                     ) -> None:
+        """Let the instances that give bins index their state before the switch (only a
+        migration's first epoch has to): nothing is held meanwhile, so the switch that
+        follows is short."""
+        deadline = time.time() + self.config.epoch_timeout_s
+        while info["state"] in LIVE_STATES and time.time() < deadline:
+            parts = get([self.executors[i].epochs.remote(m.dataflow, m.step) for i in executors])
+            if not any(d.get("indexing") for part in parts for d in part.values()):
+                return
+            time.sleep(0.02)
+
+    def _await_epoch(self, info: DataflowInfo, m: Migration, executors: builtins.list[int],
+                     version: int) -> int:
+        """Wait until every instance of the step finished `version`; returns bytes moved."""
+        deadline = time.time() + self.config.epoch_timeout_s
+        while True:
+            if info["state"] not in LIVE_STATES:
+                raise CameoError(f"dataflow {m.dataflow!r} ended during the migration "
+                                 f"({info['state']})")
+            parts = get([self.executors[i].await_epoch.remote(m.dataflow, m.step, version,
+                                                                EPOCH_WAIT_S)
+                         for i in executors])
+            done = [d for part in parts for d in part.values()]
+            if done and all(d["done"] >= version for d in done):
+                return sum(d["bytes_sent"] for d in done)
+            if not done:  # its parts are being freed: the state says why next time
+                time.sleep(0.01)
+            if time.time() > deadline:
+                raise CameoError(f"epoch {version} of migration {m.id} did not finish within "
+                                 f"{self.config.epoch_timeout_s:g} s")
+
+    def _placed(self, info: DataflowInfo, placement: Placement) -> None:
+        """Record a dataflow's new placement: hosts, executors, load."""
+        old = self.placements.get(info["name"])
+        if old is not None:
+            for ex in old.instances.values():
+                self.load[ex] = self.load.get(ex, 0) - 1
+        for ex in placement.instances.values():
+            self.load[ex] = self.load.get(ex, 0) + 1
+        self.placements[info["name"]] = placement
+        info["hosts"] = placement.hosts
+        info["executors"] = sorted(placement.executors())
 
     # -- lookups ----------------------------------------------------------------------------
     def _record(self, name: str) -> DataflowInfo:
@@ -334,3 +689,14 @@ class Controller:
                 if i < excess or now - (info["ended_at"] or now) > self.config.ended_retention_s:
                     self._release(info)
                     del self.dataflows[info["name"]]
+                    self.placements.pop(info["name"], None)
+
+
+def _request_cpus(cpus: float) -> None:
+    """Ask Ray's autoscaler for `cpus` in all (a no-op without one, as on one machine)."""
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(num_cpus=int(cpus + 0.999))
+    except Exception:  # no autoscaler here: the executors start where CPUs are free
+        logger.debug("no autoscaler to ask for %s CPUs", cpus, exc_info=True)

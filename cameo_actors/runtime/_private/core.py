@@ -18,16 +18,20 @@ The message path, and where the live runtime's concerns plug in:
 
 1. *Admit* (`ingest` from clients, `receive` from executors, `_route` for local
    hops): a message enters the scheduler. In-band control messages (routing
-   epochs, checkpoint barriers) will be recognised here, before enqueueing,
-   like watermarks are; migration buffers the events of bins in flight here.
-2. *Execute* (`_execute`): the activation's operator runs on the message.
-   Trace records (start, end, which activation waited meanwhile) are taken here.
+   epochs, migrated state; checkpoint barriers next) are barriers in the
+   mailbox, like watermarks.
+2. *Execute* (`_execute`): the activation's operator runs on the message, or
+   the activation on a control message (`Activation.on_control`: a table
+   switch, a marker, a chunk of state to give or take; events of bins in
+   flight wait in the activation). Trace records (start, end, which
+   activation waited meanwhile) are taken here.
 3. *Route* (`_route`): outputs go to their targets; the versioned routing
-   table will choose a bin's owner here (today `Activation.split`).
+   table chooses a bin's owner (`Activation.split`).
 4. *Acknowledge* (`_ack`, `_on_ack`): credits and Cameo's C_path feedback go
    back upstream.
-Snapshots for migration and checkpoints are scheduled like any message, so
-they run below due latency-sensitive work.
+Moving state is scheduled like any message (each chunk a message), so it runs
+below due latency-sensitive work. The plan changes themselves (`prepare`,
+`reroute`, `add_instances`, `retire`) come from the controller.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
 from cameo_actors.runtime._private.footprint import approx_bytes
 from cameo_actors.runtime._private.hosting import Hosting
 from cameo_actors.runtime._private.ingest import error_records
+from cameo_actors.runtime._private.migration import REROUTE, is_control
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.stats import Statistics
 from cameo_actors.runtime._private.wire import decode_message
@@ -97,10 +102,13 @@ class ExecutorCore:
         for part in self._scoped:
             part.open(spec, built)
         for act in built:
-            self.sched.add_activation(act.id, dataflow=spec.name, tenant=spec.tenant,
-                                      latency_target_ms=spec.latency_target_ms,
-                                      weight=spec.scheduling.weight, window=act.window_timing)
+            self._schedule(spec, act)
         return [a.id for a in built]
+
+    def _schedule(self, spec: DataflowSpec, act: Activation) -> None:
+        self.sched.add_activation(act.id, dataflow=spec.name, tenant=spec.tenant,
+                                  latency_target_ms=spec.latency_target_ms,
+                                  weight=spec.scheduling.weight, window=act.window_timing)
 
     def cancel(self, dataflow: str) -> int:
         """Free a dataflow's activations, queues, credits and buffers; returns messages dropped."""
@@ -123,6 +131,111 @@ class ExecutorCore:
                 profile.weight = float(weight)
         if latency_target_ms is not None:
             self.stats.dataflows[dataflow].latency.target_ms = float(latency_target_ms)
+
+    # == changes of the physical plan (see migration.py) ================================
+    def add_instances(self, spec: DataflowSpec, placement: Placement, new: list[str]) -> list[str]:
+        """New instances of a keyed step: host those `placement` puts here, and make every
+        hosted activation of the dataflow expect them (as an input channel, a target)."""
+        hosted = self.hosting.dataflows.get(spec.name)
+        built = self.hosting.build(spec, placement, set(new))
+        if hosted is None and not built:
+            return []
+        self.hosting.add(spec, placement, built)
+        if hosted is None:
+            for part in self._scoped:
+                part.open(spec, built)
+        for act in built:
+            self._schedule(spec, act)
+        made = {a.id for a in built}
+        by_id = {str(a): a for a in placement.instances}
+        for aid in self.hosting.ids(spec.name):
+            if aid in made:
+                continue
+            act = self.hosting.activations[aid]
+            for n in new:
+                step = by_id[n].step
+                for port, up in enumerate(act.step.inputs):
+                    if up == step:
+                        act.add_channel(port, n)
+                act.add_target(step, n)
+        return sorted(made)
+
+    def prepare(self, dataflow: str, step: str, version: int,
+                moves: dict[int, tuple[int, int]]) -> None:
+        """Tell the instances of `step` hosted here what routing version `version` moves;
+        those that give bins start indexing their state (control messages to themselves)."""
+        hosted = self.hosting.dataflows[dataflow]
+        now = self.clock.now_ms()
+        for aid in hosted.ids:
+            act = self.hosting.activations[aid]
+            if act.step.id == step:
+                for target, _, payload in act.prepare(version, moves):
+                    self.sched.enqueue(Message.ingress(
+                        target, payload, dataflow=dataflow, tenant=hosted.spec.tenant,
+                        ingest_ms=now, is_watermark=True), now)
+
+    def reroute(self, dataflow: str, step: str, version: int, owners: list[int],
+                instances: list[int]) -> int:
+        """Switch the upstreams of `step` hosted here to table `version`, each at its own
+        point in its input (a control message in its mailbox). Returns how many."""
+        hosted = self.hosting.dataflows.get(dataflow)
+        if hosted is None:
+            return 0
+        inputs = set(hosted.spec.step(step).inputs)
+        now = self.clock.now_ms()
+        n = 0
+        for aid in hosted.ids:
+            act = self.hosting.activations[aid]
+            if act.step.id in inputs:
+                self.sched.enqueue(Message.ingress(
+                    aid, [REROUTE, step, version, list(owners), list(instances)],
+                    dataflow=dataflow, tenant=hosted.spec.tenant, ingest_ms=now,
+                    is_watermark=True), now)
+                n += 1
+        return n
+
+    def retire(self, dataflow: str, ids: list[str]) -> list[str]:
+        """Instances that gave away every bin: the end of their stream on every channel
+        out, then they are gone (here, and from routing on every executor)."""
+        hosted = self.hosting.dataflows.get(dataflow)
+        if hosted is None:
+            return []
+        now = self.clock.now_ms()
+        for aid in ids:
+            act = self.hosting.activations.get(aid)
+            if act is None or aid not in hosted.ids:
+                continue
+            parent = Message.ingress(aid, [], dataflow=dataflow, tenant=hosted.spec.tenant,
+                                     ingest_ms=now, is_watermark=True)
+            for target, port, wm in act.end_barriers():
+                self._route(aid, self.sched.derive(parent, target, wm, now, port=port,
+                                                   is_watermark=True))
+        here = self.hosting.forget(dataflow, ids)
+        for aid in here:
+            self.sched.remove_activation(aid)
+        self.flow.close(dataflow, here)
+        gone = set(ids)
+        for aid in hosted.ids:
+            self.hosting.activations[aid].drop_targets(gone)
+        return here
+
+    def end_migration(self, dataflow: str, step: str) -> None:
+        """The migration of `step` is over: its instances here drop their key index."""
+        for aid in self.hosting.ids(dataflow) if dataflow in self.hosting.dataflows else []:
+            act = self.hosting.activations[aid]
+            if act.step.id == step:
+                act.index, act.unindexed = None, []
+
+    def epochs(self, dataflow: str, step: str) -> dict[str, dict[str, int]]:
+        """Per instance of `step` here: the last routing version done, and bins and bytes
+        it gave away."""
+        out = {}
+        for aid in self.hosting.ids(dataflow) if dataflow in self.hosting.dataflows else []:
+            act = self.hosting.activations[aid]
+            if act.step.id == step:
+                out[aid] = {"done": act.done_version, "bins_given": act.bins_given,
+                            "bytes_sent": act.bytes_sent, "indexing": len(act.unindexed)}
+        return out
 
     # == 1. admit ===================================================================
     def ingest(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float) -> None:
@@ -186,7 +299,14 @@ class ExecutorCore:
         act = self.hosting.activations[aid]
         try:
             if msg.is_watermark:
-                out = act.on_watermark(msg.payload, msg.port, msg.upstream)
+                if is_control(msg.payload):
+                    out, barriers = act.on_control(msg.payload, msg.port, msg.upstream)
+                    now = self.clock.now_ms()
+                    for target, port, payload in barriers:
+                        self._route(aid, self.sched.derive(msg, target, payload, now, port=port,
+                                                           is_watermark=True))
+                else:
+                    out = act.on_watermark(msg.payload, msg.port, msg.upstream)
             else:
                 out = act.on_data(msg.payload, msg.port)
         except Exception as exc:  # an operator bug must not stop other dataflows

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -36,6 +37,8 @@ from cameo_actors.runtime.config import RuntimeConfig
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.05
+#: How often `await_epoch` looks whether an epoch is done.
+EPOCH_WATCH_S = 0.001
 CALL_TIMEOUT_S = 60.0
 
 
@@ -124,6 +127,45 @@ class Executor:
 
     def update(self, dataflow: str, latency_target_ms: float | None, weight: float | None) -> None:
         self._call(self.core.update, dataflow, latency_target_ms=latency_target_ms, weight=weight)
+
+    # -- changes of the physical plan (migration.py) -----------------------------------
+    def add_instances(self, spec: dict[str, Any], placement: Placement, new: list[str]) -> list[str]:
+        return self._call(self.core.add_instances, DataflowSpec.from_dict(spec), placement, new)
+
+    def prepare(self, dataflow: str, step: str, version: int,
+                moves: dict[int, tuple[int, int]]) -> None:
+        self._call(self.core.prepare, dataflow, step, version, moves)
+
+    def reroute(self, dataflow: str, step: str, version: int, owners: list[int],
+                instances: list[int]) -> int:
+        return self._call(self.core.reroute, dataflow, step, version, owners, instances)
+
+    def retire(self, dataflow: str, ids: list[str]) -> list[str]:
+        return self._call(self.core.retire, dataflow, ids)
+
+    def end_migration(self, dataflow: str, step: str) -> None:
+        self._call(self.core.end_migration, dataflow, step)
+
+    def epochs(self, dataflow: str, step: str) -> dict[str, dict[str, int]]:
+        return self._call(self.core.epochs, dataflow, step)
+
+    def await_epoch(self, dataflow: str, step: str, version: int, timeout_s: float
+                    ) -> dict[str, dict[str, int]]:
+        """`epochs` once every instance of `step` here finished `version` (or after
+        `timeout_s`). Watched from Ray's thread, so a migration's wait costs the worker
+        thread one call per epoch, not a poll every few ms."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                acts = self.core.hosting.activations
+                done = all(a.done_version >= version for a in list(acts.values())
+                           if a.dataflow == dataflow and a.step.id == step)
+            except RuntimeError:  # changed while looked at: look again
+                done = False
+            if done:
+                break
+            time.sleep(EPOCH_WATCH_S)
+        return self._call(self.core.epochs, dataflow, step)
 
     # -- outputs (egress) and input positions ---------------------------------------
     def read_results(self, dataflow: str, sink_activation: str, start: int, end: int | None = None

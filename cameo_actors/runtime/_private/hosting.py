@@ -39,19 +39,41 @@ class Hosting:
         self.hosts: dict[str, int] = {}
         self.dataflows: dict[str, HostedDataflow] = {}
 
-    def build(self, spec: DataflowSpec, placement: Placement) -> list[Activation]:
-        """The activations `placement` puts here, built but not yet hosted."""
-        if spec.name in self.dataflows:
+    def build(self, spec: DataflowSpec, placement: Placement,
+              only: set[str] | None = None) -> list[Activation]:
+        """The activations `placement` puts here (those in `only`, if given), built but
+        not yet hosted."""
+        if only is None and spec.name in self.dataflows:
             raise ValueError(f"dataflow {spec.name!r} is already deployed on executor {self.index}")
-        return [Activation(spec, aid, self.resolver, max_string_chars=self.max_string_chars)
-                for aid in placement.on(self.index)]
+        return [Activation(spec, aid, placement, self.resolver, max_string_chars=self.max_string_chars)
+                for aid in placement.on(self.index) if only is None or str(aid) in only]
 
     def add(self, spec: DataflowSpec, placement: Placement, built: list[Activation]) -> None:
+        """Host `built`; `placement` says where every activation of the dataflow runs."""
         hosts = placement.hosts
         self.hosts.update(hosts)
-        self.dataflows[spec.name] = HostedDataflow(spec, [a.id for a in built], list(hosts))
+        hosted = self.dataflows.get(spec.name)
+        if hosted is None:
+            self.dataflows[spec.name] = HostedDataflow(spec, [a.id for a in built], list(hosts))
+        else:  # new instances of a running dataflow
+            hosted.ids.extend(a.id for a in built)
+            hosted.placed = list(dict.fromkeys([*hosted.placed, *hosts]))
         for act in built:
             self.activations[act.id] = act
+
+    def forget(self, dataflow: str, ids: list[str]) -> list[str]:
+        """Retired instances: no longer hosted or routed to. Returns those that were hosted here."""
+        hosted = self.dataflows.get(dataflow)
+        if hosted is None:
+            return []
+        gone = set(ids)
+        here = [a for a in hosted.ids if a in gone]
+        hosted.ids = [a for a in hosted.ids if a not in gone]
+        hosted.placed = [a for a in hosted.placed if a not in gone]
+        for aid in ids:
+            self.activations.pop(aid, None)
+            self.hosts.pop(aid, None)
+        return here
 
     def remove(self, dataflow: str) -> HostedDataflow | None:
         hosted = self.dataflows.pop(dataflow, None)
@@ -59,7 +81,7 @@ class Hosting:
             for aid in hosted.ids:
                 del self.activations[aid]
             for aid in hosted.placed:
-                del self.hosts[aid]
+                self.hosts.pop(aid, None)
         return hosted
 
     def ids(self, dataflow: str) -> list[str]:

@@ -1,26 +1,33 @@
-"""Placement of operator instances on executors, and routing of events to them.
+"""Placement of operator instances on executors, routing tables, and routing of events.
 
-Keys hash into a fixed number of key groups; each instance of a keyed step
-owns a contiguous range of groups, so scaling or migration later moves groups,
-not keys. (Routing tables, versioned and switched at an epoch, will replace
-`instance_of_group` here; `Activation.split` is their only caller.) The hash must be the same in every process (Python's own `hash` of
+Keys hash into `bins` bins (a power of two, 4096 by default: a pool setting).
+A *keyed step* (a window or join whose inputs are keyed) has a versioned
+routing table bin -> instance, held by every upstream activation; a new
+version takes effect at an epoch marker each upstream sends in-band on every
+channel (`activation.py`, `migration.py`), so scaling and migration move bins,
+not keys. The hash must be the same in every process (Python's own `hash` of
 str is salted per process), so it is crc32 of a canonical encoding.
+
+Instances of a step are numbered; after scaling, the numbers of a step need
+not be 0..p-1 (a moved instance is a new number on its new executor), so every
+neighbour list comes from the `Placement`, not from the step's parallelism.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
-from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.operators.base import Event
+from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, Step, WindowStep
+from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.runtime.boundary import ActivationId
 
-KEY_GROUPS = 128
+#: Bins per keyed step unless the pool says otherwise.
+DEFAULT_BINS = 4096
 
 
 def stable_hash(key: Any) -> int:
@@ -29,34 +36,52 @@ def stable_hash(key: Any) -> int:
     return zlib.crc32(msgpack.packb(key, use_bin_type=True))
 
 
-def key_group(key: Any) -> int:
-    return stable_hash(key) % KEY_GROUPS
+def bin_of(key: Any, bins: int) -> int:
+    """The bin of a key (`bins` a power of two)."""
+    return stable_hash(key) & (bins - 1)
 
 
-def instance_of_group(group: int, parallelism: int) -> int:
-    """Instance i of p owns groups [i*G/p, (i+1)*G/p)."""
-    return group * parallelism // KEY_GROUPS
+def is_keyed_step(spec: DataflowSpec, step: Step) -> bool:
+    """A window or join on keyed input: routed by table, scalable, its state movable."""
+    return isinstance(step, (WindowStep, JoinStep)) and all(
+        stream_key(spec, i) is not None for i in step.inputs)
 
 
-def split_by_key(events: list[Event], key_fn: Callable[[Event], Any], parallelism: int
-                 ) -> dict[int, list[Event]]:
-    """Events -> {instance: events}, keeping order within each instance."""
-    parts: dict[int, list[Event]] = {}
-    for e in events:
-        i = instance_of_group(key_group(key_fn(e)), parallelism)
-        part = parts.get(i)
-        if part is None:
-            parts[i] = [e]
-        else:
-            part.append(e)
-    return parts
+def even_owners(instances: Sequence[int], bins: int) -> list[int]:
+    """Contiguous, even ranges of bins: instance k of the sorted list owns
+    [k*B/p, (k+1)*B/p)."""
+    order = sorted(instances)
+    p = len(order)
+    return [order[b * p // bins] for b in range(bins)]
+
+
+@dataclass(frozen=True)
+class RoutingTable:
+    """Version `version` of a keyed step's bin -> instance map."""
+
+    version: int
+    owners: tuple[int, ...]
+
+    def moves_to(self, owners: Sequence[int]) -> dict[int, tuple[int, int]]:
+        """bin -> (old owner, new owner) for every bin `owners` gives to another instance."""
+        return {b: (old, new) for b, (old, new) in enumerate(zip(self.owners, owners, strict=True))
+                if old != new}
+
+    def bins_of(self, instance: int) -> list[int]:
+        return [b for b, o in enumerate(self.owners) if o == instance]
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Which executor hosts each operator instance of one dataflow."""
+    """Which executor hosts each operator instance of one dataflow, and the routing
+    tables of its keyed steps."""
 
     instances: dict[ActivationId, int]
+    tables: dict[str, RoutingTable] = field(default_factory=dict)
+    bins: int = DEFAULT_BINS
+    #: instances retired by scaling: their numbers are never used again (a message of
+    #: the old one still in flight must not count for a new one)
+    retired: frozenset[ActivationId] = frozenset()
 
     @property
     def hosts(self) -> dict[str, int]:
@@ -70,22 +95,31 @@ class Placement:
         """The instances placed on `executor`."""
         return [a for a, ex in self.instances.items() if ex == executor]
 
+    def of_step(self, step: str) -> list[ActivationId]:
+        """The instances of `step`, by instance number."""
+        return sorted((a for a in self.instances if a.step == step), key=lambda a: a.instance)
 
-def place(spec: DataflowSpec, executors: Sequence[int], load: dict[int, int]) -> Placement:
+
+def place(spec: DataflowSpec, executors: Sequence[int], load: dict[int, int],
+          bins: int = DEFAULT_BINS) -> Placement:
     """Place one dataflow's instances on the given executors.
 
     Instance i of every step goes to the same executor (a chain of one
     instance each stays on one executor, so its hops are local enqueues);
     successive instances go to successive executors, starting at the least
-    loaded one. `load` (instances per executor) is updated.
+    loaded one. `load` (instances per executor) is updated. Keyed steps get
+    even routing tables, version 0.
     """
     if not executors:
         raise ValueError("place: no executors to place on")
     order = sorted(executors, key=lambda x: (load.get(x, 0), x))
     instances: dict[ActivationId, int] = {}
+    tables: dict[str, RoutingTable] = {}
     for step in spec.steps:
         for aid in ActivationId.of_step(spec.name, step.id, step.parallelism):
             ex = order[aid.instance % len(order)]
             instances[aid] = ex
             load[ex] = load.get(ex, 0) + 1
-    return Placement(instances)
+        if is_keyed_step(spec, step):
+            tables[step.id] = RoutingTable(0, tuple(even_owners(range(step.parallelism), bins)))
+    return Placement(instances, tables, bins)

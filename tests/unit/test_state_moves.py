@@ -1,0 +1,364 @@
+"""Live migration of keyed state: moving keys between two windowed operators
+with `take_state` / `put_state` gives the results of one operator that kept
+every key. Hand-made cases, then properties over random streams."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from types import SimpleNamespace as A
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cameo_actors.operators.base import Output
+from cameo_actors.operators.join import WindowJoinOperator
+from cameo_actors.operators.windowers import SessionWindower
+from cameo_actors.operators.windowing import WindowedOperator
+from cameo_actors.operators.windows import WindowOperator
+from tests.shared.zoo import canon
+
+INF = math.inf
+COUNT = [A(name="n", fn="count", field=None)]
+ALL = [A(name="n", fn="count", field=None), A(name="total", fn="sum", field="v"),
+       A(name="lo", fn="min", field="v"), A(name="hi", fn="max", field="v"),
+       A(name="mean", fn="avg", field="v")]
+#: Event keys; a list stands for a tuple key (events hold msgpack types only).
+KEYS: list[Any] = ["a", "b", 3, None, ["t", 1]]
+
+
+def key_of(e: dict[str, Any]) -> Any:
+    k = e["k"]
+    return tuple(k) if isinstance(k, list) else k
+
+
+REAL_KEYS = [key_of({"k": k}) for k in KEYS]
+
+
+def roundtrip(rows: list[Any]) -> list[Any]:
+    """Rows as another process gets them."""
+    return msgpack.unpackb(msgpack.packb(rows, use_bin_type=True), raw=False, strict_map_key=False)
+
+
+def window(kind: str, aggs: list[Any] = ALL, size: int = 100, slide: int = 50,
+           gap: int = 50) -> WindowOperator:
+    return WindowOperator("w", kind=kind, size_ms=size, slide_ms=slide, gap_ms=gap,
+                          aggregates=aggs, time_field="t", key_fn=key_of)
+
+
+def join(kind: str = "tumbling", size: int = 100, slide: int = 50) -> WindowJoinOperator:
+    return WindowJoinOperator("j", kind=kind, size_ms=size, slide_ms=slide, left_key_fn=key_of,
+                              right_key_fn=key_of, left_time_field="t", right_time_field="ts")
+
+
+def ev(t: float, k: Any = "a", v: int = 1, port: int = 0) -> dict[str, Any]:
+    return {"t" if port == 0 else "ts": t, "k": k, "v": v}
+
+
+def fired_last_in_order(op: WindowedOperator) -> bool:
+    windower = getattr(op, "_windower", None)
+    if not isinstance(windower, SessionWindower):
+        return True
+    lasts = list(windower.fired_last.values())
+    return lasts == sorted(lasts)
+
+
+MAKERS: dict[str, Callable[[], WindowedOperator]] = {
+    "tumbling-count": lambda: window("tumbling", COUNT),
+    "tumbling": lambda: window("tumbling"),
+    "sliding": lambda: window("sliding"),
+    "session": lambda: window("session"),
+    "session-count": lambda: window("session", COUNT),
+    "join": lambda: join("sliding"),
+}
+
+
+def fill(op: WindowedOperator) -> None:
+    """State for keys "a" and ("t", 1) in a few windows (both ports of a join)."""
+    for port in range(op.n_inputs):
+        op.on_batch([ev(t, k, port=port) for t in (10, 40, 130, 260) for k in ("a", ["t", 1])], port)
+
+
+# -- hand-made cases --------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_taking_absent_keys_returns_nothing_and_changes_nothing(name: str) -> None:
+    op = MAKERS[name]()
+    fill(op)
+    before = op.snapshot()
+    assert op.take_state(["b", ("t", 2), None, 3]) == []
+    assert op.snapshot() == before
+    assert MAKERS[name]().take_state(["a"]) == []
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_state_keys_follow_the_moves(name: str) -> None:
+    op1, op2 = MAKERS[name](), MAKERS[name]()
+    assert op1.state_keys() == []
+    fill(op1)
+    assert sorted(set(op1.state_keys()), key=repr) == ["a", ("t", 1)]
+    op2.put_state(roundtrip(op1.take_state([("t", 1), "absent"])))
+    assert set(op1.state_keys()) == {"a"} and set(op2.state_keys()) == {("t", 1)}
+    assert op1.take_state([("t", 1)]) == []
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_putting_a_key_present_here_raises_and_changes_nothing(name: str) -> None:
+    op1, op2 = MAKERS[name](), MAKERS[name]()
+    fill(op1)
+    for port in range(op2.n_inputs):
+        op2.on_batch([ev(20, "a", port=port)], port)
+    before = op2.snapshot()
+    rows = op1.take_state(["a", ("t", 1)])  # ("t", 1) alone would fit
+    with pytest.raises(ValueError, match="step .*already has"):
+        op2.put_state(rows)
+    assert op2.snapshot() == before
+
+
+def test_aligned_put_checks_per_window() -> None:
+    op1, op2 = window("tumbling"), window("tumbling")
+    op1.on_batch([ev(10, "a")])
+    op2.on_batch([ev(110, "a")])  # the next window: a key may be spread over windows
+    op2.put_state(op1.take_state(["a"]))
+    assert canon(op2.on_watermark(INF).events) == canon([
+        {"key": "a", "window_start": 0, "window_end": 100, "t": 99, "n": 1, "total": 1, "lo": 1,
+         "hi": 1, "mean": 1.0},
+        {"key": "a", "window_start": 100, "window_end": 200, "t": 199, "n": 1, "total": 1, "lo": 1,
+         "hi": 1, "mean": 1.0}])
+    op2.put_state([[100, ["b", [1, 1, 1, 1]]]])
+    with pytest.raises(ValueError, match="already has state in the window ending at 100"):
+        op2.put_state([[100, ["c", [1, 2, 2, 2], "b", [1, 2, 2, 2]]]])
+    assert set(op2.state_keys()) == {"b"}  # nothing of the refused rows
+
+
+@pytest.mark.parametrize("name", ["tumbling-count", "sliding", "join"])
+def test_a_window_emptied_by_a_take_fires_nothing(name: str) -> None:
+    op1, op2 = MAKERS[name](), MAKERS[name]()
+    fill(op1)
+    op2.put_state(op1.take_state(["a", ("t", 1)]))
+    assert op1.state_keys() == []
+    windows = op1._state.windows if isinstance(op1, WindowJoinOperator) else op1._windows  # type: ignore[attr-defined]
+    assert windows and not any(windows.values())  # emptied, still scheduled
+    for port in range(op1.n_inputs):
+        assert op1.on_watermark(INF, port).events == []
+    assert windows == {}
+
+
+def test_rows_are_copies() -> None:
+    op1, op2 = window("tumbling"), window("tumbling")
+    op1.on_batch([ev(10, "a", 5)])
+    rows = op1.take_state(["a"])
+    assert rows == [[100, ["a", [1, 5, 5, 5]]]]
+    op2.put_state(rows)
+    op2.on_batch([ev(20, "a", 7)])
+    assert rows == [[100, ["a", [1, 5, 5, 5]]]]
+
+
+def test_session_rows_and_a_merge_after_the_move() -> None:
+    op1, op2, single = window("session", gap=100), window("session", gap=100), window("session", gap=100)
+    before, after = [ev(0), ev(150), ev(500, "b")], [ev(80)]  # 80 bridges [0] and [150]
+    for op in (op1, single):
+        op.on_batch(before)
+    rows = op1.take_state(["a"])
+    assert rows == [["session", "a", 0, 0, [1, 1, 1, 1]], ["session", "a", 150, 150, [1, 1, 1, 1]]]
+    op2.put_state(roundtrip(rows))
+    op2.on_batch(after)
+    single.on_batch(after)
+    moved = op1.on_watermark(INF).events + op2.on_watermark(INF).events
+    assert canon(moved) == canon(single.on_watermark(INF).events)
+    assert [(r["key"], r["window_start"], r["window_end"], r["n"]) for r in moved] == [
+        ("b", 500, 600, 1), ("a", 0, 250, 3)]
+
+
+def test_a_fired_session_moves_with_its_key() -> None:
+    # An event within gap of a session already fired is late: the receiver must know it.
+    op1, op2 = window("session", gap=100), window("session", gap=100)
+    op1.on_batch([ev(0), ev(5, "b")])
+    for op in (op1, op2):
+        op.on_watermark(105)
+    rows = op1.take_state(["a"])
+    assert rows == [["fired", "a", 0]]
+    op2.put_state(roundtrip(rows))
+    out = op2.on_batch([ev(50)])
+    assert [e.kind for e in out.errors] == ["late"] and "already fired" in out.errors[0].message
+    assert op1.on_batch([ev(50)]).errors == []  # op1 no longer knows the key
+
+
+def test_fired_last_stays_ordered_by_last_event_time() -> None:
+    op1, op2 = window("session", COUNT, gap=10), window("session", COUNT, gap=10)
+    op1.on_batch([ev(t, k) for t, k in [(0, "a"), (2, "b"), (4, 3), (6, None)]])
+    op2.on_batch([ev(t, k) for t, k in [(1, "x"), (3, "y"), (5, "z"), (7, "w")]])
+    for op in (op1, op2):
+        op.on_watermark(17.5)  # every session fired, none pruned yet
+    op2.put_state(roundtrip(op1.take_state(["b", 3, "a"])))
+    windower = op2._windower
+    assert isinstance(windower, SessionWindower)
+    assert list(windower.fired_last.items()) == [
+        ("a", 0), ("x", 1), ("b", 2), ("y", 3), (3, 4), ("z", 5), ("w", 7)]
+    op2.on_watermark(23)  # prunes last + 2 * gap <= 23, oldest first
+    assert list(windower.fired_last) == [3, "z", "w"]
+
+
+# -- properties: two operators with moves equal one operator -------------------------------------
+def time_of(e: dict[str, Any]) -> int:
+    return e["t"] if "t" in e else e["ts"]
+
+
+Step = tuple[str, int, Any]
+
+
+@st.composite
+def scripts(draw: st.DrawFn, on_time: bool, ports: int = 1, keys: list[Any] = KEYS) -> list[Step]:
+    """Events in time order with a little disorder, in batches, watermarks between
+    them (on_time: never past a later event) and moves of random keys: one at a
+    random point, more after some steps (a key can go back and forth)."""
+    n = draw(st.integers(0, 40))
+    base = sorted(draw(st.lists(st.integers(0, 300), min_size=n, max_size=n)))
+    disorder = 20 if on_time else 60
+    events: list[tuple[int, dict[str, Any]]] = []
+    for i, b in enumerate(base):
+        port = draw(st.integers(0, ports - 1))
+        e = ev(b - draw(st.integers(0, disorder)), draw(st.sampled_from(keys)), draw(st.integers(-50, 50)),
+               port)
+        events.append((port, {"id": i, **e}))
+    moves = st.lists(st.sampled_from(REAL_KEYS), unique=True)  # absent keys too
+    steps: list[Step] = []
+    i = 0
+    while i < n:
+        j = i + draw(st.integers(1, 6))
+        for port in range(ports):
+            batch = [e for p, e in events[i:j] if p == port]
+            if batch:
+                steps.append(("batch", port, batch))
+        i = j
+        if draw(st.booleans()):
+            rest = [time_of(e) for _, e in events[i:]]
+            # Else a little past later events: some late, some within gap of a fired session.
+            high = min(rest, default=400) + (0 if on_time else 60)
+            steps.append(("wm", 0, draw(st.integers(min(-30, high), high))))
+        if draw(st.integers(0, 2)) == 0:
+            steps.append(("move", 0, draw(moves)))
+    steps.insert(draw(st.integers(0, len(steps))), ("move", 0, draw(moves)))
+    return steps
+
+
+def run(make: Callable[[], WindowedOperator], steps: list[Step], split: bool) -> tuple[list[str], list[Any]]:
+    """Results and errors of one operator (split False) or of two, where each move
+    hands the chosen keys to the other operator (split True)."""
+    ops = [make(), make()] if split else [make()]
+    owner: dict[Any, int] = {}  # key -> index in ops; 0 until moved
+    outs: list[Output] = []
+    for what, port, arg in steps:
+        if what == "batch":
+            for i, op in enumerate(ops):
+                mine = [e for e in arg if owner.get(key_of(e), 0) == i]
+                if mine:
+                    outs.append(op.on_batch(mine, port))
+        elif what == "wm":
+            outs += [op.on_watermark(arg, p) for op in ops for p in range(op.n_inputs)]
+        elif split:
+            leaving = [[k for k in arg if owner.get(k, 0) == src] for src in (0, 1)]
+            for src, keys in enumerate(leaving):
+                ops[1 - src].put_state(roundtrip(ops[src].take_state(keys)))
+                assert not set(keys) & set(ops[src].state_keys())
+                owner.update((k, 1 - src) for k in keys)
+            assert not set(ops[0].state_keys()) & set(ops[1].state_keys())
+            assert all(fired_last_in_order(op) for op in ops)
+    outs += [op.on_watermark(INF, p) for op in ops for p in range(op.n_inputs)]
+    assert all(op.state_keys() == [] for op in ops)
+    results = [r for o in outs for r in o.events]
+    errors = sorted((e.kind, e.event["id"]) for o in outs for e in o.errors)
+    assert sum(op.late_count for op in ops) == len(errors)
+    return canon(results), errors
+
+
+def assert_moves_change_nothing(make: Callable[[], WindowedOperator], steps: list[Step],
+                                on_time: bool) -> None:
+    single = run(make, steps, split=False)
+    assert run(make, steps, split=True) == single
+    if on_time:
+        assert single[1] == []
+
+
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@pytest.mark.parametrize("aggs", [COUNT, ALL], ids=["count", "all"])
+@given(data=st.data(), size=st.integers(1, 120), on_time=st.booleans())
+def test_property_tumbling_moves(aggs: list[Any], data: st.DataObject, size: int, on_time: bool) -> None:
+    steps = data.draw(scripts(on_time))
+    assert_moves_change_nothing(lambda: window("tumbling", aggs, size=size), steps, on_time)
+
+
+@FAST
+@pytest.mark.parametrize("aggs", [COUNT, ALL], ids=["count", "all"])
+@given(data=st.data(), size=st.integers(1, 120), slide_frac=st.floats(0.05, 1), on_time=st.booleans())
+def test_property_sliding_moves(aggs: list[Any], data: st.DataObject, size: int, slide_frac: float,
+                                on_time: bool) -> None:
+    slide = max(1, int(size * slide_frac))
+    steps = data.draw(scripts(on_time))
+    assert_moves_change_nothing(lambda: window("sliding", aggs, size=size, slide=slide), steps, on_time)
+
+
+@FAST
+@pytest.mark.parametrize("aggs", [COUNT, ALL], ids=["count", "all"])
+@given(data=st.data(), gap=st.integers(1, 80), on_time=st.booleans())
+def test_property_session_moves(aggs: list[Any], data: st.DataObject, gap: int, on_time: bool) -> None:
+    steps = data.draw(scripts(on_time))
+    assert_moves_change_nothing(lambda: window("session", aggs, gap=gap), steps, on_time)
+
+
+@FAST
+@given(data=st.data(), gap=st.integers(1, 80))
+def test_property_session_moves_around_fired_sessions(data: st.DataObject, gap: int) -> None:
+    """Two keys and late events: often one within gap of a session that fired
+    before its key moved, late only if the fired session moved along."""
+    steps = data.draw(scripts(on_time=False, keys=KEYS[:2]))
+    assert_moves_change_nothing(lambda: window("session", COUNT, gap=gap), steps, on_time=False)
+
+
+@FAST
+@given(data=st.data(), size=st.integers(1, 120), slide_frac=st.floats(0.05, 1), sliding=st.booleans(),
+       on_time=st.booleans())
+def test_property_join_moves(data: st.DataObject, size: int, slide_frac: float, sliding: bool,
+                             on_time: bool) -> None:
+    slide = max(1, int(size * slide_frac)) if sliding else size
+    steps = data.draw(scripts(on_time, ports=2))
+    assert_moves_change_nothing(lambda: join("sliding" if sliding else "tumbling", size, slide),
+                                steps, on_time)
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+@pytest.mark.parametrize("budget", [1, 3, 1000])
+def test_taking_by_place_in_small_steps_splits_the_state_by_label(name: str, budget: int) -> None:
+    """`take_state_at` with a label per key, `budget` (place, key) pairs at a time, the
+    pairs from `state_entries` and, for events after that, `places_of`: each label's
+    operator ends up with exactly its keys, and together they fire what one would."""
+    source, single = MAKERS[name](), MAKERS[name]()
+    stream = [ev(t, f"k{t % 7}", t, port) for t in range(0, 260, 3) for port in range(source.n_inputs)]
+    late = [ev(t, f"k{t % 7}", t, port) for t in range(260, 300, 5) for port in range(source.n_inputs)]
+    for op in (source, single):
+        for e in stream + late:
+            op.on_batch([e], 0 if "t" in e else 1)
+    places = {(p, k) for p, ks in source.state_entries() for k in ks if k != "k0"}
+    # What a migration learns from events arriving after it looked at the state.
+    places |= {(p, e["k"]) for e in late if e["k"] != "k0"
+               for p in source.places_of(e, 0 if "t" in e else 1)}
+    labels = {k: ("x" if k in ("k1", "k4") else "y") for _, k in places}
+    parts = {"x": MAKERS[name](), "y": MAKERS[name]()}
+    pairs = sorted(places, key=repr)
+    for i in range(0, len(pairs), budget):
+        for label, r in source.take_state_at(pairs[i:i + budget], labels).items():
+            parts[label].put_state(roundtrip(r))
+    assert set(source.state_keys()) == {"k0"}
+    for label, op in parts.items():
+        assert set(op.state_keys()) == {k for k, v in labels.items() if v == label}
+    fired = []
+    for op in (source, *parts.values()):
+        for port in range(op.n_inputs):
+            fired += op.on_watermark(INF, port).events
+    expected = [e for port in range(single.n_inputs) for e in single.on_watermark(INF, port).events]
+    assert canon(fired) == canon(expected)
