@@ -84,12 +84,18 @@ def instances(rt: Any, name: str) -> dict[str, int]:
     return {aid: ex for aid, ex in hosts.items() if aid.startswith(f"{name}/{WINDOW}/")}
 
 
-def test_a_keyed_window_scales_up_and_down_while_events_flow(pools: Any) -> None:
-    rt = pools["elastic2"]
-    flow, alerts = keyed_counts("rc-scale"), alerts_dataflow()
-    data = events(30_000, seed=5, keys=300)
+def deployed(rt: Any, name: str) -> tuple[Dataflow, Dataflow]:
+    """The keyed counts `name` and, beside it, the alerts tenant's dataflow."""
+    flow, alerts = keyed_counts(name), alerts_dataflow()
     rt.deploy(flow)
     rt.deploy(alerts)
+    return flow, alerts
+
+
+def test_a_keyed_window_scales_up_and_down_while_events_flow(pools: Any) -> None:
+    rt = pools["elastic2"]
+    flow, alerts = deployed(rt, "rc-scale")
+    data = events(30_000, seed=5, keys=300)
     with streaming(rt, "rc-scale", data, "alerts"):
         time.sleep(0.3)
         up = done(rt, rt.scale("rc-scale", WINDOW, 2, strategy="batched", batch_bins=16))
@@ -111,10 +117,8 @@ def test_a_keyed_window_scales_up_and_down_while_events_flow(pools: Any) -> None
 
 def test_an_instance_moves_to_an_added_executor_which_is_then_removed(pools: Any) -> None:
     rt = pools["elastic2"]
-    flow, alerts = keyed_counts("rc-pool"), alerts_dataflow()
+    flow, alerts = deployed(rt, "rc-pool")
     data = events(30_000, seed=6, keys=300)
-    rt.deploy(flow)
-    rt.deploy(alerts)
     with streaming(rt, "rc-pool", data, "alerts"):
         [added] = rt.add_executors(1)
         assert added == 2 and [e["alive"] for e in rt.executor_stats()][added]
