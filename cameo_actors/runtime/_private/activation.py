@@ -59,11 +59,10 @@ class Route:
     key_fn: Callable[[Event], Any] | None = None
     owners: list[str] | None = None
     sole: str | None = None
-    version: int = 0
     prefer: str | None = None
 
-    def set_table(self, owners: list[str], version: int) -> None:
-        self.owners, self.version = owners, version
+    def set_table(self, owners: list[str]) -> None:
+        self.owners = owners
         self.sole = owners[0] if len(set(owners)) == 1 else None
 
 
@@ -108,7 +107,7 @@ class Activation:
         #: (place, keys) of the state still to index
         self.unindexed: list[tuple[Any, list[Any]]] = []
         self.done_version = placement.tables[step.id].version if step.id in placement.tables else 0
-        self.bins_given = self.bytes_sent = 0  # over every epoch done here
+        self.bins_given = self.bytes_sent = 0  # given away here, over every epoch
 
     def _route(self, spec: DataflowSpec, placement: Placement, consumer: Any, port: int) -> Route:
         instances = placement.of_step(consumer.id)
@@ -121,8 +120,7 @@ class Activation:
         if consumer.id in placement.tables:
             table = placement.tables[consumer.id]
             route = Route(consumer.id, port, targets, key_function(spec, self.step.id))
-            route.set_table([str(ActivationId(spec.name, consumer.id, i)) for i in table.owners],
-                            table.version)
+            route.set_table([str(ActivationId(spec.name, consumer.id, i)) for i in table.owners])
             return route
         return Route(consumer.id, port, targets)
 
@@ -277,13 +275,19 @@ class Activation:
             if wm > NO_WM:
                 sends.extend((t, route.port, wm) for t in targets if t not in route.targets)
             route.targets = targets
-            route.set_table([f"{prefix}{i}" for i in owners], version)
+            route.set_table([f"{prefix}{i}" for i in owners])
         return sends
 
-    def _on_marker(self, version: int, channel: Channel) -> tuple[Output, list[Barrier]]:
+    def _epoch_of(self, version: int) -> Epoch:
+        """The epoch of `version`, begun by its first marker or state chunk, whichever
+        comes first."""
         epoch = self.epoch
         if epoch is None or epoch.version != version:
             epoch = self.epoch = self.plans.pop(version, None) or Epoch(version)
+        return epoch
+
+    def _on_marker(self, version: int, channel: Channel) -> tuple[Output, list[Barrier]]:
+        epoch = self._epoch_of(version)
         epoch.marked.add(channel)
         if epoch.give and epoch.bins is None and self._aligned(epoch):
             # Every event before the switch is in: what the moved bins hold is final.
@@ -316,12 +320,12 @@ class Activation:
         sends: list[Barrier] = []
         for to, rows in self.operator.take_state_at(pairs, label_of).items():  # type: ignore[attr-defined]
             blob = msgpack.packb(rows, use_bin_type=True)
-            epoch.bytes_sent += len(blob)
+            self.bytes_sent += len(blob)
             sends.append((to, 0, [STATE, epoch.version, blob, False]))
         if epoch.bins:
             return Output(), [*sends, again]
         epoch.given = True
-        epoch.bins_given = len(epoch.give)
+        self.bins_given += len(epoch.give)
         sends.extend((to, 0, [STATE, epoch.version, b"", True])
                      for to in sorted(set(epoch.give.values())))
         return self._finish_if_done(), sends
@@ -346,12 +350,9 @@ class Activation:
 
     def _on_state(self, version: int, blob: bytes, last: bool, sender: str
                   ) -> tuple[Output, list[Barrier]]:
-        epoch = self.epoch
-        if epoch is None or epoch.version != version:  # state before any marker: possible
-            epoch = self.epoch = self.plans.pop(version, None) or Epoch(version)
+        epoch = self._epoch_of(version)
         if blob:
             self.index, self.unindexed = None, []  # keys come in that it does not list
-            epoch.bytes_received += len(blob)
             self.operator.put_state(  # type: ignore[attr-defined]
                 msgpack.unpackb(blob, raw=False, strict_map_key=False))
         if last:
@@ -382,8 +383,6 @@ class Activation:
             return Output()
         self.epoch = None
         self.done_version = epoch.version
-        self.bins_given += epoch.bins_given
-        self.bytes_sent += epoch.bytes_sent
         out = Output()
         for port, events in epoch.buffered:
             _merge(out, self.operator.on_batch(events, port))

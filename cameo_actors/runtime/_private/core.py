@@ -170,9 +170,7 @@ class ExecutorCore:
             act = self.hosting.activations[aid]
             if act.step.id == step:
                 for target, _, payload in act.prepare(version, moves):
-                    self.sched.enqueue(Message.ingress(
-                        target, payload, dataflow=dataflow, tenant=hosted.spec.tenant,
-                        ingest_ms=now, is_watermark=True), now)
+                    self._control(hosted.spec, target, payload, now)
 
     def reroute(self, dataflow: str, step: str, version: int, owners: list[int],
                 instances: list[int]) -> int:
@@ -187,12 +185,15 @@ class ExecutorCore:
         for aid in hosted.ids:
             act = self.hosting.activations[aid]
             if act.step.id in inputs:
-                self.sched.enqueue(Message.ingress(
-                    aid, [REROUTE, step, version, list(owners), list(instances)],
-                    dataflow=dataflow, tenant=hosted.spec.tenant, ingest_ms=now,
-                    is_watermark=True), now)
+                self._control(hosted.spec, aid, [REROUTE, step, version, list(owners),
+                                                 list(instances)], now)
                 n += 1
         return n
+
+    def _control(self, spec: DataflowSpec, target: str, payload: list[Any], now: float) -> None:
+        """A control message from the controller into `target`'s mailbox, a barrier there."""
+        self.sched.enqueue(Message.ingress(target, payload, dataflow=spec.name, tenant=spec.tenant,
+                                           ingest_ms=now, is_watermark=True), now)
 
     def retire(self, dataflow: str, ids: list[str]) -> list[str]:
         """Instances that gave away every bin: the end of their stream on every channel

@@ -74,10 +74,6 @@ class Epoch:
     bins: list[int] | None = None
     received: set[str] = field(default_factory=set)
     given: bool = False
-    #: counters for reports
-    bins_given: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
 
     @property
     def involved(self) -> bool:

@@ -36,11 +36,6 @@ def stable_hash(key: Any) -> int:
     return zlib.crc32(msgpack.packb(key, use_bin_type=True))
 
 
-def bin_of(key: Any, bins: int) -> int:
-    """The bin of a key (`bins` a power of two)."""
-    return stable_hash(key) & (bins - 1)
-
-
 def is_keyed_step(spec: DataflowSpec, step: Step) -> bool:
     """A window or join on keyed input: routed by table, scalable, its state movable."""
     return isinstance(step, (WindowStep, JoinStep)) and all(
