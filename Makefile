@@ -43,7 +43,7 @@ $(BENCH): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH)
 
-bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair; plots), overhead, throughput, service, migration (README)
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair; plots), overhead, throughput, service, migration, recovery (README)
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/out/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead
@@ -51,6 +51,7 @@ bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair; plots), o
 	$(PY) -m bench.multitenant --json bench/out/multitenant.json
 	$(PY) -m bench.service --json bench/out/service.json
 	$(PY) -m bench.migration --quick --json bench/out/migration.json --plots bench/out
+	$(PY) -m bench.recovery --quick --json bench/out/recovery.json
 
 # PyFlink in its own venv: apache-flink pins pandas, pyarrow and numpy older than ours.
 FLINK_VENV := .venv-peers/flink

@@ -434,7 +434,8 @@ def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = pri
     it is measured here first, flat out, once the state is full (the saturation run)."""
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
-    rt = Runtime.start(RuntimeConfig(num_executors=2, bins=s.bins),
+    # Moving state alone: checkpoints off (bench.recovery measures what they cost).
+    rt = Runtime.start(RuntimeConfig(num_executors=2, bins=s.bins, checkpoint_interval_s=0),
                        pool=f"bench-migration-{strategy}")
     out: dict[str, Any] = {"strategy": strategy}
     try:

@@ -74,6 +74,12 @@ def _describe(conn: Connection, dataflow: str, max_age_s: float = client.DESCRIB
     return rt, DataflowSpec.from_dict(info["spec"]), deployment_id(info)
 
 
+def spark_client(query: str, batch_id: int, partition: int) -> str:
+    """The ingest client of one Spark write task: the same for its retries and replays
+    (see `Runtime.handle`; `Hosting.mark_input_batch` forgets those of marked batches)."""
+    return f"spark/{query}/{batch_id}/{partition}"
+
+
 def deployment_id(info: dict[str, Any]) -> str:
     """Names one deployment of a dataflow: a redeploy under the same name gets a new id."""
     return f"{info['name']}@{info['submitted_at']!r}"
@@ -194,6 +200,8 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
                 pass
             return CameoCommitMessage(partition, 0, 0, 0, True, query, batch_id, started,
                                       time.time() * 1000.0)
+        if batch_id >= 0:  # a retried task, or a replayed batch, pushes the same calls:
+            rt = rt.handle(client=spark_client(query, batch_id, partition))  # applied once
         rows = messages = corrupt = 0
         batches: Iterator[Any] = (prepare(raw, self.opts.corrupt_column) for raw in iterator)
         if self.opts.order_task:  # all of the task's rows at once, in window order
@@ -234,8 +242,8 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
         rt.mark_input_batch(self.opts.dataflow, self.source, batchId, done[0].query)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to undo: the events a failed batch pushed stay in the runtime (a
-        replay may repeat them; exactly-once input is the fault-tolerance issue)."""
+        """Nothing to undo: the events a failed batch pushed stay in the runtime, and its
+        replay pushes the same calls under the same client names, which the sources drop."""
 
 
 #: Runs of writer queries whose replay check this process made (see _may_be_replay).

@@ -25,6 +25,7 @@ from cameo_actors.dataflow.spec import (
     AggSpec,
     ConnectorSpec,
     DataflowSpec,
+    FaultToleranceSpec,
     FilterStep,
     FlatMapStep,
     JoinStep,
@@ -39,6 +40,7 @@ from cameo_actors.dataflow.spec import (
     WindowStep,
 )
 from cameo_actors.dataflow.validate import (
+    check_fault_tolerance,
     check_step_rules,
     check_window_shape,
     stream_time_field,
@@ -99,6 +101,7 @@ class Dataflow:
         self.tenant = tenant
         self.scheduling = SchedulingSpec(weight=weight, rate_limit_eps=rate_limit_eps)
         self.limits = LimitsSpec(state_bytes=state_bytes)
+        self._fault_tolerance = FaultToleranceSpec()
         self.errors = _connector(errors, "errors")
         self._steps: list[Step] = []
         self._counter = 0
@@ -118,12 +121,34 @@ class Dataflow:
         check_step_rules(step)  # fail on the line that made it
         return self._add(step)
 
+    def fault_tolerance(self, checkpoint_interval_ms: float | None = None,
+                        delivery: str | None = None) -> Dataflow:
+        """How the dataflow survives a failed executor (spec: `fault_tolerance`); None
+        takes the pool's default. Returns the Dataflow, so it chains anywhere.
+
+        Args:
+            checkpoint_interval_ms: how often its state is checkpointed: 0 (no checkpoints:
+                a failure fails the dataflow) or 100 to 3,600,000 ms.
+            delivery: "exactly_once" (results readable once the next checkpoint completed)
+                or "at_least_once" (readable at once; after a recovery, results since the
+                last checkpoint may come again, each with an id to drop it by).
+
+        >>> df = Dataflow("d", latency_target_ms=100).fault_tolerance(1000, "at_least_once")
+        >>> df.source("s", schema={"ts": "int"}).sink("o").spec.fault_tolerance.delivery
+        'at_least_once'
+        """
+        ft = FaultToleranceSpec(checkpoint_interval_ms=checkpoint_interval_ms, delivery=delivery)
+        check_fault_tolerance(ft)  # fail on the line that made it
+        self._fault_tolerance = ft
+        return self
+
     @property
     def spec(self) -> DataflowSpec:
         """The validated spec (raises SpecError if the graph is incomplete or wrong)."""
         spec = DataflowSpec(name=self.name, tenant=self.tenant,
                             latency_target_ms=self.latency_target_ms, scheduling=self.scheduling,
-                            limits=self.limits, errors=self.errors, steps=tuple(self._steps))
+                            limits=self.limits, fault_tolerance=self._fault_tolerance,
+                            errors=self.errors, steps=tuple(self._steps))
         validate(spec)
         return spec
 

@@ -81,6 +81,7 @@ import copy
 import math
 import numbers
 import operator
+import threading
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -111,6 +112,10 @@ _BATCH = "_batch"
 _MUL = "_mul"
 _MOD = "_mod"
 _FILENAME = "<cameo expression>"
+#: `ast.parse` is not safe from several threads at once in CPython 3.11 (gh-106905:
+#: "AST constructor recursion depth mismatch"); the controller and executors parse
+#: specs on several threads.
+_PARSING = threading.Lock()
 
 
 # -- whitelisted functions --------------------------------------------------------
@@ -561,7 +566,8 @@ def _parse(text: object, step: str, where: str = "") -> tuple[ast.expr, frozense
     source = text.lstrip()
     checker = _Checker(source, step, where, skipped=text[:len(text) - len(source)])
     try:
-        tree = ast.parse(source, filename=_FILENAME, mode="eval")
+        with _PARSING:
+            tree = ast.parse(source, filename=_FILENAME, mode="eval")
     except SyntaxError as exc:
         msg = (exc.msg or "invalid syntax").rstrip(".")
         if exc.text is None:  # e.g. null bytes: no position to show

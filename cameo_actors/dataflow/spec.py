@@ -35,6 +35,8 @@ SCHEMA_TYPES: dict[str, tuple[type, ...]] = {
 }
 AGGREGATE_FUNCTIONS = ("count", "sum", "min", "max", "avg")
 WINDOW_KINDS = ("tumbling", "sliding", "session")
+#: How results reach readers across failures (see FaultToleranceSpec.delivery).
+DELIVERY_MODES = ("exactly_once", "at_least_once")
 
 Pairs = tuple[tuple[str, str], ...]
 
@@ -193,6 +195,25 @@ class LimitsSpec:
 
 
 @dataclass(frozen=True)
+class FaultToleranceSpec:
+    """How this dataflow survives failures (an executor that dies).
+
+    Attributes:
+        checkpoint_interval_ms: how often its state is checkpointed; None takes the pool's
+            default (RuntimeConfig.checkpoint_interval_s); 0 turns checkpoints off (then a
+            failure fails the dataflow instead of recovering it).
+        delivery: "exactly_once": results become readable once the checkpoint after them
+            completed (a reader that commits sees each exactly once across failures);
+            "at_least_once": readable at once, and after a recovery results since the last
+            checkpoint may come again (each row carries an id to drop them by). None takes
+            the pool's default.
+    """
+
+    checkpoint_interval_ms: float | None = None
+    delivery: str | None = None
+
+
+@dataclass(frozen=True)
 class DataflowSpec:
     """A whole dataflow: what a tenant submits. Build it with `Dataflow`."""
 
@@ -202,6 +223,7 @@ class DataflowSpec:
     tenant: str = "default"
     scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
     limits: LimitsSpec = field(default_factory=LimitsSpec)
+    fault_tolerance: FaultToleranceSpec = field(default_factory=FaultToleranceSpec)
     #: Where records that failed (malformed, late, user errors) are written by the Spark tier.
     errors: ConnectorSpec | None = None
     version: int = SPEC_VERSION
@@ -234,6 +256,7 @@ class DataflowSpec:
             "latency_target_ms": self.latency_target_ms,
             "scheduling": _plain(self.scheduling),
             "limits": _plain(self.limits),
+            "fault_tolerance": _plain(self.fault_tolerance),
             "errors": _plain(self.errors) if self.errors else None,
             "steps": [_step_to_dict(s) for s in self.steps],
         }
@@ -315,8 +338,8 @@ def _parse_dataflow(data: Any) -> DataflowSpec:
                         "send the dict that DataflowSpec.to_dict() produces")
     name = data.get("name")
     where = name if isinstance(name, str) else None
-    known = {"version", "name", "tenant", "latency_target_ms", "scheduling", "limits", "errors",
-             "steps"}
+    known = {"version", "name", "tenant", "latency_target_ms", "scheduling", "limits",
+             "fault_tolerance", "errors", "steps"}
     _no_unknown(data, known, None, f"dataflow {where!r}")
     version = data.get("version", SPEC_VERSION)
     if version != SPEC_VERSION:
@@ -327,6 +350,8 @@ def _parse_dataflow(data: Any) -> DataflowSpec:
     sched_raw = data.get("scheduling") or {}
     scheduling = _parse_fixed(SchedulingSpec, sched_raw, None, "scheduling")
     limits = _parse_fixed(LimitsSpec, data.get("limits") or {}, None, "limits")
+    fault_tolerance = _parse_fixed(FaultToleranceSpec, data.get("fault_tolerance") or {}, None,
+                                   "fault_tolerance")
     errors_raw = data.get("errors")
     errors = _parse_fixed(ConnectorSpec, errors_raw, None, "errors") if errors_raw else None
     return DataflowSpec(
@@ -336,6 +361,7 @@ def _parse_dataflow(data: Any) -> DataflowSpec:
                                    "a latency target in ms"),
         scheduling=scheduling,
         limits=limits,
+        fault_tolerance=fault_tolerance,
         errors=errors,
         steps=steps,
         version=version,

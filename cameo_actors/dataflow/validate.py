@@ -14,9 +14,11 @@ from typing import Any, TypeGuard
 from cameo_actors.dataflow.expressions import parse_expression
 from cameo_actors.dataflow.spec import (
     AGGREGATE_FUNCTIONS,
+    DELIVERY_MODES,
     SCHEMA_TYPES,
     ConnectorSpec,
     DataflowSpec,
+    FaultToleranceSpec,
     FilterStep,
     FlatMapStep,
     JoinStep,
@@ -38,6 +40,9 @@ MAX_PARALLELISM = 1024
 #: holds exactly, so every client reads back what it sent. NaN and the infinities are refused.
 MAX_NUMBER = 2**53
 MAX_LATENCY_TARGET_MS = 86_400_000  # a day
+#: The checkpoint intervals a spec may ask for, in ms; 0 (no checkpoints) is allowed too.
+MIN_CHECKPOINT_INTERVAL_MS = 100
+MAX_CHECKPOINT_INTERVAL_MS = 3_600_000  # an hour
 
 
 def validate(spec: DataflowSpec) -> None:
@@ -152,6 +157,7 @@ def _check_header(spec: DataflowSpec) -> None:
         raise SpecError(None, "limits.state_bytes: a whole number of bytes > 0, or null", budget,
                         "give the state budget in bytes (e.g. 268435456 for 256 MiB), or leave it "
                         "out for the pool's default")
+    check_fault_tolerance(spec.fault_tolerance)
     if spec.errors is not None:
         _check_connector(spec.errors, "errors")
     if not spec.steps:
@@ -382,6 +388,26 @@ def check_live_settings(latency_target_ms: object, weight: object, *, where: str
     if weight is not None and not _positive(weight):
         raise SpecError(None, f"{where}weight > 0 and {_FINITE}", weight,
                         "use a positive weight, e.g. 1.0")
+
+
+def check_fault_tolerance(ft: FaultToleranceSpec) -> None:
+    """The rules of a spec's `fault_tolerance` section (None: the pool's default). The spec
+    check and the builder's `.fault_tolerance(...)` run them."""
+    interval = ft.checkpoint_interval_ms
+    if interval is not None and not (
+            _finite(interval)
+            and (interval == 0 or MIN_CHECKPOINT_INTERVAL_MS <= interval <= MAX_CHECKPOINT_INTERVAL_MS)):
+        raise SpecError(None, "fault_tolerance.checkpoint_interval_ms: 0 (no checkpoints) or a "
+                        f"finite number of ms from {MIN_CHECKPOINT_INTERVAL_MS} to "
+                        f"{MAX_CHECKPOINT_INTERVAL_MS}, or null", interval,
+                        "give the interval in ms (e.g. 2000 for a checkpoint every 2 s), 0 to "
+                        "turn checkpoints off, or leave it out for the pool's default")
+    delivery = ft.delivery
+    if delivery is not None and not (isinstance(delivery, str) and delivery in DELIVERY_MODES):
+        raise SpecError(None, f"fault_tolerance.delivery: one of {list(DELIVERY_MODES)}, or null",
+                        delivery, "use 'exactly_once' (results readable after the next "
+                        "checkpoint) or 'at_least_once' (readable at once, may repeat after a "
+                        "recovery), or leave it out for the pool's default")
 
 
 #: How the messages word the bound every number of a spec meets (see MAX_NUMBER).

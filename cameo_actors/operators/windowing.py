@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any, Generic, TypeVar
 
+import msgpack
+
 from cameo_actors.operators.aggregates import is_number, is_time
 from cameo_actors.operators.base import Event, Operator, Output
 
@@ -213,6 +215,13 @@ class KeyedWindows(Generic[S]):
         self.windows = {end: {decode_key(k): state(fields) for k, *fields in entries}
                         for end, entries in rows}
         self.ends = sorted(self.windows)  # a sorted list is a heap
+
+    def load_packed(self, rows: list[Any]) -> None:
+        """Replace the state with windows packed whole (`[end, msgpack of {key: state}]`,
+        str or int keys; the states come out as new objects)."""
+        self.windows = {end: msgpack.unpackb(blob, raw=False, strict_map_key=False)
+                        for end, blob in rows}
+        self.ends = sorted(self.windows)
 
     def keys(self) -> list[Any]:
         """Every key with state, once per window it is in (no set: a million keys are

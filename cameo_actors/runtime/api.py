@@ -23,9 +23,9 @@ import itertools
 import os
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import ray
 
@@ -37,10 +37,12 @@ from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, ge
 from cameo_actors.runtime._private.controller import Controller
 from cameo_actors.runtime._private.ingest import pack_ingest
 from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
+from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime._private.wire import pack_events
 from cameo_actors.runtime.boundary import (
     FINISHED,
     LIVE_STATES,
+    RECOVERING,
     ActivationId,
     DataflowInfo,
     DataflowMetrics,
@@ -56,8 +58,12 @@ from cameo_actors.runtime.boundary import (
     ResultRow,
     error_log_id,
 )
-from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.config import RuntimeConfig, default_run_dir
 from cameo_actors.runtime.exceptions import DataflowEnded, PoolNotFound, RuntimeUnavailable
+
+T = TypeVar("T")
+#: An ingest call not yet answered: (Ray ref, dataflow, source activation, seq, blob).
+InFlight = tuple[Any, str, str, int, bytes]
 
 #: Events per ingest call: a Ray call costs about 1 ms, so batches, not single events.
 DEFAULT_BATCH = 2_000
@@ -107,10 +113,15 @@ class Runtime:
         #: whether this handle started a private Ray (it ends with this process)
         self.embedded = embedded
         self._client = uuid.uuid4().hex
-        self._seq: dict[int, itertools.count[int]] = {}
-        self._in_flight: dict[int, builtins.list[Any]] = {}
+        #: the next call number per source activation (a source applies each client's
+        #: calls in order, once: a call sent again after a failure is dropped if applied)
+        self._seq: dict[str, itertools.count[int]] = {}
+        #: calls not yet answered, per executor: kept to be sent again after a failure
+        self._in_flight: dict[int, builtins.list[InFlight]] = {}
         self._described: dict[str, tuple[float, DataflowInfo]] = {}  # name -> (when, info)
         self._offsets: dict[tuple[str, str], int] = {}
+        self._recoveries: dict[str, int] = {}  # dataflow -> recoveries when last read
+        self._deployments: dict[str, str] = {}  # dataflow -> the deployment pushed to
         self._round_robin = itertools.count()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -134,6 +145,13 @@ class Runtime:
             node_ip: the address a private Ray binds (loopback by default).
         """
         config = config or RuntimeConfig()
+        # Checkpoints and ingress logs under the run folder unless the config says where.
+        run = os.path.abspath(run_dir or default_run_dir())
+        config = replace(
+            config,
+            checkpoint_url=config.checkpoint_url or os.path.join(run, "checkpoints", pool),
+            ingress_log_dir=config.ingress_log_dir or os.path.join(run, "ingress", pool))
+        CheckpointStorage(config.checkpoint_url or "").check_writable()  # fails here, clearly
         owns = False
         if not ray.is_initialized():
             if address is None:
@@ -145,9 +163,10 @@ class Runtime:
                 cluster.join(address)
             owns = True
         found = cluster.find_actor(controller_name(pool)) is not None
+        # Ray restarts a controller that dies; it reads its registry back from storage.
         controller = Controller.options(  # type: ignore[attr-defined]
             name=controller_name(pool), namespace=NAMESPACE, lifetime="detached",
-            get_if_exists=True).remote(pool, config.to_dict())
+            max_restarts=-1, max_task_retries=-1, get_if_exists=True).remote(pool, config.to_dict())
         return cls(pool, controller, owns, found=found, embedded=owns and address is None)
 
     @classmethod
@@ -173,13 +192,21 @@ class Runtime:
                                "Runtime.start() or `cameo serve`")
         return cls(pool, controller, owns_ray=False)
 
-    def handle(self) -> Runtime:
-        """Another handle on the same pool, with its own ingest order (for another thread)."""
-        return type(self)(self.pool, self.controller, owns_ray=False)
+    def handle(self, client: str | None = None) -> Runtime:
+        """Another handle on the same pool, with its own ingest order (for another thread).
+        `client` names its calls instead of a random id: a writer that may push the same
+        events again (a retried Spark task) names them the same, and each source drops
+        the calls it applied already."""
+        rt = type(self)(self.pool, self.controller, owns_ray=False)
+        if client is not None:
+            rt._client = client
+        return rt
 
-    def shutdown(self, *, stop_ray: bool | None = None) -> None:
-        """Stop the pool's executors and controller (and Ray, if this handle started it)."""
-        get(self.controller.shutdown.remote())
+    def shutdown(self, *, stop_ray: bool | None = None, forget: bool = True) -> None:
+        """Stop the pool's executors and controller (and Ray, if this handle started it).
+        `forget=False` keeps the registry and checkpoints: a pool started again on the
+        same storage restores its dataflows."""
+        get(self.controller.shutdown.remote(forget))
         ray.kill(self.controller)
         if stop_ray if stop_ray is not None else self._owns_ray:
             ray.shutdown()
@@ -205,6 +232,8 @@ class Runtime:
 
     def _forget(self, name: str) -> None:
         self._described.pop(name, None)
+        self._deployments.pop(name, None)
+        self._forget_seq(name)
         for key in [k for k in self._offsets if k[0] == name]:
             del self._offsets[key]
 
@@ -305,22 +334,52 @@ class Runtime:
         return dict(get(self.controller.remove_executor.remote(index, strategy)))
 
     def _live(self, name: str) -> DataflowInfo:
-        """The dataflow's record, if its parts still run on the executors (else DataflowEnded)."""
+        """The dataflow's record, if its parts still run on the executors (else
+        DataflowEnded); while it is recovering, waits (up to `recovery_timeout_s`)."""
         info = self.describe(name)
+        if info["state"] == RECOVERING:
+            info = self._await_recovered(name)
         if info["released"]:
             raise DataflowEnded(name, info["state"], info["cause"])
         return info
 
-    @contextmanager
-    def _on_parts(self, name: str) -> Iterator[None]:
-        """Calls to the executors hosting a dataflow: one that ended meanwhile (the executor
-        no longer knows it: KeyError) raises DataflowEnded with its state and cause."""
-        try:
-            yield
-        except KeyError:
-            self.describe(name, refresh=True)  # DataflowNotFound if it is gone altogether
-            self._live(name)  # DataflowEnded if it ended
-            raise
+    def _await_recovered(self, name: str) -> DataflowInfo:
+        """Wait until `name` is no longer recovering; its fresh record."""
+        deadline = time.monotonic() + self.config.recovery_timeout_s
+        while True:
+            info = self.describe(name, refresh=True)
+            if info["state"] != RECOVERING:
+                return info
+            if time.monotonic() > deadline:
+                raise RuntimeUnavailable(f"dataflow {name!r} is still recovering after "
+                                         f"{self.config.recovery_timeout_s:g} s ({info['cause']})")
+            time.sleep(0.05)
+
+    def _on_parts(self, name: str, call: Callable[[], T]) -> T:
+        """A call to the executors hosting a dataflow. One that ended meanwhile (the
+        executor no longer knows it: KeyError) raises DataflowEnded with its state and
+        cause; one that failed because an executor died is made again once the dataflow
+        was restored (after `recovery_timeout_s`, RuntimeUnavailable)."""
+        deadline = time.monotonic() + self.config.recovery_timeout_s
+        while True:
+            try:
+                return call()
+            except KeyError:
+                self.describe(name, refresh=True)  # DataflowNotFound if it is gone altogether
+                self._live(name)  # DataflowEnded if it ended
+                if time.monotonic() > deadline:
+                    raise
+                self._await_change(name)  # live: an executor restarted, not restored yet
+            except RuntimeUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                self._await_change(name)
+
+    def _await_change(self, name: str) -> None:
+        """After a call failed for want of an executor: wait until the monitor noticed
+        (the dataflow recovers) and it is done, or a moment if it noticed nothing."""
+        time.sleep(0.1)
+        self._live(name)
 
     # -- input ----------------------------------------------------------------------------------
     def push(self, name: str, source: str, events: Sequence[Event], *,
@@ -351,15 +410,17 @@ class Runtime:
     def close(self, name: str) -> None:
         """End every source of the dataflow: all windows fire, it drains (`finishing`)
         and then is `finished`, its results still readable."""
+        self.flush()  # every batch before it in (sent again after a failure, if need be)
         for src in self._spec(name).sources:
             self.watermark(name, src.id, END_OF_STREAM)
+        self.flush()
         get(self.controller.closing.remote(name))
 
     def flush(self) -> None:
-        """Wait until every pushed batch was accepted by its executor."""
-        for refs in self._in_flight.values():
-            get(refs)
-            refs.clear()
+        """Wait until every pushed batch was accepted by its executor (written to its
+        source's ingress log: it survives a failure from then on)."""
+        for host in list(self._in_flight):
+            self._settle(host, len(self._in_flight[host]))
 
     def _send(self, name: str, source: str, events: builtins.list[Any],
               first_index: int) -> builtins.list[Rejected]:
@@ -372,18 +433,68 @@ class Runtime:
         return packed.rejected
 
     def _send_to(self, name: str, target: str, blob: bytes) -> None:
+        deployment = self.describe(name)["deployment"]
+        if self._deployments.setdefault(name, deployment) != deployment:
+            self._deployments[name] = deployment  # deployed again: its sources count from 0
+            self._forget_seq(name)
+        seq = next(self._seq.setdefault(target, itertools.count()))
+        self._call_ingest(name, target, seq, blob)
+
+    def _forget_seq(self, name: str) -> None:
+        for target in [t for t in self._seq if t.startswith(f"{name}/")]:
+            del self._seq[target]
+
+    def _call_ingest(self, name: str, target: str, seq: int, blob: bytes) -> None:
         host = self.describe(name)["hosts"][target]
-        refs = self._in_flight.setdefault(host, [])
-        if len(refs) >= MAX_IN_FLIGHT:
-            wanted = len(refs) - MAX_IN_FLIGHT + 1
-            done, rest = ray.wait(refs, num_returns=wanted, timeout=cluster.CALL_TIMEOUT_S)
-            if not done:
-                raise RuntimeUnavailable(f"executor {host} accepted no batch of dataflow {name!r} "
-                                         f"in {cluster.CALL_TIMEOUT_S:g} s")
-            get(done)
-            self._in_flight[host] = refs = rest
-        seq = next(self._seq.setdefault(host, itertools.count()))
-        refs.append(self.executors[host].ingest.remote(self._client, seq, target, blob))
+        pending = self._in_flight.setdefault(host, [])
+        answered = len(ray.wait([p[0] for p in pending], num_returns=len(pending),
+                                timeout=0)[0]) if pending else 0
+        # The answered calls are taken in order (and any that failed sent again), so that a
+        # failure is noticed by the next push, not left as a gap a source would wait on.
+        want = max(answered, len(pending) - MAX_IN_FLIGHT + 1)
+        if want > 0:
+            self._settle(host, want)
+            pending = self._in_flight.setdefault(host, [])
+        ref = self.executors[host].ingest.remote(self._client, seq, target, blob)
+        pending.append((ref, name, target, seq, blob))
+
+    def _settle(self, host: int, n: int) -> None:
+        """Wait for the oldest `n` ingest calls to `host`. If one failed because an
+        executor died or its dataflow is being restored, every call not yet answered
+        there is sent again once the dataflow runs (a source drops what it applied), and
+        waited for (up to `recovery_timeout_s`)."""
+        deadline = time.monotonic() + self.config.recovery_timeout_s
+        while True:
+            pending = self._in_flight.get(host, [])
+            want = min(n, len(pending))
+            done, _ = ray.wait([p[0] for p in pending], num_returns=want,
+                               timeout=cluster.CALL_TIMEOUT_S)
+            if len(done) < want:
+                raise RuntimeUnavailable(f"executor {host} accepted no batch in "
+                                         f"{cluster.CALL_TIMEOUT_S:g} s")
+            finished = set(done)
+            failed = False
+            for ref in done:
+                try:
+                    get(ref, timeout_s=0)
+                except RuntimeUnavailable:  # an executor died, or the source is being restored
+                    failed = True
+            if not failed:
+                self._in_flight[host] = [p for p in pending if p[0] not in finished]
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeUnavailable(f"batches to executor {host} were not accepted within "
+                                         f"{self.config.recovery_timeout_s:g} s of a failure")
+            # Every call not answered yet may fail as well: all of them again, in order.
+            cluster.get_each([p[0] for p in pending])  # let them finish (or fail) first
+            self._in_flight[host] = []
+            for name in dict.fromkeys(p[1] for p in pending):
+                self._await_change(name)
+            for _, name, target, seq, blob in sorted(pending, key=lambda p: (p[2], p[3])):
+                to = self.describe(name)["hosts"][target]
+                ref = self.executors[to].ingest.remote(self._client, seq, target, blob)
+                self._in_flight.setdefault(to, []).append((ref, name, target, seq, blob))
+            n = len(self._in_flight.get(host, []))
 
     def _source_instances(self, name: str, source: str) -> builtins.list[str]:
         spec = self._spec(name)
@@ -394,10 +505,10 @@ class Runtime:
                              f"{[s.id for s in spec.sources]}") from None
         return [str(a) for a in ActivationId.of_step(name, step.id, step.parallelism)]
 
-    def _parts_get(self, name: str, refs: Any) -> Any:
-        """`get` of calls to a dataflow's executors (see `_on_parts`)."""
-        with self._on_parts(name):
-            return get(refs)
+    def _parts_get(self, name: str, refs: Callable[[], Any]) -> Any:
+        """`get` of calls to a dataflow's executors, made by `refs` (again after a
+        recovery: see `_on_parts`)."""
+        return self._on_parts(name, lambda: get(refs()))
 
     def _spec(self, name: str) -> DataflowSpec:
         return DataflowSpec.from_dict(self._live(name)["spec"])
@@ -409,20 +520,32 @@ class Runtime:
         With commit, the runtime forgets them (and a sink held on a full log resumes)."""
         spec = self._spec(name)
         sinks = [s for s in spec.sinks if sink is None or s.id == sink]
-        hosts = self._live(name)["hosts"]
+        info = self._live(name)
+        hosts = info["hosts"]
+        if self._recoveries.setdefault(name, info["recoveries"]) != info["recoveries"]:
+            self._recoveries[name] = info["recoveries"]
+            if (spec.fault_tolerance.delivery or self.config.delivery) == "at_least_once":
+                # Restored: the rows after its checkpoint are made again, maybe in another
+                # order; read again from the last commit (rows come again with their ids).
+                for key in [k for k in self._offsets if k[0] == name]:
+                    del self._offsets[key]
         rows: Rows = []
         for s in sinks:
             for aid in map(str, ActivationId.of_step(name, s.id, s.parallelism)):
-                ex = self.executors[hosts[aid]]
-                start = self._offsets.get((name, aid))
-                if start is None:
-                    start = self._parts_get(name, ex.result_offsets.remote(name))[aid][0]
-                got = self._parts_get(name, ex.read_results.remote(name, aid, start, None))
-                rows.extend((e, ing, eg) for e, ing, eg in got)
-                self._offsets[(name, aid)] = start + len(got)
-                if commit:
-                    self._parts_get(name, ex.commit_results.remote(name, aid, start + len(got)))
+                rows.extend(self._read_sink(name, self.executors[hosts[aid]], aid, commit))
         return rows
+
+    def _read_sink(self, name: str, ex: Any, aid: str, commit: bool) -> Rows:
+        """One sink activation's new rows, from this handle's offset (or the committed one)."""
+        start = self._offsets.get((name, aid))
+        if start is None:
+            start = self._parts_get(name, lambda: ex.result_offsets.remote(name))[aid][0]
+        got = self._parts_get(name, lambda: ex.read_results.remote(name, aid, start, None))
+        end = start + len(got)
+        self._offsets[(name, aid)] = end
+        if commit:
+            self._parts_get(name, lambda: ex.commit_results.remote(name, aid, end))
+        return [(e, ing, eg) for e, ing, eg in got]
 
     def results(self, name: str, sink: str | None = None) -> Events:
         """New results since the last read (and committed)."""
@@ -440,25 +563,25 @@ class Runtime:
         sinks = [s for s in self._spec(name).sinks if sink is None or s.id == sink]
         wanted = {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
         hosts = sorted({info["hosts"][a] for a in wanted})
-        parts = self._parts_get(name, [self.executors[h].result_offsets.remote(name) for h in hosts])
+        parts = self._parts_get(name, lambda: [self.executors[h].result_offsets.remote(name) for h in hosts])
         return {a: (int(c), int(e)) for part in parts for a, (c, e) in part.items() if a in wanted}
 
     def read_results(self, name: str, sink_activation: str, start: int, end: int | None = None
                      ) -> builtins.list[ResultRow]:
         """Rows [start, end) of one sink activation's result log, without committing."""
         ex = self.executors[self._live(name)["hosts"][sink_activation]]
-        return list(self._parts_get(name, ex.read_results.remote(name, sink_activation, start, end)))
+        return list(self._parts_get(name, lambda: ex.read_results.remote(name, sink_activation, start, end)))
 
     def commit_results(self, name: str, sink_activation: str, offset: int) -> None:
         """Let the runtime forget rows below `offset` (a reader persisted them)."""
         ex = self.executors[self._live(name)["hosts"][sink_activation]]
-        self._parts_get(name, ex.commit_results.remote(name, sink_activation, offset))
+        self._parts_get(name, lambda: ex.commit_results.remote(name, sink_activation, offset))
 
     def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]:
         """Error log id (`error_log_id`, one per executor the dataflow runs on) ->
         (committed, end, dropped unread) of the error output."""
         hosts = self._live(name)["executors"]
-        parts = self._parts_get(name, [self.executors[h].error_offsets.remote(name) for h in hosts])
+        parts = self._parts_get(name, lambda: [self.executors[h].error_offsets.remote(name) for h in hosts])
         return {error_log_id(name, h): (int(c), int(e), int(d))
                 for h, (c, e, d) in zip(hosts, parts, strict=True)}
 
@@ -466,11 +589,11 @@ class Runtime:
                     ) -> tuple[int, builtins.list[ResultRow]]:
         """(offset of the first row, rows) of one error log (a key of error_offsets);
         each row is (ErrorRecord dict, ingest_ms, egress_ms)."""
-        first, rows = self._parts_get(name, self._error_log_host(name, log).read_errors.remote(name, start, end))
+        first, rows = self._parts_get(name, lambda: self._error_log_host(name, log).read_errors.remote(name, start, end))
         return int(first), list(rows)
 
     def commit_errors(self, name: str, log: str, offset: int) -> None:
-        self._parts_get(name, self._error_log_host(name, log).commit_errors.remote(name, offset))
+        self._parts_get(name, lambda: self._error_log_host(name, log).commit_errors.remote(name, offset))
 
     def _error_log_host(self, name: str, log: str) -> Any:
         for h in self._live(name)["executors"]:
@@ -484,12 +607,12 @@ class Runtime:
         flushed) before this call; recorded on each executor hosting the source."""
         hosts = self._live(name)["hosts"]
         targets = sorted({hosts[t] for t in self._source_instances(name, source)})
-        self._parts_get(name, [self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
+        self._parts_get(name, lambda: [self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
               for h in targets])
 
     def input_batches(self, name: str) -> dict[str, int]:
         """"<source>@<query>" -> the last input batch id marked (see mark_input_batch)."""
-        parts = self._parts_get(name, [self.executors[h].input_batches.remote(name)
+        parts = self._parts_get(name, lambda: [self.executors[h].input_batches.remote(name)
                       for h in self._live(name)["executors"]])
         merged: dict[str, int] = {}
         for part in parts:
@@ -502,21 +625,22 @@ class Runtime:
         time its operators took (busy_ms), errors. For an ended dataflow whose parts were
         freed, DataflowEnded (its last statistics are in describe()["final"])."""
         info = self._live(name)
-        return dataflow_stats(info, self._parts_get(name, [self.executors[i].dataflow_stats.remote(name)
+        return dataflow_stats(info, self._parts_get(name, lambda: [self.executors[i].dataflow_stats.remote(name)
                                           for i in info["executors"]]))
 
     def errors(self, name: str, limit: int = 100) -> builtins.list[ErrorRecord]:
         """Recent records of the dataflow's error output (counts are in stats())."""
         info = self._live(name)
-        parts = self._parts_get(name, [self.executors[i].error_records.remote(name, limit) for i in info["executors"]])
+        parts = self._parts_get(name, lambda: [self.executors[i].error_records.remote(name, limit) for i in info["executors"]])
         return [ErrorRecord(**r) for part in parts for r in part][-limit:]
 
     def executor_stats(self) -> builtins.list[ExecutorStats]:
         return list(get(self.controller.executor_stats.remote()))
 
     def wait_idle(self, timeout_s: float = 60.0) -> None:
-        """Block until every pushed event was processed: every executor idle and
-        every batch one executor sent to another applied there."""
+        """Block until every pushed event was processed (every executor idle and every
+        batch one executor sent to another applied there) and its results can be read
+        (a checkpoint of every dataflow with exactly-once delivery)."""
         self.flush()
         deadline = time.monotonic() + timeout_s
         while True:
@@ -528,6 +652,8 @@ class Runtime:
             got = {(int(j), i): n for i, (_, _, inn) in states.items() for j, n in inn.items()
                    if int(j) in states}
             if all(idle for idle, _, _ in states.values()) and sent == got:
+                # Exactly-once results are readable once a checkpoint after them completed.
+                get(self.controller.checkpoint_now.remote(None), timeout_s=timeout_s)
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"runtime not idle after {timeout_s} s: "
@@ -539,7 +665,7 @@ class Runtime:
         that never wait on a busy executor: its full result logs (a reader is behind) and
         the events waiting at its sources against the limit (`ingress_events`)."""
         info = self._live(name)
-        answers = self._parts_get(name, [self.executors[h].pressure.remote(name)
+        answers = self._parts_get(name, lambda: [self.executors[h].pressure.remote(name)
                                          for h in info["executors"]])
         waiting: dict[str, int] = {}
         full: builtins.list[str] = []

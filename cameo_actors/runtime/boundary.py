@@ -73,12 +73,15 @@ class Rejected(TypedDict):
 
 #: A dataflow's lifecycle. `running` until its sources are closed, then `finishing` while
 #: the backlog drains, then `finished` (its results stay readable); or `cancelled`, or
-#: `failed` (with a cause) at any time. Ended dataflows are kept for a while, to be seen.
-RUNNING, FINISHING, FINISHED, CANCELLED, FAILED = (
-    "running", "finishing", "finished", "cancelled", "failed")
-STATES = (RUNNING, FINISHING, FINISHED, CANCELLED, FAILED)
-#: States in which a dataflow's activations run (it takes events, or drains).
-LIVE_STATES = (RUNNING, FINISHING)
+#: `failed` (with a cause) at any time; `recovering` (with the cause) while it is restored
+#: from its last checkpoint after an executor it ran on died, then running (or finishing)
+#: again. Ended dataflows are kept for a while, to be seen.
+RUNNING, FINISHING, FINISHED, CANCELLED, FAILED, RECOVERING = (
+    "running", "finishing", "finished", "cancelled", "failed", "recovering")
+STATES = (RUNNING, FINISHING, FINISHED, CANCELLED, FAILED, RECOVERING)
+#: States in which a dataflow's activations run (it takes events, or drains), or are
+#: being restored.
+LIVE_STATES = (RUNNING, FINISHING, RECOVERING)
 #: States in which its parts on the executors are freed (nothing to read any more).
 RELEASED_STATES = (CANCELLED, FAILED)
 
@@ -120,6 +123,23 @@ class DataflowInfo(TypedDict):
     released: bool  # its parts on the executors were freed (nothing to read any more)
     lost: bool  # it failed because a part of the pool died, not by its own doing
     state_bytes: int  # estimated operator state and unread results, all executors
+    deployment: str  # names this deployment (a redeploy under the same name gets another)
+    checkpoints: CheckpointSummary
+    recoveries: int  # times it was restored after a failure
+    recoveries_in_a_row: int  # since its last completed checkpoint (a poison event?)
+    resume_state: str | None  # while recovering: the state it goes back to
+
+
+class CheckpointSummary(TypedDict):
+    """A dataflow's checkpoints: the last completed, and counts."""
+
+    interval_s: float  # 0: none taken
+    last: int | None  # the number of the last completed checkpoint
+    last_at: float | None  # when it completed (epoch seconds)
+    last_duration_s: float | None  # from its barriers to its manifest
+    last_bytes: int  # the size of its parts
+    completed: int
+    failed: int  # not completed in time, or a part not written
 
 
 class LatencySummary(TypedDict):
@@ -201,6 +221,8 @@ class DataflowMetrics(TypedDict):
     events_out: int
     backlog: int
     errors: dict[str, int]
+    checkpoints: CheckpointSummary | None
+    recoveries: int
 
 
 class Pressure(TypedDict):

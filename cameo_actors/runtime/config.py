@@ -9,6 +9,7 @@ from typing import Any
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 
 ISOLATION_MODES = ("shared", "isolated")
+DELIVERY_MODES = ("exactly_once", "at_least_once")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,24 @@ class RuntimeConfig:
             migration; at most this many instances per keyed step.
         epoch_timeout_s: how long one epoch of a migration may take before the
             migration is reported failed.
+        checkpoint_interval_s: how often each dataflow's state is checkpointed, unless its
+            spec says otherwise (`fault_tolerance.checkpoint_interval_ms`); 0 turns
+            checkpoints off (a dataflow then fails with an executor instead of recovering).
+        checkpoint_url: where checkpoints and the controller's registry go: a folder, or
+            any URL `pyarrow.fs` understands (s3://, gs://, hdfs://); None: a folder
+            `checkpoints/<pool>` under the run folder.
+        checkpoints_kept: completed checkpoints kept per dataflow (the older are deleted).
+        delivery: "exactly_once" (results readable once the checkpoint after them
+            completed) or "at_least_once" (readable at once), unless a spec says otherwise.
+        ingress_log_dir: the folder of the sources' write-ahead logs (every accepted push
+            is written there before it is acknowledged); on a cluster, a folder every node
+            mounts. None: `ingress/<pool>` under the run folder.
+        ingress_fsync: fsync each accepted push (survives the loss of the machine, not
+            only of a process; costs a disk flush per push).
+        recovery_timeout_s: how long a restarted executor may take to come back, and how
+            long a client's call waits for a recovering dataflow.
+        max_recoveries: recoveries of one dataflow in a row without a checkpoint completing
+            in between before it is failed (a poison event that crashes its executor).
     """
 
     num_executors: int | None = None
@@ -75,6 +94,14 @@ class RuntimeConfig:
     max_string_chars: int = DEFAULT_MAX_STRING_CHARS
     bins: int = 4096
     epoch_timeout_s: float = 120.0
+    checkpoint_interval_s: float = 2.0
+    checkpoint_url: str | None = None
+    checkpoints_kept: int = 2
+    delivery: str = "exactly_once"
+    ingress_log_dir: str | None = None
+    ingress_fsync: bool = False
+    recovery_timeout_s: float = 60.0
+    max_recoveries: int = 3
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -92,6 +119,15 @@ class RuntimeConfig:
                              f"got {self.bins!r}")
         if not self.epoch_timeout_s > 0:
             raise ValueError(f"RuntimeConfig.epoch_timeout_s: expected > 0, got {self.epoch_timeout_s}")
+        if not (self.checkpoint_interval_s == 0 or 0.1 <= self.checkpoint_interval_s <= 3600):
+            raise ValueError(f"RuntimeConfig.checkpoint_interval_s: expected 0 (off) or 0.1 to "
+                             f"3600, got {self.checkpoint_interval_s}")
+        if self.delivery not in DELIVERY_MODES:
+            raise ValueError(f"RuntimeConfig.delivery: expected one of {DELIVERY_MODES}, got "
+                             f"{self.delivery!r}")
+        for name in ("checkpoints_kept", "recovery_timeout_s", "max_recoveries"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
         # An int: the source operator compiles it into its schema check.
         if type(self.max_string_chars) is not int or self.max_string_chars <= 0:
             raise ValueError(f"RuntimeConfig.max_string_chars: expected an int > 0 (characters), "

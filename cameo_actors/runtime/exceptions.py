@@ -47,3 +47,8 @@ class DataflowEnded(CameoError, LookupError):
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         return (type(self), (self.name, self.state, self.cause))
+
+
+class NotHosted(RuntimeUnavailable):
+    """An executor does not host that activation now: the dataflow is being restored
+    after a failure (a client waits and sends again), or it ended."""

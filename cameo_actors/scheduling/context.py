@@ -94,6 +94,8 @@ class Message:
         seq: arrival sequence number on the receiving scheduler.
         arrival_ms: physical time the message entered the mailbox.
         sent_ms: physical time the sender handed it over, NaN when unknown.
+        generation: the sending dataflow's generation (restores so far): a message of
+            an earlier one, still in transit when the dataflow was restored, is dropped.
 
     Example:
         >>> m = Message.ingress("df1/filter#0", [{"x": 1}], dataflow="df1", tenant="acme",
@@ -113,6 +115,7 @@ class Message:
     seq: int = 0
     arrival_ms: float = _NAN
     sent_ms: float = _NAN
+    generation: int = 0
 
     @classmethod
     def ingress(

@@ -229,6 +229,11 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
     spec("scheduling as a string", _spec({"scheduling": "fast"}))
     spec("an unknown scheduling field", _spec({"scheduling": {"priority": 1}}),
          needle="priority")
+    for value, what in ((-5, "-5"), (50, "50"), ("fast", "a string")):
+        spec(f"checkpoint interval {what}",
+             _spec({"fault_tolerance": {"checkpoint_interval_ms": value}}),
+             needle="checkpoint_interval_ms")
+    spec("delivery twice", _spec({"fault_tolerance": {"delivery": "twice"}}), needle="delivery")
     spec("an errors connector with a numeric format", _spec({"errors": {"format": 5}}))
     spec("spec version 2", _spec({"version": 2}))
     spec("steps as a string", _spec({"steps": "src"}))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cameo_actors.runtime.config import DELIVERY_MODES
 from cameo_actors.service.auth import MAX_TOKENS, MAX_TOKENS_PER_TENANT
 from cameo_actors.service.errors import ConfigError
 
@@ -79,6 +80,16 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("bins", "--bins", ("CAMEO_BINS",),
            "key bins of every keyed step in a new pool: the unit of scaling and migration, "
            "a power of two (default 4096)", _int),
+    Option("checkpoint_url", "--checkpoint-url", ("CAMEO_CHECKPOINT_URL",),
+           "where a new pool keeps its checkpoints and registry: a folder, or a URL pyarrow.fs "
+           "understands (s3://, gs://, hdfs://) (default: <run-dir>/checkpoints/<pool>)"),
+    Option("checkpoint_interval_s", "--checkpoint-interval", ("CAMEO_CHECKPOINT_INTERVAL_S",),
+           "seconds between checkpoints of each dataflow in a new pool, unless its spec says "
+           "otherwise; 0: none, a dataflow then fails with its executor (default 2)", _float),
+    Option("delivery", "--delivery", ("CAMEO_DELIVERY",),
+           "results of a new pool's dataflows, unless a spec says otherwise: exactly_once "
+           "(readable once the checkpoint after them completed) or at_least_once (at once, "
+           "with ids) (default exactly_once)"),
     Option("state_budget_bytes", "--state-budget-bytes", ("CAMEO_STATE_BUDGET_BYTES",),
            "a dataflow's operator state and unread results in a new pool, when its spec sets "
            "no limits.state_bytes; over it the dataflow fails (default 536870912)", _int),
@@ -120,8 +131,9 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("max_tokens", "--max-tokens", ("CAMEO_MAX_TOKENS",),
            f"most tenant tokens in all (default {MAX_TOKENS})", _int),
     Option("on_shutdown", "--on-shutdown", ("CAMEO_ON_SHUTDOWN",),
-           "on SIGTERM: 'stop' drains and cancels the dataflows; 'keep' leaves them running in "
-           "a joined cluster for the next service (default stop)"),
+           "on SIGTERM: 'stop' drains and cancels the dataflows; 'keep' leaves them for the "
+           "next service (running in a joined cluster; at their last checkpoint in the "
+           "embedded Ray) (default stop)"),
     Option("drain_timeout_s", "--drain-timeout", ("CAMEO_DRAIN_TIMEOUT_S",),
            "seconds to let stopping dataflows finish their backlog (default 10)", _float),
     Option("log_level", "--log-level", ("CAMEO_LOG_LEVEL",), "debug, info, warning or error "
@@ -143,6 +155,9 @@ class ServiceConfig:
     executors: int | None = None
     max_windows_per_event: int = 1_000
     bins: int = 4096
+    checkpoint_url: str | None = None
+    checkpoint_interval_s: float = 2.0
+    delivery: str = "exactly_once"
     state_budget_bytes: int = 512 * 1024 * 1024
     max_state_bytes: int = 4 * 1024 * 1024 * 1024
     keep_ended_s: float = 3600.0
@@ -173,6 +188,12 @@ class ServiceConfig:
         if not 1 <= self.bins <= 65536 or self.bins & (self.bins - 1):
             raise ConfigError("bins", "a power of two from 1 to 65536", self.bins,
                               "use e.g. 4096 (more bins: finer moves, a little more routing work)")
+        if not (self.checkpoint_interval_s == 0 or 0.1 <= self.checkpoint_interval_s <= 3600):
+            raise ConfigError("checkpoint_interval_s", "0 (none) or 0.1 to 3600 seconds",
+                              self.checkpoint_interval_s, "use e.g. 2")
+        if self.delivery not in DELIVERY_MODES:
+            raise ConfigError("delivery", f"one of {DELIVERY_MODES}", self.delivery,
+                              "use exactly_once, or at_least_once for results at once")
         if self.keep_ended_s < 0:
             raise ConfigError("keep_ended_s", ">= 0", self.keep_ended_s, "use 0 to forget at once")
         for name in ("max_spec_bytes", "max_body_bytes"):

@@ -22,6 +22,7 @@ from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError, ReconfigError, SpecError
 from cameo_actors.runtime.boundary import (
     LIVE_STATES,
+    RECOVERING,
     RUNNING,
     STATES,
     DataflowInfo,
@@ -387,7 +388,9 @@ class ServiceCore:
             raise not_found(name) from None
         if not principal.can_access(info["spec"]["tenant"]):
             raise not_found(name)
-        if info.get("released") if outputs else info.get("state", RUNNING) != RUNNING:
+        # A recovering dataflow counts as running: the runtime waits for it (bounded).
+        if info.get("released") if outputs else \
+                info.get("state", RUNNING) not in (RUNNING, RECOVERING):
             raise ended(DataflowEnded(name, info["state"], info.get("cause")),
                         lost=bool(info.get("lost")))
         return info

@@ -12,6 +12,7 @@ Labels stay low-cardinality: `dataflow`, `tenant`, and for errors `step` and
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -95,6 +96,21 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
     backlog = GaugeMetricFamily("cameo_backlog_messages", "Messages queued for the dataflow's "
                                 "operators, all executors", labels=DF_LABELS)
     running = GaugeMetricFamily("cameo_dataflows", "Dataflows running", labels=["tenant"])
+    checkpoints = CounterMetricFamily("cameo_checkpoints", "Checkpoints of the dataflow, by "
+                                      "outcome (failed: not complete in time, or a part not "
+                                      "written; the previous one stays in use)",
+                                      labels=[*DF_LABELS, "outcome"])
+    ckpt_seconds = GaugeMetricFamily("cameo_checkpoint_duration_seconds", "How long the last "
+                                     "completed checkpoint took, barriers to manifest",
+                                     labels=DF_LABELS)
+    ckpt_bytes = GaugeMetricFamily("cameo_checkpoint_size_bytes", "Size of the last completed "
+                                   "checkpoint", labels=DF_LABELS)
+    ckpt_age = GaugeMetricFamily("cameo_checkpoint_age_seconds", "Time since the last completed "
+                                 "checkpoint: what a recovery would replay", labels=DF_LABELS)
+    recoveries = CounterMetricFamily("cameo_recoveries", "Times the dataflow was restored from a "
+                                     "checkpoint after an executor it ran on died",
+                                     labels=DF_LABELS)
+    now = time.time()
     per_tenant: dict[str, int] = {}
     for d in snapshot.get("dataflows", []):
         if tenant is not None and d["tenant"] != tenant:
@@ -116,17 +132,27 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
         for key, n in sorted(d["errors"].items()):
             step, _, kind = key.rpartition(":")
             errors.add_metric([*labels, step, kind], n)
+        ckpt = d.get("checkpoints")
+        if ckpt:
+            checkpoints.add_metric([*labels, "completed"], ckpt["completed"])
+            checkpoints.add_metric([*labels, "failed"], ckpt["failed"])
+            if ckpt["last_at"] is not None:
+                ckpt_seconds.add_metric(labels, ckpt["last_duration_s"] or 0.0)
+                ckpt_bytes.add_metric(labels, ckpt["last_bytes"])
+                ckpt_age.add_metric(labels, max(0.0, now - ckpt["last_at"]))
+        recoveries.add_metric(labels, d.get("recoveries", 0))
     for t, n in sorted(per_tenant.items()):
         running.add_metric([t], n)
     transitions = CounterMetricFamily("cameo_dataflow_transitions", "Dataflows that entered a "
                                       "lifecycle state (running, finishing, finished, "
-                                      "cancelled, failed) since the pool started",
+                                      "cancelled, failed, recovering) since the pool started",
                                       labels=["tenant", "state"])
     for t, state, n in snapshot.get("transitions", []):
         if tenant is None or t == tenant:
             transitions.add_metric([t, state], n)
     out: list[Metric] = [lat, results, within, target, weight, recent, ev_in, ev_out, errors,
-                         backlog, running, transitions]
+                         backlog, running, transitions, checkpoints, ckpt_seconds, ckpt_bytes,
+                         ckpt_age, recoveries]
     migrations = snapshot.get("migrations", [])
     if tenant is not None:  # MigrationInfo names the dataflow, not its tenant
         own = {d["name"] for d in snapshot.get("dataflows", []) if d["tenant"] == tenant}

@@ -9,7 +9,9 @@ requests in flight; then, with `--on-shutdown stop` (the default), every
 dataflow's sources are closed, the backlog drains for up to
 `--drain-timeout` seconds, each dataflow is cancelled and a line says how it
 ended. With `--on-shutdown keep` in a joined cluster the dataflows keep
-running in the detached controller for the next service process.
+running in the detached controller for the next service process; in the
+embedded Ray they stop at their last checkpoint, and the next service
+restores them from it (as it does after a crash).
 """
 
 from __future__ import annotations
@@ -46,24 +48,25 @@ class ServiceRuntime:
     """The runtime as the service drives it: a `Runtime`, with one handle per dataflow
     for its events. A handle's batches are applied in order per executor, so a shared
     handle would let one dataflow's backpressure hold back every other dataflow on the
-    same executor."""
+    same executor. A push is answered once its events are in their sources' ingress logs
+    (it survives a failure from then on); one dataflow's pushes go one at a time."""
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.pool = rt.pool
-        self._pushers: dict[str, Runtime] = {}
+        self._pushers: dict[str, tuple[Runtime, threading.Lock]] = {}
         self._pushers_guard = threading.Lock()
         self._pressure: dict[str, tuple[float, Pressure]] = {}
 
     def __getattr__(self, name: str) -> Any:  # everything else is the runtime's own
         return getattr(self.rt, name)
 
-    def _pusher(self, name: str) -> Runtime:
+    def _pusher(self, name: str) -> tuple[Runtime, threading.Lock]:
         with self._pushers_guard:
-            handle = self._pushers.get(name)
-            if handle is None:
-                handle = self._pushers[name] = self.rt.handle()
-            return handle
+            pusher = self._pushers.get(name)
+            if pusher is None:
+                pusher = self._pushers[name] = (self.rt.handle(), threading.Lock())
+            return pusher
 
     def cancel(self, name: str) -> dict[str, Any]:
         result = self.rt.cancel(name)
@@ -73,10 +76,16 @@ class ServiceRuntime:
 
     def push(self, name: str, source: str, events: Sequence[Event], **kwargs: Any
              ) -> list[Rejected]:
-        return self._pusher(name).push(name, source, events, **kwargs)
+        handle, lock = self._pusher(name)
+        with lock:
+            rejected = handle.push(name, source, events, **kwargs)
+            handle.flush()
+            return rejected
 
     def close(self, name: str) -> None:
-        self._pusher(name).close(name)  # after that dataflow's events, in order
+        handle, lock = self._pusher(name)
+        with lock:
+            handle.close(name)  # after that dataflow's events, in order
 
     def pressure(self, name: str) -> Pressure:
         """The runtime's answer, reused for `PRESSURE_TTL_S`: a push asks before sending,
@@ -90,9 +99,10 @@ class ServiceRuntime:
     def wait_idle(self, timeout_s: float = 60.0) -> None:
         with self._pushers_guard:
             pushers = list(self._pushers.values())
-        for handle in pushers:
+        for handle, lock in pushers:
             try:
-                handle.flush()  # every pushed batch accepted, then the executors drain
+                with lock:
+                    handle.flush()  # every pushed batch accepted, then the executors drain
             except Exception as e:  # a refused batch (e.g. cancelled meanwhile): drain the rest
                 log.warning("a pushed batch was not accepted: %s", e)
         self.rt.wait_idle(timeout_s=timeout_s)
@@ -138,7 +148,10 @@ def serve(cfg: ServiceConfig) -> int:
                            state_budget_bytes=cfg.state_budget_bytes,
                            max_state_bytes=cfg.max_state_bytes,
                            max_string_chars=cfg.max_string_chars,
-                           ended_retention_s=cfg.keep_ended_s)
+                           ended_retention_s=cfg.keep_ended_s,
+                           checkpoint_url=cfg.checkpoint_url,
+                           checkpoint_interval_s=cfg.checkpoint_interval_s,
+                           delivery=cfg.delivery)
     try:
         rt = Runtime.start(config, pool=cfg.pool, address=None if cfg.embedded else cfg.address,
                            run_dir=cfg.run_dir, num_cpus=cfg.num_cpus, node_ip=cfg.node_ip)
@@ -206,14 +219,16 @@ def serve(cfg: ServiceConfig) -> int:
         return 1
     why = signal.Signals(signals[0]).name if signals else "server exit"
     keep = cfg.on_shutdown == "keep"
-    if keep and cfg.embedded:
-        log.warning("--on-shutdown keep needs a joined cluster: the embedded Ray ends with this "
-                    "process, so its dataflows are stopped instead")
-        keep = False
     if keep:
         names = [d["name"] for d in rt.list(LIVE_STATES)]
-        log.info("%s: leaving %d dataflow(s) running in pool %r for the next service: %s",
-                 why, len(names), cfg.pool, ", ".join(names) or "none")
+        if cfg.embedded:  # the embedded Ray ends with this process: the checkpoints stay
+            rt.shutdown(stop_ray=False, forget=False)
+            log.info("%s: %d dataflow(s) of pool %r stopped at their last checkpoint; the next "
+                     "service restores them: %s", why, len(names), cfg.pool,
+                     ", ".join(names) or "none")
+        else:
+            log.info("%s: leaving %d dataflow(s) running in pool %r for the next service: %s",
+                     why, len(names), cfg.pool, ", ".join(names) or "none")
     else:
         log.info("%s: shutting down", why)
         try:

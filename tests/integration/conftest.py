@@ -7,6 +7,8 @@ tests; every test deploys dataflows under its own names and cancels them.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -28,7 +30,12 @@ POOLS = {
     # migrations short.
     "elastic2": dict(num_executors=2, policy="cameo", bins=256, monitor_interval_s=0.2),
     # Executors are killed here: a pool of its own, one executor per dataflow.
-    "doomed3": dict(num_executors=3, policy="cameo", isolation="isolated", monitor_interval_s=0.2),
+    "doomed3": dict(num_executors=3, policy="cameo", isolation="isolated", monitor_interval_s=0.2,
+                    checkpoint_interval_s=0.5),
+    # Executors are killed at random here (test_recovery.py's chaos test); short checkpoint
+    # intervals keep recoveries and exactly-once results prompt.
+    "phoenix2": dict(num_executors=2, policy="cameo", checkpoint_interval_s=0.5,
+                     monitor_interval_s=0.2),
 }
 
 
@@ -47,17 +54,25 @@ def ray_session() -> Iterator[None]:
 class Pools:
     def __init__(self) -> None:
         self._made: dict[str, object] = {}
+        # Checkpoints and ingress logs of this session only: a pool of the same name in an
+        # earlier (or a parallel) session must not hand its registry over to this one.
+        os.makedirs(RUN_DIR, exist_ok=True)
+        self.storage = tempfile.mkdtemp(prefix="test-storage-", dir=RUN_DIR)
 
     def __getitem__(self, name: str):  # type: ignore[no-untyped-def]
         from cameo_actors.runtime import Runtime, RuntimeConfig
 
         if name not in self._made:
-            self._made[name] = Runtime.start(RuntimeConfig(**POOLS[name]), pool=f"test-{name}")
+            config = RuntimeConfig(**POOLS[name],
+                                   checkpoint_url=os.path.join(self.storage, "checkpoints", name),
+                                   ingress_log_dir=os.path.join(self.storage, "ingress", name))
+            self._made[name] = Runtime.start(config, pool=f"test-{name}")
         return self._made[name]
 
     def close(self) -> None:
         for rt in self._made.values():
             rt.shutdown(stop_ray=False)  # type: ignore[attr-defined]
+        shutil.rmtree(self.storage, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

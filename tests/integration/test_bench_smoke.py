@@ -1,5 +1,6 @@
-"""bench.cameo's scenarios, a few seconds each, and bench.migration --quick, in-process on
-the session's Ray: the shape and sanity of the results, not their speed."""
+"""bench.cameo's scenarios, a few seconds each, bench.migration --quick and bench.recovery
+--quick (small state), in-process on the session's Ray: the shape and sanity of the results,
+not their speed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench import cameo, migration, scenarios
+from bench import cameo, migration, recovery, scenarios
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +98,29 @@ def test_migration(ray_session: None, tmp_path: Path) -> None:
         assert r["bins_moved"] == r["bins_total"] > 0
         assert set(r["hosts_after"].values()) == {0, 1}
     assert set(figures["goals"]) >= {"batched_p99_within_2x_steady", "batched_alerts_within_target"}
+
+
+RECOVERY_FIELDS = ("throughput_off_eps", "throughput_on_eps", "checkpoint_overhead",
+                   "alerts_p99_off_ms", "alerts_p99_on_ms", "alerts_p99_ratio", "recovery_s",
+                   "restore_s", "detect_s", "checkpoint_mb", "checkpoint_s", "replayed_events")
+
+
+def test_recovery(ray_session: None, tmp_path: Path) -> None:
+    """bench.recovery --quick, small state only (well under a minute): every figure measured,
+    the dataflow whose executor was killed restored, its results equal to run_local's."""
+    out = tmp_path / "recovery.json"
+    recovery.main(["--quick", "--sizes", "small", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert [(r["size"], r["interval_s"]) for r in figures["table"]] == [("small", 1.0)]
+    for r in figures["table"]:
+        assert r["error"] is None, r["error"]
+        assert r["results_match"] is True, r
+        for f in RECOVERY_FIELDS:
+            assert isinstance(r[f], (int, float)) and math.isfinite(r[f]) and r[f] >= 0, (f, r[f])
+    rec = figures["sizes"]["small"]["recovery"]["1.0"]
+    assert rec["recoveries"] == 1 and rec["final_state"] == "finished"
+    assert rec["result_rows"] == rec["expected_rows"]
+    assert rec["alerts_kept_running"] is True
+    assert 0 < rec["detect_s"] <= rec["recovery_s"]
+    assert set(figures["goals"]) == {"recovery_under_5s_large_state",
+                                     "checkpoint_overhead_under_10pct", "alerts_p99_within_1_2x"}

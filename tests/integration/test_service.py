@@ -334,6 +334,18 @@ def _wait_for_results(client: Any, name: str, n: int, timeout_s: float = 60.0) -
         time.sleep(0.2)
 
 
+def _wait_readable(client: Any, name: str, n: int, timeout_s: float = 60.0) -> None:
+    """Exactly-once (the default): results are readable once the checkpoint after them
+    completed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page = client.results(name, limit=1)
+        if len(page["rows"]) + page["pending"] >= n:
+            return
+        assert time.monotonic() < deadline, f"{name}: fewer than {n} readable after {timeout_s} s"
+        time.sleep(0.2)
+
+
 def test_results_are_read_and_committed_over_http(svc: ServiceProcess,
                                                   tokens: dict[str, str]) -> None:
     from cameo_actors.service.outputs import RESULTS, Cursor
@@ -346,6 +358,7 @@ def test_results_are_read_and_committed_over_http(svc: ServiceProcess,
         sent[5]["value"] = float("nan")
         ops.push("echo", "in", sent, batch_size=100)  # six requests: both source instances
         _wait_for_results(ops, "echo", 600)
+        _wait_readable(ops, "echo", 600)
 
         # The client: pages after a cursor, across both sink instances; reading commits nothing.
         pages, cursor = [], None
@@ -383,6 +396,7 @@ def test_results_are_read_and_committed_over_http(svc: ServiceProcess,
         # `cameo results` commits what it printed.
         ops.push("echo", "in", [{"ts": 1000 + i, "value": 1.0} for i in range(40)])
         _wait_for_results(ops, "echo", 640)
+        _wait_readable(ops, "echo", 40)
         out = svc.cli("results", "echo", "--json", token=tokens["ops"]).stdout
         assert sorted(json.loads(line)["event"]["ts"] for line in out.splitlines()) == \
             list(range(1000, 1040))

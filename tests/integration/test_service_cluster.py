@@ -1,23 +1,30 @@
 """The service on a two-node Ray cluster started on this machine with `ray start --head`
 and `ray start --address` (1 and 2 CPUs, loopback addresses 127.0.0.2 and .3):
 executors on both nodes, metrics from both, and dataflows that survive a crash and
-a restart of the service process (the detached controller keeps them).
+a restart of the service process (the detached controller keeps them). And a service on
+an embedded Ray, killed with it and started again: it restores its dataflows from their
+checkpoints (the controller's registry is kept in the checkpoint storage).
 
-The cluster is started once for the module; the tests run in file order.
+The cluster is started once for the module (the last test does not use it); the tests
+run in file order.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cameo_actors import Dataflow
+from cameo_actors import Dataflow, count, run_local, sum_
 from cameo_actors.service.testing import LocalCluster, ServiceProcess, fresh_dir
+from tests.integration.test_service_limits import read_on
+from tests.shared import zoo
 
 pytestmark = pytest.mark.integration
 
@@ -122,3 +129,123 @@ def test_sigterm_stops_cleanly_or_keeps_dataflows_for_the_next_service(
     assert "found 1 dataflow(s) still running: spread (tenant ops)" in service.log()
     service.client().push("spread", "s", batch(500, 500))
     assert wait_results(service, 1000) == 1000
+
+
+# -- an embedded service (its own private Ray), killed and started again ---------------------
+def window_flow() -> Dataflow:
+    return (Dataflow("restart-window", latency_target_ms=1000, tenant="ops")
+            .source("s", schema=zoo.SCHEMA, event_time="ts", allowed_lateness_ms=40)
+            .key_by("key").window(tumbling_ms=50, parallelism=2)
+            .aggregate(n=count(), total=sum_("value")).sink("o"))
+
+
+#: Ray's per-node agents: they leave on their own about a minute after their raylet died.
+RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+def processes_under(pid: int) -> dict[int, tuple[str, str]]:
+    """Every process descending from `pid` (an embedded Ray: GCS, raylet, workers, agents):
+    pid -> (start time, so that a reused pid is not taken for it; command line)."""
+    parents: dict[int, int] = {}
+    started: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        stat = _stat(int(entry)) if entry.isdigit() else None
+        if stat is not None:
+            parents[int(entry)], started[int(entry)] = int(stat[1]), stat[19]
+    found: dict[int, tuple[str, str]] = {}
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for child in (p for p, pp in parents.items() if pp == parent):
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            found[child] = (started[child], command)
+            todo.append(child)
+    return found
+
+
+def still_running(procs: dict[int, tuple[str, str]], *, agents: bool = True) -> list[str]:
+    """The command lines of those of `procs` that run (the same processes: same start
+    times; not zombies), Ray's agents left out unless `agents`."""
+    return [command[:80] for pid, (start, command) in procs.items()
+            if (agents or not command.startswith(RAY_AGENTS))
+            and (stat := _stat(pid)) is not None and stat[19] == start and stat[0] != "Z"]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state, ppid, ...), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def wait_until(check: Callable[[], bool], what: str | Callable[[], str],
+               timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, \
+            f"{what() if callable(what) else what}: not within {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
+def test_an_embedded_service_killed_and_started_again_restores_its_dataflows() -> None:
+    run_dir = fresh_dir(os.path.join(os.path.dirname(RUN_DIR), "test-embedded-restart"))
+    svc = ServiceProcess(run_dir, args=["--address", "local", "--executors", "2",
+                                        "--num-cpus", "4", "--checkpoint-interval", "0.5",
+                                        "--drain-timeout", "5"])
+    name = "restart-window"
+    flow = window_flow()
+    data = zoo.events(20_000, seed=51)
+    want = zoo.canon(run_local(flow, {"s": data}).sinks["o"])
+    svc.start()
+    ray_procs: dict[int, tuple[str, str]] = {}
+    try:
+        c = svc.client()
+        assert c.submit(flow)["created"]
+        assert c.push(name, "s", data[:10_000], batch_size=2_000) == 10_000
+        # Results are readable once a checkpoint after them completed: wait for some.
+        got, cursor = read_on(c, name, None, 200, timeout_s=60.0)
+        assert len(got) >= 200, f"only {len(got)} results before the kill"
+        ray_procs = processes_under(svc.proc.pid)  # type: ignore[union-attr]
+        executors = {e["pid"] for e in c.executors()}
+        assert executors <= set(ray_procs), (executors, ray_procs)
+
+        svc.kill()  # SIGKILL: the embedded Ray goes with the service
+        wait_until(lambda: not still_running(ray_procs, agents=False),
+                   lambda: f"the embedded Ray ended (left: {still_running(ray_procs)})", 30)
+        first_ray = ray_procs
+        svc.start()
+        assert f"found 1 dataflow(s) still running: {name} (tenant ops)" in svc.log()
+        c = svc.client()
+        wait_until(lambda: [(d["name"], d["state"]) for d in c.list()] == [(name, "running")],
+                   "the dataflow listed, running")
+        history = c.status(name)["history"]
+        assert [h["state"] for h in history] == ["running", "recovering", "running"], history
+        assert c.push(name, "s", data[10_000:], batch_size=2_000) == 10_000
+        c.close(name)
+        wait_until(lambda: c.status(name)["state"] == "finished", "the dataflow finished")
+        more, cursor = read_on(c, name, cursor, len(want) - len(got), timeout_s=60.0)
+        got += more
+        assert not c.results(name, cursor=cursor)["rows"]  # nothing more
+        g, w = Counter(zoo.canon(got)), Counter(want)
+        assert g == w, (f"{len(got)} results, {len(want)} expected: {sum((g - w).values())} "
+                        f"extra or repeated, {sum((w - g).values())} missing")
+        states = [h["state"] for h in c.status(name)["history"]]
+        assert states == ["running", "recovering", "running", "finishing", "finished"], states
+        ray_procs = processes_under(svc.proc.pid)  # type: ignore[union-attr]
+    finally:
+        svc.stop()
+    # The second service's Ray ends with it too (SIGTERM, the default --on-shutdown stop).
+    wait_until(lambda: not still_running(ray_procs, agents=False),
+               lambda: f"the embedded Ray ended (left: {still_running(ray_procs)})", 30)
+    # Ray's agents of the killed service leave by themselves about a minute after it;
+    # no need to wait for them here.
+    for pid, (start, command) in first_ray.items():
+        if command.startswith(RAY_AGENTS) and still_running({pid: (start, command)}):
+            os.kill(pid, signal.SIGKILL)

@@ -40,14 +40,26 @@ def test_activation_id_keeps_its_parts_and_crosses_processes() -> None:
 
 
 # -- channels -------------------------------------------------------------------------------
-@given(st.permutations(range(8)))
-def test_client_calls_apply_in_sequence_whatever_their_arrival(order: list[int]) -> None:
-    ch = Channels(0, lambda host, blob: None)
-    applied: list[int] = []
-    for seq in order:
-        ch.from_client("c", seq, lambda seq=seq: applied.append(seq))
-    assert applied == list(range(8))
-    assert ch.idle()
+def test_batches_of_a_restarted_executor_are_dropped_and_the_link_counts_from_zero() -> None:
+    sent: list[bytes] = []
+    old = Channels(1, lambda host, blob: sent.append(blob))
+    old.incarnation = "a"
+    receiver = Channels(0, lambda host, blob: None)
+    receiver.incarnation = "r"
+    old.relink(0, "r")
+    old.ack(0, ("up", "down", 1, 0.0))
+    old.flush()
+    receiver.relink(1, "b")  # executor 1 restarted as incarnation "b"
+    applied: list[object] = []
+    receiver.from_executor(sent[0], lambda m, a: applied.append(a))
+    assert applied == [] and receiver.stale == 1  # the old incarnation's batch
+    new = Channels(1, lambda host, blob: sent.append(blob))
+    new.incarnation = "b"
+    new.relink(0, "r")
+    new.ack(0, ("up", "down", 2, 0.0))
+    new.flush()
+    receiver.from_executor(sent[1], lambda m, a: applied.append(a))
+    assert applied == [[["up", "down", 2, 0.0]]] and receiver.seq_in[1] == 1
 
 
 @given(st.permutations(range(6)))
@@ -224,7 +236,7 @@ def test_an_output_that_cannot_travel_is_reported_and_the_link_keeps_its_order()
     ch.message(1, Message("df/o/0", 0, [{"v": 3}], False, ctx, "df/m/0", 1))
     ch.flush()
     links = [unpack_link(b) for b in sent]
-    assert [seq for _, seq, _, _ in links] == [0, 1]  # no gap: the receiver is not wedged
-    first = links[0][2][0]
+    assert [link[3] for link in links] == [0, 1]  # no gap: the receiver is not wedged
+    first = links[0][4][0]
     assert first[3] == [{"v": 1}] and first[6] == 3  # good events go on, credits come back
     assert told == [("df/m/0", [{"v": Decimal("1.5")}, {"v": 2**70}])]

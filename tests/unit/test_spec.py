@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cameo_actors import CameoError, Dataflow, DataflowSpec, SpecError, avg, count, max_, min_, sum_
-from cameo_actors.dataflow.spec import JoinStep, KeyByStep, WindowStep
+from cameo_actors.dataflow.spec import (
+    DELIVERY_MODES,
+    FaultToleranceSpec,
+    JoinStep,
+    KeyByStep,
+    WindowStep,
+)
 
 LOG_SCHEMA = {"ts": "int", "level": "str", "key": "str", "value": "float"}
 
@@ -86,6 +92,10 @@ def dataflows(draw: st.DrawFn) -> DataflowSpec:
     df = Dataflow(draw(names), latency_target_ms=draw(st.integers(1, 10_000) | st.floats(0.5, 9e3)),
                   tenant=draw(names), weight=draw(st.floats(0.1, 10)),
                   rate_limit_eps=draw(st.none() | st.floats(1, 1e6)))
+    df.fault_tolerance(
+        checkpoint_interval_ms=draw(st.none() | st.just(0) | st.integers(100, 3_600_000)
+                                    | st.floats(100, 3_600_000)),
+        delivery=draw(st.none() | st.sampled_from(DELIVERY_MODES)))
     stream = df.source("src", schema={"ts": "int", "k": "str", "v": "float"}, event_time="ts",
                        allowed_lateness_ms=draw(st.integers(0, 1000)))
     for _ in range(draw(st.integers(0, 4))):
@@ -276,3 +286,91 @@ def test_parallel_window_needs_keys() -> None:
     with pytest.raises(SpecError) as exc:
         _ = df.spec
     assert_spec_error(exc, "w", "keyed input", "parallelism 2")
+
+
+# -- fault tolerance ---------------------------------------------------------------------------
+
+def test_fault_tolerance_defaults_to_the_pools() -> None:
+    spec = errors_flow().spec
+    assert spec.fault_tolerance == FaultToleranceSpec()
+    assert spec.fault_tolerance.checkpoint_interval_ms is None
+    assert spec.fault_tolerance.delivery is None
+    assert spec.to_dict()["fault_tolerance"] == {"checkpoint_interval_ms": None, "delivery": None}
+
+
+@pytest.mark.parametrize(("interval", "delivery"), [
+    (0, None), (100, "exactly_once"), (2500.5, "at_least_once"), (3_600_000, None),
+    (None, "at_least_once"),
+])
+def test_fault_tolerance_round_trips(interval: float | None, delivery: str | None) -> None:
+    spec = errors_flow().fault_tolerance(checkpoint_interval_ms=interval, delivery=delivery).spec
+    assert spec.fault_tolerance == FaultToleranceSpec(interval, delivery)
+    assert spec.to_dict()["fault_tolerance"] == {"checkpoint_interval_ms": interval,
+                                                  "delivery": delivery}
+    assert DataflowSpec.from_dict(spec.to_dict()) == spec
+    assert DataflowSpec.from_json(spec.to_json()) == spec
+    assert DataflowSpec.from_msgpack(spec.to_msgpack()) == spec
+
+
+def test_fault_tolerance_builder_chains_anywhere_and_the_last_call_wins() -> None:
+    df = Dataflow("d", latency_target_ms=10).fault_tolerance(delivery="exactly_once")
+    assert isinstance(df, Dataflow)
+    chained = df.source("s", schema={"a": "int"}).sink("o").fault_tolerance(
+        checkpoint_interval_ms=500, delivery="at_least_once")
+    assert chained is df
+    assert df.spec.fault_tolerance == FaultToleranceSpec(500, "at_least_once")
+
+
+def test_a_spec_without_fault_tolerance_still_parses() -> None:
+    data = raw()
+    del data["fault_tolerance"]
+    spec = DataflowSpec.from_dict(data)
+    assert spec.fault_tolerance == FaultToleranceSpec()
+    assert spec == bulk_flow().spec
+    assert DataflowSpec.from_dict({**raw(), "fault_tolerance": None}) == spec
+    assert DataflowSpec.from_dict({**raw(), "fault_tolerance": {"delivery": "at_least_once"}}
+                                  ).fault_tolerance == FaultToleranceSpec(None, "at_least_once")
+
+
+BAD_INTERVALS = [-5, 50, 99.9, 3_600_001, "fast", True, float("nan"), float("inf")]
+BAD_DELIVERIES = ["twice", "EXACTLY_ONCE", "", 1, ["exactly_once"]]
+
+
+@pytest.mark.parametrize("interval", BAD_INTERVALS)
+def test_a_bad_checkpoint_interval_is_refused_over_the_wire(interval: object) -> None:
+    data = {**raw(), "fault_tolerance": {"checkpoint_interval_ms": interval}}
+    with pytest.raises(SpecError) as exc:
+        DataflowSpec.from_msgpack(msgpack.packb(data))
+    assert_spec_error(exc, None, "fault_tolerance.checkpoint_interval_ms", "from 100 to 3600000",
+                      repr(interval), "0 to turn checkpoints off")
+
+
+@pytest.mark.parametrize("interval", BAD_INTERVALS)
+def test_a_bad_checkpoint_interval_fails_on_the_builder_line(interval: object) -> None:
+    df = Dataflow("d", latency_target_ms=10)
+    with pytest.raises(SpecError) as exc:
+        df.fault_tolerance(checkpoint_interval_ms=interval)  # type: ignore[arg-type]
+    assert_spec_error(exc, None, "fault_tolerance.checkpoint_interval_ms", repr(interval))
+    assert df.source("s", schema={"a": "int"}).sink("o").spec.fault_tolerance == FaultToleranceSpec()
+
+
+@pytest.mark.parametrize("delivery", BAD_DELIVERIES)
+def test_a_bad_delivery_is_refused(delivery: object) -> None:
+    data = {**raw(), "fault_tolerance": {"delivery": delivery}}
+    with pytest.raises(SpecError) as exc:
+        DataflowSpec.from_dict(data)
+    assert_spec_error(exc, None, "fault_tolerance.delivery", "'exactly_once', 'at_least_once'",
+                      repr(delivery), "leave it out for the pool's default")
+    with pytest.raises(SpecError) as exc2:
+        Dataflow("d", latency_target_ms=10).fault_tolerance(delivery=delivery)  # type: ignore[arg-type]
+    assert_spec_error(exc2, None, "fault_tolerance.delivery", repr(delivery))
+
+
+@pytest.mark.parametrize(("section", "fragment"), [
+    ({"retries": 3}, "['retries']"),
+    ("exactly_once", "'fault_tolerance' as an object"),
+])
+def test_fault_tolerance_of_the_wrong_shape_is_refused(section: object, fragment: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        DataflowSpec.from_dict({**raw(), "fault_tolerance": section})
+    assert_spec_error(exc, None, fragment)

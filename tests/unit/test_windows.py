@@ -416,7 +416,9 @@ def test_snapshot_is_a_copy_and_checks_the_configuration() -> None:
     op.on_batch([ev(1, v=1)])
     snap = op.snapshot()
     op.on_batch([ev(2, v=5)])
-    assert snap["windows"] == [[1000, [["a", [1, 1, 1, 1]]]]]
+    # Packed whole (str keys): msgpack's copy, not the live accumulators.
+    assert [[end, msgpack.unpackb(blob)] for end, blob in snap["packed"]] == \
+        [[1000, {"a": [1, 1, 1, 1]}]]
     with pytest.raises(ValueError, match="configured"):
         window(aggs=COUNT).restore(snap)
     with pytest.raises(ValueError, match="configured"):

@@ -23,6 +23,8 @@ from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, SinkStep, SourceS
 from cameo_actors.operators.base import END_OF_STREAM, Event, Operator, Output
 from cameo_actors.operators.build import build_operator, key_function
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
+from cameo_actors.runtime._private.checkpoint import Channel as InputChannel
+from cameo_actors.runtime._private.checkpoint import Part
 from cameo_actors.runtime._private.migration import (
     CHUNK_KEYS,
     EPOCH,
@@ -108,6 +110,14 @@ class Activation:
         self.unindexed: list[tuple[Any, list[Any]]] = []
         self.done_version = placement.tables[step.id].version if step.id in placement.tables else 0
         self.bins_given = self.bytes_sent = 0  # given away here, over every epoch
+        # A source's input order: client -> its next ingest call, and the calls that
+        # came early (Ray may reorder calls; a resent call that was applied is dropped).
+        self.positions: dict[str, int] = {}
+        self.parked: dict[str, dict[int, tuple[list[Any], float]]] = {}
+        #: this activation's part of the latest checkpoint (checkpoint.py)
+        self.part: Part | None = None
+        #: the dataflow's restores so far: messages of an earlier run are dropped
+        self.generation = 0
 
     def _route(self, spec: DataflowSpec, placement: Placement, consumer: Any, port: int) -> Route:
         instances = placement.of_step(consumer.id)
@@ -205,6 +215,27 @@ class Activation:
 
     def upstreams(self) -> list[str]:
         return [c for port in self.channels for c in port if c]
+
+    # -- checkpoints (checkpoint.py) ----------------------------------------------------
+    def input_channels(self) -> set[InputChannel]:
+        """The channels in, those at the end of their stream left out (no barrier comes)."""
+        return {(port, c) for port, chans in enumerate(self.channels)
+                for c, wm in chans.items() if wm < END_OF_STREAM}
+
+    def snapshot(self, positions: dict[str, int]) -> dict[str, Any]:
+        """What restores this activation: its operator, its channels' watermarks, and a
+        source's positions (`positions`, taken when the barrier was put in its mailbox)."""
+        return {"operator": self.operator.snapshot(),
+                "channels": [[port, c, wm] for port, chans in enumerate(self.channels)
+                             for c, wm in chans.items()],
+                "positions": positions}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.operator.restore(state["operator"])
+        for port, c, wm in state["channels"]:
+            if port < len(self.channels):
+                self.channels[port][c] = wm
+        self.positions = dict(state["positions"])
 
     # -- changes of the physical plan (migration.py) ---------------------------------
     def add_channel(self, port: int, upstream: str) -> None:

@@ -2,8 +2,11 @@
 and the batching of everything one executor has for another into one call.
 
 Ray may reorder calls, so every call carries a sequence number per link
-(sender executor -> this one) or per ingest client, and a call that arrives
-early is parked until the ones before it were applied. Outgoing messages and
+(sender executor -> this one), and a call that arrives early is parked until
+the ones before it were applied (a source does the same for each client's
+ingest calls: `ExecutorCore.ingest`). A link belongs to one incarnation of
+each end: after an executor restarted, batches meant for or sent by its old
+incarnation are dropped, and both ends count the link from zero again. Outgoing messages and
 acknowledgements are collected per destination during a slice and sent by
 `flush` as one call each.
 """
@@ -40,10 +43,6 @@ class Channels:
     >>> ch = Channels(0, lambda host, blob: sent.append(host))
     >>> ch.ack(1, ("up", "down", 5, 0.0)); ch.flush(); sent
     [1]
-    >>> applied = []
-    >>> ch.from_client("c", 1, lambda: applied.append(1))  # early: parked
-    >>> ch.from_client("c", 0, lambda: applied.append(0)); applied
-    [0, 1]
     """
 
     def __init__(self, index: int, send: Send, unsendable: Unsendable | None = None) -> None:
@@ -55,21 +54,27 @@ class Channels:
         self.seq_out: Counter[int] = Counter()  # batches sent per executor
         self.seq_in: Counter[int] = Counter()  # batches applied per sender
         self._parked: dict[int, dict[int, tuple[list[Any], list[Any]]]] = {}
-        self._client_seq: Counter[str] = Counter()
-        self._client_parked: dict[str, dict[int, Callable[[], None]]] = {}
+        #: this executor's incarnation, and the one of each peer it links to
+        self.incarnation = ""
+        self.peers: dict[int, str] = {}
+        self.stale = 0  # batches dropped: from or for an incarnation that is gone
+
+    def relink(self, peer: int, incarnation: str) -> None:
+        """`peer` restarted as `incarnation`: the link counts from zero both ways."""
+        self.peers[peer] = incarnation
+        self.seq_out[peer] = 0
+        self.seq_in[peer] = 0
+        self._parked.pop(peer, None)
+        self._out_msgs.pop(peer, None)
+        self._out_acks.pop(peer, None)
 
     # -- inbound -------------------------------------------------------------------------
-    def from_client(self, client: str, seq: int, apply: Callable[[], None]) -> None:
-        """Apply an ingest client's call `seq`, and any parked ones that follow it."""
-        parked = self._client_parked.setdefault(client, {})
-        parked[seq] = apply
-        while self._client_seq[client] in parked:
-            parked.pop(self._client_seq[client])()
-            self._client_seq[client] += 1
-
     def from_executor(self, blob: bytes, apply: ApplyBatch) -> None:
         """Apply a batch from another executor, and any parked ones that follow it."""
-        sender, seq, messages, acks = unpack_link(blob)
+        sender, sender_inc, to_inc, seq, messages, acks = unpack_link(blob)
+        if to_inc != self.incarnation or sender_inc != self.peers.get(sender, sender_inc):
+            self.stale += 1
+            return
         parked = self._parked.setdefault(sender, {})
         parked[seq] = (messages, acks)
         while self.seq_in[sender] in parked:
@@ -92,13 +97,17 @@ class Channels:
             messages, acks = self._out_msgs.pop(host, []), self._out_acks.pop(host, [])
             seq = self.seq_out[host]
             try:
-                blob = pack_link(self.index, seq, messages, acks)
+                blob = pack_link(self.link(host, seq), messages, acks)
             except (TypeError, ValueError, OverflowError):
-                blob = pack_link(self.index, seq, self._sendable(messages), acks)
+                blob = pack_link(self.link(host, seq), self._sendable(messages), acks)
             # Numbered only once packed: a batch that failed would leave a gap the
             # receiver waits on forever.
             self.seq_out[host] += 1
             self._send(host, blob)
+
+    def link(self, host: int, seq: int) -> tuple[int, str, str, int]:
+        """The header of batch `seq` to `host`: (sender, its incarnation, the receiver's, seq)."""
+        return self.index, self.incarnation, self.peers.get(host, ""), seq
 
     def _sendable(self, messages: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """The messages with the events msgpack cannot carry (an operator's output of a
@@ -121,5 +130,4 @@ class Channels:
 
     def idle(self) -> bool:
         """Nothing collected to send and nothing parked waiting for an earlier call."""
-        return not self._out_msgs and not self._out_acks \
-            and not any(self._client_parked.values()) and not any(self._parked.values())
+        return not self._out_msgs and not self._out_acks and not any(self._parked.values())

@@ -133,7 +133,8 @@ def get(refs: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
         # An executor (or the controller) died: say which call could not be answered and why.
         first = (str(e).strip().splitlines() or [""])[0]
         raise RuntimeUnavailable(f"a part of the pool is gone ({type(e).__name__}: {first}); "
-                                 "the dataflows it hosted fail, the others go on") from None
+                                 "the dataflows it hosted are restored from their last "
+                                 "checkpoint, the others go on") from None
 
 
 def get_each(refs: list[Any], timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:

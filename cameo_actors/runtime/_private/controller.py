@@ -3,12 +3,20 @@ the registry of dataflows with their lifecycle, and placement. It outlives
 the process that started it, so a restarted service finds its dataflows.
 
 A monitor thread watches the pool every `monitor_interval_s`:
-- an executor that died fails the dataflows it hosted (with the cause) and
-  takes no new ones; the other dataflows go on (recovery is not done here);
+- an executor that died (Ray restarts it, a new incarnation) has the
+  dataflows it hosted restored from their last checkpoint: they are
+  `recovering` meanwhile, the other dataflows never stop; one that does not
+  come back within `recovery_timeout_s` fails them and takes no new ones;
 - a `finishing` dataflow (sources closed) becomes `finished` once every
   activation saw the end of its inputs;
 - a dataflow over its state budget fails and its state is freed;
 - ended dataflows are forgotten after `ended_retention_s`.
+
+A checkpointer thread takes each dataflow's checkpoints (`checkpoint.py`)
+and commits their manifests to the checkpoint storage, where the registry of
+dataflows is kept too: a controller that Ray restarts, or a new service on a
+new Ray, reads it and goes on (adopting the executors that live, restoring the
+dataflows whose executors are gone).
 
 Live reconfiguration (scale a keyed step, move bins or instances, rebalance,
 add and remove executors) runs here too: each operation is planned
@@ -22,8 +30,10 @@ import builtins
 import logging
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
@@ -31,7 +41,14 @@ import ray
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.dataflow.validate import check_live_settings, check_pool_limits
 from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError
-from cameo_actors.runtime._private.cluster import NAMESPACE, executor_name, get, get_each
+from cameo_actors.runtime._private.checkpoint import interval_s
+from cameo_actors.runtime._private.cluster import (
+    NAMESPACE,
+    executor_name,
+    find_actor,
+    get,
+    get_each,
+)
 from cameo_actors.runtime._private.executor import Executor
 from cameo_actors.runtime._private.rescale import (
     STRATEGIES,
@@ -42,12 +59,14 @@ from cameo_actors.runtime._private.rescale import (
 )
 from cameo_actors.runtime._private.routing import Placement, is_keyed_step, place
 from cameo_actors.runtime._private.stats import dataflow_stats
+from cameo_actors.runtime._private.storage import CheckpointStorage, StorageError
 from cameo_actors.runtime.boundary import (
     CANCELLED,
     FAILED,
     FINISHED,
     FINISHING,
     LIVE_STATES,
+    RECOVERING,
     RUNNING,
     DataflowInfo,
     DataflowSummary,
@@ -66,6 +85,10 @@ MIGRATIONS_KEPT = 200
 EPOCH_WAIT_S = 1.0
 #: Executors `add_executors` adds in one call at most.
 MAX_ADD = 64
+#: How long a checkpoint may take from its barriers to its last part written.
+CHECKPOINT_TIMEOUT_S = 60.0
+#: Checkpoints under way at once (over all dataflows).
+CHECKPOINT_THREADS = 4
 
 
 def short_cause(e: BaseException) -> str:
@@ -79,9 +102,15 @@ class Controller:
     def __init__(self, pool: str, config: dict[str, Any]) -> None:
         self.pool = pool
         self.config = RuntimeConfig.from_dict(config)
-        n = self.config.num_executors or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self.executors = [self._new_executor(i) for i in range(n)]
-        get([e.set_peers.remote(self.executors) for e in self.executors])
+        self.storage = CheckpointStorage(self.config.checkpoint_url) \
+            if self.config.checkpoint_url else None
+        if self.storage is not None:
+            self.storage.check_writable()
+        self.executors: builtins.list[Any] = []
+        #: executor index -> the incarnation it runs as (a restart changes it)
+        self.incarnations: dict[int, str] = {}
+        #: executors lost and waited for (Ray restarts them)
+        self.restarting: set[int] = set()
         #: every dataflow, live or ended (kept for `ended_retention_s`)
         self.dataflows: dict[str, DataflowInfo] = {}
         self.load: dict[int, int] = {}
@@ -101,7 +130,81 @@ class Controller:
         # a copy of the dict without it.
         self._lock = threading.RLock()
         self._stopped = threading.Event()
+        #: dataflows with a checkpoint under way, and when each one's next is due
+        self._checkpointing: set[str] = set()
+        self._due: dict[str, float] = {}
+        self._checkpoints = ThreadPoolExecutor(CHECKPOINT_THREADS, thread_name_prefix="cameo-ckpt")
+        registry = self.storage.load_registry() if self.storage is not None else None
+        if registry:
+            self._resume(registry)
+        else:
+            n = self.config.num_executors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            self.executors = [self._new_executor(i) for i in range(n)]
+            self._link()
         threading.Thread(target=self._monitor, name="cameo-monitor", daemon=True).start()
+        threading.Thread(target=self._checkpointer, name="cameo-checkpointer", daemon=True).start()
+
+    def _link(self) -> None:
+        """Tell every live executor the pool's executors and their incarnations."""
+        live = [i for i in range(len(self.executors)) if i not in self.dead]
+        for i, answer in zip(live, get([self.executors[i].ping.remote() for i in live]),
+                             strict=True):
+            self.incarnations[i] = answer[1]
+        get([self.executors[i].set_peers.remote(self.executors, self.incarnations) for i in live])
+
+    # -- the registry, kept in storage ----------------------------------------------------
+    def _save(self) -> None:
+        """Write the registry (dataflows, placements, executors) to storage: what a
+        restarted controller or service needs to go on."""
+        if self.storage is None:
+            return
+        with self._lock:
+            data = {"pool": self.pool, "executors": len(self.executors),
+                    "incarnations": {str(i): inc for i, inc in self.incarnations.items()},
+                    "dead": {str(i): why for i, why in self.dead.items()},
+                    "dataflows": dict(self.dataflows),
+                    "placements": {n: p.to_dict() for n, p in self.placements.items()},
+                    "migration_seq": self._migration_seq}
+        try:
+            self.storage.save_registry(data)
+        except Exception:  # the next change writes it again
+            logger.exception("controller: the registry could not be saved")
+
+    def _resume(self, registry: dict[str, Any]) -> None:
+        """Go on from a registry: adopt the executors that live (their dataflows keep
+        running), start new ones for those gone, and restore the dataflows that ran there."""
+        self.dataflows = registry["dataflows"]
+        self.placements = {n: Placement.from_dict(p) for n, p in registry["placements"].items()}
+        self.dead = {int(i): why for i, why in registry["dead"].items()}
+        self._migration_seq = registry["migration_seq"]
+        known = {int(i): inc for i, inc in registry["incarnations"].items()}
+        gone: set[int] = set()
+        for i in range(registry["executors"]):
+            handle = find_actor(executor_name(self.pool, i)) if i not in self.dead else None
+            try:
+                inc = get(handle.ping.remote(), timeout_s=10.0)[1] if handle is not None else None
+            except CameoError:
+                inc = None
+            if handle is None or inc is None:
+                handle = None if i in self.dead else self._new_executor(i)
+                gone.add(i)
+            elif inc != known.get(i):
+                gone.add(i)  # restarted meanwhile: empty
+            self.executors.append(handle)
+        self._link()
+        for name, info in self.placements.items():
+            if self.dataflows[name]["released"]:
+                continue
+            self.load.update({ex: self.load.get(ex, 0) + 1 for ex in info.instances.values()})
+        hit = [n for n, d in self.dataflows.items()
+               if d["state"] in LIVE_STATES and set(d["executors"]) & gone]
+        logger.warning("controller resumed pool %s: %d dataflow(s), %d to restore",
+                       self.pool, len(self.dataflows), len(hit))
+        for name in hit:
+            self._mark_recovering(self.dataflows[name], "the pool restarted")
+        if hit:
+            threading.Thread(target=self._recover_all, args=(hit, "the pool restarted"),
+                             daemon=True).start()
 
     # -- deploy and end ----------------------------------------------------------------
     def deploy(self, spec_dict: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +219,14 @@ class Controller:
                                      "cancel it first or choose another name")
             placement = self._place(spec)
             involved = sorted(placement.executors())
-            refs = [self.executors[i].deploy.remote(spec.to_dict(), placement) for i in involved]
+            deployment = uuid.uuid4().hex[:12]
+            if self.storage is not None and interval_s(spec, self.config) > 0:
+                # Checkpoint 0: nothing yet, the placement to restore to before the first.
+                self.storage.commit(spec.name, deployment, 0, {
+                    "parts": {}, "positions": {}, "placement": placement.to_dict(),
+                    "spec": spec.to_dict(), "bytes": 0})
+            refs = [self.executors[i].deploy.remote(spec.to_dict(), placement, deployment)
+                    for i in involved]
             try:
                 get(refs)
             except Exception:
@@ -133,14 +243,22 @@ class Controller:
                 "name": spec.name, "spec": spec.to_dict(), "hosts": placement.hosts,
                 "executors": involved, "state": RUNNING, "submitted_at": now, "ended_at": None,
                 "cause": None, "history": [], "exceptions": [], "final": None,
-                "released": False, "lost": False, "state_bytes": 0}
+                "released": False, "lost": False, "state_bytes": 0, "deployment": deployment,
+                "checkpoints": {"interval_s": interval_s(spec, self.config), "last": None,
+                                "last_at": None, "last_duration_s": None, "last_bytes": 0,
+                                "completed": 0, "failed": 0},
+                "recoveries": 0, "recoveries_in_a_row": 0, "resume_state": None}
             self._enter(self.dataflows[spec.name], RUNNING, "submitted")
+            self._due[spec.name] = time.monotonic() + interval_s(spec, self.config)
+        self._save()
         return {"name": spec.name, "hosts": placement.hosts}
 
     def _new_executor(self, i: int) -> Any:
+        # Detached: executors outlive a controller that dies (a restarted one adopts them);
+        # Ray restarts one that dies, and the monitor restores what it hosted.
         return Executor.options(  # type: ignore[attr-defined]
-            name=executor_name(self.pool, i), namespace=NAMESPACE,
-            num_cpus=self.config.executor_cpus,
+            name=executor_name(self.pool, i), namespace=NAMESPACE, lifetime="detached",
+            max_restarts=-1, max_task_retries=0, num_cpus=self.config.executor_cpus,
             scheduling_strategy="SPREAD").remote(i, self.config.to_dict())
 
     def _usable(self) -> builtins.list[int]:
@@ -180,6 +298,8 @@ class Controller:
             info = self._info(name)
             if info["state"] == RUNNING:
                 self._enter(info, FINISHING, "sources closed")
+            elif info["state"] == RECOVERING:  # finishing once restored
+                info["resume_state"] = FINISHING
 
     def fail(self, name: str, cause: str, *, lost: bool = False) -> None:
         """End a live dataflow as failed, free its parts on the executors that live.
@@ -198,6 +318,7 @@ class Controller:
         if state not in LIVE_STATES:
             info["ended_at"] = now
         self.transitions[(info["spec"]["tenant"], state)] += 1
+        self._save()
 
     def _end(self, info: DataflowInfo, state: str, reason: str) -> int:
         """Keep the last statistics and failures, free the parts, enter `state`."""
@@ -224,6 +345,7 @@ class Controller:
         for i in info["executors"]:
             self.load[i] = self.load.get(i, 0) - sum(1 for h in info["hosts"].values() if h == i)
         info["released"] = True
+        self._drop_storage(info)
         return sum(d for d in dropped if d is not None)
 
     def update(self, name: str, latency_target_ms: float | None = None,
@@ -346,9 +468,9 @@ class Controller:
             _request_cpus(self.config.executor_cpus * (len(self._usable()) + n))
             added = [self._new_executor(i) for i in range(start, start + n)]
             self.executors.extend(added)
-            live = [e for i, e in enumerate(self.executors) if i not in self.dead]
-            get([e.set_peers.remote(self.executors) for e in live])
-            return list(range(start, start + n))
+            self._link()
+        self._save()
+        return list(range(start, start + n))
 
     def remove_executor(self, index: int, strategy: str = "batched") -> dict[str, Any]:
         """Move every keyed instance off executor `index`, then stop it. Refused (nothing
@@ -469,15 +591,24 @@ class Controller:
         threading.Thread(target=self._run, args=(info, m), name=f"cameo-{m.id}", daemon=True).start()
         return m.info()
 
+    def _await_checkpoint_done(self, name: str) -> None:
+        """A migration starts once the dataflow's checkpoint under way is done (none starts
+        while it runs): a checkpoint's cut and a routing switch do not mix."""
+        deadline = time.monotonic() + CHECKPOINT_TIMEOUT_S
+        while name in self._checkpointing and time.monotonic() < deadline:
+            time.sleep(0.005)
+
     def _run(self, info: DataflowInfo, m: Migration) -> None:
         """Create the new instances, switch epoch after epoch, retire the old instances."""
         name, step = m.dataflow, m.step
         try:
+            self._await_checkpoint_done(name)
             spec = DataflowSpec.from_dict(info["spec"])
             hosts = sorted(set(m.placement.executors()) - set(self.dead))
             if m.new:
                 new = [f"{name}/{step}/{i}" for i in m.new]
-                get([self.executors[i].add_instances.remote(info["spec"], m.placement, new)
+                get([self.executors[i].add_instances.remote(info["spec"], m.placement, new,
+                                                            info["recoveries"], info["deployment"])
                      for i in hosts])
                 with self._lock:
                     self._placed(info, m.placement)
@@ -501,19 +632,21 @@ class Controller:
             if m.retire:
                 gone = [f"{name}/{step}/{i}" for i in m.retire]
                 get([self.executors[i].retire.remote(name, gone) for i in hosts])
-            m.finish()
             with self._lock:
-                self._placed(info, m.placement)
+                self._placed(info, m.final_placement())
                 info["spec"]["steps"] = [{**s, "parallelism": m.to_parallelism} if s["id"] == step
                                          else s for s in info["spec"]["steps"]]
+            error = None
         except Exception as e:  # reported with the migration; the dataflow goes on
             logger.exception("migration %s of %s failed", m.id, name)
-            m.finish(short_cause(e))
-        finally:
-            live = sorted(set(m.placement.executors()) - set(self.dead))
-            get_each([self.executors[i].end_migration.remote(name, step) for i in live])
-            with self._lock:
-                self.migrating.pop(name, None)
+            error = short_cause(e)
+        live = sorted(set(m.placement.executors()) - set(self.dead))
+        get_each([self.executors[i].end_migration.remote(name, step) for i in live])
+        with self._lock:
+            self.migrating.pop(name, None)
+            self._due[name] = 0.0  # the new placement's first checkpoint: at once
+        self._save()
+        m.finish(error)  # last: a client that waited for it may start the next one
 
     def _bytes_sent(self, m: Migration) -> int:
         on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == m.step})
@@ -611,11 +744,150 @@ class Controller:
                           "faults": [self.dead.get(i, "did not answer in time")]}
         return [out[i] for i in sorted(out)]
 
-    def shutdown(self) -> None:
+    def shutdown(self, forget: bool = True) -> None:
+        """Stop the executors. `forget`: the pool is stopped for good (its registry and
+        checkpoints go); else a next controller on this storage restores its dataflows."""
         self._stopped.set()
         get_each([e.stop.remote() for i, e in enumerate(self.executors) if i not in self.dead])
         for e in self.executors:
-            ray.kill(e)
+            if e is not None:
+                ray.kill(e)
+        if forget and self.storage is not None:
+            for info in list(self.dataflows.values()):
+                self._drop_storage(info)
+            self.storage.save_registry({})
+
+    def _drop_storage(self, info: DataflowInfo) -> None:
+        """Delete a dataflow's checkpoints (a part still being written may be in the way
+        for a moment: tried again once)."""
+        for attempt in (1, 2):
+            try:
+                if self.storage is not None:
+                    self.storage.drop(info["name"], info["deployment"])
+                return
+            except StorageError as e:
+                if attempt == 2:
+                    logger.warning("the checkpoints of %s could not be deleted: %s",
+                                   info["name"], e)
+                time.sleep(0.2)
+
+    # -- checkpoints (checkpoint.py) ------------------------------------------------------------
+    def _checkpointer(self) -> None:
+        """Start each dataflow's checkpoint when it is due (one under way per dataflow;
+        none during a migration or a recovery of it)."""
+        while not self._stopped.wait(0.05):
+            now = time.monotonic()
+            with self._lock:
+                due = [n for n, d in self.dataflows.items()
+                       if d["state"] in (RUNNING, FINISHING) and d["checkpoints"]["interval_s"] > 0
+                       and n not in self.migrating and n not in self._checkpointing
+                       and self._due.get(n, 0.0) <= now]
+                self._checkpointing.update(due)
+            for name in due:
+                self._checkpoints.submit(self._checkpoint_quietly, name)
+
+    def _checkpoint_quietly(self, name: str) -> None:
+        try:
+            self._take_checkpoint(name)
+        except CameoError as e:  # an executor is gone: the monitor restores; next one on time
+            self._count_failed(name)
+            logger.warning("checkpoint of %s failed: %s", name, e)
+        except Exception:  # counted; the next one is tried on time
+            self._count_failed(name)
+            logger.exception("checkpoint of %s failed", name)
+        finally:
+            with self._lock:
+                self._checkpointing.discard(name)
+                info = self.dataflows.get(name)
+                if info is not None:  # at least twice its last duration apart, as Flink's
+                    counts = info["checkpoints"]  # min pause: it never takes the executor over
+                    self._due[name] = time.monotonic() + max(
+                        counts["interval_s"], 2 * (counts["last_duration_s"] or 0.0))
+
+    def _take_checkpoint(self, name: str) -> bool:
+        """Checkpoint `name` now: barriers at its sources, wait for every activation's
+        part, then the manifest (the checkpoint counts from then on) and the news to the
+        executors (results before it readable, ingress logs trimmed). True if completed."""
+        info = self.dataflows[name]
+        placement = self.placements[name]
+        counts = info["checkpoints"]
+        # Numbers never repeat, not even across a controller's restart: a barrier of an
+        # abandoned checkpoint still in flight must not count for a new one.
+        ckpt = max((counts["last"] or 0) + 1, int(time.time() * 1000))
+        started = time.monotonic()
+        by_executor: dict[int, builtins.list[str]] = {}
+        for aid, ex in placement.hosts.items():
+            by_executor.setdefault(ex, []).append(aid)
+        sources = {str(a) for s in info["spec"]["steps"] if s["op"] == "source"
+                   for a in placement.of_step(s["id"])}
+        get([self.executors[i].checkpoint.remote(name, ckpt)
+             for i in sorted({placement.hosts[a] for a in sources})])
+        answers = get_each([self.executors[i].await_checkpoint.remote(
+            name, ckpt, ids, CHECKPOINT_TIMEOUT_S) for i, ids in sorted(by_executor.items())],
+            timeout_s=CHECKPOINT_TIMEOUT_S + 30.0)
+        written: dict[str, tuple[str, dict[str, int], int]] = {}
+        for part in answers:
+            written.update(part or {})
+        if set(written) != set(placement.hosts) or info["state"] not in (RUNNING, FINISHING) \
+                or info["released"] or self.placements.get(name) is not placement \
+                or self.storage is None:
+            self._count_failed(name)
+            return False
+        positions = {a: pos for a, (_, pos, _) in written.items() if a in sources}
+        size = sum(n for _, _, n in written.values())
+        self.storage.commit(name, info["deployment"], ckpt, {
+            "parts": {a: path for a, (path, _, _) in written.items()}, "positions": positions,
+            "placement": placement.to_dict(), "spec": info["spec"], "bytes": size})
+        get_each([self.executors[i].checkpointed.remote(name, ckpt, positions)
+                  for i in sorted(by_executor)])
+        self.storage.retire(name, info["deployment"], self.config.checkpoints_kept)
+        with self._lock:
+            counts["last"], counts["last_at"], counts["last_bytes"] = ckpt, time.time(), size
+            counts["last_duration_s"] = time.monotonic() - started
+            counts["completed"] += 1
+            info["recoveries_in_a_row"] = 0
+        return True
+
+    def _count_failed(self, name: str) -> None:
+        with self._lock:
+            info = self.dataflows.get(name)
+            if info is not None:
+                info["checkpoints"]["failed"] += 1
+
+    def checkpoint_now(self, names: Sequence[str] | None = None) -> dict[str, bool]:
+        """Checkpoint these dataflows (every live one with checkpoints, by default) now, in
+        parallel; returns which completed. With exactly-once delivery, their results so
+        far become readable (`Runtime.wait_idle` ends with this)."""
+        with self._lock:
+            wanted = [n for n, d in self.dataflows.items()
+                      if (names is None or n in names) and d["state"] in (RUNNING, FINISHING)
+                      and d["checkpoints"]["interval_s"] > 0]
+        futures = {n: self._checkpoints.submit(self._checkpoint_when_free, n) for n in wanted}
+        return {n: f.result() for n, f in futures.items()}
+
+    def _checkpoint_when_free(self, name: str) -> bool:
+        """A checkpoint of `name` after the one under way (if any); none while it migrates
+        (the checkpoint after the migration follows at once)."""
+        deadline = time.monotonic() + CHECKPOINT_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with self._lock:
+                if name in self.migrating:
+                    return False
+                if name not in self._checkpointing:
+                    self._checkpointing.add(name)
+                    break
+            time.sleep(0.005)
+        else:
+            return False
+        try:
+            return self._take_checkpoint(name)
+        except Exception as e:
+            self._count_failed(name)
+            logger.warning("checkpoint of %s failed: %s", name, short_cause(e))
+            return False
+        finally:
+            with self._lock:
+                self._checkpointing.discard(name)
 
     # -- the monitor -----------------------------------------------------------------------
     def _monitor(self) -> None:
@@ -628,7 +900,8 @@ class Controller:
                     logger.exception("controller: %s failed", check.__name__)
 
     def _check_executors(self) -> None:
-        live = [i for i in range(len(self.executors)) if i not in self.dead]
+        live = [i for i in range(len(self.executors))
+                if i not in self.dead and i not in self.restarting]
         refs = [self.executors[i].ping.remote() for i in live]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=10.0)
         done = set(ready)
@@ -636,18 +909,114 @@ class Controller:
             if ref not in done:
                 continue  # slow, not dead: asked again next time
             try:
-                ray.get(ref, timeout=0)
+                _, incarnation = ray.get(ref, timeout=0)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                self._executor_died(i, short_cause(e))
+                self._executor_lost(i, short_cause(e))
+                continue
+            if incarnation != self.incarnations.get(i):
+                self._executor_lost(i, "it was restarted")
 
-    def _executor_died(self, index: int, cause: str) -> None:
+    def _executor_lost(self, index: int, cause: str) -> None:
+        """Executor `index` died: its dataflows are `recovering` until Ray restarted it
+        and they are restored there from their last checkpoints."""
+        why = f"executor {index} died: {cause}"
         with self._lock:
-            self.dead[index] = f"executor {index} died: {cause}"
-            logger.error("%s", self.dead[index])
+            if index in self.restarting:
+                return
+            self.restarting.add(index)
+            logger.error("%s", why)
             hit = [n for n, d in self.dataflows.items()
-                   if not d["released"] and index in d["executors"]]
-        for name in hit:
-            self.fail(name, self.dead[index], lost=True)
+                   if d["state"] in LIVE_STATES and not d["released"] and index in d["executors"]]
+            for name in hit:
+                self._mark_recovering(self.dataflows[name], why)
+        threading.Thread(target=self._restart, args=(index, why, hit), daemon=True,
+                         name=f"cameo-restart-{index}").start()
+
+    def _mark_recovering(self, info: DataflowInfo, why: str) -> None:
+        info["cause"] = why  # first: a reader never sees `recovering` without its cause
+        if info["state"] != RECOVERING:
+            info["resume_state"] = info["state"]
+            self._enter(info, RECOVERING, why)
+
+    def _restart(self, index: int, why: str, hit: builtins.list[str]) -> None:
+        """Wait for Ray to restart executor `index` (on any node with room), link it to
+        the others, then restore the dataflows it hosted; fail them if it never comes."""
+        deadline = time.time() + self.config.recovery_timeout_s
+        incarnation = None
+        while incarnation is None and time.time() < deadline and not self._stopped.is_set():
+            try:
+                incarnation = ray.get(self.executors[index].ping.remote(), timeout=5.0)[1]
+            except Exception:  # still restarting
+                time.sleep(0.1)
+        if incarnation is None:
+            with self._lock:
+                self.dead[index] = f"{why}; it was not restarted within " \
+                                   f"{self.config.recovery_timeout_s:g} s"
+                self.restarting.discard(index)
+            for name in hit:
+                self.fail(name, self.dead[index], lost=True)
+            return
+        with self._lock:
+            self.incarnations[index] = incarnation
+            others = [i for i in range(len(self.executors))
+                      if i not in self.dead and i != index]
+            get(self.executors[index].set_peers.remote(self.executors, self.incarnations))
+            get_each([self.executors[i].relink.remote(index, self.executors[index], incarnation)
+                      for i in others])
+            self.restarting.discard(index)
+        self._recover_all(hit, why)
+
+    def _recover_all(self, names: builtins.list[str], why: str) -> None:
+        for name in names:
+            try:
+                self._recover(name, why)
+            except Exception as e:
+                logger.exception("recovering %s failed", name)
+                self.fail(name, f"{why}; restoring it failed: {short_cause(e)}", lost=True)
+
+    def _recover(self, name: str, why: str) -> None:
+        """Restore `name` on its executors from its last completed checkpoint, its inputs
+        replayed from the sources' ingress logs after it."""
+        info = self.dataflows[name]
+        if info["state"] != RECOVERING:
+            return
+        spec = DataflowSpec.from_dict(info["spec"])
+        manifest = self.storage.latest(name, info["deployment"]) \
+            if self.storage is not None and interval_s(spec, self.config) > 0 else None
+        if manifest is None:
+            self.fail(name, f"{why}; it has no checkpoint to restore (checkpoints off: "
+                            "fault_tolerance.checkpoint_interval_ms is 0)", lost=True)
+            return
+        info["recoveries"] += 1
+        in_a_row = info["recoveries_in_a_row"] = info["recoveries_in_a_row"] + 1
+        if in_a_row > self.config.max_recoveries:
+            self.fail(name, f"{why}; it was restored {in_a_row - 1} times in a row without a "
+                            "checkpoint completing in between (an event that crashes its "
+                            "executor?). Fix: see its error output and exceptions, then "
+                            "deploy it again", lost=True)
+            return
+        # The checkpoint's steps (their parallelism) and placement, today's target and weight.
+        restored = {**manifest["spec"], "latency_target_ms": info["spec"]["latency_target_ms"],
+                    "scheduling": info["spec"]["scheduling"]}
+        placement = Placement.from_dict(manifest["placement"])
+        before = self.placements.get(name)
+        left = set(before.executors()) - placement.executors() if before else set()
+        get_each([self.executors[i].cancel.remote(name) for i in sorted(left)
+                  if i not in self.dead])
+        involved = sorted(placement.executors())
+        timeout = self.config.recovery_timeout_s
+        get([self.executors[i].restore.remote(restored, placement, info["deployment"],
+                                              manifest["parts"], info["recoveries"])
+             for i in involved], timeout_s=timeout)
+        get([self.executors[i].resume.remote(name) for i in involved], timeout_s=timeout)
+        with self._lock:
+            self._placed(info, placement)
+            info["spec"] = restored
+            if info["state"] == RECOVERING:
+                back, info["resume_state"] = info["resume_state"] or RUNNING, None
+                self._enter(info, back, f"restored from checkpoint {manifest['checkpoint']}")
+                info["cause"] = None
+        logger.warning("dataflow %s restored from checkpoint %s", name, manifest["checkpoint"])
 
     def _check_finishing(self) -> None:
         finishing = [d for d in list(self.dataflows.values()) if d["state"] == FINISHING]
@@ -656,6 +1025,10 @@ class Controller:
             answers = get_each([self.executors[i].ended.remote(info["name"]) for i in live],
                                timeout_s=10.0)
             if answers and all(answers):
+                # The last results become readable (exactly-once) and need no replay.
+                if info["checkpoints"]["interval_s"] > 0 and \
+                        not self.checkpoint_now([info["name"]]).get(info["name"]):
+                    continue
                 with self._lock:
                     if info["state"] == FINISHING:
                         self._enter(info, FINISHED, "every source closed and drained")

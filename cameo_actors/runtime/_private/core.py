@@ -18,8 +18,9 @@ The message path, and where the live runtime's concerns plug in:
 
 1. *Admit* (`ingest` from clients, `receive` from executors, `_route` for local
    hops): a message enters the scheduler. In-band control messages (routing
-   epochs, migrated state; checkpoint barriers next) are barriers in the
-   mailbox, like watermarks.
+   epochs, migrated state, checkpoint barriers) are barriers in the mailbox,
+   like watermarks. A source applies each client's ingest calls in order,
+   once (`ingest`), after writing them to its ingress log (`ingress_log.py`).
 2. *Execute* (`_execute`): the activation's operator runs on the message, or
    the activation on a control message (`Activation.on_control`: a table
    switch, a marker, a chunk of state to give or take; events of bins in
@@ -37,21 +38,33 @@ below due latency-sensitive work. The plan changes themselves (`prepare`,
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
+from urllib.parse import quote
+
+import msgpack
 
 from cameo_actors.clock import Clock, SystemClock
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.operators.base import ErrorRecord, Output, short_repr
+from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Output, short_repr
 from cameo_actors.runtime._private.activation import Activation
 from cameo_actors.runtime._private.channels import Channels, Send
+from cameo_actors.runtime._private.checkpoint import (
+    CHECKPOINT,
+    Part,
+    delivery,
+    interval_s,
+    unpack_part,
+)
 from cameo_actors.runtime._private.egress import Egress
 from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
 from cameo_actors.runtime._private.footprint import approx_bytes
 from cameo_actors.runtime._private.hosting import Hosting
-from cameo_actors.runtime._private.ingest import error_records
+from cameo_actors.runtime._private.ingest import error_records, unpack_ingest
+from cameo_actors.runtime._private.ingress_log import IngressLog
 from cameo_actors.runtime._private.migration import REROUTE, is_control
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.stats import Statistics
@@ -62,6 +75,11 @@ from cameo_actors.scheduling import Feedback, Message, Scheduler
 
 #: Tracebacks of faults in the runtime itself kept for executor stats (never expected).
 FAULTS_KEPT = 20
+#: Why a restored activation is held until every executor restored its part.
+RESTORING = "restoring"
+#: Hands a complete checkpoint part to storage: (dataflow, checkpoint, activation, blob,
+#: a source's positions at the barrier).
+Persist = Callable[[str, int, str, bytes, dict[str, int]], None]
 
 
 class DataflowScoped(Protocol):
@@ -73,7 +91,7 @@ class DataflowScoped(Protocol):
 
 class ExecutorCore:
     def __init__(self, index: int, config: RuntimeConfig, send: Send,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, persist: Persist | None = None) -> None:
         self.index = index
         self.config = config
         self.clock = clock or SystemClock()
@@ -87,22 +105,38 @@ class ExecutorCore:
         self.egress = Egress(config.result_capacity,
                              hold=lambda sink: self.flow.hold(sink, RESULTS_FULL),
                              release=lambda sink: self.flow.release(sink, RESULTS_FULL),
-                             state_budget_bytes=config.state_budget_bytes)
+                             state_budget_bytes=config.state_budget_bytes,
+                             delivery=lambda spec: delivery(spec, config))
         self.stats = Statistics(index)
+        self._persist = persist
+        #: source activation -> its write-ahead log (dataflows with checkpoints)
+        self.ingress_logs: dict[str, IngressLog] = {}
         self._scoped: tuple[DataflowScoped, ...] = (self.flow, self.egress, self.stats)
         # Work handed over by other threads, run by the owner thread.
         self.inbox: deque[Callable[[], None]] = deque()
         self.faults: deque[str] = deque(maxlen=FAULTS_KEPT)
 
     # == control (called on the owner thread) ======================================
-    def deploy(self, spec: DataflowSpec, placement: Placement) -> list[str]:
-        """Create the activations of `spec` that `placement` puts on this executor."""
+    def deploy(self, spec: DataflowSpec, placement: Placement, deployment: str = "",
+               generation: int = 0) -> list[str]:
+        """Create the activations of `spec` that `placement` puts on this executor
+        (`generation`: its restores so far)."""
         built = self.hosting.build(spec, placement)
+        for act in built:
+            act.generation = generation
         self.hosting.add(spec, placement, built)
+        self.hosting.dataflows[spec.name].deployment = deployment
         for part in self._scoped:
             part.open(spec, built)
         for act in built:
             self._schedule(spec, act)
+        folder = self.config.ingress_log_dir
+        if folder and interval_s(spec, self.config) > 0:
+            for act in built:
+                if act.is_source:
+                    self.ingress_logs[act.id] = IngressLog(
+                        os.path.join(folder, spec.name, deployment or "_", quote(act.id, safe="")),
+                        fsync=self.config.ingress_fsync)
         return [a.id for a in built]
 
     def _schedule(self, spec: DataflowSpec, act: Activation) -> None:
@@ -110,14 +144,19 @@ class ExecutorCore:
                                   latency_target_ms=spec.latency_target_ms,
                                   weight=spec.scheduling.weight, window=act.window_timing)
 
-    def cancel(self, dataflow: str) -> int:
-        """Free a dataflow's activations, queues, credits and buffers; returns messages dropped."""
+    def cancel(self, dataflow: str, keep_logs: bool = False) -> int:
+        """Free a dataflow's activations, queues, credits and buffers; returns messages
+        dropped. Its ingress logs go too, unless `keep_logs` (it is being restored)."""
         hosted = self.hosting.remove(dataflow)
         if hosted is None:
             return 0
         dropped = sum(len(self.sched.remove_activation(aid)) for aid in hosted.ids)
         for part in self._scoped:
             part.close(dataflow, hosted.ids)
+        for aid in hosted.ids:
+            log = self.ingress_logs.pop(aid, None)
+            if log is not None:
+                log.close() if keep_logs else log.drop()
         return dropped
 
     def update(self, dataflow: str, *, latency_target_ms: float | None = None,
@@ -133,15 +172,19 @@ class ExecutorCore:
             self.stats.dataflows[dataflow].latency.target_ms = float(latency_target_ms)
 
     # == changes of the physical plan (see migration.py) ================================
-    def add_instances(self, spec: DataflowSpec, placement: Placement, new: list[str]) -> list[str]:
+    def add_instances(self, spec: DataflowSpec, placement: Placement, new: list[str],
+                      generation: int = 0, deployment: str = "") -> list[str]:
         """New instances of a keyed step: host those `placement` puts here, and make every
         hosted activation of the dataflow expect them (as an input channel, a target)."""
         hosted = self.hosting.dataflows.get(spec.name)
         built = self.hosting.build(spec, placement, set(new))
+        for act in built:
+            act.generation = generation
         if hosted is None and not built:
             return []
         self.hosting.add(spec, placement, built)
         if hosted is None:
+            self.hosting.dataflows[spec.name].deployment = deployment
             for part in self._scoped:
                 part.open(spec, built)
         for act in built:
@@ -238,16 +281,141 @@ class ExecutorCore:
                             "bytes_sent": act.bytes_sent, "indexing": len(act.unindexed)}
         return out
 
+    # == checkpoints and restoring (see checkpoint.py) ====================================
+    def checkpoint(self, dataflow: str, ckpt: int) -> int:
+        """Start checkpoint `ckpt` at the sources of `dataflow` hosted here: a barrier in
+        each one's mailbox with its positions now. Returns how many."""
+        hosted = self.hosting.dataflows.get(dataflow)
+        if hosted is None:
+            return 0
+        now = self.clock.now_ms()
+        n = 0
+        for aid in hosted.ids:
+            act = self.hosting.activations[aid]
+            if act.is_source:
+                self._control(hosted.spec, aid, [CHECKPOINT, ckpt, dict(act.positions)], now)
+                log = self.ingress_logs.get(aid)
+                if log is not None:  # the calls before this cut can go once it completes
+                    log.roll()
+                n += 1
+        return n
+
+    def _on_barrier(self, act: Activation, msg: Message) -> None:
+        """A checkpoint barrier on one input channel (the first one: snapshot, and the
+        barrier on to every target)."""
+        ckpt = msg.payload[1]
+        part = act.part
+        channel = (msg.port, msg.upstream)
+        if part is None or part.ckpt < ckpt:
+            state = msgpack.packb(act.snapshot(msg.payload[2] if act.is_source else {}),
+                                  use_bin_type=True)
+            part = act.part = Part(ckpt, state, act.input_channels() - {channel},
+                                   positions=dict(msg.payload[2]) if act.is_source else {})
+            if act.is_sink:
+                part.results = self.egress.dataflows[act.dataflow].results[act.id].snapshot(ckpt)
+            now = self.clock.now_ms()
+            for target, port in act.watermark_targets():
+                self._route(act.id, self.sched.derive(msg, target, [CHECKPOINT, ckpt], now,
+                                                      port=port, is_watermark=True))
+        elif part.ckpt == ckpt:
+            part.pending.discard(channel)
+        self._part_done(act)
+
+    def _record(self, act: Activation, part: Part, msg: Message) -> None:
+        """A message on a channel whose barrier is still to come: part of the checkpoint."""
+        part.inflight.append((msg.port, msg.upstream, msg.is_watermark, msg.payload))
+        if msg.is_watermark and msg.payload >= END_OF_STREAM:  # no barrier will follow
+            part.pending.discard((msg.port, msg.upstream))
+            self._part_done(act)
+
+    def _part_done(self, act: Activation) -> None:
+        part = act.part
+        if part is not None and not part.pending and not part.written:
+            part.written = True
+            if self._persist is not None:
+                self._persist(act.dataflow, part.ckpt, act.id, part.blob(), part.positions)
+            part.state, part.inflight, part.results = b"", [], None  # handed over
+
+    def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]]) -> None:
+        """Checkpoint `ckpt` of `dataflow` completed: results before it become readable,
+        and the ingress log segments it covers go (`positions`: source -> positions)."""
+        self.egress.checkpointed(dataflow, ckpt)
+        for aid, pos in positions.items():
+            log = self.ingress_logs.get(aid)
+            if log is not None:
+                log.retire(pos)
+
+    def restore(self, spec: DataflowSpec, placement: Placement, deployment: str,
+                parts: dict[str, bytes], generation: int) -> list[str]:
+        """Deploy `spec` here again as checkpoint `parts` (activation -> its part) has it,
+        held until `resume`: its recorded in-flight messages first in each mailbox, then
+        each source's ingress log after its positions. Its error output here is kept."""
+        old = self.egress.dataflows.get(spec.name)
+        self.cancel(spec.name, keep_logs=True)
+        ids = self.deploy(spec, placement, deployment, generation)
+        if old is not None:
+            out = self.egress.dataflows[spec.name]
+            out.errors, out.error_log, out.error_log_dropped = \
+                old.errors, old.error_log, old.error_log_dropped
+        now = self.clock.now_ms()
+        for aid in ids:
+            act = self.hosting.activations[aid]
+            self.flow.hold(aid, RESTORING)
+            blob = parts.get(aid)
+            if blob is None:
+                continue
+            part = unpack_part(blob)
+            act.restore(part["state"])
+            if part["results"] is not None:
+                results = self.egress.dataflows[spec.name].results[aid]
+                results.restore(*part["results"])
+                if old is not None and aid in old.results:  # commits made since the checkpoint
+                    results.commit(min(old.results[aid].committed_offset, results.end_offset))
+            for port, upstream, is_wm, payload in part["inflight"]:
+                # Size 0: the credits of these were returned before the failure.
+                msg = Message.ingress(aid, payload, dataflow=spec.name, tenant=spec.tenant,
+                                      ingest_ms=now, port=port, is_watermark=is_wm, size=0)
+                msg.upstream = upstream
+                self.sched.enqueue(msg, now)
+        for aid in ids:
+            log = self.ingress_logs.get(aid)
+            act = self.hosting.activations[aid]
+            if log is not None:
+                for client, seq, blob in log.records():
+                    self.ingest(client, seq, aid, unpack_ingest(blob, act.step.id), now)
+        return ids
+
+    def resume(self, dataflow: str) -> None:
+        """Every executor restored its part of `dataflow`: its activations run again."""
+        for aid in self.hosting.ids(dataflow) if dataflow in self.hosting.dataflows else []:
+            self.flow.release(aid, RESTORING)
+
     # == 1. admit ===================================================================
     def ingest(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float) -> None:
         """Events (lists), watermarks (numbers) and the error records of events refused at
-        the edge ({"errors": [...]}, see `ingest.py`) from a client, in the client's order."""
-        self.channels.from_client(client, seq, lambda: self._ingest_now(target, items, ingest_ms))
-
-    def _ingest_now(self, target: str, items: list[Any], ingest_ms: float) -> None:
+        the edge ({"errors": [...]}, see `ingest.py`) from a client's call `seq` to source
+        `target`: applied in the client's order, once (a call resent after a failure, or
+        replayed from the ingress log, that was applied already is dropped)."""
         act = self.hosting.activations.get(target)
         if act is None:
             return  # cancelled meanwhile
+        nxt = act.positions.get(client, 0)
+        if seq != nxt:
+            if seq > nxt:  # early: Ray may reorder calls
+                act.parked.setdefault(client, {})[seq] = (items, ingest_ms)
+            return
+        self._ingest_now(act, items, ingest_ms)
+        seq += 1
+        parked = act.parked.get(client)
+        while parked and seq in parked:
+            self._ingest_now(act, *parked.pop(seq))
+            seq += 1
+        if parked is not None and not parked:
+            del act.parked[client]
+        act.positions[client] = seq
+
+    def _ingest_now(self, act: Activation, items: list[Any], ingest_ms: float) -> None:
+        target = act.id
         spec = self.hosting.dataflows[act.dataflow].spec
         counters = self.stats.dataflows[act.dataflow]
         tf = getattr(act.operator, "event_time", None)  # sources know their event-time field
@@ -279,10 +447,12 @@ class ExecutorCore:
         activations = self.hosting.activations
         for t in messages:
             msg = decode_message(t)
-            if msg.target in activations:
-                self.sched.enqueue(msg, now)
-            else:  # cancelled meanwhile: return the credits all the same
+            act = activations.get(msg.target)
+            if act is None:  # cancelled meanwhile: return the credits all the same
                 self._ack(msg.upstream, msg.target, msg.size, 0.0)
+            elif act.generation == msg.generation:
+                self.sched.enqueue(msg, now)
+            # else: sent by a run the dataflow was restored from since: its sender is gone
         for up, down, n, path_cost in acks:
             self._on_ack(up, down, n, path_cost)
 
@@ -298,9 +468,16 @@ class ExecutorCore:
 
     def _execute(self, aid: str, msg: Message) -> None:
         act = self.hosting.activations[aid]
+        part = act.part
+        if part is not None and part.pending and (msg.port, msg.upstream) in part.pending \
+                and not (msg.is_watermark and is_control(msg.payload)):
+            self._record(act, part, msg)
         try:
             if msg.is_watermark:
-                if is_control(msg.payload):
+                if is_control(msg.payload) and msg.payload[0] == CHECKPOINT:
+                    self._on_barrier(act, msg)
+                    out = Output()
+                elif is_control(msg.payload):
                     out, barriers = act.on_control(msg.payload, msg.port, msg.upstream)
                     now = self.clock.now_ms()
                     for target, port, payload in barriers:
@@ -341,6 +518,9 @@ class ExecutorCore:
 
     # == 3. route ======================================================================
     def _route(self, sender: str, msg: Message) -> None:
+        act = self.hosting.activations.get(sender)
+        if act is not None:
+            msg.generation = act.generation
         if msg.size:
             self.flow.sent(sender, msg.target, msg.size)
         host = self.hosting.hosts.get(msg.target)
@@ -410,7 +590,9 @@ class ExecutorCore:
         return self._idle(), dict(self.channels.seq_out), dict(self.channels.seq_in)
 
     def _idle(self) -> bool:
-        return self.sched.backlog == 0 and not self.inbox and self.channels.idle()
+        # A source holding an early ingest call waits for the one before it.
+        return self.sched.backlog == 0 and not self.inbox and self.channels.idle() \
+            and not any(act.parked for act in self.hosting.activations.values())
 
 
 def _max_time(events: list[Any], field_name: str | None) -> float:

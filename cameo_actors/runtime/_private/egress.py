@@ -8,14 +8,26 @@ dataflow fail. The error output is a log with offsets too,
 for a reader (the Spark tier) to consume exactly once; beyond
 `ERROR_LOG_CAPACITY` unread records the oldest are dropped and counted.
 Recent error records and counts per (step, kind) are kept apart, for status.
+
+With exactly-once delivery a result log is readable only up to its *stable*
+offset: where it ended at the sink's barrier of the last completed checkpoint
+(`checkpoint.py`). A recovery restores the log as it was at that barrier and
+replays what followed, so a reader never sees a row that a failure could take
+back or repeat. With at-least-once delivery rows are readable at once, and each
+carries an id (`ID_FIELD`: a hash of the row and how many identical rows came
+before it) that a replay after a recovery gives the same row again, so a sink
+can drop the rows it has.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
+import hashlib
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgpack
 
 from cameo_actors.operators.base import ErrorRecord, Event
 from cameo_actors.runtime._private.footprint import approx_bytes
@@ -29,6 +41,11 @@ if TYPE_CHECKING:
 ERROR_LOG_CAPACITY = 100_000
 #: What a row costs beside its event: the (event, ingest_ms, egress_ms) tuple and two floats.
 ROW_OVERHEAD = 120
+#: The field of an at-least-once result that names it across replays.
+ID_FIELD = "_id"
+#: Distinct rows whose count of repeats a sink remembers for their ids (the oldest go first:
+#: an identical row further apart than this may get an id again).
+ID_MEMORY = 100_000
 
 
 class ResultLog:
@@ -38,10 +55,28 @@ class ResultLog:
     first result ever appended, so a reader that restarts resumes exactly.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, exactly_once: bool = False, ids: bool = False) -> None:
         self._rows: deque[ResultRow] = deque()
         self._base = 0  # offset of self._rows[0]
         self.bytes = 0  # estimated memory of the rows kept
+        #: rows below this offset are readable (None: every row, at once)
+        self.stable: int | None = 0 if exactly_once else None
+        #: at-least-once with ids: row hash -> rows of that hash so far
+        self.seen: OrderedDict[str, int] | None = OrderedDict() if ids else None
+        #: checkpoint -> the end offset at this sink's barrier of it
+        self.marks: dict[int, int] = {}
+
+    @property
+    def readable_end(self) -> int:
+        return self.end_offset if self.stable is None else self.stable
+
+    def unread(self) -> tuple[int, int]:
+        """(rows, estimated bytes) readable and not committed: what holds the sink when a
+        reader is behind. Rows waiting for a checkpoint do not count: the sink, and every
+        upstream waiting on its credits, must run to pass the checkpoint's barrier that
+        makes them readable."""
+        rows = self.readable_end - self._base
+        return rows, self.bytes * rows // len(self._rows) if self._rows else 0
 
     @property
     def end_offset(self) -> int:
@@ -55,6 +90,8 @@ class ResultLog:
         return len(self._rows)
 
     def append(self, events: list[Event], ingest_ms: float, egress_ms: float) -> None:
+        if self.seen is not None:
+            events = [self._with_id(e) if isinstance(e, dict) else e for e in events]
         if events:  # one event measured per batch: the estimate must stay cheap
             self.bytes += (approx_bytes(events[0]) + ROW_OVERHEAD) * len(events)
         self._rows.extend((e, ingest_ms, egress_ms) for e in events)
@@ -63,8 +100,49 @@ class ResultLog:
         """Rows with offsets in [start, end); start below the committed offset is an error."""
         if start < self._base:
             raise ValueError(f"offset {start} was committed already (first kept: {self._base})")
-        stop = self.end_offset if end is None else min(end, self.end_offset)
+        stop = self.readable_end if end is None else min(end, self.readable_end)
         return [self._rows[i - self._base] for i in range(start, max(start, stop))]
+
+    def _with_id(self, event: Event) -> Event:
+        """The event with its id: the same for the same row after a replay (the counts
+        are in the checkpoint), different for identical rows."""
+        digest = hashlib.blake2b(msgpack.packb(sorted(event.items()), use_bin_type=True),
+                                 digest_size=8).hexdigest()
+        seen = self.seen
+        assert seen is not None
+        n = seen.pop(digest, 0) + 1
+        seen[digest] = n
+        if len(seen) > ID_MEMORY:
+            seen.popitem(last=False)
+        return {**event, ID_FIELD: f"{digest}-{n}"}
+
+    def snapshot(self, ckpt: int) -> tuple[int, list[ResultRow], list[Any] | None]:
+        """The log at checkpoint `ckpt`'s barrier: (first offset, rows not committed,
+        the counts behind at-least-once ids)."""
+        self.marks[ckpt] = self.end_offset
+        seen = [[h, n] for h, n in self.seen.items()] if self.seen is not None else None
+        return self._base, list(self._rows), seen
+
+    def checkpointed(self, ckpt: int) -> None:
+        """Checkpoint `ckpt` completed: the rows before its barrier can be read."""
+        done = [c for c in self.marks if c <= ckpt]
+        if done and self.stable is not None:
+            self.stable = max(self.stable, self.marks[max(done)])
+        for c in done:
+            del self.marks[c]
+
+    def restore(self, base: int, rows: list[Any], seen: list[Any] | None = None) -> None:
+        """The log as a checkpoint has it: every row of it readable (it completed)."""
+        if self.seen is not None and seen is not None:
+            self.seen = OrderedDict((h, n) for h, n in seen)
+        self._rows = deque((e, ing, eg) for e, ing, eg in rows)
+        self._base = base
+        self.bytes = 0
+        if rows:
+            self.bytes = (approx_bytes(rows[0][0]) + ROW_OVERHEAD) * len(rows)
+        if self.stable is not None:
+            self.stable = self.end_offset
+        self.marks.clear()
 
     def commit(self, offset: int) -> None:
         """Drop rows below `offset` (a reader persisted them)."""
@@ -110,8 +188,10 @@ class Egress:
     """
 
     def __init__(self, result_capacity: int, hold: Callable[[str], None],
-                 release: Callable[[str], None], state_budget_bytes: int = 1 << 62) -> None:
+                 release: Callable[[str], None], state_budget_bytes: int = 1 << 62,
+                 delivery: Callable[[DataflowSpec], str | None] = lambda spec: None) -> None:
         self.result_capacity = result_capacity
+        self._delivery = delivery
         self.state_budget_bytes = state_budget_bytes
         self._hold = hold
         self._release = release
@@ -119,9 +199,12 @@ class Egress:
 
     def open(self, spec: DataflowSpec, hosted: list[Activation]) -> None:
         budget = spec.limits.state_bytes or self.state_budget_bytes
+        mode = self._delivery(spec)
         sinks = sum(s.parallelism for s in spec.sinks)
         self.dataflows[spec.name] = DataflowOutputs(
-            {a.id: ResultLog() for a in hosted if a.is_sink}, log_bytes=budget // (2 * sinks))
+            {a.id: ResultLog(mode == "exactly_once", mode == "at_least_once")
+             for a in hosted if a.is_sink},
+            log_bytes=budget // (2 * sinks))
 
     def close(self, dataflow: str, ids: list[str]) -> None:
         self.dataflows.pop(dataflow, None)
@@ -132,7 +215,11 @@ class Egress:
         out = self.dataflows[dataflow]
         log = out.results[sink]
         log.append(events, ingest_ms, now)
-        if len(log) >= self.result_capacity or log.bytes >= out.log_bytes:
+        self._hold_if_full(out, sink)
+
+    def _hold_if_full(self, out: DataflowOutputs, sink: str) -> None:
+        rows, size = out.results[sink].unread()
+        if rows >= self.result_capacity or size >= out.log_bytes:
             self._hold(sink)
 
     def errors(self, dataflow: str, errors: list[ErrorRecord], ingest_ms: float,
@@ -155,13 +242,22 @@ class Egress:
         out = self.dataflows[dataflow]
         log = out.results[sink]
         log.commit(offset)
-        if len(log) < self.result_capacity // 2 and log.bytes < out.log_bytes // 2:
+        rows, size = log.unread()
+        if rows < self.result_capacity // 2 and size < out.log_bytes // 2:
             self._release(sink)
 
     def result_offsets(self, dataflow: str) -> dict[str, LogOffsets]:
-        """sink activation -> (committed offset, end offset)."""
-        return {aid: (log.committed_offset, log.end_offset)
+        """sink activation -> (committed offset, end offset of what can be read)."""
+        return {aid: (log.committed_offset, log.readable_end)
                 for aid, log in self.dataflows[dataflow].results.items()}
+
+    def checkpointed(self, dataflow: str, ckpt: int) -> None:
+        out = self.dataflows.get(dataflow)
+        if out is None:
+            return
+        for sink, log in out.results.items():
+            log.checkpointed(ckpt)
+            self._hold_if_full(out, sink)
 
     def read_errors(self, dataflow: str, start: int, end: int | None
                     ) -> tuple[int, list[ResultRow]]:
@@ -187,7 +283,9 @@ class Egress:
         return {f"{s}:{k}": n for (s, k), n in self.dataflows[dataflow].errors.counts.items()}
 
     def held_full(self, dataflow: str) -> list[str]:
-        """The sinks of `dataflow` here whose log is full (held until a reader commits)."""
+        """The sinks of `dataflow` here whose log is full, counting the rows that wait for a
+        checkpoint too: a client is refused more events by these (the sink itself is held
+        by readable rows only, see `ResultLog.unread`)."""
         out = self.dataflows.get(dataflow)
         if out is None:
             return []
@@ -195,8 +293,11 @@ class Egress:
                 if len(log) >= self.result_capacity or log.bytes >= out.log_bytes]
 
     def footprint(self, dataflow: str) -> int:
-        """Estimated bytes of the dataflow's unread results and error output here."""
+        """Estimated bytes of the dataflow's readable unread results and error output here."""
         out = self.dataflows.get(dataflow)
         if out is None:
             return 0
-        return sum(log.bytes for log in out.results.values()) + out.error_log.bytes
+        # Rows waiting for a checkpoint are not counted: they are readable (or the
+        # checkpoint failed and is tried again) within an interval, and a dataflow must not
+        # fail because a fast writer outran one checkpoint.
+        return sum(log.unread()[1] for log in out.results.values()) + out.error_log.bytes

@@ -15,8 +15,10 @@ import sys
 import threading
 import time
 import traceback
+import uuid
+from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import ray
@@ -25,6 +27,7 @@ from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.runtime._private.core import ExecutorCore
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
+from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime.boundary import (
     DataflowPart,
     ErrorLogOffsets,
@@ -33,6 +36,7 @@ from cameo_actors.runtime.boundary import (
     ResultRow,
 )
 from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.exceptions import NotHosted
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -50,8 +54,22 @@ class Executor:
         self.config = RuntimeConfig.from_dict(config)
         sys.setswitchinterval(self.config.switch_interval_s)
         self.index = index
+        #: names this run of the process: Ray restarts a dead executor by running this again
+        self.incarnation = uuid.uuid4().hex[:12]
         self.peers: list[Any] = []
-        self.core = ExecutorCore(index, self.config, self._send_to)
+        self.core = ExecutorCore(index, self.config, self._send_to, persist=self._persist)
+        self.core.channels.incarnation = self.incarnation
+        self.storage = CheckpointStorage(self.config.checkpoint_url) \
+            if self.config.checkpoint_url else None
+        # Checkpoint parts are written here, off the worker thread, one at a time.
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"cameo-ckpt-{index}")
+        #: (dataflow, checkpoint) -> activation -> (path in storage, a source's positions,
+        #: bytes)
+        self.written: dict[tuple[str, int], dict[str, tuple[str, dict[str, int], int]]] = {}
+        self.write_failures = 0
+        #: dataflow -> times it was restored or cancelled here (a checkpoint under way
+        #: before that will not complete: its waiters stop)
+        self.resets: Counter[str] = Counter()
         self._wake = threading.Event()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name=f"cameo-executor-{index}", daemon=True)
@@ -100,37 +118,127 @@ class Executor:
 
     @ray.method(concurrency_group="ingest")
     def ingest(self, client: str, seq: int, target: str, blob: bytes) -> int:
-        """Events from a client (driver, Spark writer). Blocks while the target source
-        has `ingress_events` waiting: that is the backpressure a writer feels.
-        Returns the events waiting at the target after this batch."""
+        """Events from a client (driver, Spark writer): call `seq` of `client` to source
+        `target`. Blocks while the source has `ingress_events` waiting: that is the
+        backpressure a writer feels. Written to the source's ingress log before it
+        returns, so an accepted call survives this process. Returns the events waiting
+        at the target after this batch.
+
+        Raises:
+            NotHosted: the source is not here (now): being restored, or ended. The
+                client sends the call again once the dataflow runs (a call applied
+                already is dropped by its number).
+        """
         core = self.core
+        act = core.hosting.activations.get(target)
+        if act is None:
+            raise NotHosted(f"executor {self.index} does not host {target!r} now")
         # Stamped on arrival: time spent blocked by backpressure counts as latency.
         ingest_ms = core.clock.now_ms()
         waiting = core.flow.wait_for_room(target, lambda: target in core.hosting.activations,
                                           CALL_TIMEOUT_S)
-        act = core.hosting.activations.get(target)
-        # Never raises: a call that failed here would leave a gap in the client's order.
-        items = unpack_ingest(blob, act.step.id if act is not None else target)
+        log = core.ingress_logs.get(target)
+        if log is not None:
+            try:
+                log.append(client, seq, blob)
+            except ValueError:  # closed: the dataflow was cancelled or is being restored
+                raise NotHosted(f"executor {self.index}: {target!r} is being restored") from None
+        items = unpack_ingest(blob, act.step.id)
         self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms))
         return waiting
 
     # -- control -------------------------------------------------------------------
-    def set_peers(self, peers: list[Any]) -> int:
-        self.peers = peers
-        return self.index
+    def set_peers(self, peers: list[Any], incarnations: dict[int, str]) -> str:
+        """The pool's executors and their incarnations; returns this one's."""
+        self.peers = list(peers)
+        self._call(self._set_incarnations, incarnations)
+        return self.incarnation
 
-    def deploy(self, spec: dict[str, Any], placement: Placement) -> list[str]:
-        return self._call(self.core.deploy, DataflowSpec.from_dict(spec), placement)
+    def _set_incarnations(self, incarnations: dict[int, str]) -> None:
+        for peer, inc in incarnations.items():
+            if self.core.channels.peers.get(peer) != inc:
+                self.core.channels.relink(peer, inc)
+
+    def relink(self, peer: int, handle: Any, incarnation: str) -> None:
+        """Executor `peer` was restarted (as `incarnation`): its link starts again."""
+        while len(self.peers) <= peer:
+            self.peers.append(handle)
+        self.peers[peer] = handle
+        self._call(self.core.channels.relink, peer, incarnation)
+
+    def deploy(self, spec: dict[str, Any], placement: Placement, deployment: str = "") -> list[str]:
+        return self._call(self.core.deploy, DataflowSpec.from_dict(spec), placement, deployment)
+
+    # -- checkpoints and recovery (checkpoint.py) ----------------------------------------
+    def checkpoint(self, dataflow: str, ckpt: int) -> int:
+        return self._call(self.core.checkpoint, dataflow, ckpt)
+
+    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: bytes,
+                 positions: dict[str, int]) -> None:
+        """A complete part (on the worker thread): written by the writer thread."""
+        deployment = self.core.hosting.dataflows[dataflow].deployment
+        self._writer.submit(self._write, dataflow, deployment, ckpt, aid, blob, positions)
+
+    def _write(self, dataflow: str, deployment: str, ckpt: int, aid: str, blob: bytes,
+               positions: dict[str, int]) -> None:
+        if self.storage is None:
+            return
+        try:
+            path = self.storage.write_part(dataflow, deployment, ckpt, aid, blob)
+        except Exception:  # counted; the checkpoint will not complete, the previous one stays
+            self.write_failures += 1
+            logger.exception("executor %d: checkpoint %d of %s: part %s not written",
+                             self.index, ckpt, dataflow, aid)
+            return
+        self.written.setdefault((dataflow, ckpt), {})[aid] = (path, positions, len(blob))
+
+    def await_checkpoint(self, dataflow: str, ckpt: int, ids: list[str], timeout_s: float
+                         ) -> dict[str, tuple[str, dict[str, int], int]]:
+        """The parts of checkpoint `ckpt` written here once all of `ids` are (or after
+        `timeout_s`): activation -> (path, positions, bytes). Watched from Ray's thread."""
+        deadline = time.monotonic() + timeout_s
+        resets = self.resets[dataflow]
+        while True:
+            got = self.written.get((dataflow, ckpt), {})
+            if all(a in got for a in ids) or time.monotonic() > deadline \
+                    or self.resets[dataflow] != resets:
+                return dict(got)
+            time.sleep(EPOCH_WATCH_S * 5)
+
+    def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]]) -> None:
+        """Checkpoint `ckpt` completed (its manifest is in storage)."""
+        for key in [k for k in self.written if k[0] == dataflow and k[1] <= ckpt]:
+            del self.written[key]
+        self._call(self.core.checkpointed, dataflow, ckpt, positions)
+
+    def restore(self, spec: dict[str, Any], placement: Placement, deployment: str,
+                parts: dict[str, str], generation: int) -> list[str]:
+        """Deploy a dataflow again from a checkpoint (`parts`: activation -> path in
+        storage), held until `resume`. The parts are read here, on Ray's thread."""
+        self.resets[spec["name"]] += 1
+        mine = {str(a) for a in placement.on(self.index)}
+        blobs = {aid: self.storage.read_part(path) for aid, path in parts.items()
+                 if aid in mine and self.storage is not None}
+        for key in [k for k in self.written if k[0] == spec["name"]]:
+            del self.written[key]
+        return self._call(self.core.restore, DataflowSpec.from_dict(spec), placement,
+                          deployment, blobs, generation)
+
+    def resume(self, dataflow: str) -> None:
+        self._call(self.core.resume, dataflow)
 
     def cancel(self, dataflow: str) -> int:
+        self.resets[dataflow] += 1
         return self._call(self.core.cancel, dataflow)
 
     def update(self, dataflow: str, latency_target_ms: float | None, weight: float | None) -> None:
         self._call(self.core.update, dataflow, latency_target_ms=latency_target_ms, weight=weight)
 
     # -- changes of the physical plan (migration.py) -----------------------------------
-    def add_instances(self, spec: dict[str, Any], placement: Placement, new: list[str]) -> list[str]:
-        return self._call(self.core.add_instances, DataflowSpec.from_dict(spec), placement, new)
+    def add_instances(self, spec: dict[str, Any], placement: Placement, new: list[str],
+                      generation: int = 0, deployment: str = "") -> list[str]:
+        return self._call(self.core.add_instances, DataflowSpec.from_dict(spec), placement, new,
+                          generation, deployment)
 
     def prepare(self, dataflow: str, step: str, version: int,
                 moves: dict[int, tuple[int, int]]) -> None:
@@ -218,9 +326,10 @@ class Executor:
             waiting = {a: core.flow.ingress_pending[a] for a in ids if a in core.flow.ingress_pending}
         return waiting, core.egress.held_full(dataflow)
 
-    def ping(self) -> int:
-        """Liveness, answered by Ray's threads (not the worker thread, which may be busy)."""
-        return self.index
+    def ping(self) -> tuple[int, str]:
+        """Liveness and incarnation, answered by Ray's threads (not the worker thread,
+        which may be busy)."""
+        return self.index, self.incarnation
 
     def ended(self, dataflow: str) -> bool:
         return self._call(self.core.ended, dataflow)

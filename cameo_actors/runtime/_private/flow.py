@@ -65,8 +65,8 @@ class FlowControl:
 
     def acked(self, upstream: str, downstream: str, n: int) -> None:
         chan = (upstream, downstream)
-        if chan in self.outstanding:
-            self.outstanding[chan] -= n
+        if chan in self.outstanding:  # (an ack of a restored dataflow's last run: gone)
+            self.outstanding[chan] = max(0, self.outstanding[chan] - n)
         if self.outstanding[chan] <= self.credit_events // 2:
             self.release(upstream, downstream)
 

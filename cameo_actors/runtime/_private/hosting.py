@@ -26,6 +26,9 @@ class HostedDataflow:
     #: Spark input batches handed over: "<source>@<query id>" -> the last batch id whose
     #: events were all enqueued at the source before this mark (for checkpoint alignment).
     input_batches: dict[str, int] = field(default_factory=dict)
+    #: names this deployment (a redeploy under the same name gets another): the folder
+    #: of its checkpoints and ingress logs
+    deployment: str = ""
 
 
 class Hosting:
@@ -92,6 +95,16 @@ class Hosting:
         enqueued here: runs on the worker thread after the ingests handed over before it."""
         batches = self.dataflows[dataflow].input_batches
         batches[key] = max(batch_id, batches.get(key, batch_id))
+        # The write tasks of batches up to this one will not run again: their client
+        # names ("spark/<query>/<batch>/<partition>", see spark_ingest) can go.
+        query = key.partition("@")[2]
+        prefix = f"spark/{query}/"
+        for aid in self.dataflows[dataflow].ids:
+            positions = self.activations[aid].positions
+            for client in [c for c in positions if c.startswith(prefix)]:
+                batch = client[len(prefix):].partition("/")[0]
+                if batch.isdigit() and int(batch) < batch_id:
+                    del positions[client]
 
     def input_batches(self, dataflow: str) -> dict[str, int]:
         return dict(self.dataflows[dataflow].input_batches)

@@ -94,6 +94,21 @@ class Placement:
         """The instances of `step`, by instance number."""
         return sorted((a for a in self.instances if a.step == step), key=lambda a: a.instance)
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON form (a checkpoint's manifest and the controller's registry keep it)."""
+        return {"instances": [[a.dataflow, a.step, a.instance, ex]
+                              for a, ex in self.instances.items()],
+                "tables": {s: [t.version, list(t.owners)] for s, t in self.tables.items()},
+                "bins": self.bins,
+                "retired": [[a.dataflow, a.step, a.instance] for a in sorted(
+                    self.retired, key=str)]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Placement:
+        return cls({ActivationId(df, st, i): ex for df, st, i, ex in d["instances"]},
+                   {s: RoutingTable(v, tuple(o)) for s, (v, o) in d["tables"].items()},
+                   d["bins"], frozenset(ActivationId(df, st, i) for df, st, i in d["retired"]))
+
 
 def place(spec: DataflowSpec, executors: Sequence[int], load: dict[int, int],
           bins: int = DEFAULT_BINS) -> Placement:

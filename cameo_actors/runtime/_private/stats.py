@@ -218,5 +218,6 @@ def dataflow_metrics(info: DataflowInfo, parts: Iterable[DataflowPart]) -> Dataf
         "within_target_count": lat.within_target, "sum_ms": lat.sum_ms,
         "buckets": list(lat.buckets), "p50_ms": p50, "p95_ms": p95, "p99_ms": p99,
         "events_in": m.events_in, "events_out": m.events_out, "backlog": m.backlog,
-        "errors": m.errors,
+        "errors": m.errors, "checkpoints": info.get("checkpoints"),
+        "recoveries": info.get("recoveries", 0),
     }

@@ -32,22 +32,27 @@ def packable(obj: Any) -> bool:
 
 def encode_message(m: Message) -> tuple[Any, ...]:
     return (m.target, m.port, m.is_watermark, m.payload, m.ctx.to_tuple(), m.upstream, m.size,
-            m.sent_ms)
+            m.sent_ms, m.generation)
 
 
 def decode_message(t: list[Any]) -> Message:
-    target, port, is_wm, payload, ctx, upstream, size, sent = t
+    target, port, is_wm, payload, ctx, upstream, size, sent, generation = t
     return Message(target, port, payload, is_wm, PriorityContext.from_tuple(ctx), upstream, size,
-                   sent_ms=sent)
+                   sent_ms=sent, generation=generation)
 
 
-def pack_link(sender: int, seq: int, messages: list[tuple[Any, ...]], acks: list[Ack]) -> bytes:
-    return msgpack.packb((sender, seq, messages, acks), use_bin_type=True)
+#: A batch's header: (sender index, sender incarnation, receiver incarnation, link seq).
+LinkHeader = tuple[int, str, str, int]
 
 
-def unpack_link(blob: bytes) -> tuple[int, int, list[Any], list[Any]]:
-    sender, seq, messages, acks = msgpack.unpackb(blob, raw=False, strict_map_key=False)
-    return sender, seq, messages, acks
+def pack_link(header: LinkHeader, messages: list[tuple[Any, ...]], acks: list[Ack]) -> bytes:
+    return msgpack.packb((*header, messages, acks), use_bin_type=True)
+
+
+def unpack_link(blob: bytes) -> tuple[int, str, str, int, list[Any], list[Any]]:
+    sender, sender_inc, to_inc, seq, messages, acks = msgpack.unpackb(
+        blob, raw=False, strict_map_key=False)
+    return sender, sender_inc, to_inc, seq, messages, acks
 
 
 def pack_events(items: list[Any]) -> bytes:

@@ -1,0 +1,98 @@
+"""Consistent checkpoints of a dataflow, taken with barriers that flow with the data.
+
+The controller starts checkpoint c of a dataflow by putting a control message
+``[checkpoint, c, positions]`` into each of its sources' mailboxes, with the
+positions (client -> next ingest call) of everything enqueued before it. Like
+every control message it is a barrier in the mailbox. At each activation
+(Chandy-Lamport, unaligned as in Flink's unaligned checkpoints):
+
+1. On the first barrier of c, the activation snapshots its state at once
+   (operator state, channel watermarks, a source's positions, a sink's result
+   log) and sends the barrier on every channel out, ahead of its later output.
+2. Until the barrier of c has come on every other input channel, the messages
+   that arrive on those channels are processed as usual and also recorded:
+   they were sent before the cut, so they belong to the checkpoint (its
+   in-flight messages). A channel that reaches the end of its stream will send
+   no barrier and counts as done.
+3. Then the part is complete: state and recorded messages are written to the
+   checkpoint storage off the worker thread, and the controller, once every
+   activation's part is written, commits the checkpoint's manifest.
+
+Nothing is held: no channel waits for another's barrier (an aligned checkpoint
+would hold the channels whose barrier came first, and with them a
+latency-sensitive tenant's results behind a slow upstream). The cost is the
+recorded messages, bounded by the credits of a channel. Restoring is the
+reverse: each activation gets its state, its recorded messages are replayed
+into it before anything else, and each source replays its ingress log
+(`ingress_log.py`) after its positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+if TYPE_CHECKING:
+    from cameo_actors.dataflow.spec import DataflowSpec
+    from cameo_actors.runtime.config import RuntimeConfig
+
+#: The control kind of a checkpoint barrier (see `migration.is_control`).
+CHECKPOINT = "checkpoint"
+
+#: A channel into an activation: (input port, upstream activation id; "" = ingress).
+Channel = tuple[int, str]
+#: A recorded in-flight message: (port, upstream, is_watermark, payload).
+Recorded = tuple[int, str, bool, Any]
+
+
+@dataclass
+class Part:
+    """One activation's part of checkpoint `ckpt`, from its first barrier on.
+
+    Attributes:
+        ckpt: the checkpoint's number.
+        state: the activation's state at the first barrier, packed (a copy: the
+            operator goes on changing).
+        pending: input channels whose barrier has not come yet.
+        inflight: the messages that came on pending channels (the channels' state).
+        results: a sink's result log at the barrier, (first offset, rows, id counts).
+        positions: a source's positions at the barrier (client -> next call).
+        written: handed to storage.
+    """
+
+    ckpt: int
+    state: bytes
+    pending: set[Channel]
+    inflight: list[Recorded] = field(default_factory=list)
+    results: tuple[int, list[Any], list[Any] | None] | None = None
+    positions: dict[str, int] = field(default_factory=dict)
+    written: bool = False
+
+    def blob(self) -> bytes:
+        return msgpack.packb({"state": self.state, "inflight": self.inflight,
+                              "results": self.results}, use_bin_type=True)
+
+
+def unpack_part(blob: bytes) -> dict[str, Any]:
+    part: dict[str, Any] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    part["state"] = msgpack.unpackb(part["state"], raw=False, strict_map_key=False)
+    return part
+
+
+def interval_s(spec: DataflowSpec, config: RuntimeConfig) -> float:
+    """The dataflow's checkpoint interval in seconds (0: no checkpoints, also in a pool
+    without checkpoint storage, as an `ExecutorCore` alone in a test or a benchmark)."""
+    if not config.checkpoint_url:
+        return 0.0
+    ms = spec.fault_tolerance.checkpoint_interval_ms
+    return config.checkpoint_interval_s if ms is None else ms / 1000.0
+
+
+def delivery(spec: DataflowSpec, config: RuntimeConfig) -> str | None:
+    """"exactly_once" (results wait for the checkpoint after them before they can be
+    read), "at_least_once" (read at once, with ids), or None (no checkpoints)."""
+    if interval_s(spec, config) <= 0:
+        return None
+    return spec.fault_tolerance.delivery or config.delivery

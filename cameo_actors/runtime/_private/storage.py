@@ -1,0 +1,389 @@
+"""Durable checkpoint storage: a local folder, or any filesystem `pyarrow.fs` understands.
+
+Under the root URL: ``registry.json`` (the controller's registry) and
+``dataflows/<dataflow>/<deployment>/chk-<ckpt:010d>/`` holding one file per part
+(one activation's state, its name URL-quoted) and ``_manifest.json``. Every file
+is written under a temporary name and moved into place, and the manifest is
+written last: a checkpoint counts only once its manifest is written, so a crash
+mid-write leaves the previous one in use. Retention (`retire`) keeps the newest
+committed checkpoints and deletes the older ones and the abandoned ones below
+them, never a folder above the newest committed one (it may be being written).
+Pure: pyarrow and the standard library, no Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import time
+import uuid
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import pyarrow.fs as pafs
+
+from cameo_actors.errors import CameoError
+
+REGISTRY = "registry.json"
+MANIFEST = "_manifest.json"
+_CHECKPOINT_DIR = re.compile(r"chk-(\d+)")
+# Every OSError-like failure pyarrow raises: its own ArrowInvalid is a ValueError,
+# ArrowNotImplementedError a NotImplementedError.
+_FS_ERRORS = (OSError, ValueError, NotImplementedError)
+_FIX_ACCESS = "check the storage is reachable and this pool may read and write it"
+_FIX_WRITABLE = ("give a folder or bucket this pool may write "
+                 "(RuntimeConfig.checkpoint_url, cameo serve --checkpoint-url)")
+
+
+class StorageError(CameoError):
+    """Checkpoint storage cannot be used (message names the URL, the operation, the cause
+    and the fix)."""
+
+
+def _name(text: str) -> str:
+    """`text` as one safe file name: "/" and the like quoted, and a leading "_" or "."
+    quoted too, so no name can be "..", a manifest or a temporary file."""
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"expected a non-empty str as a dataflow, deployment or part name, "
+                         f"got {text!r}. Fix: pass the id as a string")
+    encoded = quote(text, safe="")
+    if encoded[0] in "_.":
+        encoded = f"%{ord(encoded[0]):02X}{encoded[1:]}"
+    return encoded
+
+
+def _checkpoint_number(ckpt: int) -> int:
+    if isinstance(ckpt, bool) or not isinstance(ckpt, int) or ckpt < 0:
+        raise ValueError(f"expected a checkpoint number (an int >= 0), got {ckpt!r}. "
+                         f"Fix: pass the number the checkpoint was started with")
+    return ckpt
+
+
+class CheckpointStorage:
+    """Checkpoints and the controller's registry under one root URL.
+
+    Args:
+        url: a folder (made absolute), a ``file://`` URL, or any URL
+            `pyarrow.fs.FileSystem.from_uri` understands (``s3://``, ``gs://``,
+            ``hdfs://``); with `filesystem`, the root path inside it.
+        filesystem: a ready filesystem (tests); None: derived from `url`.
+
+    Example:
+        >>> import tempfile
+        >>> storage = CheckpointStorage(tempfile.mkdtemp())
+        >>> path = storage.write_part("df", "d1", 1, "df/win/0", b"state")
+        >>> storage.commit("df", "d1", 1, {"parts": {"df/win/0": path}})
+        >>> storage.read_part(storage.latest("df", "d1")["parts"]["df/win/0"])
+        b'state'
+    """
+
+    def __init__(self, url: str, filesystem: pafs.FileSystem | None = None) -> None:
+        if not isinstance(url, str):
+            raise TypeError(f"expected the checkpoint storage URL as a str, got {url!r}. "
+                            f"Fix: pass a folder or a URL such as 's3://bucket/checkpoints'")
+        self.url = url
+        if filesystem is not None:
+            self._fs, root = filesystem, url
+        else:
+            self._fs, root = self._open(url)
+        # Paths inside the filesystem are "<prefix><relative path>"; "" and "/" roots work.
+        self._prefix = root if not root or root.endswith("/") else root + "/"
+        # Cleared once the filesystem says it cannot move: files are then written in place.
+        self._can_move = True
+        self._local = isinstance(self._fs, pafs.LocalFileSystem)
+
+    def _open(self, url: str) -> tuple[pafs.FileSystem, str]:
+        if not url:
+            raise ValueError("expected a checkpoint storage URL, got ''. Fix: give a folder "
+                             "or a URL such as 's3://bucket/checkpoints'")
+        parts = urlsplit(url)
+        # A one-letter scheme is a Windows drive ("C:\\ckpt"), not a URL.
+        if len(parts.scheme) <= 1:
+            return pafs.LocalFileSystem(), os.path.abspath(url)
+        if parts.scheme == "file":
+            if parts.netloc not in ("", "localhost"):
+                raise self._error("open", url, f"host {parts.netloc!r} in a file:// URL",
+                                  "use file:///absolute/path, or a URL of a shared "
+                                  "filesystem (s3://, gs://, hdfs://)")
+            # Parsed here: pyarrow refuses file:// URLs with unquoted spaces.
+            return pafs.LocalFileSystem(), os.path.abspath(unquote(parts.path))
+        try:
+            return pafs.FileSystem.from_uri(url)
+        except _FS_ERRORS as e:
+            raise self._error("open", url, e, "give a folder or a URL pyarrow.fs understands "
+                              "(s3://, gs://, hdfs://) and install its support") from e
+
+    # -- paths and primitives --------------------------------------------------
+
+    def _error(self, operation: str, path: str, cause: object, fix: str) -> StorageError:
+        return StorageError(f"checkpoint storage {self.url!r}: cannot {operation} {path!r} "
+                            f"({cause}). Fix: {fix}")
+
+    def _path(self, relative: str) -> str:
+        return self._prefix + relative
+
+    @staticmethod
+    def _deployment_dir(dataflow: str, deployment: str | None = None) -> str:
+        folder = f"dataflows/{_name(dataflow)}"
+        return folder if deployment is None else f"{folder}/{_name(deployment)}"
+
+    @classmethod
+    def _checkpoint_dir(cls, dataflow: str, deployment: str, ckpt: int) -> str:
+        return f"{cls._deployment_dir(dataflow, deployment)}/chk-{_checkpoint_number(ckpt):010d}"
+
+    def _write(self, relative: str, data: bytes) -> None:
+        """Writes `data` at `relative` whole or not at all: to a temporary name, then moved."""
+        final = self._path(relative)
+        folder = final.rsplit("/", 1)[0] if "/" in final else ""
+        try:
+            if folder:
+                self._fs.create_dir(folder, recursive=True)
+            if not self._can_move:
+                self._put(final, data)
+                return
+            temporary = f"{folder}/_tmp-{uuid.uuid4().hex}" if folder \
+                else f"_tmp-{uuid.uuid4().hex}"
+            self._put(temporary, data)
+            try:
+                self._fs.move(temporary, final)
+            except NotImplementedError:
+                # Only the manifest written last makes a checkpoint count, so writing in
+                # place is still safe where a filesystem cannot move.
+                self._can_move = False
+                self._fs.delete_file(temporary)
+                self._put(final, data)
+        except _FS_ERRORS as e:
+            raise self._error("write", final, e, _FIX_ACCESS) from e
+
+    def _put(self, path: str, data: bytes) -> None:
+        with self._fs.open_output_stream(path) as out:
+            out.write(data)
+        if self._local:
+            # Flushed before the move: after a power loss a renamed file could be empty.
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _read(self, path: str) -> bytes:
+        with self._fs.open_input_stream(path) as stream:
+            return bytes(stream.read())
+
+    def _list(self, path: str) -> list[pafs.FileInfo]:
+        """The entries directly in `path`; [] if it does not exist."""
+        return list(self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
+
+    def _delete_dir(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete_dir(path)
+
+    # -- the API ---------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Creates the root, writes a probe file, reads it back and deletes it.
+
+        Raises:
+            StorageError: any step failed; the message names the URL, the cause and the fix.
+        """
+        probe = self._path(f"_probe-{uuid.uuid4().hex}")
+        data = b"cameo checkpoint storage probe"
+        try:
+            if self._prefix.strip("/"):
+                self._fs.create_dir(self._prefix.rstrip("/"), recursive=True)
+            self._put(probe, data)
+            back = self._read(probe)
+            self._fs.delete_file(probe)
+        except _FS_ERRORS as e:
+            raise StorageError(f"checkpoint storage {self.url!r}: cannot write there ({e}). "
+                               f"Fix: {_FIX_WRITABLE}") from e
+        if back != data:
+            raise StorageError(f"checkpoint storage {self.url!r}: cannot write there (a probe "
+                               f"file read back {len(back)} bytes, {len(data)} were written). "
+                               f"Fix: {_FIX_WRITABLE}")
+
+    def write_part(self, dataflow: str, deployment: str, ckpt: int, part: str,
+                   data: bytes) -> str:
+        """Writes one part of checkpoint `ckpt` (e.g. one activation's state).
+
+        Returns:
+            Its path relative to the root: what the manifest lists, and `read_part` takes.
+        """
+        relative = f"{self._checkpoint_dir(dataflow, deployment, ckpt)}/{_name(part)}"
+        self._write(relative, bytes(data))
+        return relative
+
+    def read_part(self, path: str) -> bytes:
+        """The bytes of a part, by the path `write_part` returned.
+
+        Raises:
+            StorageError: it is missing or cannot be read.
+        """
+        if not path or path.startswith("/") or ".." in path.split("/"):
+            raise ValueError(f"expected a part's path as write_part returned it "
+                             f"('dataflows/...'), got {path!r}. Fix: pass the path the "
+                             f"checkpoint's manifest lists")
+        full = self._path(path)
+        try:
+            return self._read(full)
+        except FileNotFoundError as e:
+            raise self._error("read the checkpoint part", full, e,
+                              "the checkpoint is incomplete or was retired; restore the "
+                              "newest committed one (CheckpointStorage.latest)") from e
+        except _FS_ERRORS as e:
+            raise self._error("read the checkpoint part", full, e, _FIX_ACCESS) from e
+
+    def commit(self, dataflow: str, deployment: str, ckpt: int, manifest: dict) -> None:
+        """Writes the manifest of checkpoint `ckpt`, the last step: from now on it counts.
+
+        The stored manifest also holds "checkpoint" (`ckpt`) and "committed_at" (Unix time).
+
+        Raises:
+            TypeError: the manifest holds something JSON cannot hold.
+            StorageError: it cannot be written.
+        """
+        folder = self._checkpoint_dir(dataflow, deployment, ckpt)
+        stored = {**manifest, "checkpoint": ckpt, "committed_at": time.time()}
+        data = self._encode(stored, f"the manifest of checkpoint {ckpt} of "
+                            f"{dataflow!r}/{deployment!r}")
+        self._write(f"{folder}/{MANIFEST}", data)
+
+    def latest(self, dataflow: str, deployment: str) -> dict | None:
+        """The manifest of the newest committed checkpoint; None if there is none.
+
+        A folder without a manifest, or with one that does not parse (a crash while it was
+        written where the filesystem cannot move), does not count.
+        """
+        for _, folder in reversed(self._folders(dataflow, deployment)):
+            manifest = self._manifest(folder)
+            if manifest is not None:
+                return manifest
+        return None
+
+    def checkpoints(self, dataflow: str, deployment: str) -> list[int]:
+        """The numbers of the committed checkpoints, ascending."""
+        return [ckpt for ckpt, folder in self._folders(dataflow, deployment)
+                if self._manifest(folder) is not None]
+
+    def retire(self, dataflow: str, deployment: str, keep: int) -> list[int]:
+        """Deletes every committed checkpoint but the newest `keep`, and every uncommitted
+        folder below the newest committed one (abandoned); never one above it (it may be
+        being written). Folders that cannot be deleted are left for the next call.
+
+        Returns:
+            The numbers of the checkpoints deleted, ascending.
+        """
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"expected keep >= 1 (the newest committed checkpoint is what a "
+                             f"restart restores), got {keep!r}. Fix: pass 1 or more")
+        folders = self._folders(dataflow, deployment)
+        committed = [(ckpt, folder) for ckpt, folder in folders
+                     if self._manifest(folder) is not None]
+        if not committed:
+            return []
+        newest = committed[-1][0]
+        kept = {ckpt for ckpt, _ in committed[-keep:]}
+        deleted = []
+        for ckpt, folder in folders:
+            if ckpt >= newest or ckpt in kept:
+                continue
+            try:
+                self._delete_checkpoint(folder)
+            except _FS_ERRORS:
+                continue
+            deleted.append(ckpt)
+        return deleted
+
+    def drop(self, dataflow: str, deployment: str | None = None) -> None:
+        """Deletes every checkpoint of a deployment, or of every deployment of the dataflow
+        when `deployment` is None; a missing one is fine."""
+        root = self._path(self._deployment_dir(dataflow, deployment))
+        try:
+            # Manifests first, so a crash halfway leaves nothing that still counts.
+            deployments = [root] if deployment is not None else \
+                [i.path for i in self._list(root) if i.type == pafs.FileType.Directory]
+            for folder in deployments:
+                for info in self._list(folder):
+                    if info.type == pafs.FileType.Directory:
+                        self._delete_manifest(info.path)
+            self._delete_dir(root)
+        except _FS_ERRORS as e:
+            raise self._error("delete", root, e, _FIX_ACCESS) from e
+
+    def save_registry(self, data: dict) -> None:
+        """Writes the controller's registry (JSON) at ``<root>/registry.json``, whole or not
+        at all.
+
+        Raises:
+            TypeError: it holds something JSON cannot hold.
+            StorageError: it cannot be written.
+        """
+        self._write(REGISTRY, self._encode(data, "the registry"))
+
+    def load_registry(self) -> dict | None:
+        """The controller's registry; None if none was saved.
+
+        Raises:
+            StorageError: it cannot be read, or does not parse as a JSON object.
+        """
+        path = self._path(REGISTRY)
+        try:
+            raw = self._read(path)
+        except FileNotFoundError:
+            return None
+        except _FS_ERRORS as e:
+            raise self._error("read the registry", path, e, _FIX_ACCESS) from e
+        fix = ("restore the file from a backup, or delete it to start with an empty "
+               "registry (the dataflows must then be submitted again)")
+        try:
+            data = json.loads(raw)
+        except ValueError as e:  # bad JSON, bad UTF-8
+            raise self._error("read the registry", path, f"corrupt: {e}", fix) from e
+        if not isinstance(data, dict):
+            raise self._error("read the registry", path,
+                              f"corrupt: a JSON {type(data).__name__}, not an object", fix)
+        return data
+
+    # -- helpers of the API ----------------------------------------------------
+
+    @staticmethod
+    def _encode(value: dict, what: str) -> bytes:
+        try:
+            return json.dumps(value, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{what}: expected only JSON values (dict with str keys, list, "
+                            f"str, int, float, bool, None), got {e}. Fix: convert the value "
+                            f"before storing it") from e
+
+    def _folders(self, dataflow: str, deployment: str) -> list[tuple[int, str]]:
+        """The checkpoint folders of a deployment, committed or not: (number, path),
+        ascending; [] if they cannot be listed."""
+        try:
+            infos = self._list(self._path(self._deployment_dir(dataflow, deployment)))
+        except _FS_ERRORS:
+            return []
+        folders = []
+        for info in infos:
+            match = _CHECKPOINT_DIR.fullmatch(info.base_name)
+            if match and info.type == pafs.FileType.Directory:
+                folders.append((int(match.group(1)), info.path))
+        return sorted(folders)
+
+    def _manifest(self, folder: str) -> dict | None:
+        """The manifest in a checkpoint folder; None if missing, unreadable or garbage."""
+        try:
+            manifest: Any = json.loads(self._read(f"{folder}/{MANIFEST}"))
+        except _FS_ERRORS:  # JSON and UTF-8 errors are ValueErrors
+            return None
+        return manifest if isinstance(manifest, dict) else None
+
+    def _delete_manifest(self, folder: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete_file(f"{folder}/{MANIFEST}")
+
+    def _delete_checkpoint(self, folder: str) -> None:
+        # The manifest first: a checkpoint deleted halfway no longer counts.
+        self._delete_manifest(folder)
+        self._delete_dir(folder)
