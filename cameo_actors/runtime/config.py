@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -147,3 +149,21 @@ class RuntimeConfig:
 def default_run_dir() -> str:
     """The project's own run folder for Ray's and Spark's temporary files."""
     return os.path.abspath(os.environ.get("CAMEO_RUN_DIR", ".run"))
+
+
+# A Unix socket's path holds at most 107 bytes, and Ray puts its sockets at
+# `<temp dir>/session_<date>_<time>_<micros>_<pid>/sockets/plasma_store`.
+_SOCKET_PATH_MAX = 107
+_SESSION_SOCKET_SUFFIX = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+
+
+def ray_temp_dir(run_dir: str | None = None) -> str:
+    """Ray's folder for a local node: `run_dir/ray`, or, where that path is too long
+    for Ray's sockets, a short folder in the system's temp dir named after it (so
+    one run folder always finds the same one)."""
+    run = os.path.join(os.path.abspath(run_dir or default_run_dir()), "ray")
+    if len(run.encode()) + _SESSION_SOCKET_SUFFIX > _SOCKET_PATH_MAX:
+        digest = hashlib.sha256(run.encode()).hexdigest()[:12]
+        run = os.path.join(tempfile.gettempdir(), f"cameo-ray-{digest}")
+    os.makedirs(run, exist_ok=True)
+    return run

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from cameo_actors.runtime.config import ray_temp_dir
 from cameo_actors.service.auth import new_token, write_private
 
 
@@ -201,7 +202,7 @@ class LocalCluster:
         self._ray("--head", f"--node-ip-address={self.head_ip}", f"--port={self.port}",
                   f"--num-cpus={self.cpus[0]}", "--include-dashboard=false",
                   f"--dashboard-agent-listen-port={free_port()}",
-                  f"--temp-dir={os.path.join(self.run_dir, 'ray')}", log_name="head.log")
+                  f"--temp-dir={ray_temp_dir(self.run_dir)}", log_name="head.log")
         for i, n in enumerate(self.cpus[1:], start=1):
             self._ray(f"--address={self.address}", f"--node-ip-address=127.0.0.{2 + i}",
                       f"--num-cpus={n}", f"--dashboard-agent-listen-port={free_port()}",

@@ -3,7 +3,10 @@ egress, hosting, statistics, and the records of the runtime's boundary."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import given
@@ -240,3 +243,20 @@ def test_an_output_that_cannot_travel_is_reported_and_the_link_keeps_its_order()
     first = links[0][4][0]
     assert first[3] == [{"v": 1}] and first[6] == 3  # good events go on, credits come back
     assert told == [("df/m/0", [{"v": Decimal("1.5")}, {"v": 2**70}])]
+
+
+def test_rays_folder_moves_to_a_short_path_when_its_sockets_would_not_fit() -> None:
+    from cameo_actors.runtime.config import ray_temp_dir
+
+    top = tempfile.mkdtemp(prefix="c")  # /tmp/cXXXXXXXX: short enough
+    deep = os.path.join(top, "a-run-folder-nested-deep-enough" * 2)
+    moved = ray_temp_dir(deep)
+    try:
+        assert ray_temp_dir(top) == os.path.join(top, "ray")
+        assert not moved.startswith(deep) and os.path.isdir(moved)
+        assert moved == ray_temp_dir(deep)  # one run folder, one Ray folder
+        socket = os.path.join(moved, "session_2026-11-24_00-54-39_758884_4194304/sockets/plasma_store")
+        assert len(socket.encode()) <= 107
+    finally:
+        shutil.rmtree(top)
+        shutil.rmtree(moved)

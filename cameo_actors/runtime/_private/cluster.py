@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from cameo_actors.runtime.config import default_run_dir
+from cameo_actors.runtime.config import ray_temp_dir
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
 
 #: The Ray namespace of every cameo actor (controllers, executors).
@@ -39,7 +39,7 @@ def executor_name(pool: str, index: int) -> str:
 def init_local(run_dir: str | None = None, num_cpus: int | None = None, *,
                node_ip: str = "127.0.0.1", **kwargs: Any) -> None:
     """Start a private local Ray bound to `node_ip` (loopback by default), its files
-    under `run_dir/ray`.
+    under `run_dir/ray` (see `ray_temp_dir`).
 
     Ray otherwise advertises the host's network address even for a local
     cluster; a private runtime has no business on the network. Ray's own
@@ -48,8 +48,7 @@ def init_local(run_dir: str | None = None, num_cpus: int | None = None, *,
     in this already-imported process, from its constants. (A multi-node
     `ray start` refuses to run with it: set it to "1" for such a child.)
     """
-    run = os.path.join(os.path.abspath(run_dir or default_run_dir()), "ray")
-    os.makedirs(run, exist_ok=True)
+    run = ray_temp_dir(run_dir)
     if node_ip in ("127.0.0.1", "localhost"):
         from ray._private import ray_constants
 
