@@ -43,7 +43,7 @@ $(BENCH): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH)
 
-bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair; plots), overhead, throughput, service, migration, recovery (README)
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput, service, migration, recovery (README)
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/out/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead

@@ -1,6 +1,6 @@
 """Cameo scenarios, each under fifo, cameo and isolated, in one run on one Ray.
 
-Run: `python -m bench.cameo --scenario {single,multi,spike,fair,all} [--duration S] [--quick]
+Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,all} [--duration S] [--quick]
       [--repeat N] [--json FILE] [--plots DIR]`
 
 - single: bulk alone (source -> burn map -> key_by -> 250 ms tumbling count,
@@ -12,11 +12,16 @@ Run: `python -m bench.cameo --scenario {single,multi,spike,fair,all} [--duration
 - fair: three bulk tenants a, b, c (weights 1, 1, 2) started 3 s apart, each
   offered 100% of capacity; fifo vs fair_share (the "cameo" slot), executor time per
   tenant per second and final shares.
+- overload: three latency-sensitive tenants (targets 20, 50, 150 ms, 500 ev/s each) and two
+  bulk tenants (targets 1 s and 3 s, weights 1 and 2) offered together 90%, 120% and 150%
+  of capacity (quick: 90% and 150%); per tenant its share of executor time against its
+  weighted max-min fair share, within_target and throughput.
 
-Modes: fifo and cameo share two executors; isolated gives each dataflow its own
+Modes: fifo, cameo (deadline order alone) and floor (deadline order within each tenant's
+guaranteed floor, the default) share two executors; isolated gives each dataflow its own
 (same total). Capacity is measured once, at the start (bulk alone, flat out).
-Ratios: p99 of the latency-sensitive dataflows (max over them), fifo / cameo
-and isolated / cameo. Inputs come from bench/workload.py, seeded.
+Ratios: p99 of the latency-sensitive dataflows (max over them), fifo / cameo,
+floor / cameo and isolated / cameo. Inputs come from bench/workload.py, seeded.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from bench import scenarios
 from bench.multitenant import calibrate_capacity
 from bench.output import save_json
 
-SCENARIOS = ("single", "multi", "spike", "fair")
+SCENARIOS = ("single", "multi", "spike", "fair", "overload")
 
 
 def run_scenario(name: str, capacity: float, warmup: float, seconds: float, quick: bool,
@@ -42,6 +47,9 @@ def run_scenario(name: str, capacity: float, warmup: float, seconds: float, quic
         return scenarios.spike(capacity, warmup, seconds, log=log)
     if name == "fair":
         return scenarios.fair(capacity, seconds, stagger_s=2.0 if quick else 3.0, log=log)
+    if name == "overload":
+        return scenarios.overload(capacity, warmup, seconds,
+                                  levels=(0.9, 1.5) if quick else (0.9, 1.2, 1.5), log=log)
     raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
 
 

@@ -44,9 +44,9 @@ def alerts() -> Dataflow:
 
 
 def bulk(name: str = "bulk", tenant: str = "analytics", weight: float = 1.0,
-         window_ms: int = 1000) -> Dataflow:
+         window_ms: int = 1000, target_ms: float = 1000) -> Dataflow:
     """source -> burn map -> key_by -> tumbling count, parallelism 2, target 1 s."""
-    return (Dataflow(name, latency_target_ms=1000, tenant=tenant, weight=weight)
+    return (Dataflow(name, latency_target_ms=target_ms, tenant=tenant, weight=weight)
             .source("s", schema=SCHEMA, event_time="ts", parallelism=2)
             .map(function="bench.work:burn", parallelism=2)
             .key_by("key").window(tumbling_ms=window_ms, parallelism=2).aggregate(n=count())

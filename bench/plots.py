@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-MODES = ("fifo", "cameo", "isolated")
+MODES = ("fifo", "cameo", "floor", "isolated")
 
 
 def _plt() -> Any:
@@ -71,7 +71,7 @@ def spike_series(res: dict[str, Any], path: str) -> str:
                    "p99 latency per 1 s (ms, log)", "spike: alerts p99 over time")
 
 
-def fair_shares(res: dict[str, Any], path: str) -> str:
+def fair_shares(res: dict[str, Any], path: str, title: str = "") -> str:
     """Share of executor time per tenant per second, one panel per mode."""
     plt = _plt()
     modes = [m for m in MODES if m in res]
@@ -82,9 +82,10 @@ def fair_shares(res: dict[str, Any], path: str) -> str:
         n = min((len(s) for s in series.values()), default=0)
         totals = [sum(s[j] for s in series.values()) or 1.0 for j in range(n)]
         for name, s in series.items():
+            due = res[mode].get("weight_shares", {}).get(name, dfs[name].get("fair_share"))
             ax.plot([j + 1 for j in range(n)], [s[j] / totals[j] for j in range(n)], marker="o",
-                    label=f"{name} (weight share {res[mode].get('weight_shares', {}).get(name, 0):.0%})")
-        ax.set_title(f"{mode} ({res[mode].get('policy', mode)})")
+                    label=name + ("" if due is None else f" (due {due:.0%})"))
+        ax.set_title(f"{title}{mode} ({res[mode].get('policy', mode)})")
         ax.set_xlabel("seconds since start")
         ax.set_ylim(0, 1)
         ax.grid(True, alpha=0.3)
@@ -109,6 +110,11 @@ def write_all(results: dict[str, Any], out_dir: str) -> list[str]:
         paths.append(spike_series(results["spike"], os.path.join(out_dir, "spike_p99_over_time.png")))
     if "fair" in results:
         paths.append(fair_shares(results["fair"], os.path.join(out_dir, "fair_shares_over_time.png")))
+    if "overload" in results:
+        levels = results["overload"]["levels"]
+        top = max(levels, key=float)
+        paths.append(fair_shares(levels[top], os.path.join(out_dir, "overload_shares_over_time.png"),
+                                 f"overload {float(top):.0%}: "))
     return paths
 
 

@@ -15,21 +15,24 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.multitenant import CONFIG, alerts, bulk, percentile, summarize
+from bench.multitenant import CONFIG, SCHEMA, alerts, bulk, percentile, summarize
 from bench.workload import Workload
 from cameo_actors import Dataflow
 
 NUM_EXECUTORS = 2
-#: mode -> RuntimeConfig keywords. The fair scenario maps its "cameo" slot to fair_share.
+#: mode -> RuntimeConfig keywords: "cameo" is deadline order alone, "floor" adds the tenant
+#: floors (the default). The fair scenario maps its "cameo" slot to fair_share.
 MODES = {
-    "fifo": dict(policy="fifo", isolation="shared"),
-    "cameo": dict(policy="cameo", isolation="shared"),
-    "isolated": dict(policy="fifo", isolation="isolated"),
+    "fifo": dict(policy="fifo", isolation="shared", tenant_floor=False),
+    "cameo": dict(policy="cameo", isolation="shared", tenant_floor=False),
+    "floor": dict(policy="cameo", isolation="shared", tenant_floor=True),
+    "isolated": dict(policy="fifo", isolation="isolated", tenant_floor=False),
 }
 FAIR_MODES = {
-    "fifo": dict(policy="fifo", isolation="shared"),
-    "cameo": dict(policy="fair_share", isolation="shared"),
+    "fifo": dict(policy="fifo", isolation="shared", tenant_floor=False),
+    "cameo": dict(policy="fair_share", isolation="shared", tenant_floor=False),
 }
+OVERLOAD_MODES = {m: MODES[m] for m in ("fifo", "cameo", "floor")}
 RATIO_NOTE = "p99 of the latency-sensitive dataflows: the max over them (one in single, multi, spike)"
 
 
@@ -141,7 +144,7 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
             rt.close(ld.name)
         rt.wait_idle(timeout_s=120)
         out: dict[str, Any] = {"policy": config["policy"], "isolation": config["isolation"],
-                               "dataflows": {}}
+                               "tenant_floor": config.get("tenant_floor", True), "dataflows": {}}
         for ld in loads:
             rows = rt.result_rows(ld.name)
             s = summarize(rows, since_ms, ld.target_ms, seconds)
@@ -173,7 +176,8 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
 
 
 def ratios(modes: dict[str, Any]) -> dict[str, float | None]:
-    """fifo/cameo and isolated/cameo p99 of the latency-sensitive dataflows (max over them)."""
+    """fifo/cameo, floor/cameo and isolated/cameo p99 of the latency-sensitive dataflows
+    (max over them)."""
     def p99(mode: str) -> float | None:
         dfs = modes.get(mode, {}).get("dataflows", {})
         vals = [d["p99_ms"] for d in dfs.values() if d.get("latency_sensitive") and "p99_ms" in d]
@@ -181,7 +185,7 @@ def ratios(modes: dict[str, Any]) -> dict[str, float | None]:
 
     cam = p99("cameo")
     out: dict[str, float | None] = {}
-    for other in ("fifo", "isolated"):
+    for other in ("fifo", "floor", "isolated"):
         o = p99(other)
         out[f"{other}_over_cameo_p99"] = o / cam if o is not None and cam else None
     return out
@@ -194,7 +198,8 @@ def _scenario(loads_for_mode: Any, modes: dict[str, dict[str, Any]], warmup: flo
         r = res[mode] = run(loads_for_mode(), mode, cfg, warmup, seconds, sample_s)
         parts = [f"{n} p99 {d.get('p99_ms', float('nan')):7.1f} ms {d.get('within_target', 0):6.1%} in target "
                  f"{d['throughput_eps']:8,.0f} ev/s" for n, d in r["dataflows"].items()]
-        log(f"  {mode:9s} ({cfg['policy']}) " + " | ".join(parts) + f" | busy {r['utilization']:.0%}")
+        log(f"  {mode:9s} ({cfg['policy']}{', floors' if cfg.get('tenant_floor') else ''}) "
+            + " | ".join(parts) + f" | busy {r['utilization']:.0%}")
     res["ratios"] = ratios(res)
     res["ratios_over"] = RATIO_NOTE
     return res
@@ -280,8 +285,83 @@ def fair(capacity: float, seconds: float, stagger_s: float = 3.0, weights: tuple
     return res
 
 
+def latency_sensitive(name: str, target_ms: float, seed: int, rate: float = 500.0) -> Load:
+    """An alerts-like dataflow (source -> filter -> sink) of its own tenant, `rate` ev/s."""
+    flow = (Dataflow(name, latency_target_ms=target_ms, tenant=name)
+            .source("s", schema=SCHEMA, event_time="ts").filter("value >= 0").sink("o"))
+    return Load(flow, Workload(rate, RUN_S, seed=seed, keys=10, period_s=0.01), latency_sensitive=True)
+
+
+#: The overload mix: latency-sensitive tenants (target ms) and bulk tenants (target ms, weight).
+OVERLOAD_SENSITIVE = (("alerts-20", 20.0), ("alerts-50", 50.0), ("alerts-150", 150.0))
+OVERLOAD_BULK = (("bulk-1s", 1000.0, 1.0), ("bulk-3s", 3000.0, 2.0))
+
+
+def overload(capacity: float, warmup: float, seconds: float, levels: tuple[float, ...] = (0.9, 1.2, 1.5),
+             log: Any = print) -> dict[str, Any]:
+    """Three latency-sensitive tenants (targets 20, 50, 150 ms; 500 ev/s each) beside two bulk
+    tenants with 1 s windows (targets 1 s and 3 s, weights 1 and 2), the bulk ones offered
+    together `level` x capacity, for each level under fifo, cameo and floor.
+
+    Per dataflow: `share`, its part of the executor time the mode handed out over the measured
+    seconds, and `fair_share`, what weighted max-min fairness would give it of that time for
+    the demand it was offered (offered events/s x its executor ms per event, each tenant's
+    weight); `share_of_fair` = share / fair_share (at most 1: it got all it asked), at least
+    0.8 for every tenant is the goal.
+    """
+    from cameo_actors.scheduling.admission import fair_allocation
+
+    out: dict[str, Any] = {"levels": {}, "ratios": {}}
+    for i, level in enumerate(levels):
+        # Each level starts from another mode, so that none always runs last on a machine
+        # that earlier pools may have left busier.
+        names = list(OVERLOAD_MODES)
+        order = {m: OVERLOAD_MODES[m] for m in names[i % len(names):] + names[:i % len(names)]}
+        def loads(level: float = level) -> list[Load]:
+            sensitive = [latency_sensitive(n, t, seed=20 + i) for i, (n, t) in enumerate(OVERLOAD_SENSITIVE)]
+            heavy = [Load(bulk(n, n, w, target_ms=t),
+                          bulk_workload(level * capacity / len(OVERLOAD_BULK), seed=30 + i))
+                     for i, (n, t, w) in enumerate(OVERLOAD_BULK)]
+            return sensitive + heavy
+        log(f"overload at {level:.0%} of capacity:")
+        res = _scenario(loads, order, warmup, seconds, sample_s=1.0, log=log)
+        weights = {n: 1.0 for n, _ in OVERLOAD_SENSITIVE} | {n: w for n, _, w in OVERLOAD_BULK}
+        tail = max(1, int(seconds) - 1)  # whole seconds with every tenant pushing
+        busy = {m: {n: sum(d["busy_series_ms"][-tail:]) for n, d in res[m]["dataflows"].items()}
+                for m in OVERLOAD_MODES}
+        events = {m: {n: sum(d["throughput_series_eps"][-tail:]) for n, d in res[m]["dataflows"].items()}
+                  for m in OVERLOAD_MODES}
+        for mode in OVERLOAD_MODES:
+            dfs = res[mode]["dataflows"]
+            demand = {}
+            for n, d in dfs.items():
+                # Executor ms per event as measured in this mode; a tenant starved here is
+                # costed as in the modes where it ran.
+                costs = [busy[m][n] / events[m][n] for m in OVERLOAD_MODES if events[m][n] > 100]
+                own = busy[mode][n] / events[mode][n] if events[mode][n] > 100 else None
+                cost = own if own is not None else statistics.median(costs) if costs else 0.0
+                demand[n] = d["offered_eps"] * tail * cost
+            # The executor time this mode handed out, divided by weighted max-min fairness.
+            handed_out = sum(busy[mode].values())
+            fair = fair_allocation(handed_out, demand, weights)
+            for n, d in dfs.items():
+                d["share"] = busy[mode][n] / handed_out if handed_out else 0.0
+                d["fair_share"] = fair[n] / handed_out if handed_out else 0.0
+                d["share_of_fair"] = min(1.0, busy[mode][n] / fair[n]) if fair[n] else None
+            res[mode]["min_share_of_fair"] = min(
+                (d["share_of_fair"] for d in dfs.values() if d["share_of_fair"] is not None),
+                default=None)
+            log(f"  {mode:9s} share of its fair share: " + ", ".join(
+                f"{n} {d['share_of_fair']:.0%}" for n, d in dfs.items() if d["share_of_fair"] is not None))
+        out["levels"][f"{level:.2f}"] = res
+    out["overload"] = {"levels": list(levels), "sensitive": dict(OVERLOAD_SENSITIVE),
+                       "bulk": {n: {"target_ms": t, "weight": w} for n, t, w in OVERLOAD_BULK}}
+    return out
+
+
 MEDIAN_FIELDS = ("p50_ms", "p95_ms", "p99_ms", "max_ms", "within_target", "throughput_eps",
-                 "p50_from_event_ms", "p99_from_event_ms", "within_target_from_event", "share")
+                 "p50_from_event_ms", "p99_from_event_ms", "within_target_from_event", "share",
+                 "fair_share", "share_of_fair")
 
 
 def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -289,15 +369,22 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ratios' median and spread (min, max). Series, CDFs and shares over time are the first run's."""
     if len(runs) == 1:
         return runs[0]
+    if "levels" in runs[0]:  # overload: each level on its own
+        return {**runs[0], "levels": {lvl: combine([r["levels"][lvl] for r in runs])
+                                      for lvl in runs[0]["levels"]}, "runs": len(runs)}
     out = dict(runs[0])
     for mode, first in runs[0].items():
         if not isinstance(first, dict) or "dataflows" not in first:
             continue
         m = out[mode] = dict(first, dataflows={n: dict(d) for n, d in first["dataflows"].items()})
         m["utilization"] = statistics.median(r[mode]["utilization"] for r in runs)
+        if "min_share_of_fair" in first:
+            m["min_share_of_fair"] = min((r[mode]["min_share_of_fair"] for r in runs
+                                          if r[mode]["min_share_of_fair"] is not None), default=None)
         for name, d in m["dataflows"].items():
             for f in MEDIAN_FIELDS:
-                vals = [r[mode]["dataflows"][name][f] for r in runs if f in r[mode]["dataflows"][name]]
+                vals = [r[mode]["dataflows"][name][f] for r in runs
+                        if r[mode]["dataflows"][name].get(f) is not None]
                 if len(vals) == len(runs):
                     d[f] = statistics.median(vals)
                     d[f + "_runs"] = vals

@@ -2,6 +2,8 @@
 
 Run: `python -m bench.sched_overhead [--messages N] [--policy NAME]`
 
+Each size is measured without and with tenant floors (8 tenants), side by side.
+
 Measured with the OS clock (this is a benchmark, not a unit test):
 - build:    creating the Message + PriorityContext at ingress (the runtime does this);
 - enqueue:  stamping (frontier, deadline, key) + mailbox put + run-queue re-key;
@@ -26,8 +28,8 @@ class _PerfClock:
         return time.perf_counter() * 1000.0
 
 
-def _build(n_acts: int, policy: str) -> tuple[Scheduler, list[str]]:
-    s = Scheduler(policy, quantum_ms=1.0)
+def _build(n_acts: int, policy: str, floor_slack_ms: float | None) -> tuple[Scheduler, list[str]]:
+    s = Scheduler(policy, quantum_ms=1.0, floor_slack_ms=floor_slack_ms)
     ids = []
     for i in range(n_acts):
         aid = f"df{i % 64}/op#{i}"
@@ -62,11 +64,12 @@ def _messages(ids: list[str], n: int, rng: random.Random, t0: float) -> list[Mes
     return out
 
 
-def measure(n_acts: int, n_msgs: int, policy: str) -> dict[str, float]:
+def measure(n_acts: int, n_msgs: int, policy: str, floor_slack_ms: float | None = None
+            ) -> dict[str, float]:
     """µs per message for each phase (see module docstring)."""
     rng = random.Random(7)
     clock = _PerfClock()
-    s, ids = _build(n_acts, policy)
+    s, ids = _build(n_acts, policy, floor_slack_ms)
     # dataflow ids must match the target's dataflow for lag sharing: fix them up
     flow_of = {aid: s.profile(aid).dataflow for aid in ids}
 
@@ -126,14 +129,20 @@ def main() -> None:
     args = ap.parse_args()
     print(f"policy={args.policy} messages={args.messages}  (µs per message)")
     print(
-        f"{'activations':>11} {'build':>7} {'enqueue':>8} {'dispatch':>9} {'enq+disp':>9} {'steady':>7}"
+        f"{'activations':>11} {'floors':>6} {'build':>7} {'enqueue':>8} {'dispatch':>9} "
+        f"{'enq+disp':>9} {'steady':>7} {'on/off':>6}"
     )
     for n in (1, 100, 10_000):
-        r = measure(n, args.messages, args.policy)
-        print(
-            f"{n:>11} {r['build']:>7.2f} {r['enqueue']:>8.2f} {r['dispatch']:>9.2f} "
-            f"{r['enqueue'] + r['dispatch']:>9.2f} {r['steady']:>7.2f}"
-        )
+        off = None
+        for slack in (None, 50.0):
+            r = measure(n, args.messages, args.policy, slack)
+            total = r["enqueue"] + r["dispatch"]
+            ratio = "" if off is None else f"{total / off:6.2f}"
+            print(
+                f"{n:>11} {'on' if slack else 'off':>6} {r['build']:>7.2f} {r['enqueue']:>8.2f} "
+                f"{r['dispatch']:>9.2f} {total:>9.2f} {r['steady']:>7.2f} {ratio:>6}"
+            )
+            off = total
 
 
 if __name__ == "__main__":

@@ -86,8 +86,9 @@ class Dataflow:
         name: unique per tenant; the runtime and the CLI address the dataflow by it.
         latency_target_ms: the end-to-end latency target L every result should meet.
         tenant: who owns it; fair sharing and rate limits are per tenant.
-        weight: the tenant's share under the fair_share policy.
+        weight: the tenant's share of the pool under overload (and under fair_share).
         rate_limit_eps: events/s before the tenant's work is demoted (token_bucket).
+        expected_rate_eps: events/s it is expected to receive (admission control).
         errors: where the Spark tier writes the error output, e.g. {"format": "json", "path": ...}.
         state_bytes: the most operator state and unread results it may keep (spec:
             `limits.state_bytes`); None takes the pool's default budget.
@@ -95,11 +96,13 @@ class Dataflow:
 
     def __init__(self, name: str, *, latency_target_ms: float, tenant: str = "default",
                  weight: float = 1.0, rate_limit_eps: float | None = None,
+                 expected_rate_eps: float | None = None,
                  errors: ConnectorArg = None, state_bytes: int | None = None) -> None:
         self.name = name
         self.latency_target_ms = latency_target_ms
         self.tenant = tenant
-        self.scheduling = SchedulingSpec(weight=weight, rate_limit_eps=rate_limit_eps)
+        self.scheduling = SchedulingSpec(weight=weight, rate_limit_eps=rate_limit_eps,
+                                         expected_rate_eps=expected_rate_eps)
         self.limits = LimitsSpec(state_bytes=state_bytes)
         self._fault_tolerance = FaultToleranceSpec()
         self.errors = _connector(errors, "errors")

@@ -171,13 +171,19 @@ class SchedulingSpec:
     """How the scheduler treats this dataflow against others on the shared pool.
 
     Attributes:
-        weight: share under the fair_share policy (relative to other tenants).
+        weight: the tenant's share of the pool under overload (its guaranteed floor,
+            relative to other tenants; a tenant's weight is its dataflows' largest), and
+            under the fair_share policy.
         rate_limit_eps: events/s the tenant may ingest before its work is demoted
             (token_bucket policy); None for no limit.
+        expected_rate_eps: events/s the dataflow is expected to receive: admission
+            control predicts with it whether every target can still be met; None: the
+            rate limit if there is one, else unknown.
     """
 
     weight: float = 1.0
     rate_limit_eps: float | None = None
+    expected_rate_eps: float | None = None
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,9 @@ def _check_header(spec: DataflowSpec) -> None:
     if sched.rate_limit_eps is not None and not _positive(sched.rate_limit_eps):
         raise SpecError(None, f"scheduling.rate_limit_eps > 0 and {_FINITE}, or null",
                         sched.rate_limit_eps, "use a positive events/s limit, or null for none")
+    if sched.expected_rate_eps is not None and not _positive(sched.expected_rate_eps):
+        raise SpecError(None, f"scheduling.expected_rate_eps > 0 and {_FINITE}, or null",
+                        sched.expected_rate_eps, "give the events/s you expect to send, or null")
     budget = spec.limits.state_bytes
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
         raise SpecError(None, "limits.state_bytes: a whole number of bytes > 0, or null", budget,

@@ -237,6 +237,15 @@ class Runtime:
         for key in [k for k in self._offsets if k[0] == name]:
             del self._offsets[key]
 
+    def predict(self, dataflow: Any = None) -> dict[str, Any]:
+        """Admission control's prediction: whether every running dataflow, and `dataflow`
+        (a `Dataflow`, `DataflowSpec` or spec dict) as if it were admitted, will meet its
+        target at the measured rates and costs; who misses, by how much, which tenants'
+        load causes it, and what would be needed (executors, a lower rate). Without
+        `dataflow`: the pool's overload report now."""
+        spec = None if dataflow is None else _spec_dict(dataflow)
+        return dict(get(self.controller.predict.remote(spec)))
+
     def cancel(self, name: str) -> dict[str, Any]:
         result = get(self.controller.cancel.remote(name))
         self._forget(name)
@@ -683,6 +692,7 @@ class Runtime:
         listed = self.list(states=(*LIVE_STATES, FINISHED))
         calls: builtins.list[Any] = [e.executor_stats.remote() for e in self.executors]
         lifecycle = self.controller.lifecycle_counts.remote()
+        overload = self.controller.predict.remote(None)
         spans: builtins.list[tuple[int, int]] = []  # (first ref, ref count) per dataflow
         for d in listed:
             start = len(calls)
@@ -698,4 +708,4 @@ class Runtime:
                 dataflows.append(dataflow_metrics(info, parts))
         transitions, states = get(lifecycle)
         return {"dataflows": dataflows, "executors": executors, "transitions": transitions,
-                "states": states, "migrations": self.migrations()}
+                "states": states, "migrations": self.migrations(), "overload": get(overload)}

@@ -128,6 +128,9 @@ class DataflowInfo(TypedDict):
     recoveries: int  # times it was restored after a failure
     recoveries_in_a_row: int  # since its last completed checkpoint (a poison event?)
     resume_state: str | None  # while recovering: the state it goes back to
+    # the admission prediction made when it was submitted (`Runtime.predict`), with
+    # "warnings" naming who was predicted to miss
+    admission: dict[str, Any] | None
 
 
 class CheckpointSummary(TypedDict):
@@ -199,6 +202,9 @@ class ExecutorStats(TypedDict, total=False):
     overhead_us_per_message: float
     held: int
     faults: list[str]
+    demotions: int  # times a tenant went over its share here and was demoted
+    # tenant -> weight, busy_ms, over_share_ms, demoted, demotions (tenant floors on)
+    tenants: dict[str, dict[str, Any]]
     pid: int
     alive: bool  # False: the executor died (its dataflows failed)
 
@@ -267,6 +273,8 @@ class PoolSnapshot(TypedDict, total=False):
     states: dict[str, int]
     #: reconfigurations kept by the controller (running and recent)
     migrations: list[MigrationInfo]
+    #: the overload report (`Runtime.predict()`): who misses or will miss, and why
+    overload: dict[str, Any]
 
 
 class RuntimeLike(Protocol):
@@ -286,6 +294,7 @@ class RuntimeLike(Protocol):
 
     # -- control
     def deploy(self, dataflow: Any) -> str: ...
+    def predict(self, dataflow: Any = None) -> dict[str, Any]: ...
     def cancel(self, name: str) -> dict[str, Any]: ...
     def update(self, name: str, *, latency_target_ms: float | None = None,
                weight: float | None = None) -> dict[str, Any]: ...

@@ -11,6 +11,7 @@ from typing import Any
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 
 ISOLATION_MODES = ("shared", "isolated")
+ADMISSION_MODES = ("admit", "warn", "refuse")
 DELIVERY_MODES = ("exactly_once", "at_least_once")
 
 
@@ -27,6 +28,16 @@ class RuntimeConfig:
             dataflow gets dedicated executors, the slot-per-job style).
         executors_per_dataflow: in isolated mode, executors each dataflow gets.
         quantum_ms: the longest an activation runs before yielding to others.
+        tenant_floor: guarantee each tenant its weighted share of every executor's time
+            under overload (the dataflows' `scheduling.weight`; a tenant's weight is its
+            dataflows' largest); within the spare capacity the policy decides as before.
+        floor_slack_ms: executor time a tenant may take above its share while others wait
+            before its work is demoted behind theirs.
+        admission: what a submit predicted to make some dataflow miss its target gets:
+            "admit" (the prediction is only reported), "warn" (admitted, with warnings)
+            or "refuse" (refused with the reasons).
+        admission_headroom: the share of the pool's executor time a prediction plans to
+            use; above it, targets are at risk.
         credit_events: events in flight per channel before the sender is held.
         ingress_events: events waiting at a source before ingest blocks (backpressure).
         max_message_events: ingress batches are cut into messages of at most this many
@@ -80,6 +91,10 @@ class RuntimeConfig:
     isolation: str = "shared"
     executors_per_dataflow: int = 1
     quantum_ms: float = 5.0
+    tenant_floor: bool = True
+    floor_slack_ms: float = 50.0
+    admission: str = "warn"
+    admission_headroom: float = 0.9
     credit_events: int = 20_000
     ingress_events: int = 20_000
     max_message_events: int = 500
@@ -124,6 +139,14 @@ class RuntimeConfig:
         if not (self.checkpoint_interval_s == 0 or 0.1 <= self.checkpoint_interval_s <= 3600):
             raise ValueError(f"RuntimeConfig.checkpoint_interval_s: expected 0 (off) or 0.1 to "
                              f"3600, got {self.checkpoint_interval_s}")
+        if not 0 < self.floor_slack_ms < float("inf"):
+            raise ValueError(f"RuntimeConfig.floor_slack_ms: expected > 0 (ms), got {self.floor_slack_ms}")
+        if self.admission not in ADMISSION_MODES:
+            raise ValueError(f"RuntimeConfig.admission: expected one of {ADMISSION_MODES}, got "
+                             f"{self.admission!r}")
+        if not 0 < self.admission_headroom <= 1:
+            raise ValueError(f"RuntimeConfig.admission_headroom: expected a share in (0, 1], got "
+                             f"{self.admission_headroom}")
         if self.delivery not in DELIVERY_MODES:
             raise ValueError(f"RuntimeConfig.delivery: expected one of {DELIVERY_MODES}, got "
                              f"{self.delivery!r}")

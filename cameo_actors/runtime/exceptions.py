@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from cameo_actors.errors import CameoError
 
@@ -24,6 +25,18 @@ class DataflowNotFound(CameoError, KeyError):
 
 class DataflowExists(CameoError, ValueError):
     """A dataflow of that name runs already."""
+
+
+class AdmissionRefused(CameoError, ValueError):
+    """The pool predicts that this dataflow, or one already running, would miss its
+    target, and its admission setting is "refuse". `prediction` says who and why."""
+
+    def __init__(self, message: str, prediction: dict[str, Any]) -> None:
+        self.prediction = prediction
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return (type(self), (self.args[0], self.prediction))
 
 
 class PoolNotFound(CameoError, LookupError):

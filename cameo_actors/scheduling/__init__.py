@@ -4,12 +4,15 @@ Every message carries a `PriorityContext`; a `Policy` turns (message,
 activation profile, now) into a sort key; each activation's `Mailbox` orders
 its own messages (window id, arrival, watermark barriers) and the global
 `RunQueue` orders activations by the key of their most urgent message. The
-`Scheduler` ties them together for one executor thread. Standard library only:
-no Ray, no OS clock, no sleeps, no threads.
+`Scheduler` ties them together for one executor thread; its `TenantFloor`
+guarantees each tenant its weighted share under overload. `admission` holds
+the model that predicts, for the whole pool, who will miss its target. Standard
+library only: no Ray, no OS clock, no sleeps, no threads.
 """
 
 from __future__ import annotations
 
+from .admission import Demand, Outcome, Prediction, fair_allocation, predict
 from .context import Feedback, Message, PriorityContext, SortKey
 from .exceptions import (
     DuplicateActivationError,
@@ -19,6 +22,7 @@ from .exceptions import (
     UnknownActivationError,
     UnknownPolicyError,
 )
+from .floor import TenantFloor
 from .policies import (
     EdfPolicy,
     FairSharePolicy,
@@ -47,6 +51,12 @@ from .scheduler import (
 )
 
 __all__ = [
+    "Demand",
+    "Outcome",
+    "Prediction",
+    "TenantFloor",
+    "fair_allocation",
+    "predict",
     "DRAINED",
     "PREEMPTED",
     "QUANTUM",

@@ -26,6 +26,7 @@ from .exceptions import (
     PolicyKeyError,
     UnknownActivationError,
 )
+from .floor import TenantFloor
 from .policies import Policy, _resolve_policy, stamp
 from .profile import ActivationProfile, DataflowProfile, WindowTiming
 from .queues import DeadlineRunQueue, Mailbox, RunQueue
@@ -76,6 +77,7 @@ class SchedulerStats:
         dropped: messages discarded by `remove_activation`.
         overdue: times a waiting activation's start deadline passed, so it became due
             one latency target from then (deadline policies only; `DeadlineRunQueue`).
+        demotions: times a tenant went over its share and was demoted (tenant floors on).
     """
 
     enqueued: int = 0
@@ -87,6 +89,7 @@ class SchedulerStats:
     overhead_ms: float = 0.0
     dropped: int = 0
     overdue: int = 0
+    demotions: int = 0
 
     @property
     def overhead_us_per_message(self) -> float:
@@ -139,10 +142,11 @@ _REMOVED = ActivationState.REMOVED
 
 
 class _Activation:
-    __slots__ = ("id", "mailbox", "profile", "state", "qkey")
+    __slots__ = ("id", "tenant", "mailbox", "profile", "state", "qkey")
 
     def __init__(self, profile: ActivationProfile) -> None:
         self.id = profile.activation_id
+        self.tenant = profile.tenant
         self.mailbox = Mailbox()
         self.profile = profile
         self.state = _IDLE
@@ -158,6 +162,9 @@ class Scheduler:
             with equal or lower urgency (0: one message per slice).
         policy_params: parameters for `get_policy(policy, **policy_params)`.
         alpha: EWMA weight of new cost samples in the profiles.
+        floor_slack_ms: turn on tenant floors (`floor.TenantFloor`): a tenant that took
+            more than this much executor time above its weighted share while others
+            waited runs only when no tenant within its share has work. None: off.
 
     Example:
         >>> from cameo_actors.clock import FakeClock
@@ -184,6 +191,7 @@ class Scheduler:
         quantum_ms: float = 5.0,
         policy_params: Mapping[str, Any] | None = None,
         alpha: float = 0.2,
+        floor_slack_ms: float | None = None,
     ) -> None:
         if not isinstance(policy, Policy | str):
             raise TypeError(f"Scheduler: policy must be a Policy or a name, got {policy!r}")
@@ -200,18 +208,25 @@ class Scheduler:
         self._acts: dict[str, _Activation] = {}
         self._flows: dict[str, DataflowProfile] = {}
         self._members: dict[str, set[str]] = {}  # dataflow -> its hosted activation ids
-        self._rq: RunQueue | DeadlineRunQueue = (
-            DeadlineRunQueue(lambda aid: self._acts[aid].profile.latency_target_ms)
-            if self.policy.deadline_keys
-            else RunQueue()
-        )
+        self._rq = self._run_queue()
+        # With floors, the activations of tenants over their share wait in a second run
+        # queue, served only when the first is empty.
+        self._low = self._run_queue()
+        self._tenants: dict[str, set[str]] = {}  # tenant -> its hosted activation ids
+        self.floor = None if floor_slack_ms is None else TenantFloor(
+            floor_slack_ms, on_demote=self._demote, on_promote=self._promote)
         self._seq = 0
         self._backlog = 0
+
+    def _run_queue(self) -> RunQueue | DeadlineRunQueue:
+        if self.policy.deadline_keys:
+            return DeadlineRunQueue(lambda aid: self._acts[aid].profile.latency_target_ms)
+        return RunQueue()
 
     def __repr__(self) -> str:
         return (
             f"Scheduler(policy={self.policy!r}, activations={len(self._acts)}, "
-            f"backlog={self._backlog}, runnable={len(self._rq)})"
+            f"backlog={self._backlog}, runnable={len(self._rq) + len(self._low)})"
         )
 
     # -- activations ------------------------------------------------------------
@@ -260,7 +275,25 @@ class Scheduler:
         self._acts[activation_id] = _Activation(profile)
         self._flows[dataflow] = profile.flow
         self._members.setdefault(dataflow, set()).add(activation_id)
+        self._tenants.setdefault(tenant, set()).add(activation_id)
+        self._reweigh(tenant)
         return profile
+
+    def set_weight(self, dataflow: str, weight: float) -> None:
+        """Change the weight of a hosted dataflow's activations (and so of its tenant)."""
+        tenants = set()
+        for aid in self._members.get(dataflow, ()):
+            profile = self._acts[aid].profile
+            profile.weight = float(weight)
+            tenants.add(profile.tenant)
+        for tenant in tenants:
+            self._reweigh(tenant)
+
+    def _reweigh(self, tenant: str) -> None:
+        """A tenant's weight on the floor: the largest of its hosted activations'."""
+        if self.floor is not None:
+            self.floor.set_weight(tenant, max(self._acts[a].profile.weight
+                                              for a in self._tenants[tenant]))
 
     def remove_activation(self, activation_id: str) -> list[Message]:
         """Stop hosting an activation (cancel); returns its pending messages.
@@ -276,11 +309,22 @@ class Scheduler:
         if act is None:
             raise UnknownActivationError(activation_id, "remove_activation")
         if act.state is _QUEUED:
-            self._rq.remove(activation_id)
+            self._queue_of(act).remove(activation_id)
         act.state = _REMOVED  # a running slice ends at the next message boundary
         pending = act.mailbox.clear()
         self._backlog -= len(pending)
         self.stats.dropped += len(pending)
+        tenant = act.tenant
+        members_of_tenant = self._tenants[tenant]
+        members_of_tenant.discard(activation_id)
+        if self.floor is not None:
+            self.floor.dropped(tenant, len(pending))
+            if members_of_tenant:
+                self._reweigh(tenant)
+            else:
+                self.floor.forget(tenant)
+        if not members_of_tenant:
+            del self._tenants[tenant]
         # Feedback only flows within a dataflow: only its members can hold a report.
         dataflow = act.profile.dataflow
         members = self._members[dataflow]
@@ -334,11 +378,40 @@ class Scheduler:
 
     def has_work(self) -> bool:
         """Whether `run_once` would run something now."""
-        return bool(self._rq)
+        return bool(self._rq) or bool(self._low)
 
     def peek(self) -> tuple[str, SortKey] | None:
         """(activation_id, key) that `run_once` would run next, or None."""
-        return self._rq.peek()
+        return self._rq.peek() if self._rq else self._low.peek()
+
+    def tenant_shares(self) -> dict[str, dict[str, float | bool | int]]:
+        """Per tenant with tenant floors on: weight, executor time taken, how far over (or
+        under, < 0) its weighted share it stands, whether it is demoted; {} when off."""
+        return {} if self.floor is None else self.floor.shares()
+
+    # -- tenant floors ------------------------------------------------------------
+    def _queue_of(self, act: _Activation) -> RunQueue | DeadlineRunQueue:
+        floor = self.floor
+        return self._low if floor is not None and floor.is_demoted(act.tenant) else self._rq
+
+    def _advance(self, now_ms: float) -> None:
+        self.stats.overdue += self._rq.advance(now_ms)
+        if self.floor is not None:
+            self.stats.overdue += self._low.advance(now_ms)
+
+    def _demote(self, tenant: str) -> None:
+        self.stats.demotions += 1
+        self._move(tenant, self._rq, self._low)
+
+    def _promote(self, tenant: str) -> None:
+        self._move(tenant, self._low, self._rq)
+
+    def _move(self, tenant: str, src: RunQueue | DeadlineRunQueue,
+              dst: RunQueue | DeadlineRunQueue) -> None:
+        for aid in self._tenants.get(tenant, ()):
+            act = self._acts[aid]
+            if act.state is _QUEUED and src.remove(aid):
+                dst.push(aid, act.qkey)
 
     def enqueue(self, msg: Message, now_ms: float) -> None:
         """Accept a message for its target activation at physical time `now_ms`.
@@ -386,12 +459,19 @@ class Scheduler:
         act.mailbox.put(msg)
         self._backlog += 1
         self.stats.enqueued += 1
+        floor = self.floor
+        if floor is not None:
+            floor.queued(act.tenant)
         # Only IDLE and QUEUED activations wait in the run queue: a running one is
         # re-queued by run_once when its slice ends, a held one on release.
         state = act.state
         if state is _IDLE or (state is _QUEUED and key < act.qkey):
-            self.stats.overdue += self._rq.advance(now_ms)
-            self._rq.push(act.id, key)
+            if floor is None:
+                self.stats.overdue += self._rq.advance(now_ms)
+                self._rq.push(act.id, key)
+            else:
+                self._advance(now_ms)
+                self._queue_of(act).push(act.id, key)
             act.state = _QUEUED
             act.qkey = key
 
@@ -492,12 +572,19 @@ class Scheduler:
         now = clock.now_ms
         t0 = now()
         rq = self._rq
-        if not rq:
+        low = self._low
+        floor = self.floor
+        if not rq and (floor is None or not low):
             return None
         stats = self.stats
-        stats.overdue += rq.advance(t0)
-        aid, _ = rq.pop()
+        if floor is None:
+            stats.overdue += rq.advance(t0)
+            aid, _ = rq.pop()
+        else:  # a tenant over its share runs only when nobody within theirs has work
+            self._advance(t0)
+            aid, _ = (rq if rq else low).pop()
         act = self._acts[aid]
+        tenant = act.tenant
         act.state = _RUNNING
         mailbox = act.mailbox
         profile = act.profile
@@ -506,10 +593,12 @@ class Scheduler:
         n = 0
         busy = 0.0
         reason = DRAINED
+        uncharged = False
         try:
             while True:
                 msg = mailbox.pop()
                 self._backlog -= 1
+                uncharged = floor is not None
                 start = now()
                 if start > msg.ctx.deadline_ms:
                     profile.late_starts += 1
@@ -523,6 +612,9 @@ class Scheduler:
                 waited = start - msg.arrival_ms
                 policy.after_execute(msg, profile, key, cost, waited, t2)
                 profile.observe_execution(msg.upstream, msg.is_watermark, cost, waited)
+                if floor is not None:
+                    floor.charge(tenant, cost)
+                    uncharged = False
                 if poll is not None:
                     poll()
                 state = act.state
@@ -535,9 +627,20 @@ class Scheduler:
                 if t2 - t0 >= quantum:
                     reason = QUANTUM
                     break
-                if rq:
-                    stats.overdue += rq.advance(t2)
-                    if rq.outranks(aid, mailbox.urgent_key()):
+                if floor is None:
+                    if rq:
+                        stats.overdue += rq.advance(t2)
+                        if rq.outranks(aid, mailbox.urgent_key()):
+                            reason = PREEMPTED
+                            break
+                elif rq or low:
+                    self._advance(t2)
+                    urgent = mailbox.urgent_key()
+                    if floor.is_demoted(tenant):  # anyone within their share goes first
+                        preempt = bool(rq) or low.outranks(aid, urgent)
+                    else:
+                        preempt = bool(rq) and rq.outranks(aid, urgent)
+                    if preempt:
                         reason = PREEMPTED
                         break
         finally:
@@ -546,6 +649,11 @@ class Scheduler:
                 self._requeue(act)
             elif state is _RUNNING_HELD:
                 act.state = _HELD
+            if floor is not None:
+                if uncharged:  # `execute` raised: the message is consumed all the same
+                    floor.charge(tenant, 0.0)
+                if not self._backlog:
+                    floor.idle()
             t3 = now()
             stats.slices += 1
             stats.executed += n
@@ -565,7 +673,7 @@ class Scheduler:
         else:
             act.state = _QUEUED
             act.qkey = key
-            self._rq.push(act.id, key)
+            self._queue_of(act).push(act.id, key)
 
     def hold(self, activation_id: str) -> None:
         """Keep an activation out of the run queue (its downstream has no credits left).
@@ -577,7 +685,7 @@ class Scheduler:
             return
         state = act.state
         if state is _QUEUED:
-            self._rq.remove(activation_id)
+            self._queue_of(act).remove(activation_id)
             act.state = _HELD
         elif state is _IDLE:
             act.state = _HELD

@@ -58,6 +58,7 @@ from cameo_actors.service.protocol import (
     MigrateRequest,
     Migration,
     MigrationList,
+    Prediction,
     PushResponse,
     RebalanceRequest,
     ResultsPage,
@@ -418,6 +419,19 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         data = await read_body(request, max_spec_bytes, "spec")
         status, body = await run_in_threadpool(core.submit, p, data, replace=replace)
         return JSONResponse(SubmitResponse(**body).model_dump(), status_code=status)
+
+    @app.post("/v1/admission", tags=["dataflows"], response_model=Prediction,
+              summary="Would this spec, and every running dataflow, meet its target? "
+                      "(nothing is started)",
+              openapi_extra=_body(SPEC_SCHEMA, "the dataflow spec"))
+    async def check(request: Request, p: Caller) -> Any:
+        data = await read_body(request, max_spec_bytes, "spec")
+        return await run_in_threadpool(core.check, p, data)
+
+    @app.get("/v1/overload", tags=["dataflows"], response_model=Prediction,
+             summary="Who misses or will miss its target, by how much, and whose load causes it")
+    async def overload(p: Caller) -> Any:
+        return await run_in_threadpool(core.overload, p)
 
     @app.get("/v1/dataflows", tags=["dataflows"], response_model=DataflowList,
              summary="The dataflows this token may see, live and ended (kept for a while)")

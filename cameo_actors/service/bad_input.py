@@ -226,6 +226,12 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
     spec("rate limit -5", _spec({"scheduling": {"rate_limit_eps": -5}}), needle="rate_limit_eps")
     spec("NaN rate limit in msgpack", _spec({"scheduling": {"rate_limit_eps": NAN}}), mp=True,
          needle="rate_limit_eps")
+    spec("expected rate 0", _spec({"scheduling": {"expected_rate_eps": 0}}),
+         needle="expected_rate_eps")
+    spec("expected rate as text", _spec({"scheduling": {"expected_rate_eps": "lots"}}),
+         needle="expected_rate_eps")
+    spec("Infinity expected rate in msgpack", _spec({"scheduling": {"expected_rate_eps": INF}}),
+         mp=True, needle="expected_rate_eps")
     spec("scheduling as a string", _spec({"scheduling": "fast"}))
     spec("an unknown scheduling field", _spec({"scheduling": {"priority": 1}}),
          needle="priority")

@@ -4,7 +4,9 @@
     cameo serve --address 10.0.0.5:6379 # join a Ray cluster
     cameo submit flows.py spec.json     # Dataflow objects of a Python file, or JSON specs
     cameo list
+    cameo submit --check spec.json      # would it (and every running one) meet its target?
     cameo status alerts                 # live view; --once for one frame
+    cameo status                        # the pool: who misses or will miss, and why
     cameo update alerts --target 30
     cameo cancel alerts
     cameo push alerts logs events.jsonl # events from a JSON-lines file (or '-')
@@ -109,12 +111,20 @@ def load_specs(path: str) -> Iterator[dict[str, Any]]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    """Exit code 1 when a spec was refused, or with --check when some target would be missed."""
+    from cameo_actors.service.view import render_prediction
+
     client = _client(args)
     failed = 0
     for path in args.files:
         for spec in load_specs(path):
             name = spec.get("name", "?") if isinstance(spec, dict) else "?"
             try:
+                if args.check:
+                    prediction = client.check(spec)
+                    print(f"{name}: " + render_prediction(prediction, new=name))
+                    failed += not prediction["feasible"]
+                    continue
                 r = client.submit(spec, replace=args.replace, use_msgpack=args.msgpack)
             except (CameoError, SpecError) as e:
                 print(f"cameo: {name}: refused: {e}", file=sys.stderr)
@@ -123,6 +133,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             what = "replaced" if r.get("replaced") else "created" if r["created"] else \
                 "unchanged (the same spec runs already)"
             print(f"{r['id']}: {what} (tenant {r['tenant']})")
+            for warning in (r.get("admission") or {}).get("warnings", []):
+                print(f"cameo: warning: predicted to miss its target: {warning}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -141,9 +153,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from cameo_actors.service.view import CLEAR, render_status
+    from cameo_actors.service.view import CLEAR, render_prediction, render_status
 
     client = _client(args)
+    if args.name is None:  # the pool
+        report = client.overload()
+        _print_json(report) if args.json else print(render_prediction(report))
+        return 0
     if args.json:
         _print_json(client.status(args.name))
         return 0
@@ -487,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace", action="store_true",
                    help="replace a running dataflow of the same name whose spec differs")
     p.add_argument("--msgpack", action="store_true", help="send the spec as msgpack")
+    p.add_argument("--check", action="store_true",
+                   help="start nothing: print whether it, and every running dataflow, is "
+                        "predicted to meet its target (exit code 1 if not)")
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("list", parents=[client_opts], help="list the dataflows you may see")
@@ -494,8 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("status", parents=[client_opts],
-                       help="live view of a dataflow's latency percentiles vs its target")
-    p.add_argument("name")
+                       help="live view of a dataflow's latency percentiles vs its target; "
+                            "without a name, the pool's overload report")
+    p.add_argument("name", nargs="?")
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between frames (1)")
     p.add_argument("--count", type=int, default=None, help="stop after this many frames")

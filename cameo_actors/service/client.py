@@ -208,6 +208,16 @@ class Client:
                              use_msgpack=use_msgpack,
                              params={"replace": "true"} if replace else None)
 
+    def check(self, dataflow: Dataflow | DataflowSpec | dict[str, Any] | str | bytes
+              ) -> dict[str, Any]:
+        """Admission control's prediction for a dataflow, without starting it: whether it
+        and every running dataflow would meet their targets, and what would be needed."""
+        return self._request("POST", "/v1/admission", body=spec_dict(dataflow))  # type: ignore[no-any-return]
+
+    def overload(self) -> dict[str, Any]:
+        """Who misses or will miss its target now, by how much, and whose load causes it."""
+        return self._request("GET", "/v1/overload")  # type: ignore[no-any-return]
+
     def list(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The dataflows this token may see, live and ended (or only those in `states`)."""
         params = {"state": list(states)} if states else None

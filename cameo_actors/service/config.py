@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from cameo_actors.runtime.config import DELIVERY_MODES
+from cameo_actors.runtime.config import ADMISSION_MODES, DELIVERY_MODES
 from cameo_actors.service.auth import MAX_TOKENS, MAX_TOKENS_PER_TENANT
 from cameo_actors.service.errors import ConfigError
 
@@ -90,6 +90,14 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "results of a new pool's dataflows, unless a spec says otherwise: exactly_once "
            "(readable once the checkpoint after them completed) or at_least_once (at once, "
            "with ids) (default exactly_once)"),
+    Option("admission", "--admission", ("CAMEO_ADMISSION",),
+           "what a submit predicted to make a dataflow miss its target gets in a new pool: "
+           "admit (the prediction is only reported), warn (admitted, with warnings) or refuse "
+           "(409 with the reasons) (default warn)"),
+    Option("tenant_floor", "--tenant-floor", ("CAMEO_TENANT_FLOOR",),
+           "on: under overload every tenant gets at least its weighted share of each "
+           "executor, deadline order within the spare capacity; off: deadline order alone "
+           "(default on)"),
     Option("state_budget_bytes", "--state-budget-bytes", ("CAMEO_STATE_BUDGET_BYTES",),
            "a dataflow's operator state and unread results in a new pool, when its spec sets "
            "no limits.state_bytes; over it the dataflow fails (default 536870912)", _int),
@@ -158,6 +166,8 @@ class ServiceConfig:
     checkpoint_url: str | None = None
     checkpoint_interval_s: float = 2.0
     delivery: str = "exactly_once"
+    admission: str = "warn"
+    tenant_floor: str = "on"
     state_budget_bytes: int = 512 * 1024 * 1024
     max_state_bytes: int = 4 * 1024 * 1024 * 1024
     keep_ended_s: float = 3600.0
@@ -194,6 +204,12 @@ class ServiceConfig:
         if self.delivery not in DELIVERY_MODES:
             raise ConfigError("delivery", f"one of {DELIVERY_MODES}", self.delivery,
                               "use exactly_once, or at_least_once for results at once")
+        if self.admission not in ADMISSION_MODES:
+            raise ConfigError("admission", f"one of {ADMISSION_MODES}", self.admission,
+                              "use warn (the default), admit or refuse")
+        if self.tenant_floor not in ("on", "off"):
+            raise ConfigError("tenant_floor", "on or off", self.tenant_floor,
+                              "use on (the default) or off")
         if self.keep_ended_s < 0:
             raise ConfigError("keep_ended_s", ">= 0", self.keep_ended_s, "use 0 to forget at once")
         for name in ("max_spec_bytes", "max_body_bytes"):

@@ -32,7 +32,12 @@ from cameo_actors.runtime.boundary import (
     MigrationInfo,
     RuntimeLike,
 )
-from cameo_actors.runtime.exceptions import DataflowEnded, DataflowExists, DataflowNotFound
+from cameo_actors.runtime.exceptions import (
+    AdmissionRefused,
+    DataflowEnded,
+    DataflowExists,
+    DataflowNotFound,
+)
 from cameo_actors.service.auth import Principal
 from cameo_actors.service.errors import ApiError, ended, not_found, reconfig_refused
 from cameo_actors.service.outputs import (
@@ -134,11 +139,9 @@ class ServiceCore:
                            fix="retry once the service is back")
 
     # -- operations --------------------------------------------------------------------------
-    def submit(self, principal: Principal, data: Any, *, replace: bool = False
-               ) -> tuple[int, dict[str, Any]]:
-        """Start a dataflow from a spec (plain data). Returns (HTTP status, body):
-        201 created (or replaced), 200 when the same spec runs already."""
-        self._refuse_while_stopping()
+    def _read_spec(self, principal: Principal, data: Any) -> DataflowSpec:
+        """The spec a caller sent, checked: its tenant is the caller's (a tenant token
+        submits into its own tenant), its functions may be imported."""
         if not isinstance(data, dict):
             raise ApiError(422, "invalid_spec", "the spec is not an object",
                            expected="a JSON object / msgpack map (see docs/spec.md)",
@@ -147,7 +150,7 @@ class ServiceCore:
         if not principal.admin:
             tenant = data.get("tenant")
             if tenant in (None, "default"):
-                data["tenant"] = principal.tenant  # a tenant token submits into its own tenant
+                data["tenant"] = principal.tenant
             elif tenant != principal.tenant:
                 raise ApiError(403, "forbidden", f"this token acts for tenant {principal.tenant!r}",
                                expected=f"tenant {principal.tenant!r} (or no tenant field)",
@@ -157,6 +160,15 @@ class ServiceCore:
         except SpecError as e:
             raise ApiError.from_user_error(e) from None
         self._check_functions(spec)
+        return spec
+
+    def submit(self, principal: Principal, data: Any, *, replace: bool = False
+               ) -> tuple[int, dict[str, Any]]:
+        """Start a dataflow from a spec (plain data). Returns (HTTP status, body):
+        201 created (or replaced), 200 when the same spec runs already; the body carries
+        admission control's prediction (`admission`)."""
+        self._refuse_while_stopping()
+        spec = self._read_spec(principal, data)
         wanted = spec.to_dict()
         with self._control:
             replaced = False
@@ -187,6 +199,13 @@ class ServiceCore:
                 self.rt.deploy(wanted)
             except SpecError as e:
                 raise ApiError.from_user_error(e) from None
+            except AdmissionRefused as e:
+                seen = self._visible(principal, e.prediction)
+                raise ApiError(409, "admission_refused", f"the pool would not meet every target "
+                               f"with {spec.name!r} admitted",
+                               expected="a dataflow the pool can serve within every target",
+                               got="; ".join(seen["warnings"]),
+                               fix=str(e).split(" Fix: ", 1)[-1]) from None
             except DataflowExists:
                 # Another client won a race for the name: answer as if we had come second.
                 running = self._running_spec(spec.name)
@@ -196,7 +215,42 @@ class ServiceCore:
                                f"{spec.name!r}", expected="the running spec", got=spec.name,
                                fix="resubmit with replace, or pick another name") from None
             self._samples.pop(spec.name, None)
-            return 201, {**self._submitted(spec, created=True), "replaced": replaced}
+            admission = self.rt.describe(spec.name, refresh=True).get("admission")
+            return 201, {**self._submitted(spec, created=True), "replaced": replaced,
+                         "admission": admission and self._visible(principal, admission)}
+
+    def check(self, principal: Principal, data: Any) -> dict[str, Any]:
+        """Admission control's prediction for a spec, without starting it."""
+        spec = self._read_spec(principal, data)
+        try:
+            prediction = self.rt.predict(spec.to_dict())
+        except SpecError as e:
+            raise ApiError.from_user_error(e) from None
+        return self._visible(principal, prediction)
+
+    def overload(self, principal: Principal) -> dict[str, Any]:
+        """The pool's overload report: who misses or will miss, by how much, and whose
+        load causes it (a tenant sees its own dataflows; others' tenants stay unnamed)."""
+        return self._visible(principal, self.rt.predict())
+
+    @staticmethod
+    def _visible(principal: Principal, prediction: dict[str, Any]) -> dict[str, Any]:
+        """A prediction as this caller may see it: a tenant sees its own dataflows, and of
+        the others only how many would miss."""
+        warnings = list(prediction.get("warnings", []))
+        if principal.admin:
+            return {**prediction, "warnings": warnings}
+        own = principal.tenant
+        mine = {o["name"] for o in prediction["outcomes"] if o["tenant"] == own}
+        others = sum(1 for o in prediction["outcomes"]
+                     if o["tenant"] != own and o["verdict"] == "misses")
+        warnings = [w for w in warnings if w.split(":", 1)[0] in mine]
+        if others:
+            warnings.append(f"{others} dataflow(s) of other tenants would miss their targets")
+        return {**prediction, "warnings": warnings,
+                "outcomes": [o for o in prediction["outcomes"] if o["tenant"] == own],
+                "causes": [{**c, "tenant": c["tenant"] if c["tenant"] == own else "another tenant"}
+                           for c in prediction["causes"]]}
 
     def _running_spec(self, name: str) -> dict[str, Any] | None:
         """The normalized spec of a live dataflow of that name (an ended one may be replaced)."""
@@ -265,7 +319,17 @@ class ServiceCore:
             "state_bytes": info.get("state_bytes", 0),
             "held": list(s.get("held", [])),
             "migrations": self._migrations_of(name),
+            "outlook": self._outlook(name) if state in LIVE_STATES else None,
         }
+
+    def _outlook(self, name: str) -> dict[str, Any] | None:
+        """This dataflow's line of the pool's overload report (None if the runtime cannot
+        say now: the rest of the status still answers)."""
+        try:
+            report = self.rt.predict()
+        except CameoError:
+            return None
+        return next((o for o in report["outcomes"] if o["name"] == name), None)
 
     def _migrations_of(self, name: str) -> builtins.list[MigrationInfo]:
         """A dataflow's reconfigurations, running and recent (none once it is gone, or when

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -158,6 +159,7 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
         own = {d["name"] for d in snapshot.get("dataflows", []) if d["tenant"] == tenant}
         migrations = [m for m in migrations if m["dataflow"] in own]
     out.extend(migration_families(migrations))
+    out.extend(overload_families(snapshot.get("overload"), tenant))
     if tenant is None:
         states = GaugeMetricFamily("cameo_dataflows_by_state", "Dataflows the pool keeps, by "
                                    "lifecycle state (ended ones for a while)", labels=["state"])
@@ -170,6 +172,49 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
         out.append(GaugeMetricFamily("cameo_scrape_duration_seconds",
                                      "Time the service took to pull this snapshot from the "
                                      "executors", value=scrape_seconds))
+    return out
+
+
+def overload_families(report: dict[str, Any] | None, tenant: str | None) -> list[Metric]:
+    """The overload report (`Runtime.predict()`) as gauges; a tenant sees its own dataflows
+    and not the other tenants' loads."""
+    missing = GaugeMetricFamily("cameo_dataflow_missing_target", "1 while the dataflow is "
+                                "predicted or measured to miss its target (the overload "
+                                "report), else 0", labels=DF_LABELS)
+    behind = GaugeMetricFamily("cameo_dataflow_behind_seconds_per_second", "How much later its "
+                               "results get every second, for lack of executor time",
+                               labels=DF_LABELS)
+    demand = GaugeMetricFamily("cameo_dataflow_demand_executor_seconds_per_second",
+                               "Executor time it needs per second at its measured rate",
+                               labels=DF_LABELS)
+    given = GaugeMetricFamily("cameo_dataflow_allocation_executor_seconds_per_second",
+                              "Executor time it is predicted to get per second (its tenant's "
+                              "floor and what is spare)", labels=DF_LABELS)
+    out: list[Metric] = [missing, behind, demand, given]
+    if report is None:
+        return out
+    for o in report["outcomes"]:
+        if tenant is not None and o["tenant"] != tenant:
+            continue
+        labels = [o["name"], o["tenant"]]
+        missing.add_metric(labels, 1.0 if o["verdict"] == "misses" else 0.0)
+        behind.add_metric(labels, o["behind_s_per_s"])
+        if o["demand_ms_per_s"] is not None:
+            demand.add_metric(labels, o["demand_ms_per_s"] / 1000.0)
+        if o["allocation_ms_per_s"] is not None:
+            given.add_metric(labels, o["allocation_ms_per_s"] / 1000.0)
+    if tenant is None:
+        over = GaugeMetricFamily("cameo_tenant_over_share_executor_seconds_per_second",
+                                 "Executor time per second a tenant asks above its weighted "
+                                 "share of the pool (the load that causes an overload)",
+                                 labels=["tenant"])
+        for c in report["causes"]:
+            over.add_metric([c["tenant"]], c["over_share_ms_per_s"] / 1000.0)
+        utilization = GaugeMetricFamily("cameo_pool_demand_utilization", "Known demand over "
+                                        "the pool's executor time (above 1: overloaded)")
+        if report.get("utilization") is not None:
+            utilization.add_metric([], report["utilization"])
+        out += [over, utilization]
     return out
 
 
@@ -230,6 +275,14 @@ def executor_families(executors: list[ExecutorStats]) -> list[Metric]:
                              "control (no credits, or a full result log)", labels=EX_LABELS)
     faults = GaugeMetricFamily("cameo_executor_faults", "Recent faults of the executor's worker "
                                "loop (runtime bugs; expected 0)", labels=EX_LABELS)
+    tenant_busy = CounterMetricFamily("cameo_executor_tenant_busy_seconds", "Time the executor "
+                                      "spent on a tenant's work; rate() of it is the tenant's "
+                                      "share", labels=[*EX_LABELS, "tenant"])
+    demoted = GaugeMetricFamily("cameo_executor_tenant_demoted", "1 while the tenant is over "
+                                "its weighted share on the executor and its work is demoted",
+                                labels=[*EX_LABELS, "tenant"])
+    demotions = CounterMetricFamily("cameo_executor_demotions", "Times a tenant went over its "
+                                    "weighted share on the executor", labels=EX_LABELS)
     for e in executors:
         labels = [str(e["executor"]), short_node(e.get("node"))]
         busy.add_metric(labels, e["busy_ms"] / 1000.0)
@@ -242,7 +295,12 @@ def executor_families(executors: list[ExecutorStats]) -> list[Metric]:
         per_msg.add_metric(labels, e["overhead_us_per_message"] or 0.0)
         held.add_metric(labels, e["held"])
         faults.add_metric(labels, len(e.get("faults", [])))
-    return [busy, queue, acts, executed, preempted, overdue, overhead, per_msg, held, faults]
+        demotions.add_metric(labels, e.get("demotions", 0))
+        for t, share in sorted(e.get("tenants", {}).items()):
+            tenant_busy.add_metric([*labels, t], share["busy_ms"] / 1000.0)
+            demoted.add_metric([*labels, t], 1.0 if share["demoted"] else 0.0)
+    return [busy, queue, acts, executed, preempted, overdue, overhead, per_msg, held, faults,
+            tenant_busy, demoted, demotions]
 
 
 class SnapshotCollector(Collector):

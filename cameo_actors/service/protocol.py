@@ -305,6 +305,40 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+class Outcome(BaseModel):
+    name: str
+    tenant: str
+    verdict: str = Field(description="meets, at_risk, misses or unknown")
+    demand_ms_per_s: float | None = Field(description="executor ms per second it needs")
+    allocation_ms_per_s: float | None = Field(description="executor ms per second it gets "
+                                                          "(its tenant's floor and what is spare)")
+    sustainable_eps: float | None = Field(description="events/s it keeps up with")
+    behind_s_per_s: float = Field(description="how much later its results get every second")
+    reason: str
+
+
+class Cause(BaseModel):
+    tenant: str = Field(description="a tenant over its weighted share (others' tenants are "
+                                    "not named to a tenant token)")
+    over_share_ms_per_s: float
+
+
+class Prediction(BaseModel):
+    """Admission control's prediction (docs/service.md, "Admission and overload")."""
+
+    feasible: bool = Field(description="no dataflow is predicted or measured to miss")
+    capacity_ms_per_s: float = Field(description="executor ms per second of the pool")
+    utilization: float | None = Field(description="known demand / capacity")
+    outcomes: list[Outcome]
+    causes: list[Cause]
+    executors_needed: int | None = Field(description="executors for every known demand to "
+                                                     "fit under the pool's headroom")
+    max_rate_eps: float | None = Field(description="for a new dataflow: the highest rate that "
+                                                   "keeps every target it does not already miss")
+    warnings: list[str] = Field(default_factory=list,
+                                description="on submit: the dataflows predicted to miss, why")
+
+
 class SubmitResponse(BaseModel):
     id: str = Field(description="the dataflow's id: its name, unique in the pool")
     name: str
@@ -312,6 +346,8 @@ class SubmitResponse(BaseModel):
     created: bool = Field(description="false when the same spec was running already")
     replaced: bool = False
     state: str
+    admission: Prediction | None = Field(None, description="admission control's prediction "
+                                                           "when it was created")
 
 
 class DataflowSummary(BaseModel):
@@ -376,6 +412,8 @@ class DataflowStatus(BaseModel):
                                             "whose result log is full)")
     migrations: list[Migration] = Field([], description="its reconfigurations (running and "
                                                         "recent), oldest first")
+    outlook: Outcome | None = Field(None, description="the pool's overload report for it: "
+                                                      "whether it meets or will miss its target")
 
 
 class Migration(BaseModel):

@@ -151,7 +151,8 @@ def serve(cfg: ServiceConfig) -> int:
                            ended_retention_s=cfg.keep_ended_s,
                            checkpoint_url=cfg.checkpoint_url,
                            checkpoint_interval_s=cfg.checkpoint_interval_s,
-                           delivery=cfg.delivery)
+                           delivery=cfg.delivery, admission=cfg.admission,
+                           tenant_floor=cfg.tenant_floor == "on")
     try:
         rt = Runtime.start(config, pool=cfg.pool, address=None if cfg.embedded else cfg.address,
                            run_dir=cfg.run_dir, num_cpus=cfg.num_cpus, node_ip=cfg.node_ip)

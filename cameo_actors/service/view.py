@@ -111,10 +111,42 @@ def render_status(s: dict[str, Any], *, color: bool = False, now: float | None =
                                      if errors else "none"))
     for f in s.get("failures", [])[-3:]:
         lines.append(_paint(f"  failure     {f}", RED, color))
+    outlook = s.get("outlook")
+    if outlook and outlook["verdict"] != "meets":
+        lines.append(_paint(f"  outlook     {outlook['verdict']}: {outlook['reason']}",
+                            RED if outlook["verdict"] == "misses" else BOLD, color))
     migrations = s.get("migrations") or []
     if migrations:
         lines += ["", "  migrations"]
         lines += ["    " + line for line in render_migrations(migrations).splitlines()]
+    return "\n".join(lines)
+
+
+def render_prediction(p: dict[str, Any], *, new: str | None = None) -> str:
+    """Admission control's prediction, or the pool's overload report, in words.
+
+    >>> print(render_prediction({"feasible": True, "capacity_ms_per_s": 2000.0,
+    ...     "utilization": 0.25, "causes": [], "executors_needed": 1, "max_rate_eps": None,
+    ...     "outcomes": [{"name": "a", "tenant": "t", "verdict": "meets",
+    ...                   "reason": "gets the 500 ms/s of executor time it needs"}]}))
+    every target is predicted to be met (pool at 25% of 2 executors)
+      a (tenant t): meets: gets the 500 ms/s of executor time it needs
+    """
+    load = "-" if p.get("utilization") is None else f"{100 * p['utilization']:.0f}%"
+    pool = f"pool at {load} of {p['capacity_ms_per_s'] / 1000:g} executors"
+    head = (f"every target is predicted to be met ({pool})" if p["feasible"] else
+            f"some targets are predicted to be missed ({pool})")
+    lines = [head]
+    for o in p["outcomes"]:
+        mark = " (new)" if new is not None and o["name"] == new else ""
+        lines.append(f"  {o['name']}{mark} (tenant {o['tenant']}): {o['verdict']}: {o['reason']}")
+    if p["causes"]:
+        lines.append("  load above the weighted share: " + ", ".join(
+            f"{c['tenant']} {c['over_share_ms_per_s']:,.0f} ms/s" for c in p["causes"]))
+    if not p["feasible"] and p.get("executors_needed"):
+        lines.append(f"  needed: about {p['executors_needed']} executors")
+    if new is not None and p.get("max_rate_eps") is not None:
+        lines.append(f"  {new} fits at up to {p['max_rate_eps']:,.0f} events/s")
     return "\n".join(lines)
 
 

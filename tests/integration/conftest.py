@@ -36,6 +36,9 @@ POOLS = {
     # intervals keep recoveries and exactly-once results prompt.
     "phoenix2": dict(num_executors=2, policy="cameo", checkpoint_interval_s=0.5,
                      monitor_interval_s=0.2),
+    # Admission control refuses here (test_overload.py): a pool of its own, so that only
+    # that test's load is measured.
+    "gate2": dict(num_executors=2, policy="cameo", admission="refuse", monitor_interval_s=0.5),
 }
 
 

@@ -37,7 +37,8 @@ def check_modes(res: dict[str, Any], modes: tuple[str, ...], policies: dict[str,
             assert isinstance(d["latency_sensitive"], bool)
             assert d["p99_from_event_ms"] >= d["p50_from_event_ms"] > 0
             assert 0.0 <= d["within_target_from_event"] <= 1.0
-    assert set(res["ratios"]) == {"fifo_over_cameo_p99", "isolated_over_cameo_p99"}
+    assert set(res["ratios"]) == {"fifo_over_cameo_p99", "floor_over_cameo_p99",
+                                  "isolated_over_cameo_p99"}
 
 
 def check_ratios(res: dict[str, Any]) -> None:
@@ -45,20 +46,23 @@ def check_ratios(res: dict[str, Any]) -> None:
         assert v is not None and v > 0 and math.isfinite(v)
 
 
+POLICIES = {"fifo": "fifo", "cameo": "cameo", "floor": "cameo", "isolated": "fifo"}
+
+
 def test_latency_scenarios(ray_session: None) -> None:
     cameo.ensure_ray()  # Ray is up already: must not start another
-    policies = {"fifo": "fifo", "cameo": "cameo", "isolated": "fifo"}
     for fn in (scenarios.single, scenarios.multi):
         res = fn(CAPACITY, 0.5, 1.5, log=lambda _: None)
-        check_modes(res, ("fifo", "cameo", "isolated"), policies)
+        check_modes(res, tuple(POLICIES), POLICIES)
         check_ratios(res)
+        assert [res[m]["tenant_floor"] for m in POLICIES] == [False, False, True, False]
 
 
 def test_spike(ray_session: None) -> None:
     res = scenarios.spike(CAPACITY, 0.5, 2.0, every_s=1.5, spike_s=0.5, log=lambda _: None)
-    check_modes(res, ("fifo", "cameo", "isolated"), {"fifo": "fifo", "cameo": "cameo", "isolated": "fifo"})
+    check_modes(res, tuple(POLICIES), POLICIES)
     check_ratios(res)
-    for mode in ("fifo", "cameo", "isolated"):
+    for mode in POLICIES:
         series = res[mode]["dataflows"]["alerts"]["p99_series_ms"]
         assert len(series) == 2 and any(v is not None and v > 0 for v in series)
         assert res[mode]["dataflows"]["bulk"]["spikes_s"]
@@ -67,7 +71,8 @@ def test_spike(ray_session: None) -> None:
 def test_fair(ray_session: None) -> None:
     res = scenarios.fair(CAPACITY, 1.5, stagger_s=0.5, log=lambda _: None)
     check_modes(res, ("fifo", "cameo"), {"fifo": "fifo", "cameo": "fair_share"})
-    assert res["ratios"] == {"fifo_over_cameo_p99": None, "isolated_over_cameo_p99": None}
+    assert res["ratios"] == {"fifo_over_cameo_p99": None, "floor_over_cameo_p99": None,
+                             "isolated_over_cameo_p99": None}
     for mode in ("fifo", "cameo"):
         shares = res[mode]["final_shares"]
         assert set(shares) == {"bulk-a", "bulk-b", "bulk-c"}
@@ -76,6 +81,21 @@ def test_fair(ray_session: None) -> None:
         for d in res[mode]["dataflows"].values():
             assert d["throughput_series_eps"] and all(x >= 0 for x in d["throughput_series_eps"])
             assert d["busy_series_ms"] and all(x >= 0 for x in d["busy_series_ms"])
+
+
+def test_overload(ray_session: None) -> None:
+    res = scenarios.overload(CAPACITY, 0.5, 2.0, levels=(1.5,), log=lambda _: None)
+    level = res["levels"]["1.50"]
+    # (No check_modes: under cameo a starved tenant may have no results at all.)
+    assert [level[m]["policy"] for m in ("fifo", "cameo", "floor")] == ["fifo", "cameo", "cameo"]
+    names = {n for n, _ in scenarios.OVERLOAD_SENSITIVE} | {n for n, _, _ in scenarios.OVERLOAD_BULK}
+    for mode in ("fifo", "cameo", "floor"):
+        dfs = level[mode]["dataflows"]
+        assert set(dfs) == names
+        assert sum(d["share"] for d in dfs.values()) == pytest.approx(1.0, abs=0.01)
+        for d in dfs.values():
+            assert 0.0 <= d["fair_share"] <= 1.0
+            assert d["share_of_fair"] is None or 0.0 <= d["share_of_fair"] <= 1.0
 
 
 MIGRATION_FIELDS = ("steady_p99_ms", "migration_p99_ms", "migration_max_ms", "alerts_p99_ms",

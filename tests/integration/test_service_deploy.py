@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from cameo_actors.scheduling.admission import Demand, predict
 from cameo_actors.service.metrics import families
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,11 @@ def test_dashboard_uses_only_exported_metrics() -> None:
                 "executors": [{"executor": 0, "node": "n", "activations": 1, "backlog": 0,
                                "executed": 1, "slices": 1, "preempted": 0, "overdue": 0, "busy_ms": 1,
                                "overhead_ms": 1, "overhead_us_per_message": 1, "held": 0,
-                               "faults": []}]}
+                               "faults": [], "demotions": 1,
+                               "tenants": {"t": {"weight": 1.0, "busy_ms": 1.0, "demoted": True,
+                                                 "over_share_ms": 60.0, "demotions": 1}}}],
+                "overload": predict(1000.0, [Demand("d", "t", 1.0, 1.0, 2000.0, 1.0),
+                                             Demand("e", "u", 1.0, 1.0, 10.0, 1.0)]).to_dict()}
     exported = set()
     for fam in families(snapshot):
         for sample in fam.samples:
@@ -79,5 +84,5 @@ def test_dashboard_uses_only_exported_metrics() -> None:
     assert used and used <= exported, used - exported
     titles = " ".join(p["title"] for p in dash["panels"]).lower()
     for must in ("latency percentiles vs target", "within target", "throughput",
-                 "executor busy share"):
+                 "executor busy share", "overload"):
         assert must in titles

@@ -15,7 +15,13 @@ from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.runtime._private.ingest import pack_ingest
 from cameo_actors.runtime.boundary import LIVE_STATES, MigrationInfo, Rejected
-from cameo_actors.runtime.exceptions import DataflowEnded, DataflowExists, DataflowNotFound
+from cameo_actors.runtime.exceptions import (
+    AdmissionRefused,
+    DataflowEnded,
+    DataflowExists,
+    DataflowNotFound,
+)
+from cameo_actors.scheduling.admission import Demand, predict
 from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import TokenStore
 from cameo_actors.service.client import Client
@@ -92,12 +98,35 @@ class FakeRuntime:
         old = self.flows.get(spec["name"])
         if old is not None and old["state"] in LIVE_STATES:
             raise DataflowExists(spec["name"])
+        admission = self.predict(spec)
+        admission["warnings"] = [f"{o['name']}: {o['reason']}" for o in admission["outcomes"]
+                                 if o["verdict"] == "misses"]
+        if admission["warnings"] and self.admission == "refuse":  # as the pool's controller
+            raise AdmissionRefused(f"admitting {spec['name']!r} is predicted to make others "
+                                   "miss. Fix: grow the pool", admission)
         self.deploys += 1
         self.flows[spec["name"]] = {"spec": json.loads(json.dumps(spec)), "events": 0,
                                     "executors": [0, 1], "submitted_at": 100.0,
                                     "state": "running", "released": False, "cause": None,
-                                    "final": None, "ended_at": None, "lost": False}
+                                    "final": None, "ended_at": None, "lost": False,
+                                    "admission": admission}
         return str(spec["name"])
+
+    #: executor ms one event costs in this fake, for admission control's predictions
+    cost_ms_per_event = 0.01
+    #: the pool's admission setting: "admit", "warn" or "refuse"
+    admission = "warn"
+
+    def predict(self, dataflow: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The real model over the fake's dataflows, each at its spec's expected rate."""
+        def demand(spec: dict[str, Any]) -> Demand:
+            return Demand(spec["name"], spec["tenant"], spec["scheduling"]["weight"],
+                          spec["latency_target_ms"], spec["scheduling"].get("expected_rate_eps"),
+                          self.cost_ms_per_event)
+        running = [demand(f["spec"]) for n, f in self.flows.items()
+                   if f["state"] in LIVE_STATES and (dataflow is None or n != dataflow["name"])]
+        new = None if dataflow is None else demand(DataflowSpec.from_dict(dataflow).to_dict())
+        return predict(1000.0 * len(self.executors), running, new).to_dict()
 
     def end(self, name: str, state: str, cause: str | None = None, *, lost: bool = False) -> None:
         """What the pool's monitor does: a dataflow finishes, or fails (its parts freed)."""
@@ -140,7 +169,8 @@ class FakeRuntime:
         return {"name": name, "spec": f["spec"], "executors": f["executors"],
                 "state": f["state"], "submitted_at": f["submitted_at"], "ended_at": f["ended_at"],
                 "cause": f["cause"], "history": [], "exceptions": [], "final": f["final"],
-                "released": f["released"], "lost": f["lost"], "state_bytes": 0}
+                "released": f["released"], "lost": f["lost"], "state_bytes": 0,
+                "admission": f["admission"]}
 
     def stats(self, name: str) -> dict[str, Any]:
         f = self._get(name)
@@ -405,7 +435,7 @@ class FakeRuntime:
                               "events_in": n, "events_out": n, "backlog": 0,
                               "errors": {"s:malformed": 1}})
         return {"dataflows": dataflows, "executors": self.executor_stats(),
-                "migrations": [dict(m) for m in self.moves.values()]}
+                "migrations": [dict(m) for m in self.moves.values()], "overload": self.predict()}
 
 
 def flow(name: str, tenant: str = "ops", target: float = 50) -> Dataflow:

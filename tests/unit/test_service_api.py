@@ -271,3 +271,64 @@ def test_one_dataflows_stuck_push_holds_back_neither_others_nor_its_cancel(svc: 
 
 def test_update_request_model_validates_alone() -> None:
     assert UpdateRequest(weight=2).weight == 2
+
+
+def test_admission_control_answers_before_and_on_submit(svc: Service) -> None:
+    admin = svc.client(ADMIN)
+    busy = Dataflow("busy", latency_target_ms=1000, tenant="analytics", expected_rate_eps=150_000)
+    busy = busy.source("s", schema=SCHEMA).sink("o")  # 1,500 of the pool's 2,000 ms/s
+    fits = admin.check(busy)
+    assert fits["feasible"] and [o["verdict"] for o in fits["outcomes"]] == ["meets"]
+    assert svc.rt.deploys == 0  # a check starts nothing
+    created = admin.submit(busy)
+    assert created["admission"]["feasible"] and created["admission"]["warnings"] == []
+
+    more = Dataflow("more", latency_target_ms=50, tenant="ops", expected_rate_eps=150_000)
+    more = more.source("s", schema=SCHEMA).sink("o")
+    verdict = admin.check(more)
+    assert not verdict["feasible"] and verdict["executors_needed"] == 4
+    assert {o["name"]: o["verdict"] for o in verdict["outcomes"]} == {"busy": "misses",
+                                                                      "more": "misses"}
+    assert 0 < verdict["max_rate_eps"] < 150_000
+
+    svc.rt.admission = "refuse"
+    with pytest.raises(ServiceError) as e:
+        admin.submit(more)
+    assert e.value.status == 409 and e.value.code == "admission_refused"
+    assert "busy" in str(e.value.got) and "grow the pool" in (e.value.fix or "")
+    assert "more" not in svc.rt.flows
+
+    svc.rt.admission = "warn"  # admitted, with the warning in the answer
+    warned = admin.submit(more)
+    assert warned["created"] and len(warned["admission"]["warnings"]) == 2
+
+
+def test_the_overload_report_shows_a_tenant_its_own_dataflows_only(svc: Service) -> None:
+    admin = svc.client(ADMIN)
+    for name, tenant in (("hog", "analytics"), ("mine", "ops")):
+        admin.submit(Dataflow(name, latency_target_ms=100, tenant=tenant,
+                              expected_rate_eps=150_000).source("s", schema=SCHEMA).sink("o"))
+    report = admin.overload()
+    assert not report["feasible"]
+    assert {c["tenant"] for c in report["causes"]} == {"analytics", "ops"}
+    ops = svc.client(svc.tenant_token("ops")).overload()
+    assert [o["name"] for o in ops["outcomes"]] == ["mine"]
+    assert {c["tenant"] for c in ops["causes"]} == {"ops", "another tenant"}
+    status = admin.status("mine")
+    assert status["outlook"]["verdict"] == "misses" and "behind" in status["outlook"]["reason"]
+    metrics = svc.http.get("/metrics", headers=auth()).text
+    assert 'cameo_dataflow_missing_target{dataflow="mine",tenant="ops"} 1.0' in metrics
+    assert 'cameo_tenant_over_share_executor_seconds_per_second{tenant="analytics"}' in metrics
+
+
+def test_a_tenant_refused_admission_learns_nothing_of_other_tenants_dataflows(svc: Service) -> None:
+    svc.client(ADMIN).submit(Dataflow("secret-job", latency_target_ms=100, tenant="analytics",
+                                      expected_rate_eps=150_000).source("s", schema=SCHEMA).sink("o"))
+    svc.rt.admission = "refuse"
+    ops = svc.client(svc.tenant_token("ops"))
+    mine = Dataflow("mine", latency_target_ms=100, expected_rate_eps=150_000)
+    with pytest.raises(ServiceError) as e:
+        ops.submit(mine.source("s", schema=SCHEMA).sink("o"))
+    assert e.value.status == 409 and "secret-job" not in str(e.value)
+    assert "1 dataflow(s) of other tenants would miss" in str(e.value.got)
+    assert "mine: needs 1,500 ms/s" in str(e.value.got)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from cameo_actors import Dataflow
 from cameo_actors.service import cli
 from cameo_actors.service.cli import load_specs, read_events
 from cameo_actors.service.errors import ConfigError
@@ -18,7 +19,7 @@ from cameo_actors.service.view import (
     render_status,
     render_table,
 )
-from tests.shared.service_fakes import ADMIN, Service, flow
+from tests.shared.service_fakes import ADMIN, SCHEMA, Service, flow
 
 
 def status(p99: float | None) -> dict[str, Any]:
@@ -148,3 +149,29 @@ def test_token_list_shows_iso_times_and_json_keeps_the_number(
     assert row.split() == [made["id"], "ops", iso_time(made["created"])]
     _, out, _ = run_cli(svc, monkeypatch, capsys, "token", "list", "--json")
     assert json.loads(out) == [{"id": made["id"], "tenant": "ops", "created": made["created"]}]
+
+
+def test_submit_check_and_the_pools_status_say_who_would_miss(
+        svc: Service, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Any) -> None:
+    def spec(name: str, rate: float) -> str:
+        path = tmp_path / f"{name}.json"
+        path.write_text(Dataflow(name, latency_target_ms=100, tenant=name, expected_rate_eps=rate)
+                        .source("s", schema=SCHEMA).sink("o").spec.to_json())
+        return str(path)
+
+    code, out, _ = run_cli(svc, monkeypatch, capsys, "submit", "--check", spec("small", 1000))
+    assert code == 0 and out.startswith("small: every target is predicted to be met")
+    assert "small (new) (tenant small): meets" in out and svc.rt.deploys == 0
+    assert run_cli(svc, monkeypatch, capsys, "submit", spec("hog", 150_000))[0] == 0
+    code, out, _ = run_cli(svc, monkeypatch, capsys, "submit", "--check", spec("late", 150_000))
+    assert code == 1 and "some targets are predicted to be missed" in out
+    assert "late (new) (tenant late): misses: needs 1,500 ms/s" in out
+    assert "needed: about 4 executors" in out and "late fits at up to" in out
+    code, _, err = run_cli(svc, monkeypatch, capsys, "submit", spec("late", 150_000))
+    assert code == 0 and "cameo: warning: predicted to miss its target: hog:" in err
+    code, out, _ = run_cli(svc, monkeypatch, capsys, "status")
+    assert code == 0 and "hog (tenant hog): misses" in out
+    assert "load above the weighted share: hog 500 ms/s, late 500 ms/s" in out
+    code, out, _ = run_cli(svc, monkeypatch, capsys, "status", "hog", "--once")
+    assert "outlook     misses: needs 1,500 ms/s" in out

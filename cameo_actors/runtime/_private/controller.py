@@ -10,6 +10,10 @@ A monitor thread watches the pool every `monitor_interval_s`:
 - a `finishing` dataflow (sources closed) becomes `finished` once every
   activation saw the end of its inputs;
 - a dataflow over its state budget fails and its state is freed;
+- each dataflow's rates and costs are sampled (`load.py`): admission control
+  predicts with them whether a new dataflow fits, and the pool's overload report
+  (who misses or will miss, by how much, whose load causes it) is kept current
+  and logged when it changes;
 - ended dataflows are forgotten after `ended_retention_s`.
 
 A checkpointer thread takes each dataflow's checkpoints (`checkpoint.py`)
@@ -50,6 +54,7 @@ from cameo_actors.runtime._private.cluster import (
     get_each,
 )
 from cameo_actors.runtime._private.executor import Executor
+from cameo_actors.runtime._private.load import LoadTracker
 from cameo_actors.runtime._private.rescale import (
     STRATEGIES,
     Migration,
@@ -73,7 +78,13 @@ from cameo_actors.runtime.boundary import (
     ExecutorStats,
 )
 from cameo_actors.runtime.config import RuntimeConfig
-from cameo_actors.runtime.exceptions import DataflowEnded, DataflowExists, DataflowNotFound
+from cameo_actors.runtime.exceptions import (
+    AdmissionRefused,
+    DataflowEnded,
+    DataflowExists,
+    DataflowNotFound,
+)
+from cameo_actors.scheduling.admission import Prediction, predict
 
 logger = logging.getLogger(__name__)
 #: Operator failures kept with a dataflow's record when it ends.
@@ -134,6 +145,10 @@ class Controller:
         self._checkpointing: set[str] = set()
         self._due: dict[str, float] = {}
         self._checkpoints = ThreadPoolExecutor(CHECKPOINT_THREADS, thread_name_prefix="cameo-ckpt")
+        #: recent rates and learned costs, and the last overload report made from them
+        self.loads = LoadTracker()
+        self.overload: dict[str, Any] = predict(1000.0, []).to_dict()
+        self._missing: set[str] = set()
         registry = self.storage.load_registry() if self.storage is not None else None
         if registry:
             self._resume(registry)
@@ -217,6 +232,7 @@ class Controller:
             if old is not None and old["state"] in LIVE_STATES:
                 raise DataflowExists(f"a dataflow named {spec.name!r} is running already; "
                                      "cancel it first or choose another name")
+            admission = self._admit(spec)
             placement = self._place(spec)
             involved = sorted(placement.executors())
             deployment = uuid.uuid4().hex[:12]
@@ -247,11 +263,63 @@ class Controller:
                 "checkpoints": {"interval_s": interval_s(spec, self.config), "last": None,
                                 "last_at": None, "last_duration_s": None, "last_bytes": 0,
                                 "completed": 0, "failed": 0},
-                "recoveries": 0, "recoveries_in_a_row": 0, "resume_state": None}
+                "recoveries": 0, "recoveries_in_a_row": 0, "resume_state": None,
+                "admission": admission}
             self._enter(self.dataflows[spec.name], RUNNING, "submitted")
             self._due[spec.name] = time.monotonic() + interval_s(spec, self.config)
         self._save()
         return {"name": spec.name, "hosts": placement.hosts}
+
+    # -- admission control and the overload report ------------------------------------------
+    def predict(self, spec_dict: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Whether every running dataflow (and the one in `spec_dict`, if given, as if it
+        were admitted) is predicted to meet its target, from the measured rates and costs."""
+        if spec_dict is None:
+            return self.overload  # made by the monitor, at most a second ago
+        spec = DataflowSpec.from_dict(spec_dict)
+        check_pool_limits(spec, max_windows_per_event=self.config.max_windows_per_event,
+                          max_state_bytes=self.config.max_state_bytes)
+        return self._predict(spec).to_dict()
+
+    def _predict(self, spec: DataflowSpec | None) -> Prediction:
+        running = [d for d in list(self.dataflows.values())  # the monitor reads unlocked
+                   if d["state"] in LIVE_STATES and (spec is None or d["name"] != spec.name)]
+        capacity = 1000.0 * max(1, len(self._usable()))
+        new = None if spec is None else self.loads.new(spec.to_dict())
+        return predict(capacity, self.loads.running(running), new,
+                       headroom=self.config.admission_headroom)
+
+    def _admit(self, spec: DataflowSpec) -> dict[str, Any]:
+        """The admission prediction for `spec` (kept with its record); refused with
+        `AdmissionRefused` when some target would be missed and the pool says "refuse"."""
+        prediction = self._predict(spec)
+        verdict = prediction.to_dict()
+        misses = [o for o in prediction.outcomes if o.verdict == "misses"]
+        verdict["warnings"] = [f"{o.name}: {o.reason}" for o in misses]
+        if misses and self.config.admission == "refuse":
+            raise AdmissionRefused(
+                f"admitting {spec.name!r} is predicted to make "
+                f"{', '.join(repr(o.name) for o in misses)} miss {'its' if len(misses) == 1 else 'their'} "
+                f"target: " + "; ".join(verdict["warnings"]) + ". Fix: "
+                + _fix(prediction, spec.name), verdict)
+        if misses and self.config.admission == "warn":
+            logger.warning("admitted %r although %s", spec.name, "; ".join(verdict["warnings"]))
+        return verdict
+
+    def _report_overload(self) -> None:
+        """Keep the pool's overload report current; log who starts and stops missing."""
+        prediction = self._predict(None)
+        self.overload = prediction.to_dict()
+        missing = {o.name for o in prediction.misses()}
+        for o in prediction.misses():
+            if o.name not in self._missing:
+                causes = ", ".join(f"{t!r} ({ms:,.0f} ms/s above its share)"
+                                   for t, ms in prediction.causes) or "none measured"
+                logger.warning("overload: %r misses its target: %s; tenants over their "
+                               "share: %s", o.name, o.reason, causes)
+        for name in self._missing - missing:
+            logger.warning("overload: %r meets its target again", name)
+        self._missing = missing
 
     def _new_executor(self, i: int) -> Any:
         # Detached: executors outlive a controller that dies (a restarted one adopts them);
@@ -892,7 +960,7 @@ class Controller:
     # -- the monitor -----------------------------------------------------------------------
     def _monitor(self) -> None:
         while not self._stopped.wait(self.config.monitor_interval_s):
-            for check in (self._check_executors, self._check_finishing, self._check_budgets,
+            for check in (self._check_executors, self._check_finishing, self._check_usage,
                           self._expire):
                 try:
                     check()
@@ -1033,13 +1101,18 @@ class Controller:
                     if info["state"] == FINISHING:
                         self._enter(info, FINISHED, "every source closed and drained")
 
-    def _check_budgets(self) -> None:
+    def _check_usage(self) -> None:
+        """State budgets, and the samples of rates and costs behind the overload report."""
         live = [i for i in range(len(self.executors)) if i not in self.dead]
-        totals: Counter[str] = Counter()
-        for part in get_each([self.executors[i].footprints.remote() for i in live], timeout_s=10.0):
-            totals.update(part or {})
+        usage: dict[str, Counter[str]] = {}
+        for part in get_each([self.executors[i].usage.remote() for i in live], timeout_s=10.0):
+            for name, counts in (part or {}).items():
+                usage.setdefault(name, Counter()).update(counts)
+        self.loads.observe(time.monotonic(), usage, {
+            n: d["spec"] for n, d in list(self.dataflows.items()) if d["state"] in LIVE_STATES})
+        self._report_overload()
         default = self.config.state_budget_bytes
-        for name, used in totals.items():
+        for name, used in ((n, int(u["bytes"])) for n, u in usage.items()):
             info = self.dataflows.get(name)
             if info is None or info["released"]:
                 continue
@@ -1073,3 +1146,18 @@ def _request_cpus(cpus: float) -> None:
         request_resources(num_cpus=int(cpus + 0.999))
     except Exception:  # no autoscaler here: the executors start where CPUs are free
         logger.debug("no autoscaler to ask for %s CPUs", cpus, exc_info=True)
+
+
+def _fix(prediction: Prediction, name: str) -> str:
+    """What would make a refused dataflow fit, in words."""
+    ways = []
+    have = prediction.capacity_ms_per_s / 1000.0
+    if prediction.executors_needed is not None and prediction.executors_needed > have:
+        ways.append(f"grow the pool to {prediction.executors_needed} executors (it has "
+                    f"{have:.0f})")
+    if prediction.max_rate_eps is not None:
+        ways.append(f"send {name!r} at most {prediction.max_rate_eps:,.0f} events/s "
+                    "(scheduling.expected_rate_eps)")
+    ways.append("lower the load of the tenants over their share, or submit to a pool whose "
+                "admission setting is \"warn\" or \"admit\"")
+    return "; or ".join(ways)

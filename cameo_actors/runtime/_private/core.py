@@ -96,7 +96,8 @@ class ExecutorCore:
         self.config = config
         self.clock = clock or SystemClock()
         self.sched = Scheduler(config.policy, quantum_ms=config.quantum_ms,
-                               policy_params=dict(config.policy_params))
+                               policy_params=dict(config.policy_params),
+                               floor_slack_ms=config.floor_slack_ms if config.tenant_floor else None)
         self.hosting = Hosting(index, FunctionResolver(config.allowed_modules),
                                max_string_chars=config.max_string_chars)
         self.channels = Channels(index, send, self._unsendable)
@@ -162,12 +163,11 @@ class ExecutorCore:
     def update(self, dataflow: str, *, latency_target_ms: float | None = None,
                weight: float | None = None) -> None:
         """Change a running dataflow's target or weight; new messages are stamped with it."""
-        for aid in self.hosting.ids(dataflow):
-            profile = self.sched.profile(aid)
-            if latency_target_ms is not None:
-                profile.latency_target_ms = float(latency_target_ms)
-            if weight is not None:
-                profile.weight = float(weight)
+        if latency_target_ms is not None:
+            for aid in self.hosting.ids(dataflow):
+                self.sched.profile(aid).latency_target_ms = float(latency_target_ms)
+        if weight is not None:
+            self.sched.set_weight(dataflow, weight)
         if latency_target_ms is not None:
             self.stats.dataflows[dataflow].latency.target_ms = float(latency_target_ms)
 
@@ -576,13 +576,21 @@ class ExecutorCore:
                 return False
         return True
 
-    def footprints(self) -> dict[str, int]:
-        """dataflow -> estimated bytes of its operator state and unread outputs here."""
-        out: dict[str, int] = {}
+    def usage(self) -> dict[str, dict[str, float]]:
+        """dataflow -> what it uses here: estimated bytes of its operator state and unread
+        outputs, and its counters since it came here (events in, executor ms, results,
+        results within target)."""
+        out: dict[str, dict[str, float]] = {}
         for dataflow in self.hosting.dataflows:
-            state = sum(approx_bytes(self.hosting.activations[aid].operator)
-                        for aid in self.hosting.ids(dataflow))
-            out[dataflow] = state + self.egress.footprint(dataflow)
+            ids = self.hosting.ids(dataflow)
+            state = sum(approx_bytes(self.hosting.activations[aid].operator) for aid in ids)
+            counters = self.stats.dataflows.get(dataflow)
+            out[dataflow] = {
+                "bytes": state + self.egress.footprint(dataflow),
+                "events_in": counters.events_in if counters else 0,
+                "busy_ms": sum(self.sched.profile(a).busy_ms for a in ids),
+                "results": counters.latency.count if counters else 0,
+                "within": counters.latency.within_target if counters else 0}
         return out
 
     def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:

@@ -334,8 +334,8 @@ class Executor:
     def ended(self, dataflow: str) -> bool:
         return self._call(self.core.ended, dataflow)
 
-    def footprints(self) -> dict[str, int]:
-        return self._call(self.core.footprints)
+    def usage(self) -> dict[str, dict[str, float]]:
+        return self._call(self.core.usage)
 
     def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:
         return self._call(self.core.idle)

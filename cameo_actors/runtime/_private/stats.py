@@ -155,7 +155,8 @@ class Statistics:
                 "executed": s.executed, "slices": s.slices, "preempted": s.preempted,
                 "overdue": s.overdue, "busy_ms": s.busy_ms, "overhead_ms": s.overhead_ms,
                 "overhead_us_per_message": s.overhead_us_per_message, "held": held,
-                "faults": list(faults)}
+                "faults": list(faults), "demotions": s.demotions,
+                "tenants": sched.tenant_shares()}
 
 
 @dataclass
