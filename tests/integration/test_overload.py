@@ -66,10 +66,12 @@ def test_admission_predictions_match_what_happens(pools: Any) -> None:
     feeder = Runtime.connect(pool=rt.pool, address=None)
     stop = threading.Event()
     names = ("ov-base", "ov-small", "ov-big")
+    threads: list[threading.Thread] = []
     try:
         # A running dataflow at a modest rate teaches the pool what this shape costs.
         rt.deploy(heavy("ov-base"))
-        threads = [threading.Thread(target=feed, args=(feeder, "ov-base", 2000.0, stop), daemon=True)]
+        threads.append(threading.Thread(target=feed, args=(feeder, "ov-base", 2000.0, stop),
+                                        daemon=True))
         threads[0].start()
         def measured() -> dict[str, Any] | None:
             r = rt.predict()
@@ -128,6 +130,8 @@ def test_admission_predictions_match_what_happens(pools: Any) -> None:
         assert outcome(report, "ov-small")["verdict"] != "misses"
     finally:
         stop.set()
+        for t in threads:  # no push may be under way when its dataflow is cancelled
+            t.join(timeout=30)
         for name in names:
             with contextlib.suppress(DataflowNotFound):  # never deployed
                 rt.cancel(name)
