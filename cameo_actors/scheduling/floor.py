@@ -95,6 +95,11 @@ class TenantFloor:
                 self._virtual = mean
         return self._virtual
 
+    def weight(self, tenant: str) -> float:
+        """A tenant's weight here (0 for one not known)."""
+        t = self._tenants.get(tenant)
+        return 0.0 if t is None else t.weight
+
     def set_weight(self, tenant: str, weight: float) -> None:
         """A tenant's weight (its dataflows' largest `scheduling.weight` here)."""
         t = self._tenants.get(tenant)

@@ -276,7 +276,8 @@ class Scheduler:
         self._flows[dataflow] = profile.flow
         self._members.setdefault(dataflow, set()).add(activation_id)
         self._tenants.setdefault(tenant, set()).add(activation_id)
-        self._reweigh(tenant)
+        if self.floor is not None and profile.weight > self.floor.weight(tenant):
+            self.floor.set_weight(tenant, profile.weight)
         return profile
 
     def set_weight(self, dataflow: str, weight: float) -> None:
@@ -317,12 +318,13 @@ class Scheduler:
         tenant = act.tenant
         members_of_tenant = self._tenants[tenant]
         members_of_tenant.discard(activation_id)
-        if self.floor is not None:
-            self.floor.dropped(tenant, len(pending))
-            if members_of_tenant:
+        floor = self.floor
+        if floor is not None:
+            floor.dropped(tenant, len(pending))
+            if not members_of_tenant:
+                floor.forget(tenant)
+            elif act.profile.weight >= floor.weight(tenant):  # it may have been the heaviest
                 self._reweigh(tenant)
-            else:
-                self.floor.forget(tenant)
         if not members_of_tenant:
             del self._tenants[tenant]
         # Feedback only flows within a dataflow: only its members can hold a report.

@@ -170,3 +170,19 @@ def test_debts_are_capped_and_cleared_when_the_executor_runs_out_of_work() -> No
 def test_a_bad_slack_is_refused() -> None:
     with pytest.raises(ValueError, match="slack_ms must be finite and > 0"):
         Scheduler("cameo", floor_slack_ms=0.0)
+
+
+def test_a_tenant_weighs_as_its_heaviest_dataflow_here() -> None:
+    s = Scheduler("cameo", floor_slack_ms=50.0)
+    assert s.floor is not None
+    for aid, weight in (("a1", 1.0), ("a2", 3.0), ("a3", 2.0)):
+        s.add_activation(aid, dataflow=aid, tenant="t", latency_target_ms=100.0, weight=weight)
+    assert s.floor.weight("t") == 3.0
+    s.remove_activation("a1")
+    assert s.floor.weight("t") == 3.0
+    s.remove_activation("a2")  # the heaviest goes: the next one counts
+    assert s.floor.weight("t") == 2.0
+    s.set_weight("a3", 5.0)
+    assert s.floor.weight("t") == 5.0
+    s.remove_activation("a3")
+    assert s.floor.weight("t") == 0.0  # forgotten

@@ -147,7 +147,7 @@ class Controller:
         self._checkpoints = ThreadPoolExecutor(CHECKPOINT_THREADS, thread_name_prefix="cameo-ckpt")
         #: recent rates and learned costs, and the last overload report made from them
         self.loads = LoadTracker()
-        self.overload: dict[str, Any] = predict(1000.0, []).to_dict()
+        self.overload: dict[str, Any] = {}  # made below, once the executors are known
         self._missing: set[str] = set()
         registry = self.storage.load_registry() if self.storage is not None else None
         if registry:
@@ -156,6 +156,7 @@ class Controller:
             n = self.config.num_executors or max(1, int(ray.cluster_resources().get("CPU", 1)))
             self.executors = [self._new_executor(i) for i in range(n)]
             self._link()
+        self.overload = self._predict(None).to_dict()
         threading.Thread(target=self._monitor, name="cameo-monitor", daemon=True).start()
         threading.Thread(target=self._checkpointer, name="cameo-checkpointer", daemon=True).start()
 
