@@ -14,3 +14,10 @@ def burn(e: dict[str, Any]) -> dict[str, Any]:
     for _ in range(ITERATIONS):
         x = (x * 1.000001 + 1.0) % 1000.0
     return {"ts": e["ts"], "key": e["key"], "value": x}
+
+
+def burn_3x(e: dict[str, Any]) -> dict[str, Any]:
+    """`burn` made three times slower: the straggler of the critical-path tests."""
+    for _ in range(2):
+        e = burn(e)
+    return burn(e)

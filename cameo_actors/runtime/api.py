@@ -246,6 +246,17 @@ class Runtime:
         spec = None if dataflow is None else _spec_dict(dataflow)
         return dict(get(self.controller.predict.remote(spec)))
 
+    def explain(self, name: str | None = None, *, last_s: float = 60.0) -> dict[str, Any]:
+        """Why `name` (None: the pool) was late: its share of results within target and
+        the ranked parts of its results' critical paths over the last `last_s` seconds
+        (SnailTrail's critical participation, from traced activities; docs/critical-path.md).
+
+        Example:
+            >>> rt.explain("alerts", last_s=60)["words"][0]  # doctest: +SKIP
+            'alerts: 93% of 1,200 traced results within the 50 ms target over the last 60 s'
+        """
+        return dict(get(self.controller.explain.remote(name, float(last_s))))
+
     def cancel(self, name: str) -> dict[str, Any]:
         result = get(self.controller.cancel.remote(name))
         self._forget(name)
@@ -693,6 +704,7 @@ class Runtime:
         calls: builtins.list[Any] = [e.executor_stats.remote() for e in self.executors]
         lifecycle = self.controller.lifecycle_counts.remote()
         overload = self.controller.predict.remote(None)
+        critical = self.controller.critical_path.remote()
         spans: builtins.list[tuple[int, int]] = []  # (first ref, ref count) per dataflow
         for d in listed:
             start = len(calls)
@@ -708,4 +720,5 @@ class Runtime:
                 dataflows.append(dataflow_metrics(info, parts))
         transitions, states = get(lifecycle)
         return {"dataflows": dataflows, "executors": executors, "transitions": transitions,
-                "states": states, "migrations": self.migrations(), "overload": get(overload)}
+                "states": states, "migrations": self.migrations(), "overload": get(overload),
+                "critical_path": get(critical)}

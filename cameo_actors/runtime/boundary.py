@@ -275,6 +275,9 @@ class PoolSnapshot(TypedDict, total=False):
     migrations: list[MigrationInfo]
     #: the overload report (`Runtime.predict()`): who misses or will miss, and why
     overload: dict[str, Any]
+    #: the latest pool-wide critical-path snapshot's participation (may be missing or
+    #: empty): {"by_operator": {"<dataflow>/<step>": share}, "by_executor": {"0": share}}
+    critical_path: dict[str, dict[str, float]]
 
 
 class RuntimeLike(Protocol):
@@ -303,6 +306,25 @@ class RuntimeLike(Protocol):
     def stats(self, name: str) -> DataflowStats: ...
     def executor_stats(self) -> builtins.list[ExecutorStats]: ...
     def wait_idle(self, timeout_s: float = 60.0) -> None: ...
+
+    def explain(self, name: str | None = None, *, last_s: float = 60.0) -> dict[str, Any]:
+        """Why a dataflow (None: the whole pool) missed or met its target over the last
+        `last_s` seconds: online critical-path analysis (SnailTrail) of its traced activities.
+
+        Returns {"dataflow", "last_s", "from_ms", "to_ms", "snapshots", "activities",
+        "latency_target_ms", "results", "within_target", "latency": [one point per 1-s
+        snapshot, oldest first: {"t_ms", "results", "within", "p50_ms", "p99_ms",
+        "max_ms"}], "operators": {step: share of its critical path}, "critical_path":
+        [ranked, largest first: {"share", "ms", "kind", "dataflow", "step", "executor",
+        "from_executor", "behind", "behind_step", "text"}], "summary": {"by_type",
+        "by_operator", "by_executor", "by_channel", "by_dataflow", "waiting_behind"},
+        "words": [the headline, then one line per critical_path entry]}. Shares are
+        fractions of the critical path (0..1); times epoch ms.
+
+        Raises:
+            DataflowNotFound: no dataflow of that name (as `describe`).
+        """
+        ...
 
     # -- live reconfiguration (bad requests raise ReconfigError, conflicts ReconfigConflict)
     def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",

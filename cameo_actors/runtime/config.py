@@ -83,6 +83,15 @@ class RuntimeConfig:
             long a client's call waits for a recovering dataflow.
         max_recoveries: recoveries of one dataflow in a row without a checkpoint completing
             in between before it is failed (a poison event that crashes its executor).
+        trace_sample: the share of messages from clients whose story is traced, with
+            everything they cause downstream (`cameo explain`, docs/critical-path.md);
+            0 turns tracing off, 1 traces every message.
+        trace_capacity: activities each executor keeps for the controller to collect (a
+            ring: the oldest go first when it collects too slowly).
+        trace_snapshot_s: the interval of one program activity graph (SnailTrail's snapshot).
+        trace_history_s: how far back the controller keeps activities to follow a result's
+            path (results whose latency is longer are explained up to there).
+        trace_snapshots_kept: analysed snapshots kept for `explain --last`.
     """
 
     num_executors: int | None = None
@@ -119,6 +128,11 @@ class RuntimeConfig:
     ingress_fsync: bool = False
     recovery_timeout_s: float = 60.0
     max_recoveries: int = 3
+    trace_sample: float = 1.0
+    trace_capacity: int = 100_000
+    trace_snapshot_s: float = 1.0
+    trace_history_s: float = 30.0
+    trace_snapshots_kept: int = 600
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -151,6 +165,13 @@ class RuntimeConfig:
             raise ValueError(f"RuntimeConfig.delivery: expected one of {DELIVERY_MODES}, got "
                              f"{self.delivery!r}")
         for name in ("checkpoints_kept", "recovery_timeout_s", "max_recoveries"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
+        if not 0 <= self.trace_sample <= 1:
+            raise ValueError(f"RuntimeConfig.trace_sample: expected a share from 0 (off) to 1, "
+                             f"got {self.trace_sample}")
+        for name in ("trace_capacity", "trace_snapshot_s", "trace_history_s",
+                     "trace_snapshots_kept"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
         # An int: the source operator compiles it into its schema check.

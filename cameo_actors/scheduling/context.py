@@ -96,6 +96,8 @@ class Message:
         sent_ms: physical time the sender handed it over, NaN when unknown.
         generation: the sending dataflow's generation (restores so far): a message of
             an earlier one, still in transit when the dataflow was restored, is dropped.
+        trace: the traced activity that sent it (`cameo_actors.tracing.records`): 0 for
+            a client's call, -1 when the message is not traced (sampled out, control).
 
     Example:
         >>> m = Message.ingress("df1/filter#0", [{"x": 1}], dataflow="df1", tenant="acme",
@@ -116,6 +118,7 @@ class Message:
     arrival_ms: float = _NAN
     sent_ms: float = _NAN
     generation: int = 0
+    trace: int = -1
 
     @classmethod
     def ingress(

@@ -33,6 +33,7 @@ from cameo_actors.dataflow.validate import NAME_RE
 from cameo_actors.errors import SpecError, UserError
 from cameo_actors.runtime.boundary import PoolSnapshot
 from cameo_actors.service import metrics as prom
+from cameo_actors.service import ui
 from cameo_actors.service.auth import Principal, TokenStore
 from cameo_actors.service.core import ServiceCore
 from cameo_actors.service.errors import ApiError, TokenLimitError
@@ -55,6 +56,7 @@ from cameo_actors.service.protocol import (
     Exceptions,
     ExecutorRemoval,
     ExecutorsAdded,
+    Explanation,
     MigrateRequest,
     Migration,
     MigrationList,
@@ -74,7 +76,9 @@ from cameo_actors.service.protocol import (
     check_length,
     decode_body,
     encode_answer,
+    json_safe,
     parse_events,
+    parse_last,
     parse_model,
     too_large,
 )
@@ -229,6 +233,12 @@ class BearerAuth:
             if key == b"authorization":
                 header = value.decode("latin-1")
                 break
+        if ui.is_ui_path(scope["path"]):  # a browser: the header or the UI's cookie, or the
+            # UI's login form (its routes answer a caller without a token themselves)
+            scope.setdefault("state", {})["principal"] = ui.browser_caller(
+                self.tokens, header, scope.get("headers", []))
+            await self.app(scope, receive, send)
+            return
         principal = self.tokens.authenticate(header)
         if principal is None:
             why = "missing" if not header else "wrong"
@@ -283,6 +293,9 @@ def current(request: Request, _credentials: Annotated[HTTPAuthorizationCredentia
 
 
 Caller = Annotated[Principal, Security(current)]
+#: The window of an explanation: seconds, or a number with a unit (`parse_last` checks it).
+LastQuery = Annotated[str, Query(description="the window explained: seconds "
+                                 "(60) or with a unit (60s, 500ms, 5m, 1h); at most a day")]
 
 
 async def read_body(request: Request, limit: int, what: str) -> Any:
@@ -433,6 +446,13 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
     async def overload(p: Caller) -> Any:
         return await run_in_threadpool(core.overload, p)
 
+    @app.get("/v1/explain", tags=["dataflows"], response_model=Explanation,
+             summary="Why targets were missed, pool-wide: the critical path over the last "
+                     "seconds (a tenant sees other tenants' dataflows unnamed)")
+    async def explain_pool(p: Caller, last: LastQuery = "60s") -> Any:
+        seconds = parse_last(last)
+        return json_safe(await run_in_threadpool(lambda: core.explain(p, None, last_s=seconds)))
+
     @app.get("/v1/dataflows", tags=["dataflows"], response_model=DataflowList,
              summary="The dataflows this token may see, live and ended (kept for a while)")
     async def list_dataflows(p: Caller, state: Annotated[list[str] | None, Query(
@@ -444,6 +464,13 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
              summary="State, throughput, latency percentiles vs target, backlog, errors")
     async def status(name: str, p: Caller) -> dict[str, Any]:
         return await run_in_threadpool(core.status, p, name)
+
+    @app.get("/v1/dataflows/{name}/explain", tags=["dataflows"], response_model=Explanation,
+             summary="Why it missed (or met) its target: its critical path over the last "
+                     "seconds, ranked, in words")
+    async def explain(name: str, p: Caller, last: LastQuery = "60s") -> Any:
+        seconds = parse_last(last)
+        return json_safe(await run_in_threadpool(lambda: core.explain(p, name, last_s=seconds)))
 
     @app.get("/v1/dataflows/{name}/exceptions", tags=["dataflows"], response_model=Exceptions,
              summary="Why it failed, and its last operator failures")
@@ -646,6 +673,8 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
                            expected="an id from GET /v1/tokens", got=token_id,
                            fix="list the tokens with `cameo token list`")
         return {"id": token_id, "revoked": True}
+
+    ui.add_routes(app, core, tokens)
 
     # -- metrics -------------------------------------------------------------------------------
     @app.get("/metrics", tags=["service"], response_class=Response,

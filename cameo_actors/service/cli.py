@@ -7,6 +7,7 @@
     cameo submit --check spec.json      # would it (and every running one) meet its target?
     cameo status alerts                 # live view; --once for one frame
     cameo status                        # the pool: who misses or will miss, and why
+    cameo explain alerts --last 60s     # why it missed its target: its critical path, ranked
     cameo update alerts --target 30
     cameo cancel alerts
     cameo push alerts logs events.jsonl # events from a JSON-lines file (or '-')
@@ -179,6 +180,43 @@ def cmd_status(args: argparse.Namespace) -> int:
                 time.sleep(args.interval)
     except KeyboardInterrupt:
         print()
+    return 0
+
+
+def render_explanation(e: dict[str, Any]) -> str:
+    """An explanation for people: the headline, the ranked lines, and the share within target.
+
+    >>> print(render_explanation({"dataflow": "a", "last_s": 60.0, "results": 10,
+    ...     "within_target": 0.9, "latency_target_ms": 50.0,
+    ...     "words": ["a: mostly processing", "40% processing in a/map_1 on executor 0"]}))
+    a: mostly processing
+      40% processing in a/map_1 on executor 0
+    within target  90.0 %  of 10 traced results (target 50 ms, the last 60 s)
+    """
+    lines = [str(w) for w in e.get("words") or []]
+    out = lines[:1] + ["  " + w for w in lines[1:]]
+    if not out:
+        out.append(f"{e.get('dataflow') or 'the pool'}: nothing traced in the last "
+                   f"{e.get('last_s', 0):g} s")
+    target = e.get("latency_target_ms")
+    window = f"the last {e.get('last_s', 0):g} s"
+    share = e.get("within_target")
+    out.append(f"within target  {100 * share:.1f} %  of {e.get('results', 0):,} traced results "
+               f"({f'target {target:g} ms, ' if target is not None else ''}{window})"
+               if share is not None else f"within target  -  (no traced results in {window})")
+    return "\n".join(out)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from cameo_actors.service.protocol import parse_last
+
+    try:
+        last_s = parse_last(args.last, "--last")
+    except CameoError as e:  # the same check the service makes, before any request
+        raise ConfigError("--last", "seconds (60) or with a unit (60s, 500ms, 5m, 1h), up to "
+                          "a day", args.last, "e.g. --last 60s") from e
+    explanation = _client(args).explain(args.name, last_s=last_s)
+    _print_json(explanation) if args.json else print(render_explanation(explanation))
     return 0
 
 
@@ -521,6 +559,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=None, help="stop after this many frames")
     p.add_argument("--json", action="store_true", help="print the status as JSON, once")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("explain", parents=[client_opts],
+                       help="why a dataflow missed its target: its critical path, ranked; "
+                            "without a name, the pool")
+    p.add_argument("name", nargs="?", default=None)
+    p.add_argument("--last", default="60s", metavar="WINDOW",
+                   help="the window explained: seconds or with a unit (60s, 500ms, 5m); 60s")
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("update", parents=[client_opts],
                        help="change a running dataflow's latency target or weight")

@@ -218,6 +218,18 @@ class Client:
         """Who misses or will miss its target now, by how much, and whose load causes it."""
         return self._request("GET", "/v1/overload")  # type: ignore[no-any-return]
 
+    def explain(self, name: str | None = None, last_s: float = 60.0) -> dict[str, Any]:
+        """Why a dataflow (None: the pool) missed or met its target over the last `last_s`
+        seconds: its critical path ranked, its operators' shares, latency per second, and
+        `words` (the headline, then one line per part of the path). A tenant token sees
+        other tenants' dataflows as "another tenant".
+
+        >>> Client("http://127.0.0.1:8470", "t").explain("alerts")["words"][0]  # doctest: +SKIP
+        'alerts: 97% within its 50 ms target; ...'
+        """
+        path = "/v1/explain" if name is None else f"{_df(name)}/explain"
+        return self._request("GET", path, params={"last": f"{last_s!r}"})  # type: ignore[no-any-return]
+
     def list(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The dataflows this token may see, live and ended (or only those in `states`)."""
         params = {"state": list(states)} if states else None

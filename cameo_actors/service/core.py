@@ -52,6 +52,7 @@ from cameo_actors.service.outputs import (
     plan_page,
     result_item,
 )
+from cameo_actors.tracing.explain import redact
 
 #: Throughput is measured over status samples at most this old (ms) ...
 RATE_WINDOW_MS = 30_000.0
@@ -251,6 +252,36 @@ class ServiceCore:
                 "outcomes": [o for o in prediction["outcomes"] if o["tenant"] == own],
                 "causes": [{**c, "tenant": c["tenant"] if c["tenant"] == own else "another tenant"}
                            for c in prediction["causes"]]}
+
+    def explain(self, principal: Principal, name: str | None = None, *,
+                last_s: float = 60.0) -> dict[str, Any]:
+        """Why a dataflow (None: the pool) missed or met its target over the last `last_s`
+        seconds: its critical path, ranked, with the words for people (`Runtime.explain`).
+
+        A dataflow of another tenant answers 404, as its status does. A tenant sees the
+        names of its own tenant's dataflows only: every other one reads "another tenant",
+        also where its dataflow waited behind theirs.
+        """
+        if name is not None:
+            self._entry(principal, name)
+        try:
+            explanation = self.rt.explain(name, last_s=last_s)
+        except DataflowNotFound:
+            raise not_found(name or "") from None
+        except DataflowEnded as e:
+            raise ended(e) from None
+        if principal.admin:
+            return explanation
+        own = {d["name"] for d in self.rt.list() if principal.can_access(d["tenant"])}
+        return redact(explanation, own.__contains__)
+
+    def spec(self, principal: Principal, name: str) -> dict[str, Any]:
+        """The spec of a dataflow this caller may see (its steps and their inputs), else 404."""
+        self._entry(principal, name)
+        try:
+            return dict(self.rt.describe(name)["spec"])
+        except DataflowNotFound:
+            raise not_found(name) from None
 
     def _running_spec(self, name: str) -> dict[str, Any] | None:
         """The normalized spec of a live dataflow of that name (an ended one may be replaced)."""

@@ -160,6 +160,9 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
         migrations = [m for m in migrations if m["dataflow"] in own]
     out.extend(migration_families(migrations))
     out.extend(overload_families(snapshot.get("overload"), tenant))
+    mine = None if tenant is None else {d["name"] for d in snapshot.get("dataflows", [])
+                                        if d["tenant"] == tenant}
+    out.extend(critical_families(snapshot.get("critical_path"), mine, include_executors))
     if tenant is None:
         states = GaugeMetricFamily("cameo_dataflows_by_state", "Dataflows the pool keeps, by "
                                    "lifecycle state (ended ones for a while)", labels=["state"])
@@ -215,6 +218,35 @@ def overload_families(report: dict[str, Any] | None, tenant: str | None) -> list
         if report.get("utilization") is not None:
             utilization.add_metric([], report["utilization"])
         out += [over, utilization]
+    return out
+
+
+def critical_families(critical: dict[str, Any] | None, own: set[str] | None,
+                      include_executors: bool) -> list[Metric]:
+    """The latest pool-wide critical-path snapshot: each operator's, and (admin) each
+    executor's, share of the pool's critical path. A tenant (`own`: its dataflows' names)
+    sees its own operators only.
+
+    >>> [m.samples[0].labels for m in critical_families(
+    ...     {"by_operator": {"alerts/map_1": 0.4}}, None, False)]
+    [{'dataflow': 'alerts', 'step': 'map_1'}]
+    """
+    operators = GaugeMetricFamily("cameo_critical_participation", "The operator's share of "
+                                  "the pool's critical path in the latest snapshot (0..1)",
+                                  labels=["dataflow", "step"])
+    out: list[Metric] = [operators]
+    critical = critical or {}
+    for key, share in sorted((critical.get("by_operator") or {}).items()):
+        dataflow, _, step = str(key).partition("/")  # names hold no "/" (the spec's rule)
+        if own is None or dataflow in own:
+            operators.add_metric([dataflow, step], float(share))
+    if include_executors:
+        executors = GaugeMetricFamily("cameo_executor_critical_participation", "The "
+                                      "executor's share of the pool's critical path in the "
+                                      "latest snapshot (0..1)", labels=["executor"])
+        for index, share in sorted((critical.get("by_executor") or {}).items()):
+            executors.add_metric([str(index)], float(share))
+        out.append(executors)
     return out
 
 

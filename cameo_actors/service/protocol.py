@@ -198,6 +198,41 @@ def encode_answer(data: Any, accept: str | None) -> tuple[bytes, str]:
     return to_json(data), JSON_TYPE
 
 
+# -- the window of an explanation (?last=60s) -------------------------------------------------
+#: The window of `explain` when none is asked for, and the longest one accepted (seconds).
+DEFAULT_EXPLAIN_S = 60.0
+MAX_EXPLAIN_S = 86_400.0
+_UNITS_S = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
+
+
+def parse_last(value: str | None, param: str = "last") -> float:
+    """A window length as the API and the CLI take it: seconds ("60"), or a number with a
+    unit ("60s", "500ms", "5m", "1h"). Refused (422, naming `param`) unless finite, above
+    0 and at most `MAX_EXPLAIN_S`.
+
+    >>> parse_last("60s"), parse_last("60"), parse_last("2m"), parse_last(None)
+    (60.0, 60.0, 120.0, 60.0)
+    """
+    if value is None:
+        return DEFAULT_EXPLAIN_S
+    text = str(value).strip().lower()
+    scale = 1.0
+    for unit, factor in _UNITS_S:
+        if text.endswith(unit) and not (unit == "s" and text.endswith("ms")):
+            text, scale = text[:-len(unit)].strip(), factor
+            break
+    try:
+        seconds = float(text) * scale
+    except ValueError:
+        seconds = float("nan")
+    if not (0.0 < seconds <= MAX_EXPLAIN_S):  # also NaN and the infinities
+        raise ApiError(422, "invalid_request", f"{param}: not a window length the service "
+                       "explains", expected=f"{param}= seconds above 0 and at most "
+                       f"{MAX_EXPLAIN_S:g}, as 60, 60s, 500ms, 5m or 1h", got=str(value)[:80],
+                       fix=f"e.g. ?{param}=60s (the last minute)")
+    return seconds
+
+
 # -- request models --------------------------------------------------------------------------
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -575,3 +610,63 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (500, "a bug in the service (internal_error; the traceback is in its log)"),
         (503, "the service is stopping, or the runtime did not answer in time (Retry-After)"))
 }
+
+
+class LatencyPoint(BaseModel):
+    """One 1-s snapshot of an explanation's latency."""
+
+    t_ms: float = Field(description="when (epoch ms)")
+    results: int
+    within: int = Field(description="results within the target")
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+
+class CriticalSegment(BaseModel):
+    """What one share of the critical path was spent on."""
+
+    share: float = Field(description="of the critical path (0..1)")
+    ms: float | None
+    kind: str = Field(description="processing, waiting, transfer, ingest, egress, serialize, "
+                                  "deserialize, idle or untraced")
+    dataflow: str | None
+    step: str | None
+    executor: int | None
+    from_executor: int | None = Field(description="transfer: the sending executor")
+    behind: str | None = Field(description="waiting: the dataflow it waited behind")
+    behind_step: str | None
+    text: str
+
+
+class CriticalSummary(BaseModel):
+    """Shares of the critical path (0..1) by type, operator, executor, channel, dataflow."""
+
+    by_type: dict[str, float]
+    by_operator: dict[str, float] = Field(description='"dataflow/step" -> share')
+    by_executor: dict[str, float] = Field(description='"0" -> share')
+    by_channel: dict[str, float]
+    by_dataflow: dict[str, float]
+    waiting_behind: dict[str, float] = Field(description="dataflow waited behind -> share")
+
+
+class Explanation(BaseModel):
+    """Why a dataflow (or the pool) missed or met its target: its critical path over the
+    last `last_s` seconds (online critical-path analysis of traced activities). Names of
+    dataflows a tenant token may not see are replaced by "another tenant"."""
+
+    dataflow: str | None = Field(description="None: the whole pool")
+    last_s: float
+    from_ms: float | None = Field(description="epoch ms covered, from")
+    to_ms: float | None
+    snapshots: int
+    activities: int
+    latency_target_ms: float | None
+    results: int
+    within_target: float | None = Field(description="share of traced results within target")
+    latency: list[LatencyPoint] = Field(description="one per 1-s snapshot, oldest first")
+    operators: dict[str, float] = Field(description="the dataflow's steps' share of its "
+                                                    "critical path")
+    critical_path: list[CriticalSegment] = Field(description="ranked, largest first")
+    summary: CriticalSummary
+    words: list[str] = Field(description="the headline, then one line per critical_path entry")

@@ -39,6 +39,9 @@ POOLS = {
     # Admission control refuses here (test_overload.py): a pool of its own, so that only
     # that test's load is measured.
     "gate2": dict(num_executors=2, policy="cameo", admission="refuse", monitor_interval_s=0.5),
+    # Critical paths (test_critical_path.py): short snapshots, so explanations come soon.
+    "traced2": dict(num_executors=2, policy="cameo", trace_snapshot_s=0.5),
+    "tracedfifo1": dict(num_executors=1, policy="fifo", trace_snapshot_s=0.5),
 }
 
 

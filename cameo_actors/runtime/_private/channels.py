@@ -89,10 +89,12 @@ class Channels:
     def ack(self, host: int, ack: Ack) -> None:
         self._out_acks.setdefault(host, []).append(ack)
 
-    def flush(self) -> None:
-        """Send what was collected for other executors: one call per destination."""
+    def flush(self) -> int:
+        """Send what was collected for other executors: one call per destination.
+        Returns how many calls."""
         if not self._out_msgs and not self._out_acks:
-            return
+            return 0
+        sent = 0
         for host in set(self._out_msgs) | set(self._out_acks):
             messages, acks = self._out_msgs.pop(host, []), self._out_acks.pop(host, [])
             seq = self.seq_out[host]
@@ -104,6 +106,8 @@ class Channels:
             # receiver waits on forever.
             self.seq_out[host] += 1
             self._send(host, blob)
+            sent += 1
+        return sent
 
     def link(self, host: int, seq: int) -> tuple[int, str, str, int]:
         """The header of batch `seq` to `host`: (sender, its incarnation, the receiver's, seq)."""

@@ -65,6 +65,7 @@ from cameo_actors.runtime._private.rescale import (
 from cameo_actors.runtime._private.routing import Placement, is_keyed_step, place
 from cameo_actors.runtime._private.stats import dataflow_stats
 from cameo_actors.runtime._private.storage import CheckpointStorage, StorageError
+from cameo_actors.runtime._private.traces import TraceCollector
 from cameo_actors.runtime.boundary import (
     CANCELLED,
     FAILED,
@@ -149,6 +150,8 @@ class Controller:
         self.loads = LoadTracker()
         self.overload: dict[str, Any] = {}  # made below, once the executors are known
         self._missing: set[str] = set()
+        #: the executors' traced activities, analysed per snapshot interval (`cameo explain`)
+        self.traces = TraceCollector(self.config)
         registry = self.storage.load_registry() if self.storage is not None else None
         if registry:
             self._resume(registry)
@@ -159,6 +162,8 @@ class Controller:
         self.overload = self._predict(None).to_dict()
         threading.Thread(target=self._monitor, name="cameo-monitor", daemon=True).start()
         threading.Thread(target=self._checkpointer, name="cameo-checkpointer", daemon=True).start()
+        if self.config.trace_sample > 0:
+            threading.Thread(target=self._tracer, name="cameo-tracer", daemon=True).start()
 
     def _link(self) -> None:
         """Tell every live executor the pool's executors and their incarnations."""
@@ -957,6 +962,33 @@ class Controller:
         finally:
             with self._lock:
                 self._checkpointing.discard(name)
+
+    # -- critical paths (traces.py) -----------------------------------------------------------
+    def _tracer(self) -> None:
+        """Collect the executors' activities and analyse each snapshot interval; a thread
+        of its own, so that analysing never delays the monitor's liveness checks."""
+        while not self._stopped.wait(self.config.trace_snapshot_s):
+            try:
+                live = [i for i in range(len(self.executors))
+                        if i not in self.dead and i not in self.restarting]
+                answers = get_each([self.executors[i].traces.remote() for i in live],
+                                   timeout_s=10.0)
+                self.traces.tick(time.time() * 1000.0, {
+                    i: a for i, a in zip(live, answers, strict=True) if a is not None})
+            except Exception:  # a bug here must not stop tracing for good
+                logger.exception("controller: analysing traces failed")
+
+    def explain(self, name: str | None = None, last_s: float = 60.0) -> dict[str, Any]:
+        """What the critical paths of `name`'s results (None: of the whole pool) were
+        made of over the last `last_s` seconds (`cameo_actors.tracing.explain`)."""
+        target = None
+        if name is not None:
+            target = float(self._record(name)["spec"]["latency_target_ms"])
+        return self.traces.explain(name, last_s, time.time() * 1000.0, target)
+
+    def critical_path(self) -> dict[str, Any]:
+        """The newest snapshot's critical participation per operator and executor."""
+        return self.traces.latest()
 
     # -- the monitor -----------------------------------------------------------------------
     def _monitor(self) -> None:

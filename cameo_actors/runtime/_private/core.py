@@ -68,10 +68,12 @@ from cameo_actors.runtime._private.ingress_log import IngressLog
 from cameo_actors.runtime._private.migration import REROUTE, is_control
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.stats import Statistics
+from cameo_actors.runtime._private.tracing import DESERIALIZE, SERIALIZE, Egressed, make_tracer
 from cameo_actors.runtime._private.wire import decode_message
 from cameo_actors.runtime.boundary import DataflowPart, ExecutorStats
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scheduling import Feedback, Message, Scheduler
+from cameo_actors.tracing.records import FROM_CLIENT, UNTRACED
 
 #: Tracebacks of faults in the runtime itself kept for executor stats (never expected).
 FAULTS_KEPT = 20
@@ -109,6 +111,10 @@ class ExecutorCore:
                              state_budget_bytes=config.state_budget_bytes,
                              delivery=lambda spec: delivery(spec, config))
         self.stats = Statistics(index)
+        self.tracer = make_tracer(index, config.trace_sample, config.trace_capacity)
+        #: the traced activity running now (its outputs carry it), and the results it wrote
+        self._trace = UNTRACED
+        self._egressed: Egressed | None = None
         self._persist = persist
         #: source activation -> its write-ahead log (dataflows with checkpoints)
         self.ingress_logs: dict[str, IngressLog] = {}
@@ -421,26 +427,36 @@ class ExecutorCore:
         tf = getattr(act.operator, "event_time", None)  # sources know their event-time field
         now = self.clock.now_ms()
         cut = self.config.max_message_events
+        tracer = self.tracer
         for item in items:
             if isinstance(item, dict):  # events msgpack could not carry: the error output
                 self.egress.errors(act.dataflow, error_records(item), ingest_ms, now)
                 continue
             if not isinstance(item, list):  # a watermark
-                self.sched.enqueue(Message.ingress(target, float(item), dataflow=spec.name,
-                                                   tenant=spec.tenant, ingest_ms=ingest_ms,
-                                                   is_watermark=True), now)
+                wm = Message.ingress(target, float(item), dataflow=spec.name, tenant=spec.tenant,
+                                     ingest_ms=ingest_ms, is_watermark=True)
+                if tracer is not None and tracer.sampled():
+                    wm.trace = FROM_CLIENT
+                self.sched.enqueue(wm, now)
                 continue
             for i in range(0, len(item), cut):
                 part = item[i:i + cut]
                 msg = Message.ingress(target, part, dataflow=spec.name, tenant=spec.tenant,
                                       ingest_ms=ingest_ms, event_ms=_max_time(part, tf), size=len(part))
+                if tracer is not None and tracer.sampled():
+                    msg.trace = FROM_CLIENT
                 counters.events_in += len(part)
                 self.flow.admitted(target, len(part))
                 self.sched.enqueue(msg, now)
 
     def receive(self, blob: bytes) -> None:
         """A batch from another executor; applied in the sender's order."""
+        if self.tracer is None:
+            self.channels.from_executor(blob, self._apply_batch)
+            return
+        start = self.clock.now_ms()
         self.channels.from_executor(blob, self._apply_batch)
+        self.tracer.transfer(DESERIALIZE, start, self.clock.now_ms())
 
     def _apply_batch(self, messages: list[Any], acks: list[Any]) -> None:
         now = self.clock.now_ms()
@@ -467,6 +483,24 @@ class ExecutorCore:
         return self.sched.run_once(self._execute, self.clock, poll=self.drain_inbox) is not None
 
     def _execute(self, aid: str, msg: Message) -> None:
+        tracer = self.tracer
+        if tracer is None or msg.trace < 0:
+            self._execute_message(aid, msg)
+            return
+        # Traced: the activity is recorded, and what it sends carries its id (`_route`).
+        act = self.hosting.activations[aid]
+        start = self.clock.now_ms()
+        self._trace = tid = tracer.next_id()
+        self._egressed = None
+        try:
+            self._execute_message(aid, msg)
+        finally:
+            self._trace = UNTRACED
+            counters = self.stats.dataflows.get(act.dataflow)
+            tracer.process(tid, act.dataflow, act.step.id, aid, msg, start, self.clock.now_ms(),
+                           counters.latency.target_ms if counters else math.nan, self._egressed)
+
+    def _execute_message(self, aid: str, msg: Message) -> None:
         act = self.hosting.activations[aid]
         part = act.part
         if part is not None and part.pending and (msg.port, msg.upstream) in part.pending \
@@ -512,8 +546,12 @@ class ExecutorCore:
     def _egress(self, act: Activation, events: list[Any], msg: Message, now: float) -> None:
         # Latency: egress time minus the ingest time of the message that made these computable.
         counters = self.stats.dataflows[act.dataflow]
-        counters.latency.record(now - msg.ctx.ingest_ms, len(events))
+        latency = now - msg.ctx.ingest_ms
+        counters.latency.record(latency, len(events))
         counters.events_out += len(events)
+        if self._trace >= 0:
+            within = len(events) if latency <= counters.latency.target_ms else 0
+            self._egressed = (len(events), within, now)
         self.egress.results(act.dataflow, act.id, events, msg.ctx.ingest_ms, now)
 
     # == 3. route ======================================================================
@@ -521,6 +559,7 @@ class ExecutorCore:
         act = self.hosting.activations.get(sender)
         if act is not None:
             msg.generation = act.generation
+        msg.trace = self._trace
         if msg.size:
             self.flow.sent(sender, msg.target, msg.size)
         host = self.hosting.hosts.get(msg.target)
@@ -532,7 +571,12 @@ class ExecutorCore:
 
     def flush(self) -> None:
         """Send what was collected for other executors: one call per destination."""
-        self.channels.flush()
+        if self.tracer is None:
+            self.channels.flush()
+            return
+        start = self.clock.now_ms()
+        if self.channels.flush():
+            self.tracer.transfer(SERIALIZE, start, self.clock.now_ms())
 
     def _unsendable(self, sender: str, events: list[Any], why: str) -> None:
         """Events an operator output that cannot travel to another executor: to the error

@@ -326,6 +326,12 @@ class Executor:
             waiting = {a: core.flow.ingress_pending[a] for a in ids if a in core.flow.ingress_pending}
         return waiting, core.egress.held_full(dataflow)
 
+    def traces(self) -> tuple[list[tuple[Any, ...]], int]:
+        """The activities traced since the last call, and how many were lost before
+        anyone collected them (`tracing.py`); the controller calls this every snapshot."""
+        tracer = self.core.tracer
+        return self._call(tracer.drain) if tracer is not None else ([], 0)
+
     def ping(self) -> tuple[int, str]:
         """Liveness and incarnation, answered by Ray's threads (not the worker thread,
         which may be busy)."""

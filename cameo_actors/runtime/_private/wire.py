@@ -32,13 +32,13 @@ def packable(obj: Any) -> bool:
 
 def encode_message(m: Message) -> tuple[Any, ...]:
     return (m.target, m.port, m.is_watermark, m.payload, m.ctx.to_tuple(), m.upstream, m.size,
-            m.sent_ms, m.generation)
+            m.sent_ms, m.generation, m.trace)
 
 
 def decode_message(t: list[Any]) -> Message:
-    target, port, is_wm, payload, ctx, upstream, size, sent, generation = t
+    target, port, is_wm, payload, ctx, upstream, size, sent, generation, trace = t
     return Message(target, port, payload, is_wm, PriorityContext.from_tuple(ctx), upstream, size,
-                   sent_ms=sent, generation=generation)
+                   sent_ms=sent, generation=generation, trace=trace)
 
 
 #: A batch's header: (sender index, sender incarnation, receiver incarnation, link seq).

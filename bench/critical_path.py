@@ -1,0 +1,155 @@
+"""What tracing costs, how fast its analysis runs, and whether it finds the straggler.
+
+Run: `python -m bench.critical_path [--quick] [--json FILE]`
+
+- `tracing_overhead`: the multitenant pair ("alerts", 50 ms target, 1,000 events/s;
+  "bulk", a CPU-bound map and a keyed window, fed flat out) on two pools of two
+  executors, one tracing every message (`trace_sample=1`) and one not tracing, measured
+  one after the other, round after round with the order rotated (machines here are
+  shared and noisy): bulk events/s taken in (backpressure-limited: the throughput) and
+  alerts p99, traced / untraced.
+- `analysis_activities_per_s`: activities the controller analysed per second of its
+  analysis time (one thread), next to the activities traced per second of the run:
+  the analysis keeps up when the first is larger.
+- `precision_at_1`: a chain of three CPU-bound maps, one of them three times slower
+  (which one rotates from run to run); a run counts when `explain` ranks that step's
+  processing first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from typing import Any
+
+from bench.multitenant import CONFIG, alerts, bulk, generate, summarize
+from bench.output import save_json
+from cameo_actors import Dataflow
+
+SCHEMA = {"ts": "int", "key": "str", "value": "float"}
+STEPS = ("parse", "enrich", "score")
+
+
+def straggler_chain(name: str, slow: str) -> Dataflow:
+    """Three maps of `burn`, the one named `slow` three times slower (`burn_3x`)."""
+    d = Dataflow(name, latency_target_ms=500, tenant=name).source("s", schema=SCHEMA,
+                                                                  event_time="ts")
+    for step in STEPS:
+        d = d.map(function="bench.work:burn_3x" if step == slow else "bench.work:burn", id=step)
+    return d.sink("o")
+
+
+def overhead_round(rt: Any, feeders: list[Any], seconds: float, warmup: float) -> dict[str, Any]:
+    """One measurement of the multitenant pair on `rt`."""
+    rt.deploy(alerts())
+    rt.deploy(bulk())
+    stop = threading.Event()
+    threads = [threading.Thread(target=generate, args=(feeders[0], "alerts", 1000, 0.01, stop, 10)),
+               threading.Thread(target=generate, args=(feeders[1], "bulk", 1e9, 0.005, stop, 200,
+                                                       1000))]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(warmup)
+        since_ms = time.time() * 1000
+        n0 = rt.stats("bulk")["events_in"]
+        time.sleep(seconds)
+        n1 = rt.stats("bulk")["events_in"]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    rows = rt.result_rows("alerts")
+    rt.cancel("alerts")
+    rt.cancel("bulk")
+    return {"bulk_eps": (n1 - n0) / seconds, "alerts": summarize(rows, since_ms, 50, seconds)}
+
+
+def straggler_run(rt: Any, feeder: Any, run: int, seconds: float) -> dict[str, Any]:
+    slow = STEPS[run % len(STEPS)]
+    name = f"cp-straggler-{run}"
+    rt.deploy(straggler_chain(name, slow))
+    stop = threading.Event()
+    t = threading.Thread(target=generate, args=(feeder, name, 500, 0.02, stop, 50))
+    t.start()
+    try:
+        time.sleep(seconds)
+        why = rt.explain(name, last_s=seconds)
+    finally:
+        stop.set()
+        t.join()
+        rt.cancel(name)
+    top = why["critical_path"][0] if why["critical_path"] else {}
+    hit = top.get("kind") == "processing" and top.get("step") == slow
+    return {"straggler": slow, "ranked_first": top.get("text"), "hit": hit,
+            "results": why["results"], "operators": why["operators"]}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one short round, three runs")
+    parser.add_argument("--rounds", type=int, help="overhead rounds (each: traced and not)")
+    parser.add_argument("--seconds", type=float, help="measured seconds per round")
+    parser.add_argument("--runs", type=int, help="straggler runs")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (1 if args.quick else 3)
+    seconds = args.seconds or (5.0 if args.quick else 15.0)
+    runs = args.runs or (3 if args.quick else 9)
+
+    import ray
+
+    from cameo_actors.runtime import Runtime, RuntimeConfig, start_local_ray
+
+    start_local_ray(num_cpus=16, log_to_driver=False)
+    pools = {mode: Runtime.start(RuntimeConfig(num_executors=2, trace_sample=sample, **CONFIG),
+                                 pool=f"cp-{mode}")
+             for mode, sample in (("traced", 1.0), ("untraced", 0.0))}
+    feeders = {mode: [Runtime.connect(pool=f"cp-{mode}", address=None) for _ in range(2)]
+               for mode in pools}
+    out: dict[str, Any] = {"rounds": [], "seconds": seconds}
+    try:
+        for r in range(rounds):
+            order = ["traced", "untraced"] if r % 2 == 0 else ["untraced", "traced"]
+            row = {m: overhead_round(pools[m], feeders[m], seconds, 2.0) for m in order}
+            out["rounds"].append(row)
+            print(f"round {r}: bulk {row['traced']['bulk_eps']:,.0f} traced / "
+                  f"{row['untraced']['bulk_eps']:,.0f} untraced events/s; alerts p99 "
+                  f"{row['traced']['alerts'].get('p99_ms', float('nan')):.1f} / "
+                  f"{row['untraced']['alerts'].get('p99_ms', float('nan')):.1f} ms")
+        # Every pair measured side by side: the ratio per round, then their median.
+        ratios = sorted(x["traced"]["bulk_eps"] / x["untraced"]["bulk_eps"] for x in out["rounds"])
+        p99s = sorted(x["traced"]["alerts"]["p99_ms"] / x["untraced"]["alerts"]["p99_ms"]
+                      for x in out["rounds"] if x["traced"]["alerts"].get("results")
+                      and x["untraced"]["alerts"].get("results"))
+        out["tracing_overhead"] = {
+            "throughput_traced_over_untraced": ratios[len(ratios) // 2],
+            "alerts_p99_traced_over_untraced": p99s[len(p99s) // 2] if p99s else None,
+            "throughput_cost": 1.0 - ratios[len(ratios) // 2]}
+        tracing = pools["traced"].explain(None, last_s=600)["tracing"]
+        out["analysis"] = tracing
+        out["analysis_activities_per_s"] = tracing.get("analysed_per_s")
+        out["traced_activities_per_s"] = tracing.get("traced_per_s")
+        straggler = [straggler_run(pools["traced"], feeders["traced"][0], i, 4.0 if args.quick
+                                   else 6.0) for i in range(runs)]
+        out["straggler_runs"] = straggler
+        out["precision_at_1"] = sum(s["hit"] for s in straggler) / len(straggler)
+        o = out["tracing_overhead"]
+        print(f"tracing: throughput traced/untraced {o['throughput_traced_over_untraced']:.3f}, "
+              f"alerts p99 traced/untraced {o['alerts_p99_traced_over_untraced']}")
+        print(f"analysis: {out['analysis_activities_per_s']} activities/s analysed on one thread, "
+              f"{out['traced_activities_per_s']} traced/s")
+        print(f"straggler ranked first in {sum(s['hit'] for s in straggler)} of {len(straggler)} "
+              f"runs (precision@1 {out['precision_at_1']:.2f})")
+    finally:
+        for rt in pools.values():
+            rt.shutdown(stop_ray=False)
+        ray.shutdown()
+    save_json(args.json, out)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Why was a dataflow late? Critical paths from traced activities on a real local Ray:
+an injected straggler is ranked first, and a latency-sensitive dataflow under `fifo`
+is told which dataflow it waited behind."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from cameo_actors import Dataflow, count
+from tests.integration.test_overload import SCHEMA, feed, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def chain(name: str) -> Dataflow:
+    """Three CPU-bound maps in a row; the middle one is three times slower than the others."""
+    return (Dataflow(name, latency_target_ms=500, tenant=name)
+            .source("s", schema=SCHEMA, event_time="ts")
+            .map(function="bench.work:burn", id="parse")
+            .map(function="bench.work:burn_3x", id="enrich")
+            .map(function="bench.work:burn", id="score")
+            .sink("o"))
+
+
+def explained(rt: Any, name: str, results: int) -> dict[str, Any]:
+    """`explain(name)` once at least `results` traced results are in it."""
+    return wait_for(lambda: (lambda x: x if x["results"] >= results else None)(
+        rt.explain(name, last_s=30)), f"{results} traced results of {name}", 60)
+
+
+def run_fed(rt: Any, rates: dict[str, float], check: Any) -> Any:
+    """Feed each dataflow at its rate while `check` runs; stop the feeders after."""
+    from cameo_actors.runtime import Runtime
+
+    stop = threading.Event()
+    # A handle pushes from one thread: one each.
+    threads = [threading.Thread(target=feed, args=(Runtime.connect(pool=rt.pool, address=None),
+                                                   n, r, stop), daemon=True)
+               for n, r in rates.items()]
+    for t in threads:
+        t.start()
+    try:
+        return check()
+    finally:
+        stop.set()
+        for t in threads:  # no push may be under way when its dataflow is cancelled
+            t.join(timeout=30)
+
+
+def test_the_straggler_is_ranked_first(pools: Any) -> None:
+    rt = pools["traced2"]
+    rt.deploy(chain("cp-chain"))
+    try:
+        why = run_fed(rt, {"cp-chain": 500.0}, lambda: explained(rt, "cp-chain", 300))
+        top = why["critical_path"][0]
+        assert top["kind"] == "processing" and top["step"] == "enrich", why["words"]
+        assert why["operators"]["enrich"] == max(why["operators"].values())
+        # The 3x operator takes about 3/5 of the processing; waiting and transfers the rest.
+        assert why["operators"]["enrich"] > 1.5 * why["operators"]["parse"]
+        assert any("enrich" in line for line in why["words"][:2])
+        # The pool's SnailTrail view agrees, and so do the gauges' numbers.
+        pool = rt.explain(None, last_s=30)
+        by_op = pool["summary"]["by_operator"]
+        assert max(by_op, key=by_op.get) == "cp-chain/enrich"
+        assert abs(sum(pool["summary"]["by_type"].values()) - 1.0) < 1e-6
+        gauges = rt.stats_all()["critical_path"]["by_operator"]
+        assert gauges and all(0.0 <= v <= 1.0 for v in gauges.values())
+    finally:
+        rt.cancel("cp-chain")
+
+
+def test_waiting_behind_a_bulk_dataflow_is_named_under_fifo(pools: Any) -> None:
+    rt = pools["tracedfifo1"]
+    bulk = (Dataflow("cp-bulk", latency_target_ms=5000, tenant="analytics")
+            .source("s", schema=SCHEMA, event_time="ts")
+            .map(function="bench.work:burn")
+            .key_by("key").window(tumbling_ms=1000).aggregate(n=count()).sink("o"))
+    alerts = (Dataflow("cp-alerts", latency_target_ms=20, tenant="ops")
+              .source("s", schema=SCHEMA, event_time="ts").filter("value >= 0").sink("o"))
+    rt.deploy(bulk)
+    rt.deploy(alerts)
+    try:
+        # The bulk dataflow asks for more than the one executor has; fifo runs its
+        # messages in arrival order, so the alerts wait behind them.
+        why = run_fed(rt, {"cp-bulk": 40_000.0, "cp-alerts": 200.0},
+                      lambda: explained(rt, "cp-alerts", 200))
+        top = why["critical_path"][0]
+        assert top["kind"] == "waiting" and top["behind"] == "cp-bulk", why["words"]
+        assert why["summary"]["waiting_behind"].get("cp-bulk", 0.0) > 0.5
+        assert "cp-bulk" in why["words"][1]
+        assert why["within_target"] is not None and why["latency"]
+    finally:
+        rt.cancel("cp-alerts")
+        rt.cancel("cp-bulk")
