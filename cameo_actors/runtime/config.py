@@ -92,6 +92,12 @@ class RuntimeConfig:
         trace_history_s: how far back the controller keeps activities to follow a result's
             path (results whose latency is longer are explained up to there).
         trace_snapshots_kept: analysed snapshots kept for `explain --last`.
+        trace_watch_s: how long after the last read (`explain`, the web page, a metrics
+            scrape) snapshots are still analysed as they come; unread, only the executors
+            trace, and the first read analyses the last `trace_history_s`.
+        trace_niceness: the OS priority (Linux nice, 0-19) of the controller's analysis
+            thread: above 0 it takes the CPU the executors leave, so that explaining the
+            pool costs its dataflows little; 0 keeps the controller's priority.
     """
 
     num_executors: int | None = None
@@ -133,6 +139,8 @@ class RuntimeConfig:
     trace_snapshot_s: float = 1.0
     trace_history_s: float = 30.0
     trace_snapshots_kept: int = 600
+    trace_watch_s: float = 300.0
+    trace_niceness: int = 10
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -171,9 +179,12 @@ class RuntimeConfig:
             raise ValueError(f"RuntimeConfig.trace_sample: expected a share from 0 (off) to 1, "
                              f"got {self.trace_sample}")
         for name in ("trace_capacity", "trace_snapshot_s", "trace_history_s",
-                     "trace_snapshots_kept"):
+                     "trace_snapshots_kept", "trace_watch_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
+        if type(self.trace_niceness) is not int or not 0 <= self.trace_niceness <= 19:
+            raise ValueError(f"RuntimeConfig.trace_niceness: expected an int from 0 to 19, got "
+                             f"{self.trace_niceness!r}")
         # An int: the source operator compiles it into its schema check.
         if type(self.max_string_chars) is not int or self.max_string_chars <= 0:
             raise ValueError(f"RuntimeConfig.max_string_chars: expected an int > 0 (characters), "

@@ -670,3 +670,7 @@ class Explanation(BaseModel):
     critical_path: list[CriticalSegment] = Field(description="ranked, largest first")
     summary: CriticalSummary
     words: list[str] = Field(description="the headline, then one line per critical_path entry")
+    tracing: dict[str, float | int | None] = Field(
+        default_factory=dict, description="how tracing keeps up: activities collected and "
+        "lost (overwritten before collected), analysed per second of analysis time against "
+        "traced per second")

@@ -32,7 +32,7 @@ from .pag import Busy, Pag, activities_of, build_pag, busy_by_executor
 from .records import FROM_CLIENT, PROCESS, Activity, executor_of
 
 #: latency samples kept per dataflow and snapshot (evenly spaced in end order)
-MAX_SAMPLES = 1000
+MAX_SAMPLES = 200
 #: critical_path entries an explanation lists
 TOP = 10
 SUMMARY_KEYS = ("by_type", "by_operator", "by_executor", "by_channel", "by_dataflow",
@@ -180,29 +180,29 @@ class _Busy:
 
 def _link(g: Pag, m: Activity, pe: int | None, busy: _Busy) -> int:
     """Add message `m`'s edges after its parent's end node `pe`; its end node."""
-    labels: dict[str, Any] = {"executor": m.executor, "dataflow": m.dataflow, "step": m.step}
+    ex, df, step = m.executor, m.dataflow, m.step
     t0 = g.times[pe] if pe is not None else -math.inf
     a = max(m.arrival_ms if not math.isnan(m.arrival_ms) else m.start_ms, t0)
     if pe is not None:
         arr = g.node(a)
         frm = executor_of(m.parent)
-        g.edge(pe, arr, "transfer", from_executor=None if frm == m.executor else frm, **labels)
+        g.edge(pe, arr, "transfer", ex, df, step, None if frm == ex else frm)
     elif not math.isnan(m.ingest_ms):  # the chain's start: the client's ingest, or untraced
         src = g.node(min(m.ingest_ms, a))
         arr = g.node(a)
         if m.parent == FROM_CLIENT:
-            g.edge(src, arr, "ingest", behind=busy.behind(m.executor, g.times[src], a), **labels)
+            g.edge(src, arr, "ingest", ex, df, step, behind=busy.behind(ex, g.times[src], a))
         else:
-            g.edge(src, arr, "untraced", dataflow=m.dataflow, step=m.step)
+            g.edge(src, arr, "untraced", None, df, step)
     else:
         arr = g.node(a)
     s = max(m.start_ms, a)
-    g.edge(arr, st := g.node(s), "waiting", behind=busy.behind(m.executor, a, s), **labels)
+    g.edge(arr, st := g.node(s), "waiting", ex, df, step, behind=busy.behind(ex, a, s))
     x = max(m.end_ms - m.egress_ms, s) if m.egress_ms > 0 else max(m.end_ms, s)
-    g.edge(st, mid := g.node(x), "processing", **labels)
+    g.edge(st, mid := g.node(x), "processing", ex, df, step)
     if m.egress_ms <= 0:
         return mid
-    g.edge(mid, end := g.node(max(m.end_ms, x)), "egress", **labels)
+    g.edge(mid, end := g.node(max(m.end_ms, x)), "egress", ex, df, step)
     return end
 
 
@@ -299,16 +299,21 @@ def snapshot(activities: Iterable[Activity], start_ms: float, end_ms: float,
     """One interval's analysis as a JSON-able dict: the pool's CP summary and each
     dataflow's result paths (`activities` are the window's; `index` the longer history
     of process activities, which need not hold the window's own)."""
-    t0 = time.perf_counter()
+    t0 = time.thread_time()  # CPU time of this thread: what analysing costs on one core
     acts = activities_of(activities)
     window = {a.id: a for a in acts if a.kind == PROCESS}
     lookup = index if window.keys() <= index.keys() else ChainMap(window, cast(dict, index))
-    busy = busy_by_executor(lookup.values())  # one for both: they ask about the same waits
+    # Who ran when, for both the pool's waits and the results' paths: only as far back as
+    # those paths go (a result's ingest time is its path's start), not the whole history.
+    since = min([start_ms] + [a.ingest_ms for a in window.values()
+                              if a.results > 0 and a.ingest_ms == a.ingest_ms])
+    busy = busy_by_executor(a for a in lookup.values()
+                            if a.end_ms >= since and a.start_ms <= end_ms)
     pag = build_pag(acts, start_ms, end_ms, busy)
     pool = summarize(pag, critical_participation(pag))
     paths = _paths(lookup, window.values(), start_ms, end_ms, None, busy)
     return {"start_ms": start_ms, "end_ms": end_ms, "activities": len(acts),
-            "analysis_ms": (time.perf_counter() - t0) * 1000.0, "pool": pool,
+            "analysis_ms": (time.thread_time() - t0) * 1000.0, "pool": pool,
             "dataflows": {d: paths[d].to_json() for d in sorted(paths)}}
 
 
@@ -361,9 +366,11 @@ def _text(e: Mapping[str, Any]) -> str:
     return f"{p} {kind}{on}"
 
 
-def _entries(weights: Mapping[Segment, float], ms_per_share: float | None) -> list[dict[str, Any]]:
-    """The TOP segments of `weights` as ranked critical_path entries (shares of the whole)."""
-    total = math.fsum(weights.values())
+def _entries(weights: Mapping[Segment, float], ms_per_share: float | None,
+             total: float | None = None) -> list[dict[str, Any]]:
+    """The TOP segments of `weights` as ranked critical_path entries (shares of `total`,
+    by default of all the weights)."""
+    total = math.fsum(weights.values()) if total is None else total
     if total <= 0:
         return []
     ranked = sorted(weights.items(), key=lambda kv: (-kv[1], str(kv[0])))[:TOP]
@@ -383,11 +390,12 @@ def words(x: Mapping[str, Any]) -> list[str]:
     if not x["snapshots"]:
         return [f"no trace snapshots in {span}: is tracing on (trace_sample > 0)?"]
     if d is None:
-        if not x["critical_path"]:
+        if not x["critical_path"] and not x["summary"]["by_type"]:
             return [f"no traced activity in the pool in {span}: is tracing on "
                     "(trace_sample > 0) and is data flowing?"]
+        idle = x["summary"]["by_type"].get("idle", 0.0)
         head = (f"the pool: {x['activities']:,} activities in {x['snapshots']} snapshots over "
-                f"{span}; its critical path:")
+                f"{span}; executors idle on {_pct(idle)} of its critical path; the rest:")
     elif not x["results"]:
         return [f"no traced results of {d} in {span}: is tracing on (trace_sample > 0) and is "
                 "data flowing?"]
@@ -444,7 +452,10 @@ def _explain_pool(x: dict[str, Any], used: Sequence[Mapping[str, Any]]) -> None:
         for seg in segs:
             weights[_seg_of(seg)] += seg["share"] * span
     if spans:
-        x["critical_path"] = _entries(weights, sum(spans) / len(spans))
+        # Idle time lies on most of a lightly loaded pool's paths and says nothing about
+        # what to fix: it is in the summary and the headline, not in the ranking.
+        busy = {s: w for s, w in weights.items() if s.kind != "idle"}
+        x["critical_path"] = _entries(busy, sum(spans) / len(spans), math.fsum(weights.values()))
         x["summary"] = _summary(weights)
 
 

@@ -32,7 +32,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from .records import DESERIALIZE, FROM_CLIENT, PROCESS, SERIALIZE, Activity, executor_of
 
@@ -88,13 +88,17 @@ class Pag:
         """Whether u -> v goes forward in (time, creation order)."""
         return (self.times[u], u) < (self.times[v], v)
 
-    def edge(self, u: int, v: int, kind: str, **labels: Any) -> Edge:
-        """Add the edge u -> v labelled `kind` and `labels` (fields of `Edge`)."""
-        tu, tv = self.times[u], self.times[v]
+    def edge(self, u: int, v: int, kind: str, executor: int | None = None,
+             dataflow: str | None = None, step: str | None = None,
+             from_executor: int | None = None, behind: tuple[Behind, ...] = ()) -> Edge:
+        """Add the edge u -> v labelled `kind` and the other fields of `Edge`."""
+        times = self.times
+        tu, tv = times[u], times[v]
         if not (tu < tv or (tu == tv and u < v)):
             raise ValueError(f"edge {u} -> {v} ({kind}) goes back in (time, creation order): "
                              f"{tu} -> {tv}")
-        e = Edge(u, v, tv - tu, kind, **labels)
+        # Positional: a NamedTuple made from keywords costs several times more.
+        e = Edge(u, v, tv - tu, kind, executor, dataflow, step, from_executor, behind)
         self.edges.append(e)
         return e
 
@@ -205,12 +209,11 @@ def build_pag(activities: Iterable[Activity], start_ms: float, end_ms: float,
                 cur = nxt
             first = cur
             if a.kind == PROCESS:
-                labels = {"executor": ex, "dataflow": a.dataflow, "step": a.step}
                 mid = min(max(e - a.egress_ms, s), e) if a.egress_ms > 0 else e
-                g.edge(cur, nxt := g.node(mid), "processing", **labels)
+                g.edge(cur, nxt := g.node(mid), "processing", ex, a.dataflow, a.step)
                 cur = nxt
                 if a.egress_ms > 0:
-                    g.edge(cur, nxt := g.node(e), "egress", **labels)
+                    g.edge(cur, nxt := g.node(e), "egress", ex, a.dataflow, a.step)
                     cur = nxt
                 ends[a.id] = cur
                 if start_ms <= a.start_ms <= end_ms:
@@ -232,7 +235,7 @@ def _message(g: Pag, p: Activity, st: int, ends: dict[int, int], busy: Busy) -> 
     t_st = g.times[st]
     arrival = p.arrival_ms if not math.isnan(p.arrival_ms) else t_st
     t_a = min(max(arrival, g.start_ms), t_st)
-    labels = {"executor": p.executor, "dataflow": p.dataflow, "step": p.step}
+    ex, df, step = p.executor, p.dataflow, p.step
     pe = ends.get(p.parent) if p.parent > 0 else None
     if pe is not None and g.times[pe] > t_st:
         pe = None  # the parent ended after p started: clock skew, it would go back in time
@@ -246,9 +249,9 @@ def _message(g: Pag, p: Activity, st: int, ends: dict[int, int], busy: Busy) -> 
     s = g.node(src) if src is not None and (t_a < t_st or src < t_st) else None
     arr = g.node(t_a) if t_a < t_st else st
     if s is not None:  # the worker drains its inbox between messages: it waits for them too
-        g.edge(s, arr, "ingest", behind=busy.behind(g.times[s], t_a), **labels)
+        g.edge(s, arr, "ingest", ex, df, step, behind=busy.behind(g.times[s], t_a))
     elif pe is not None and g.forward(pe, arr):
         frm = executor_of(p.parent)
-        g.edge(pe, arr, "transfer", from_executor=None if frm == p.executor else frm, **labels)
+        g.edge(pe, arr, "transfer", ex, df, step, None if frm == ex else frm)
     if arr != st:
-        g.edge(arr, st, "waiting", behind=busy.behind(t_a, t_st), **labels)
+        g.edge(arr, st, "waiting", ex, df, step, behind=busy.behind(t_a, t_st))

@@ -443,7 +443,12 @@ def test_explain_the_pool() -> None:
     assert 0 < len(cp) <= 10 and all(set(e) == ENTRY_KEYS for e in cp)
     assert [e["share"] for e in cp] == sorted((e["share"] for e in cp), reverse=True)
     assert sum(x["summary"]["by_type"].values()) == pytest.approx(1.0)
+    # Idle time is left out of the ranking, and told in the headline instead.
+    idle = x["summary"]["by_type"]["idle"]
+    assert idle > 0 and all(e["kind"] != "idle" for e in cp)
+    assert sum(e["share"] for e in cp) == pytest.approx(1.0 - idle)
     assert x["words"][0].startswith("the pool: 6 activities in 2 snapshots")
+    assert f"executors idle on {round(100 * idle)}% of its critical path" in x["words"][0]
 
 
 def test_explain_says_when_there_is_nothing() -> None:

@@ -3,6 +3,7 @@ how a message's story links across executors, sampling, and the controller's col
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from cameo_actors import Dataflow, count
@@ -106,19 +107,40 @@ def test_tracing_off_records_nothing_and_results_stay_the_same() -> None:
     assert sorted(map(repr, off.results("t3"))) == sorted(map(repr, on.results("t3")))
 
 
-def test_the_collector_analyses_whole_intervals_one_interval_late() -> None:
+def test_the_collector_analyses_whole_intervals_while_someone_reads() -> None:
     cluster, traced = run(1.0)
-    parts: dict[int, tuple[list[tuple[Any, ...]], int]] = {0: ([], 0), 1: ([], 0)}
-    for a in traced:
-        parts[a.executor][0].append(tuple(a))
-    collector = TraceCollector(RuntimeConfig(trace_snapshot_s=0.01))
     first = min(a.start_ms for a in traced)
     last = max(a.end_ms for a in traced)
-    assert collector.tick(first, {0: ([], 0), 1: ([], 0)}) == 0
-    made = collector.tick(last + 30.0, parts)
-    assert made >= 1 and collector.snapshots
-    why = collector.explain("t3", last_s=60.0, now_ms=last + 30.0, latency_target_ms=100.0)
+    collector = TraceCollector(RuntimeConfig(trace_snapshot_s=0.01, trace_history_s=60.0,
+                                             trace_watch_s=0.5))
+
+    def parts(lo: float, hi: float) -> dict[int, tuple[list[tuple[Any, ...]], int]]:
+        """What the executors' rings held for activities that ended in (lo, hi]."""
+        out: dict[int, tuple[list[tuple[Any, ...]], int]] = {0: ([], 0), 1: ([], 0)}
+        for a in traced:
+            if lo < a.end_ms <= hi:
+                out[a.executor][0].append(tuple(a))
+        return out
+
+    # Nobody reads: activities are kept, nothing is analysed.
+    middle = first + (last - first) / 2
+    assert collector.tick(middle, parts(-math.inf, middle)) == 0 and not collector.snapshots
+    # The first read analyses the history at once: whole 10 ms intervals, one late.
+    why = collector.explain("t3", last_s=60.0, now_ms=middle, latency_target_ms=100.0)
+    caught_up = len(collector.snapshots)
+    assert caught_up >= 1 and collector.next_ms is not None
+    assert collector.next_ms <= middle - collector.interval_ms
+    assert why["results"] == sum(a.results for a in traced if a.end_ms <= collector.next_ms
+                                 and a.end_ms > collector.snapshots[0]["start_ms"])
+    # Read recently: each tick analyses what has ended since.
+    end = last + 30.0
+    made = collector.tick(end, parts(middle, end))
+    assert made >= 1 and len(collector.snapshots) == caught_up + made
+    why = collector.explain("t3", last_s=60.0, now_ms=end, latency_target_ms=100.0)
     assert why["results"] == sum(a.results for a in traced if a.end_ms <= collector.next_ms)
-    assert why["tracing"]["collected"] == len(traced)
+    assert why["tracing"]["collected"] == len(traced) and why["tracing"]["analysed_per_s"]
     assert any(s["pool"]["by_operator"] for s in collector.snapshots)
-    assert collector.latest()["by_operator"] == collector.snapshots[-1]["pool"]["by_operator"]
+    assert collector.latest(end)["by_operator"] == \
+        collector.snapshots[-1]["pool"]["by_operator"]
+    # Not read for longer than trace_watch_s: ticks analyse nothing more.
+    assert collector.tick(end + 1000.0, parts(end, end + 1000.0)) == 0

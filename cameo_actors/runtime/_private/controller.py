@@ -65,7 +65,7 @@ from cameo_actors.runtime._private.rescale import (
 from cameo_actors.runtime._private.routing import Placement, is_keyed_step, place
 from cameo_actors.runtime._private.stats import dataflow_stats
 from cameo_actors.runtime._private.storage import CheckpointStorage, StorageError
-from cameo_actors.runtime._private.traces import TraceCollector
+from cameo_actors.runtime._private.traces import TraceCollector, lower_thread_priority
 from cameo_actors.runtime.boundary import (
     CANCELLED,
     FAILED,
@@ -966,7 +966,9 @@ class Controller:
     # -- critical paths (traces.py) -----------------------------------------------------------
     def _tracer(self) -> None:
         """Collect the executors' activities and analyse each snapshot interval; a thread
-        of its own, so that analysing never delays the monitor's liveness checks."""
+        of its own, so that analysing never delays the monitor's liveness checks, and at
+        a lower OS priority (`trace_niceness`), so that it takes the CPU the executors leave."""
+        lower_thread_priority(self.config.trace_niceness)
         while not self._stopped.wait(self.config.trace_snapshot_s):
             try:
                 live = [i for i in range(len(self.executors))
@@ -988,7 +990,7 @@ class Controller:
 
     def critical_path(self) -> dict[str, Any]:
         """The newest snapshot's critical participation per operator and executor."""
-        return self.traces.latest()
+        return self.traces.latest(time.time() * 1000.0)
 
     # -- the monitor -----------------------------------------------------------------------
     def _monitor(self) -> None:

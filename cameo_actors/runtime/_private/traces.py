@@ -6,11 +6,20 @@ and hands the activities to `TraceCollector.tick`. A snapshot is analysed one in
 late, so that the activities of its window have ended and been collected (an activity
 is recorded when it ends). Activities are kept for `trace_history_s`, so a result whose
 latency is longer than one interval is still followed back to where it entered.
+
+Analysing is most of tracing's cost, and nobody may be reading it: snapshots are
+analysed as they come only while someone reads the analysis (`explain`, the web page,
+a metrics scrape) and for `trace_watch_s` after; unread, the activities of the last
+`trace_history_s` wait, and the first read analyses them at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -19,27 +28,67 @@ from cameo_actors.tracing.explain import explain, snapshot
 from cameo_actors.tracing.records import PROCESS, Activity
 
 
+def lower_thread_priority(niceness: int) -> None:
+    """Run the calling thread `niceness` steps below its process (Linux keeps a nice
+    value per thread; elsewhere, or without the right, nothing changes)."""
+    if niceness <= 0 or not hasattr(os, "setpriority"):
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                       os.getpriority(os.PRIO_PROCESS, 0) + niceness)
+
+
 class TraceCollector:
     def __init__(self, config: RuntimeConfig) -> None:
         self.interval_ms = config.trace_snapshot_s * 1000.0
         self.history_ms = config.trace_history_s * 1000.0
+        self.watch_ms = config.trace_watch_s * 1000.0
         self.snapshots: deque[dict[str, Any]] = deque(maxlen=config.trace_snapshots_kept)
         #: activities in the order they were collected, and the process ones by id
         self.history: deque[Activity] = deque()
         self.index: dict[int, Activity] = {}
-        #: activities that may still fall in a snapshot to come
-        self.recent: list[Activity] = []
+        #: activities that may still fall in a snapshot to come (about in end order)
+        self.recent: deque[Activity] = deque()
         #: activities overwritten in executors' rings before they were collected
         self.lost: dict[int, int] = {}
         self.collected = 0
-        #: where the next snapshot's window starts (None until the first collection)
+        #: CPU time spent taking in and analysing activities; activities analysed, and
+        #: the CPU time that took
+        self.cpu_s = 0.0
+        self.analysed = 0
+        self.analysis_cpu_s = 0.0
+        #: where the next snapshot's window starts (None until the first analysis)
         self.next_ms: float | None = None
-        self._lock = threading.Lock()
+        #: snapshots are analysed as they come until then (someone reads them)
+        self.watched_until_ms = -math.inf
+        # One analysis at a time: the collecting thread's, or a reader's catch-up.
+        self._lock = threading.RLock()
 
     def tick(self, now_ms: float, parts: dict[int, tuple[list[tuple[Any, ...]], int]]) -> int:
-        """Take each executor's drained activities (executor -> (records, lost)) and
-        analyse every whole interval that ended at least one interval ago. Returns
-        the snapshots made."""
+        """Take each executor's drained activities (executor -> (records, lost)); while
+        someone reads the analysis (`watch`), analyse every whole interval that ended at
+        least one interval ago. Returns the snapshots made."""
+        with self._lock:
+            cpu0 = time.thread_time()
+            try:
+                self._take(parts)
+                made = self._analyse(now_ms) if now_ms < self.watched_until_ms else 0
+                self._forget(now_ms - self.history_ms)
+                return made
+            finally:
+                self.cpu_s += time.thread_time() - cpu0
+
+    def watch(self, now_ms: float) -> None:
+        """Someone reads the analysis: analyse what history still holds now, and each
+        interval as it comes for `trace_watch_s` more. Unread, tracing costs the pool only
+        its executors' records (analysing is most of its cost)."""
+        with self._lock:
+            self.watched_until_ms = now_ms + self.watch_ms
+            cpu0 = time.thread_time()
+            self._analyse(now_ms)
+            self.cpu_s += time.thread_time() - cpu0
+
+    def _take(self, parts: dict[int, tuple[list[tuple[Any, ...]], int]]) -> None:
         for executor, (records, lost) in parts.items():
             self.lost[executor] = lost
             self.collected += len(records)
@@ -49,48 +98,58 @@ class TraceCollector:
                 self.recent.append(a)
                 if a.kind == PROCESS:
                     self.index[a.id] = a
-        if self.next_ms is None:
-            self.next_ms = now_ms - self.interval_ms
+
+    def _analyse(self, now_ms: float) -> int:
+        # Not analysed for a while: start where the history begins.
+        first = now_ms - self.history_ms
+        if self.next_ms is None or self.next_ms < first:
+            self.next_ms = max(first, now_ms - 2 * self.interval_ms) if self.next_ms is None \
+                else first
         made = 0
         while self.next_ms + 2 * self.interval_ms <= now_ms:
             start, end = self.next_ms, self.next_ms + self.interval_ms
             window = [a for a in self.recent if a.end_ms > start and a.start_ms < end]
             snap = snapshot(window, start, end, self.index)
-            with self._lock:
-                self.snapshots.append(snap)
+            self.snapshots.append(snap)
+            self.analysed += snap["activities"]
+            self.analysis_cpu_s += snap["analysis_ms"] / 1000.0
             self.next_ms = end
-            self.recent = [a for a in self.recent if a.end_ms > end]
             made += 1
-        self._forget(now_ms - self.history_ms)
         return made
 
     def _forget(self, before_ms: float) -> None:
-        history, index = self.history, self.index
+        history, index, recent = self.history, self.index, self.recent
         while history and history[0].end_ms < before_ms:
             a = history.popleft()
             if a.kind == PROCESS:
                 index.pop(a.id, None)
+        done = max(before_ms, self.next_ms or -math.inf)
+        while recent and recent[0].end_ms <= done:
+            recent.popleft()
 
     def explain(self, dataflow: str | None, last_s: float, now_ms: float,
                 latency_target_ms: float | None = None) -> dict[str, Any]:
         with self._lock:
+            self.watch(now_ms)
             snaps = list(self.snapshots)
         out = explain(snaps, dataflow, last_s, now_ms, latency_target_ms)
         used = [s for s in snaps if s["end_ms"] > now_ms - last_s * 1000.0]
-        acts = sum(s["activities"] for s in used)
-        busy_s = sum(s["analysis_ms"] for s in used) / 1000.0
         span_s = len(used) * self.interval_ms / 1000.0
-        # Whether the analysis keeps up: activities analysed per second of analysis time
-        # (one thread) against activities traced per second of the pool's time.
+        # Whether the analysis keeps up: activities analysed per second of CPU time (one
+        # core), against activities traced per second.
         out["tracing"] = {"lost": sum(self.lost.values()), "collected": self.collected,
-                          "analysed_per_s": acts / busy_s if busy_s else None,
-                          "traced_per_s": acts / span_s if span_s else None}
+                          "cpu_s": self.cpu_s,
+                          "analysed_per_s": self.analysed / self.analysis_cpu_s
+                          if self.analysis_cpu_s else None,
+                          "traced_per_s": sum(s["activities"] for s in used) / span_s
+                          if span_s else None}
         return out
 
-    def latest(self) -> dict[str, Any]:
+    def latest(self, now_ms: float) -> dict[str, Any]:
         """The newest snapshot's pool-wide critical participation per operator and per
         executor (the metrics' gauges); empty before the first."""
         with self._lock:
+            self.watch(now_ms)
             if not self.snapshots:
                 return {}
             pool = self.snapshots[-1]["pool"]
