@@ -116,9 +116,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from cameo_actors.runtime import Runtime, RuntimeConfig, start_local_ray
+    from bench.cameo import ensure_ray
+    from cameo_actors.runtime import Runtime, RuntimeConfig
 
-    start_local_ray(num_cpus=16, log_to_driver=False)
+    started = ensure_ray()
     modes = {"untraced": 0.0, "traced": 1.0, "read": 1.0}
     pools = {mode: Runtime.start(RuntimeConfig(num_executors=2, trace_sample=sample, **CONFIG),
                                  pool=f"cp-{mode}") for mode, sample in modes.items()}
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         for rt in pools.values():
             rt.shutdown(stop_ray=False)
-        ray.shutdown()
+        if started:
+            ray.shutdown()
     save_json(args.json, out)
     return out
 

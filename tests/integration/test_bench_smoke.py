@@ -1,5 +1,5 @@
-"""bench.cameo's scenarios, a few seconds each, bench.migration --quick and bench.recovery
---quick (small state), in-process on the session's Ray: the shape and sanity of the results,
+"""bench.cameo's scenarios, a few seconds each, bench.migration --quick, bench.recovery
+--quick (small state) and bench.critical_path (one short round, one run), in-process on the session's Ray: the shape and sanity of the results,
 not their speed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench import cameo, migration, recovery, scenarios
+from bench import cameo, critical_path, migration, recovery, scenarios
 
 pytestmark = pytest.mark.integration
 
@@ -144,3 +144,19 @@ def test_recovery(ray_session: None, tmp_path: Path) -> None:
     assert 0 < rec["detect_s"] <= rec["recovery_s"]
     assert set(figures["goals"]) == {"recovery_under_5s_large_state",
                                      "checkpoint_overhead_under_10pct", "alerts_p99_within_1_2x"}
+
+
+def test_critical_path(ray_session: None, tmp_path: Path) -> None:
+    out = tmp_path / "critical_path.json"
+    res = critical_path.main(["--rounds", "1", "--seconds", "1", "--runs", "1", "--json",
+                              str(out)])
+    assert json.loads(out.read_text())["precision_at_1"] == res["precision_at_1"]
+    for mode in ("traced", "read"):
+        o = res["tracing_overhead"][mode]
+        assert o["throughput_over_untraced"] > 0 and math.isfinite(o["throughput_over_untraced"])
+    row = res["rounds"][0]
+    assert all(row[m]["bulk_eps"] > 0 for m in ("untraced", "traced", "read"))
+    assert res["analysis_activities_per_s"] > 0 and res["traced_activities_per_s"] > 0
+    (run,) = res["straggler_runs"]
+    assert run["straggler"] == "parse" and run["results"] > 0
+    assert res["precision_at_1"] in (0.0, 1.0)

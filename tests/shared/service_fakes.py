@@ -4,10 +4,8 @@ and FastAPI's TestClient (no server, no Ray, no sleep)."""
 from __future__ import annotations
 
 import json
-import re
-import types
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from cameo_actors import Dataflow
@@ -28,59 +26,6 @@ from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import TokenStore
 from cameo_actors.service.client import Client
 from cameo_actors.service.core import ServiceCore
-
-
-def _redact_standin(explanation: dict[str, Any], visible: Callable[[str], bool],
-                    other: str = "another tenant") -> dict[str, Any]:
-    """A stand-in for `cameo_actors.tracing.explain.redact` while that module is being
-    written: every dataflow name `visible` refuses reads `other`, in fields and in words."""
-    hidden = set()
-
-    def name(df: Any) -> Any:
-        if isinstance(df, str) and not visible(df):
-            hidden.add(df)
-            return other
-        return df
-
-    def key(k: str) -> str:
-        df, sep, rest = k.partition("/")
-        return f"{name(df)}{sep}{rest}" if sep else str(name(k))
-
-    out = json.loads(json.dumps(explanation))
-    out["dataflow"] = name(out.get("dataflow"))
-    for c in out.get("critical_path", []):
-        c["dataflow"], c["behind"] = name(c.get("dataflow")), name(c.get("behind"))
-        if c["behind"] == other:
-            c["behind_step"] = None
-    summary = out.get("summary", {})
-    for field in ("by_operator", "by_dataflow", "waiting_behind"):
-        summary[field] = {key(k): v for k, v in summary.get(field, {}).items()}
-
-    def scrub(text: str) -> str:
-        for df in sorted(hidden, key=len, reverse=True):
-            text = re.sub(rf"(?<![\w.-]){re.escape(df)}(?![\w.-])", other, text)
-        return text
-
-    for c in out.get("critical_path", []):
-        c["text"] = scrub(c["text"])
-    out["words"] = [scrub(w) for w in out.get("words", [])]
-    return out
-
-
-def redact_module() -> types.ModuleType:
-    """`cameo_actors.tracing.explain` if it imports and has `redact`; else a module holding
-    the stand-in (for a test to put in sys.modules while the real one is being written)."""
-    try:
-        import cameo_actors.tracing.explain as real
-
-        if hasattr(real, "redact"):
-            return real
-    except ImportError:
-        pass
-    standin = types.ModuleType("cameo_actors.tracing.explain")
-    standin.redact = _redact_standin  # type: ignore[attr-defined]
-    return standin
-
 
 with warnings.catch_warnings():
     # Starlette suggests its httpx fork for TestClient; the service pins httpx itself.
@@ -325,7 +270,9 @@ class FakeRuntime:
                         "by_channel": {"0->1": 0.2}, "by_dataflow": by_df,
                         "waiting_behind": waiting},
             "words": [f"{subject}: 90% of {results} traced results within target; the "
-                      "critical path was mostly processing"] + [c["text"] for c in path]}
+                      "critical path was mostly processing"] + [c["text"] for c in path],
+            "tracing": {"lost": 0, "collected": 10 * results, "cpu_s": 0.1,
+                        "analysed_per_s": 30_000.0, "traced_per_s": 1_000.0}}
 
     # -- outputs with offsets, as the runtime keeps them (read without commit) -----------------
     def _outputs(self, name: str) -> FakeOutputs:

@@ -8,7 +8,6 @@ Over the in-memory runtime of tests/shared/service_fakes.py (no Ray, no sleep).
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
 import pytest
@@ -17,17 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from cameo_actors.service.client import ServiceError
 from cameo_actors.service.metrics import render
 from cameo_actors.service.ui import COOKIE, graph, latency_chart, words
-from tests.shared.service_fakes import ADMIN, Service, auth, flow, redact_module
+from tests.shared.service_fakes import ADMIN, Service, auth, flow
 
 KEYS = {"dataflow", "last_s", "from_ms", "to_ms", "snapshots", "activities",
         "latency_target_ms", "results", "within_target", "latency", "operators",
-        "critical_path", "summary", "words"}
-
-
-@pytest.fixture(autouse=True)
-def _redact(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The analysis package's `redact`, or the fakes' stand-in while it is being written."""
-    monkeypatch.setitem(sys.modules, "cameo_actors.tracing.explain", redact_module())
+        "critical_path", "summary", "words", "tracing"}
 
 
 @pytest.fixture()
