@@ -260,10 +260,15 @@ def _follow(dataflow: str, results: list[Activity], lookup: Mapping[int, Activit
         lat.append(r.end_ms - r.ingest_ms if not math.isnan(r.ingest_ms) else g.times[node] - root)
     cp = critical_participation(g, sinks=ends)
     p.segments = {s: x * total for s, x in segments(g, cp).items()}
+    # Each step's own work on the paths: its processing and writing, and the waits its
+    # work caused the dataflow's messages (a window's firing watermark queued behind the
+    # map's data is the map's doing).
     ops: dict[str, float] = defaultdict(float)
     for s, ms in p.segments.items():
         if s.kind in ("processing", "egress") and s.step:
             ops[s.step] += ms
+        elif s.behind == dataflow and s.behind_step:
+            ops[s.behind_step] += ms
     p.operators = dict(ops)
     ranked = sorted(lat)
     p.p50_ms, p.p99_ms, p.max_ms = _quantile(ranked, 0.5), _quantile(ranked, 0.99), ranked[-1]

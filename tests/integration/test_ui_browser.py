@@ -53,8 +53,7 @@ class Served:
     def __init__(self, rt: Any) -> None:
         import uvicorn
 
-        # The runtime's explain not there yet: an empty one, in this run only.
-        runtime = (ServiceRuntime if hasattr(type(rt), "explain") else Unexplained)(rt)
+        runtime = ServiceRuntime(rt)
         self.admin = new_token()
         self.tokens = TokenStore(self.admin)
         app = create_app(ServiceCore(runtime), self.tokens, snapshot=rt.stats_all)
@@ -76,20 +75,6 @@ class Served:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
-
-
-class Unexplained(ServiceRuntime):
-    """For a run where the runtime's `explain` is not there yet: an empty explanation."""
-
-    def explain(self, name: str | None = None, *, last_s: float = 60.0) -> dict[str, Any]:
-        if name is not None:
-            self.rt.describe(name)  # unknown: the runtime's own DataflowNotFound
-        return {"dataflow": name, "last_s": last_s, "from_ms": None, "to_ms": None,
-                "snapshots": 0, "activities": 0, "latency_target_ms": None, "results": 0,
-                "within_target": None, "latency": [], "operators": {}, "critical_path": [],
-                "summary": {k: {} for k in ("by_type", "by_operator", "by_executor",
-                                            "by_channel", "by_dataflow", "waiting_behind")},
-                "words": []}
 
 
 def flows() -> list[Dataflow]:

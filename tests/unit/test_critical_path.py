@@ -202,6 +202,8 @@ def test_a_step_queued_behind_itself_says_so() -> None:
                   60, 10.0)
     assert why["critical_path"][0]["text"] == \
         "80% bulk/map_1 queued on executor 0 behind its own earlier messages"
+    # The step's own work, waited for or run, is all of the path: the graph colours it so.
+    assert why["operators"] == pytest.approx({"map_1": 1.0})
 
 
 def test_transfer_between_executors_and_local() -> None:
