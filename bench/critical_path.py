@@ -73,8 +73,10 @@ def overhead_round(rt: Any, feeders: list[Any], seconds: float, warmup: float,
         for t in threads:
             t.join()
     rows = rt.result_rows("alerts")
-    # Activities traced per second under this load (the analysis has to keep up with it).
-    traced = rt.explain(None, last_s=seconds)["tracing"].get("traced_per_s") if reader else None
+    # Activities traced per second under this load (the analysis has to keep up with it);
+    # snapshots are analysed one interval late, so the last two seconds hold the last one.
+    traced = rt.explain(None, last_s=seconds + 2.0)["tracing"].get("traced_per_s") \
+        if reader else None
     rt.cancel("alerts")
     rt.cancel("bulk")
     return {"bulk_eps": (n1 - n0) / seconds, "alerts": summarize(rows, since_ms, 50, seconds),
