@@ -1,16 +1,21 @@
 """Why was a dataflow late? Critical paths from traced activities on a real local Ray:
-an injected straggler is ranked first, and a latency-sensitive dataflow under `fifo`
+an injected straggler is ranked first (by `cameo explain` through the service too), and a
+latency-sensitive dataflow under `fifo`
 is told which dataflow it waited behind."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
 from typing import Any
 
 import pytest
 
 from cameo_actors import Dataflow, count
+from cameo_actors.service import cli
 from tests.integration.test_overload import SCHEMA, feed, wait_for
+from tests.integration.test_ui_browser import Served
 
 pytestmark = pytest.mark.integration
 
@@ -50,11 +55,26 @@ def run_fed(rt: Any, rates: dict[str, float], check: Any) -> Any:
             t.join(timeout=30)
 
 
+def cameo_explain(url: str, token: str, *args: str) -> str:
+    """`cameo explain ARGS` against the service at `url`: what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as ended:
+        cli.main(["explain", *args, "--url", url, "--token", token])
+    assert ended.value.code == 0, out.getvalue()
+    return out.getvalue()
+
+
 def test_the_straggler_is_ranked_first(pools: Any) -> None:
     rt = pools["traced2"]
     rt.deploy(chain("cp-chain"))
+    service = Served(rt).start()
     try:
         why = run_fed(rt, {"cp-chain": 500.0}, lambda: explained(rt, "cp-chain", 300))
+        # What a user sees: `cameo explain` through the service ranks the straggler first.
+        printed = cameo_explain(service.url, service.admin, "cp-chain", "--last", "30s")
+        headline, first = printed.splitlines()[:2]
+        assert headline.startswith("cp-chain: ") and "results within the 500 ms target" in headline
+        assert "processing in cp-chain/enrich on executor" in first, printed
         top = why["critical_path"][0]
         assert top["kind"] == "processing" and top["step"] == "enrich", why["words"]
         assert why["operators"]["enrich"] == max(why["operators"].values())
@@ -69,6 +89,7 @@ def test_the_straggler_is_ranked_first(pools: Any) -> None:
         gauges = rt.stats_all()["critical_path"]["by_operator"]
         assert gauges and all(0.0 <= v <= 1.0 for v in gauges.values())
     finally:
+        service.stop()
         rt.cancel("cp-chain")
 
 
