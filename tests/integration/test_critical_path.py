@@ -1,7 +1,6 @@
 """Why was a dataflow late? Critical paths from traced activities on a real local Ray:
 an injected straggler is ranked first (by `cameo explain` through the service too), and a
-latency-sensitive dataflow under `fifo`
-is told which dataflow it waited behind."""
+latency-sensitive dataflow under `fifo` is told which dataflow it waited behind."""
 
 from __future__ import annotations
 
