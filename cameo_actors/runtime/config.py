@@ -91,6 +91,8 @@ class RuntimeConfig:
         trace_snapshot_s: the interval of one program activity graph (SnailTrail's snapshot).
         trace_history_s: how far back the controller keeps activities to follow a result's
             path (results whose latency is longer are explained up to there).
+        trace_history_activities: the most activities the controller keeps (the oldest go
+            first): bounds its memory at high rates, whatever `trace_history_s` says.
         trace_snapshots_kept: analysed snapshots kept for `explain --last`.
         trace_watch_s: how long after the last read (`explain`, the web page, a metrics
             scrape) snapshots are still analysed as they come; unread, only the executors
@@ -138,7 +140,8 @@ class RuntimeConfig:
     trace_capacity: int = 100_000
     trace_snapshot_s: float = 1.0
     trace_history_s: float = 30.0
-    trace_snapshots_kept: int = 600
+    trace_history_activities: int = 400_000
+    trace_snapshots_kept: int = 300
     trace_watch_s: float = 300.0
     trace_niceness: int = 10
 
@@ -179,7 +182,7 @@ class RuntimeConfig:
             raise ValueError(f"RuntimeConfig.trace_sample: expected a share from 0 (off) to 1, "
                              f"got {self.trace_sample}")
         for name in ("trace_capacity", "trace_snapshot_s", "trace_history_s",
-                     "trace_snapshots_kept", "trace_watch_s"):
+                     "trace_history_activities", "trace_snapshots_kept", "trace_watch_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
         if type(self.trace_niceness) is not int or not 0 <= self.trace_niceness <= 19:

@@ -144,3 +144,14 @@ def test_the_collector_analyses_whole_intervals_while_someone_reads() -> None:
         collector.snapshots[-1]["pool"]["by_operator"]
     # Not read for longer than trace_watch_s: ticks analyse nothing more.
     assert collector.tick(end + 1000.0, parts(end, end + 1000.0)) == 0
+
+
+def test_the_collector_keeps_at_most_its_bound_of_activities() -> None:
+    _, traced = run(1.0)
+    collector = TraceCollector(RuntimeConfig(trace_history_activities=50, trace_snapshot_s=0.005))
+    now = max(a.end_ms for a in traced)
+    collector.tick(now, {0: ([tuple(a) for a in traced], 0)})
+    assert len(traced) > 50 and len(collector.history) == 50 and len(collector.recent) <= 50
+    assert collector.collected == len(traced)
+    # The newest are kept: a read analyses them.
+    assert collector.explain(None, last_s=60.0, now_ms=now + 20.0)["activities"] > 0

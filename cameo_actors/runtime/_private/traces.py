@@ -42,6 +42,7 @@ class TraceCollector:
     def __init__(self, config: RuntimeConfig) -> None:
         self.interval_ms = config.trace_snapshot_s * 1000.0
         self.history_ms = config.trace_history_s * 1000.0
+        self.history_max = config.trace_history_activities
         self.watch_ms = config.trace_watch_s * 1000.0
         self.snapshots: deque[dict[str, Any]] = deque(maxlen=config.trace_snapshots_kept)
         #: activities in the order they were collected, and the process ones by id
@@ -120,12 +121,12 @@ class TraceCollector:
 
     def _forget(self, before_ms: float) -> None:
         history, index, recent = self.history, self.index, self.recent
-        while history and history[0].end_ms < before_ms:
+        while history and (history[0].end_ms < before_ms or len(history) > self.history_max):
             a = history.popleft()
             if a.kind == PROCESS:
                 index.pop(a.id, None)
         done = max(before_ms, self.next_ms or -math.inf)
-        while recent and recent[0].end_ms <= done:
+        while recent and (recent[0].end_ms <= done or len(recent) > self.history_max):
             recent.popleft()
 
     def explain(self, dataflow: str | None, last_s: float, now_ms: float,
