@@ -68,12 +68,12 @@ from cameo_actors.runtime._private.ingress_log import IngressLog
 from cameo_actors.runtime._private.migration import REROUTE, is_control
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.stats import Statistics
-from cameo_actors.runtime._private.tracing import DESERIALIZE, SERIALIZE, Egressed, make_tracer
+from cameo_actors.runtime._private.tracing import Egressed, make_tracer
 from cameo_actors.runtime._private.wire import decode_message
 from cameo_actors.runtime.boundary import DataflowPart, ExecutorStats
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scheduling import Feedback, Message, Scheduler
-from cameo_actors.tracing.records import FROM_CLIENT, UNTRACED
+from cameo_actors.tracing.records import DESERIALIZE, FROM_CLIENT, SERIALIZE, UNTRACED
 
 #: Tracebacks of faults in the runtime itself kept for executor stats (never expected).
 FAULTS_KEPT = 20

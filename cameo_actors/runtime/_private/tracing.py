@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any
 
 from cameo_actors.scheduling import Message
-from cameo_actors.tracing.records import DESERIALIZE, PROCESS, SERIALIZE, trace_id
+from cameo_actors.tracing.records import PROCESS, trace_id
 
 #: (results written, of them within target, when writing them started)
 Egressed = tuple[int, int, float]
@@ -87,5 +87,3 @@ def make_tracer(executor: int, sample: float, capacity: int) -> Tracer | None:
     """A tracer, or None when tracing is off (then the message path pays one test)."""
     return Tracer(executor, sample, capacity) if sample > 0 and not math.isnan(sample) else None
 
-
-__all__ = ["DESERIALIZE", "SERIALIZE", "Tracer", "make_tracer"]
