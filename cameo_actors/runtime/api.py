@@ -249,7 +249,8 @@ class Runtime:
     def explain(self, name: str | None = None, *, last_s: float = 60.0) -> dict[str, Any]:
         """Why `name` (None: the pool) was late: its share of results within target and
         the ranked parts of its results' critical paths over the last `last_s` seconds
-        (SnailTrail's critical participation, from traced activities; docs/critical-path.md).
+        (SnailTrail's critical participation, from traced activities; docs/runtime.md,
+        "Critical paths").
 
         Example:
             >>> rt.explain("alerts", last_s=60)["words"][0]  # doctest: +SKIP

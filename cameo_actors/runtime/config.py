@@ -84,7 +84,7 @@ class RuntimeConfig:
         max_recoveries: recoveries of one dataflow in a row without a checkpoint completing
             in between before it is failed (a poison event that crashes its executor).
         trace_sample: the share of messages from clients whose story is traced, with
-            everything they cause downstream (`cameo explain`, docs/critical-path.md);
+            everything they cause downstream (`cameo explain`, docs/runtime.md, "Critical paths");
             0 turns tracing off, 1 traces every message.
         trace_capacity: activities each executor keeps for the controller to collect (a
             ring: the oldest go first when it collects too slowly).

@@ -144,7 +144,8 @@ class DataflowPaths:
     max_ms: float | None = None
     #: ms of the paths per segment (sums to the paths' summed length)
     segments: dict[Segment, float] = field(default_factory=dict)
-    #: step -> ms of processing + egress on the paths
+    #: step -> ms of its own work on the paths: processing, egress, and the waits of the
+    #: dataflow's messages behind it
     operators: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -82,7 +82,7 @@ class Activity(NamedTuple):
     within: int = 0
     #: process: the tail of [start, end] spent writing results
     egress_ms: float = 0.0
-    #: process: the dataflow's latency target
+    #: process that wrote results: the dataflow's latency target then (else NaN)
     target_ms: float = math.nan
     #: deserialize: the sending executor; otherwise -1
     peer: int = -1

@@ -496,9 +496,8 @@ class ExecutorCore:
             self._execute_message(aid, msg)
         finally:
             self._trace = UNTRACED
-            counters = self.stats.dataflows.get(act.dataflow)
             tracer.process(tid, act.dataflow, act.step.id, aid, msg, start, self.clock.now_ms(),
-                           counters.latency.target_ms if counters else math.nan, self._egressed)
+                           self._egressed)
 
     def _execute_message(self, aid: str, msg: Message) -> None:
         act = self.hosting.activations[aid]
@@ -550,8 +549,8 @@ class ExecutorCore:
         counters.latency.record(latency, len(events))
         counters.events_out += len(events)
         if self._trace >= 0:
-            within = len(events) if latency <= counters.latency.target_ms else 0
-            self._egressed = (len(events), within, now)
+            target = counters.latency.target_ms
+            self._egressed = (len(events), len(events) if latency <= target else 0, now, target)
         self.egress.results(act.dataflow, act.id, events, msg.ctx.ingest_ms, now)
 
     # == 3. route ======================================================================

@@ -101,11 +101,10 @@ class TraceCollector:
                     self.index[a.id] = a
 
     def _analyse(self, now_ms: float) -> int:
-        # Not analysed for a while (or ever): start where the history begins.
-        first = now_ms - self.history_ms
-        if self.history:
-            first = max(first, min(a.start_ms for a in self.history))
-        if self.next_ms is None or self.next_ms < first:
+        # Not analysed for a while (or ever): start where the kept history begins.
+        floor = now_ms - self.history_ms
+        if self.next_ms is None or self.next_ms < floor:
+            first = max(floor, min((a.start_ms for a in self.history), default=floor))
             self.next_ms = min(first, now_ms - 2 * self.interval_ms)
         made = 0
         while self.next_ms + 2 * self.interval_ms <= now_ms:

@@ -23,8 +23,8 @@ from typing import Any
 from cameo_actors.scheduling import Message
 from cameo_actors.tracing.records import PROCESS, trace_id
 
-#: (results written, of them within target, when writing them started)
-Egressed = tuple[int, int, float]
+#: (results written, of them within target, when writing them started, the target)
+Egressed = tuple[int, int, float, float]
 
 
 class Tracer:
@@ -32,7 +32,6 @@ class Tracer:
         self.executor = executor
         self.sample = sample
         self.ring: deque[tuple[Any, ...]] = deque(maxlen=capacity)
-        self.recorded = 0
         self.lost = 0
         self._n = 0
         self._credit = 0.0
@@ -56,14 +55,12 @@ class Tracer:
         if len(ring) == ring.maxlen:
             self.lost += 1
         ring.append(record)
-        self.recorded += 1
 
     def process(self, tid: int, dataflow: str, step: str, activation: str, msg: Message,
-                start_ms: float, end_ms: float, target_ms: float,
-                egressed: Egressed | None) -> None:
-        results, within, egress_ms = 0, 0, 0.0
+                start_ms: float, end_ms: float, egressed: Egressed | None) -> None:
+        results, within, egress_ms, target_ms = 0, 0, 0.0, math.nan
         if egressed is not None:
-            results, within, egress_start = egressed
+            results, within, egress_start, target_ms = egressed
             egress_ms = max(0.0, end_ms - egress_start)
         ctx = msg.ctx
         # In `Activity`'s field order (cameo_actors.tracing.records).
@@ -85,5 +82,5 @@ class Tracer:
 
 def make_tracer(executor: int, sample: float, capacity: int) -> Tracer | None:
     """A tracer, or None when tracing is off (then the message path pays one test)."""
-    return Tracer(executor, sample, capacity) if sample > 0 and not math.isnan(sample) else None
+    return Tracer(executor, sample, capacity) if sample > 0 else None
 
