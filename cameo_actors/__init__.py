@@ -2,7 +2,8 @@
 
 What a user may import is exported here (and documented in the README):
 
-- define dataflows: `Dataflow`, `Stream`, the aggregates, `DataflowSpec`, `ConnectorSpec`;
+- define dataflows: `Dataflow`, `Stream`, the aggregates, `DataflowSpec`, `ConnectorSpec`,
+  and `KeyedProcess`, the base of a `process` step's user class;
 - test them in-process: `run_local`, `TestingSource`, `TestingSink`, `Watermark`, `FakeClock`;
 - run them on a pool: `Runtime`, `RuntimeConfig` (Ray), or through the service: `Client`;
 - the errors: `CameoError` (the root), `UserError` and its `SpecError`, the runtime's
@@ -25,11 +26,14 @@ from cameo_actors.dataflow import (
     avg,
     count,
     max_,
+    max_by,
     min_,
     sum_,
+    top,
 )
 from cameo_actors.errors import CameoError, SpecError, UserError
 from cameo_actors.operators.base import ErrorRecord
+from cameo_actors.operators.process import KeyedProcess
 from cameo_actors.runtime import (
     DataflowEnded,
     DataflowExists,
@@ -42,10 +46,10 @@ from cameo_actors.testing import TestingSink, TestingSource, Watermark, run_loca
 
 __all__ = [
     "CameoError", "Client", "Clock", "ConnectorSpec", "Dataflow", "DataflowEnded", "DataflowExists",
-    "DataflowNotFound", "DataflowSpec", "ErrorRecord", "FakeClock", "PoolNotFound", "Runtime",
-    "RuntimeConfig", "RuntimeUnavailable", "ServiceError", "SpecError", "Stream", "SystemClock",
-    "TestingSink", "TestingSource", "UserError", "Watermark", "avg", "count", "max_", "min_",
-    "run_local", "sum_",
+    "DataflowNotFound", "DataflowSpec", "ErrorRecord", "FakeClock", "KeyedProcess", "PoolNotFound",
+    "Runtime", "RuntimeConfig", "RuntimeUnavailable", "ServiceError", "SpecError", "Stream",
+    "SystemClock", "TestingSink", "TestingSource", "UserError", "Watermark", "avg", "count", "max_",
+    "max_by", "min_", "run_local", "sum_", "top",
 ]
 __version__ = "0.1.0"
 

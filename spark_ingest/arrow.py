@@ -4,7 +4,11 @@ Into the runtime: Spark hands the writer Arrow record batches; `to_events`
 turns the rows of one message into event dicts (msgpack-able: timestamps
 become epoch ms, decimals floats, dates ISO text) and routes rows Spark could
 not parse (the corrupt-record column) as events the source will report as
-malformed, raw text included.
+malformed, raw text included. A VARIANT column (an `any` field read from JSON)
+is decoded to the value `json.loads` gives (numbers stay numbers: a decimal
+becomes an int when integral in the text, else a float); a SQL NULL there is a
+field the row did not have, so the event lacks it, as one sent to
+`Runtime.push` would.
 
 Out of the runtime: `results_batch` builds one Arrow record batch per read
 range (results or error records), each value coerced to its column's type.
@@ -17,17 +21,22 @@ range (results or error records), each value coerced to its column's type.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_ingest.schema import Column, coerce
+from spark_ingest.schema import Column, base_type, coerce
 
 _ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_(),
                 "any": pa.string()}
+#: How Spark marks a VARIANT column in Arrow: struct<value: binary, metadata: binary> whose
+#: `metadata` child carries this field metadata.
+_VARIANT_MARK = (b"variant", b"true")
 #: Marks a row Spark could not parse: its raw text is all the event has.
 CORRUPT = "__cameo_corrupt__"
 
@@ -52,7 +61,51 @@ def prepare(batch: pa.RecordBatch, corrupt_column: str | None) -> pa.RecordBatch
             name = CORRUPT
         cols.append(col)
         names.append(name)
-    return pa.RecordBatch.from_arrays(cols, names=names)
+    return pa.RecordBatch.from_arrays(cols, names=names)  # a VARIANT's mark is in its type
+
+
+def is_variant(field: pa.Field) -> bool:
+    """Whether an Arrow field is a Spark VARIANT: struct<value: binary, metadata: binary>,
+    its `metadata` child marked `variant: true`."""
+    t = field.type
+    if not pa.types.is_struct(t) or sorted(t.field(i).name for i in range(t.num_fields)) != \
+            ["metadata", "value"]:
+        return False
+    mark = t.field("metadata").metadata or {}
+    return bool(mark.get(_VARIANT_MARK[0]) == _VARIANT_MARK[1])
+
+
+def from_variant(value: bytes, metadata: bytes) -> Any:
+    """A Spark VARIANT's value as `json.loads` gives it for JSON input (see `plain`).
+
+    >>> from pyspark.sql.variant_utils import VariantUtils
+    >>> from_variant(*VariantUtils.parse_json('{"p": 455728, "q": [2.50, 1e2, null, "455728"]}'))
+    {'p': 455728, 'q': [2.5, 100.0, None, '455728']}
+    """
+    from pyspark.sql.variant_utils import VariantUtils  # pure Python: no JVM
+
+    return plain(VariantUtils.to_python(bytes(value), bytes(metadata)))
+
+
+def plain(value: Any) -> Any:
+    """A decoded VARIANT value made msgpack-able, as `json.loads` reads its JSON text:
+    a decimal (Spark keeps JSON numbers with a fraction, and integers beyond 64 bits,
+    as decimals) becomes an int when it has no fraction digits, else a float; a
+    timestamp epoch ms and a date ISO text, as top-level columns (`prepare`)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, Decimal):
+        exponent = value.as_tuple().exponent
+        return int(value) if isinstance(exponent, int) and exponent >= 0 else float(value)
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:  # TIMESTAMP_NTZ: read as UTC
+            value = value.replace(tzinfo=datetime.UTC)
+        return round(value.timestamp() * 1000)
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return value
 
 
 def event_times(batch: pa.RecordBatch | pa.Table, field: str | None) -> np.ndarray | None:
@@ -75,22 +128,35 @@ def to_events(batch: pa.RecordBatch | pa.Table) -> list[dict[str, Any]]:
     """Rows -> event dicts. A row with corrupt text becomes {"_corrupt_record": text}
     (the source operator reports it as malformed); the column is dropped from the others."""
     names = batch.schema.names
+    variants = [f.name for f in batch.schema if is_variant(f)]
     if CORRUPT not in names:
-        return batch.to_pylist()
+        return _decoded(batch.to_pylist(), variants)
     i = names.index(CORRUPT)
     corrupt = batch.column(i)
     rest = batch.remove_column(i)
     if corrupt.null_count == len(corrupt):
-        return rest.to_pylist()
-    events = rest.to_pylist()
+        return _decoded(rest.to_pylist(), variants)
+    events = _decoded(rest.to_pylist(), variants)
     for row, text in enumerate(corrupt.to_pylist()):
         if text is not None:
             events[row] = {"_corrupt_record": text}
     return events
 
 
+def _decoded(events: list[dict[str, Any]], variants: Sequence[str]) -> list[dict[str, Any]]:
+    """Decode the VARIANT fields of events in place; drop the SQL NULL ones (not in the row)."""
+    for name in variants:
+        for e in events:
+            v = e[name]
+            if v is None:
+                del e[name]
+            else:
+                e[name] = from_variant(v["value"], v["metadata"])
+    return events
+
+
 def arrow_schema(columns: Sequence[Column]) -> pa.Schema:
-    return pa.schema([(name, _ARROW_TYPES[typ]) for name, typ in columns])
+    return pa.schema([(name, _ARROW_TYPES[base_type(typ)]) for name, typ in columns])
 
 
 def results_batch(rows: Sequence[tuple[Any, float, float]], first: int, log: str,

@@ -50,8 +50,10 @@ from spark_ingest.schema import (
     ERROR_COLUMNS,
     EVENT_COLUMN,
     META_COLUMNS,
+    TYPE_KEY,
+    Column,
+    base_type,
     check_input,
-    ddl,
     result_columns,
     spark_kind,
 )
@@ -62,15 +64,23 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
-def _describe(conn: Connection, dataflow: str, max_age_s: float = client.DESCRIBE_MAX_AGE_S
-              ) -> tuple[Any, DataflowSpec, str]:
-    """(runtime, spec, deployment id) of a running dataflow; a missing one is an option error."""
+def _describe(conn: Connection, dataflow: str, max_age_s: float = client.DESCRIBE_MAX_AGE_S,
+              *, expect: str | None = None) -> tuple[Any, DataflowSpec, str]:
+    """(runtime, spec, deployment id) of a running dataflow; a missing one is an option error.
+
+    `expect`: the deployment the caller works for (its query's, its offset's). A process's
+    view may be up to `max_age_s` old: one that differs is asked again before it counts,
+    or a dataflow deployed again under its name would look like the old deployment to a
+    worker that saw that one in the last seconds.
+    """
     try:
         rt, info = client.describe(conn, dataflow, max_age_s)
     except KeyError as e:  # DataflowNotFound
         known = sorted(d["name"] for d in client.runtime(conn).list())
         raise OptionError("dataflow", f"the name of a dataflow running in pool {conn.pool!r}",
                           dataflow, f"deploy it first or pick one of {known}") from e
+    if expect is not None and max_age_s > 0 and deployment_id(info) != expect:
+        return _describe(conn, dataflow, 0)
     return rt, DataflowSpec.from_dict(info["spec"]), deployment_id(info)
 
 
@@ -92,10 +102,10 @@ class CameoDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         opts = ReaderOptions.parse(self.options)
         _, spec, _ = _describe(opts.connection, opts.dataflow, 0)
-        return ddl(reader_columns(spec, opts))
+        return struct_type(reader_columns(spec, opts))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> CameoStreamWriter:
         opts = WriterOptions.parse(self.options)
@@ -119,7 +129,10 @@ class CameoDataSource(DataSource):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         inferred = reader_columns(spec, opts)
-        columns = [(f.name, spark_kind(f.dataType.simpleString())) for f in schema.fields]
+        # A column of the inferred schema says its cameo type (an `any` one is JSON text, a
+        # str among them too); a user-given schema's columns are coerced by their Spark type.
+        columns = [(f.name, f.metadata.get(TYPE_KEY) or spark_kind(f.dataType.simpleString()))
+                   for f in schema.fields]
         event_column = opts.output == "results" and inferred[:1] == [EVENT_COLUMN]
         return CameoStreamReader(opts, columns, to_arrow_schema(schema), event_column)
 
@@ -135,6 +148,18 @@ def pick_source(spec: DataflowSpec, source: str | None) -> str:
         raise OptionError("source", f"a source of {spec.name!r}: {ids}", source,
                           '.option("source", ...) with one of those step ids')
     return source
+
+
+def struct_type(columns: list[Column]) -> StructType:
+    """The Spark schema of result columns: each field's metadata holds its cameo type
+    (`TYPE_KEY`), which Spark writes into Parquet files with the schema, so a reader
+    knows a JSON text column (`spark_ingest.results`)."""
+    from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField
+
+    types = {"int": LongType(), "float": DoubleType(), "str": StringType(),
+             "bool": BooleanType(), "any": StringType()}  # no DDL parser without a JVM here
+    return StructType([StructField(name, types[base_type(typ)], True, {TYPE_KEY: typ})
+                       for name, typ in columns])
 
 
 def reader_columns(spec: DataflowSpec, opts: ReaderOptions) -> list[tuple[str, str]]:
@@ -189,7 +214,7 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
         query = (ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None) or ""
         partition = ctx.partitionId() if ctx else -1
         name = self.opts.dataflow
-        rt, _, deployment = _describe(self.opts.connection, name)
+        rt, _, deployment = _describe(self.opts.connection, name, expect=self.deployment)
         if deployment != self.deployment:
             raise CameoSparkError(
                 f"dataflow {name!r} was redeployed since this query started ({self.deployment} "
@@ -280,8 +305,14 @@ class CameoStreamReader(DataSourceStreamReader):
         self.schema = schema
         self.event_column = event_column
 
-    def _available(self) -> tuple[Any, str, dict[str, tuple[int, int]]]:
-        rt, _, deployment = _describe(self.opts.connection, self.opts.dataflow)
+    def _available(self, offset: dict[str, Any] | None = None
+                   ) -> tuple[Any, str, dict[str, tuple[int, int]]]:
+        """(runtime, deployment, available offsets); `offset`: the Spark offset the caller
+        works from (None: a query's start, which asks the controller afresh)."""
+        expect = parse_offset(offset)[0] if offset is not None else None
+        rt, _, deployment = _describe(self.opts.connection, self.opts.dataflow,
+                                      client.DESCRIBE_MAX_AGE_S if offset is not None else 0,
+                                      expect=expect)
         if self.opts.output == "errors":
             avail = {log: (c, e) for log, (c, e, _) in rt.error_offsets(self.opts.dataflow).items()}
         else:
@@ -303,7 +334,7 @@ class CameoStreamReader(DataSourceStreamReader):
         here, not only in commit() (which Spark calls only once a batch with new data is
         planned), frees a sink the runtime holds on a full result log, which otherwise
         could wait for a commit that waits for its results."""
-        rt, deployment, avail = self._available()
+        rt, deployment, avail = self._available(start)
         for log, offset in self._commit(rt, start, avail, deployment).items():
             avail[log] = (offset, avail[log][1])
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -311,7 +342,8 @@ class CameoStreamReader(DataSourceStreamReader):
                              lossy=self.opts.output == "errors")
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        _, _, deployment = _describe(self.opts.connection, self.opts.dataflow)
+        _, _, deployment = _describe(self.opts.connection, self.opts.dataflow,
+                                     expect=parse_offset(end)[0])
         if parse_offset(end)[0] != deployment:
             # A batch of a deployment that was cancelled since (re-run after a restart):
             # its unread results went with it; there is nothing left to read.
@@ -323,7 +355,7 @@ class CameoStreamReader(DataSourceStreamReader):
         if not isinstance(partition, CameoPartition):
             raise CameoSparkError(f"not a cameo partition: {partition!r}")
         name = self.opts.dataflow
-        rt, _, deployment = _describe(self.opts.connection, name)
+        rt, _, deployment = _describe(self.opts.connection, name, expect=partition.deployment)
         if deployment != partition.deployment:
             raise CameoSparkError(f"dataflow {name!r} was redeployed while Spark read "
                                   f"{partition.log}; the query will go on with the new deployment "
@@ -340,7 +372,7 @@ class CameoStreamReader(DataSourceStreamReader):
                             event_column=self.event_column)
 
     def commit(self, end: dict[str, Any]) -> None:
-        rt, deployment, avail = self._available()
+        rt, deployment, avail = self._available(end)
         self._commit(rt, end, avail, deployment)
 
     def _commit(self, rt: Any, end: dict[str, Any], avail: dict[str, tuple[int, int]],

@@ -8,6 +8,12 @@
   Parquet columns; what cannot be inferred (a Python function's output, a
   nested join side) becomes a JSON text column. `coerce` makes each value fit
   its column.
+- A field typed `any` keeps its JSON value in every tier: a JSON input reads it
+  as Spark's VARIANT (`input_spark_type`; the writer decodes it, `arrow.py`), and
+  a result column of type `any` is JSON text that `spark_ingest.results` decodes
+  (each result column carries its cameo type in its Spark metadata, `TYPE_KEY`).
+- A nullable type ("int?") is its base type's column; every column is nullable,
+  and the source refuses a null in a field without "?" (an error record).
 
 >>> from cameo_actors import Dataflow, count, sum_
 >>> df = (Dataflow("d", latency_target_ms=10)
@@ -28,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cameo_actors.dataflow.spec import (
+    NULLABLE,
     DataflowSpec,
     FilterStep,
     JoinStep,
@@ -37,15 +44,25 @@ from cameo_actors.dataflow.spec import (
     SourceStep,
     UnionStep,
     WindowStep,
+    schema_type,
 )
 from cameo_actors.dataflow.validate import stream_key
 
-#: A column: (name, cameo type: int | float | str | bool | any); "any" is JSON text.
+#: A column: (name, cameo type: int | float | str | bool | any, each maybe nullable: "int?");
+#: "any" is JSON text.
 Column = tuple[str, str]
 Fields = dict[str, str]
 
 SPARK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "STRING", "bool": "BOOLEAN",
                "any": "STRING"}
+#: Input formats whose `any` fields Spark reads as VARIANT. A STRING column would hold a
+#: JSON number, object or list as its raw text, indistinguishable from a JSON string
+#: (455728 and "455728" both read '455728'); a VARIANT keeps the JSON type, and null
+#: apart from a missing field. CSV and text have no types: their `any` fields are text.
+VARIANT_FORMATS = ("json",)
+#: The key of a result column's Spark field metadata that holds its cameo type ("any":
+#: the column holds JSON text; `spark_ingest.results` decodes it).
+TYPE_KEY = "cameo.type"
 #: Columns the source adds to each result row (include_metadata).
 META_COLUMNS: list[Column] = [("_log", "str"), ("_offset", "int"), ("_ingest_ms", "float"),
                               ("_egress_ms", "float")]
@@ -64,19 +81,46 @@ _FEEDS = {
 }
 
 
+def base_type(typ: str) -> str:
+    """A cameo type without its "?": the type its values have when present.
+
+    >>> base_type("int?"), base_type("any")
+    ('int', 'any')
+    """
+    return schema_type(typ)[0]
+
+
+def spark_type(typ: str) -> str:
+    """The Spark SQL type of a result column of cameo type `typ` (nullable or not: every
+    column is nullable in Spark; the source refuses nulls where the schema does)."""
+    return SPARK_TYPES[base_type(typ)]
+
+
+def input_spark_type(typ: str, fmt: str) -> str:
+    """The Spark SQL type an input of format `fmt` reads a field of cameo type `typ` as.
+
+    >>> input_spark_type("any?", "json"), input_spark_type("any", "csv"), input_spark_type("int?", "json")
+    ('VARIANT', 'STRING', 'BIGINT')
+    """
+    if base_type(typ) == "any" and fmt in VARIANT_FORMATS:
+        return "VARIANT"
+    return spark_type(typ)
+
+
 def ddl(columns: Sequence[Column]) -> str:
     """Spark DDL for columns, e.g. "`ts` BIGINT, `level` STRING"."""
-    return ", ".join(f"`{name}` {SPARK_TYPES[typ]}" for name, typ in columns)
+    return ", ".join(f"`{name}` {spark_type(typ)}" for name, typ in columns)
 
 
-def source_ddl(spec: DataflowSpec, source: str, corrupt_column: str | None = "_corrupt_record") -> str:
-    """The DDL Spark reads a source's input with; `corrupt_column` keeps unparsable
-    records (JSON, CSV PERMISSIVE mode) so they reach the error output."""
+def source_ddl(spec: DataflowSpec, source: str, corrupt_column: str | None = "_corrupt_record",
+               fmt: str = "json") -> str:
+    """The DDL Spark reads a source's input of format `fmt` with; `corrupt_column` keeps
+    unparsable records (JSON, CSV PERMISSIVE mode) so they reach the error output."""
     step = spec.step(source)
     if not isinstance(step, SourceStep):
         raise ValueError(f"step {source!r} of dataflow {spec.name!r} is not a source")
-    cols = list(step.schema) + ([(corrupt_column, "str")] if corrupt_column else [])
-    return ddl(cols)
+    cols = [f"`{name}` {input_spark_type(typ, fmt)}" for name, typ in step.schema]
+    return ", ".join(cols + ([f"`{corrupt_column}` STRING"] if corrupt_column else []))
 
 
 def check_input(spec: DataflowSpec, source: str, spark_columns: Mapping[str, str]) -> list[str]:
@@ -87,11 +131,12 @@ def check_input(spec: DataflowSpec, source: str, spark_columns: Mapping[str, str
         raise ValueError(f"step {source!r} of dataflow {spec.name!r} is not a source")
     problems = []
     for name, typ in step.schema:
-        spark_type = spark_columns.get(name)
-        if spark_type is None:
+        given = spark_columns.get(name)
+        if given is None:
             problems.append(f"column {name!r} ({typ}) is missing")
-        elif typ != "any" and typ not in _FEEDS.get(spark_type.lower().split("(")[0], ()):
-            problems.append(f"column {name!r} is {spark_type}, the source declares {typ}")
+        elif base_type(typ) != "any" and \
+                base_type(typ) not in _FEEDS.get(given.lower().split("(")[0], ()):
+            problems.append(f"column {name!r} is {given}, the source declares {typ}")
     return problems
 
 
@@ -137,29 +182,39 @@ def stream_fields(spec: DataflowSpec, step_id: str) -> Fields | None:
         upstream = stream_fields(spec, step.inputs[0])
         if upstream is None:
             return None
-        time_type = "int" if upstream.get(step.time_field) == "int" else "float"
+        time_type = "int" if base_type(upstream.get(step.time_field, "any")) == "int" else "float"
         out = {}
         key = stream_key(spec, step.inputs[0])
         if key is not None:
             out["key"] = expression_type(key, upstream)
         out.update({"window_start": time_type, "window_end": time_type, step.time_field: time_type})
         for agg in step.aggregates:
-            field_type = upstream.get(agg.field or "", "any")
+            field_type = base_type(upstream.get(agg.field or "", "any"))
             if agg.fn == "count":
                 out[agg.name] = "int"
+            elif agg.fn in ("max_by", "top"):  # a list of events
+                out[agg.name] = "any"
             elif agg.fn == "avg":
                 out[agg.name] = "float"
-            else:  # sum, min, max keep an int field's type
-                out[agg.name] = "int" if field_type == "int" else "float"
+            else:  # sum, min, max keep an int or float field's type; an `any` field's
+                # numbers stay what they are (max of ints is an int): JSON text
+                out[agg.name] = field_type if field_type in ("int", "float") else "any"
         return out
     if isinstance(step, JoinStep):
         left = stream_fields(spec, step.inputs[0])
         key = stream_key(spec, step.inputs[0])
-        time_type = "int" if (left or {}).get(step.left_time_field) == "int" else "float"
-        return {"key": expression_type(key, left) if key and left else "any",
-                "window_start": time_type, "window_end": time_type,
+        time_type = "int" if base_type((left or {}).get(step.left_time_field, "any")) == "int" \
+            else "float"
+        if step.kind == "interval":  # max(tl, tr): int only if both times are
+            right = stream_fields(spec, step.inputs[1])
+            if base_type((right or {}).get(step.right_time_field, "any")) != "int":
+                time_type = "float"
+            windows: dict[str, str] = {}
+        else:
+            windows = {"window_start": time_type, "window_end": time_type}
+        return {"key": expression_type(key, left) if key and left else "any", **windows,
                 step.left_time_field: time_type, "left": "any", "right": "any"}
-    return None  # flat_map, map by function: a Python function's output
+    return None  # flat_map, map by function, process: a Python function's output
 
 
 # -- expression types -------------------------------------------------------------------
@@ -185,6 +240,9 @@ def expression_type(text: str, fields: Mapping[str, str]) -> str:
 
 
 def _type_of(node: ast.expr, fields: Mapping[str, str]) -> str:
+    """The type of an expression; a nullable type ("int?") only where a field's value
+    passes through as it is (a name, `coalesce` of nullables, a branch): arithmetic and
+    calls raise on None (the event goes to the error output), so their results are set."""
     if isinstance(node, ast.Name):
         return fields.get(node.id, "any")
     if isinstance(node, ast.Constant):
@@ -199,10 +257,10 @@ def _type_of(node: ast.expr, fields: Mapping[str, str]) -> str:
             return kinds.pop() if len(kinds) == 1 else "any"
         return "bool"
     if isinstance(node, ast.UnaryOp):
-        inner = _type_of(node.operand, fields)
+        inner = base_type(_type_of(node.operand, fields))
         return inner if inner in ("int", "float") else "any"
     if isinstance(node, ast.BinOp):
-        a, b = _type_of(node.left, fields), _type_of(node.right, fields)
+        a, b = base_type(_type_of(node.left, fields)), base_type(_type_of(node.right, fields))
         if isinstance(node.op, ast.Add) and a == b == "str":
             return "str"
         if a in ("int", "float") and b in ("int", "float"):
@@ -213,27 +271,36 @@ def _type_of(node: ast.expr, fields: Mapping[str, str]) -> str:
     if isinstance(node, ast.IfExp):
         return _unify(_type_of(node.body, fields), _type_of(node.orelse, fields))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        name, args = node.func.id, [_type_of(a, fields) for a in node.args]
+        name, typed = node.func.id, [_type_of(a, fields) for a in node.args]
+        args = [base_type(a) for a in typed]
         if name == "round":
             return "int" if len(args) == 1 else ("float" if args[0] == "float" else args[0]
                                                  if args[0] == "int" else "any")
         if name in ("abs",):
             return args[0] if args and args[0] in ("int", "float") else "any"
-        if name in ("min", "max", "coalesce"):
+        if name == "coalesce":  # the first value that is not None: set if the last is
+            out = typed[0] if typed else "any"
+            for a in typed[1:]:
+                out = _unify(out, a)
+            return base_type(out) if typed and not schema_type(typed[-1])[1] else out
+        if name in ("min", "max"):
             out = args[0] if args else "any"
             for a in args[1:]:
                 out = _unify(out, a)
-            return out if len(args) > 1 or name == "coalesce" else "any"
+            return out if len(args) > 1 else "any"
         return _FN_TYPES.get(name, "any")
     return "any"  # subscripts, attributes, lists
 
 
 def _unify(a: str, b: str) -> str:
+    """The type of a value that is either an `a` or a `b` (nullable if either is)."""
+    (a, a_null), (b, b_null) = schema_type(a), schema_type(b)
+    nullable = NULLABLE if a_null or b_null else ""
     if a == b:
-        return a
+        return a + nullable
     if {a, b} == {"int", "float"}:
-        return "float"
-    return "any"
+        return "float" + nullable
+    return "any" + nullable
 
 
 # -- values into columns ----------------------------------------------------------------
@@ -243,9 +310,12 @@ def coerce(value: Any, typ: str) -> Any:
 
     >>> coerce(3, "float"), coerce(2.0, "int"), coerce(2.5, "int"), coerce({"a": 1}, "any")
     (3.0, 2, None, '{"a": 1}')
+    >>> coerce("455728", "any"), coerce(455728, "any"), coerce(7, "int?")
+    ('"455728"', '455728', 7)
     """
     if value is None:
         return None
+    typ = base_type(typ)
     if typ == "int":
         if isinstance(value, bool):
             return None

@@ -99,6 +99,10 @@ class SparkConfig:
             "spark.sql.adaptive.enabled": "false",
             "spark.sql.session.timeZone": "UTC",
             "spark.python.worker.reuse": "true",
+            # An `any` field read as VARIANT from JSON with a key twice keeps the last
+            # value, as json.loads (and so Runtime.push) does; Spark's default refuses
+            # the row as unparsable.
+            "spark.sql.variant.allowDuplicateKeys": "true",
         }
         if self.local:
             s["spark.driver.host"] = "127.0.0.1"

@@ -24,21 +24,33 @@ which the tier reads itself:
 | `cameo.max_rows_per_batch` | sink, errors | most result rows per Spark micro-batch |
 
 Checkpoints default to `<run_dir>/spark/checkpoints/<dataflow>/<in|out|errors>-<step>`,
-so a restarted tier resumes where it stopped.
+so a restarted tier resumes where it stopped. Each holds a marker of the query it
+belongs to (`spark_ingest.checkpoints`): one of another query (a name used before,
+with another input) is refused at deploy, or deleted with `fresh_checkpoints=True`.
+
+A query that dies does not pass unnoticed: `drain`, `stop`, `stop_all` and
+`raise_if_failed` raise `SparkQueryFailed` (the dataflow, the query, Spark's message,
+the fix) once the dataflow's other queries are stopped; `status` reports each query.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import ConnectorSpec, DataflowSpec, SourceStep
 from cameo_actors.runtime.boundary import RuntimeLike
+from spark_ingest import checkpoints
 from spark_ingest.batching import bucket_ms
-from spark_ingest.schema import SPARK_TYPES
+from spark_ingest.exceptions import SparkQueryFailed
+from spark_ingest.schema import input_spark_type
 from spark_ingest.session import SparkConfig, build_session, stop_gracefully
+
+log = logging.getLogger(__name__)
 
 FILE_FORMATS = ("json", "csv", "parquet", "orc", "text", "avro")
 #: Formats whose PERMISSIVE mode keeps unparsable records in a corrupt-record column.
@@ -56,6 +68,43 @@ class DataflowQueries:
 
     def all(self) -> list[Any]:
         return [*self.inputs.values(), *self.outputs.values(), *([self.errors] if self.errors else [])]
+
+    def items(self) -> Iterator[tuple[str, str, Any]]:
+        """(role, step, query) of each query: inputs, then outputs, then the errors query."""
+        yield from (("input", step, q) for step, q in self.inputs.items())
+        yield from (("output", step, q) for step, q in self.outputs.items())
+        if self.errors is not None:
+            yield ("errors", "errors", self.errors)
+
+    def discard(self, role: str, step: str) -> None:
+        """Forget a query (one that stopped)."""
+        if role == "input":
+            self.inputs.pop(step, None)
+        elif role == "output":
+            self.outputs.pop(step, None)
+        else:
+            self.errors = None
+
+
+@dataclass(frozen=True)
+class QueryState:
+    """One Spark query of a dataflow, as `SparkTier.status` reports it.
+
+    Attributes:
+        dataflow: the dataflow's name.
+        role: "input", "output" or "errors".
+        step: the source or sink it serves ("errors" for the errors query).
+        query: the Spark query's name.
+        active: whether it runs.
+        error: Spark's message when it stopped with an error, else None.
+    """
+
+    dataflow: str
+    role: str
+    step: str
+    query: str
+    active: bool
+    error: str | None
 
 
 def split_options(connector: ConnectorSpec) -> tuple[dict[str, str], dict[str, str]]:
@@ -75,7 +124,8 @@ def input_ddl(step: SourceStep, connector: ConnectorSpec) -> str:
     _, tier = split_options(connector)
     cols = []
     for name, typ in step.schema:
-        spark_type = SPARK_TYPES[typ]
+        # `any` from JSON: VARIANT, so that a number stays a number (see schema.VARIANT_FORMATS)
+        spark_type = input_spark_type(typ, connector.format)
         if name == step.event_time and tier.get("event_time_type") == "timestamp":
             spark_type = "TIMESTAMP"
         cols.append(f"`{name}` {spark_type}")
@@ -113,31 +163,84 @@ class SparkTier:
         self.checkpoint_root: str = root or self.config.checkpoint_root
 
     # -- start -------------------------------------------------------------------------------
-    def deploy(self, dataflow: Dataflow | DataflowSpec | dict[str, Any]) -> str:
-        """Deploy a dataflow on the runtime and start its Spark queries."""
+    def deploy(self, dataflow: Dataflow | DataflowSpec | dict[str, Any], *,
+               fresh_checkpoints: bool = False) -> str:
+        """Deploy a dataflow on the runtime and start its Spark queries.
+
+        Args:
+            dataflow: the dataflow (builder, spec, or its dict form).
+            fresh_checkpoints: delete the checkpoints the tier did not start itself (one
+                of another query: a name used before, with another input or output; or one
+                without a marker) and start those queries anew; the others resume.
+
+        Raises:
+            CheckpointConflict: without `fresh_checkpoints`, a checkpoint of another query
+                (nothing is deployed); with it too, a file sink's log of an earlier query
+                under an output path whose query starts anew.
+        """
+        spec = dataflow.spec if isinstance(dataflow, Dataflow) else (
+            dataflow if isinstance(dataflow, DataflowSpec) else DataflowSpec.from_dict(dataflow))
+        self.plan(spec, fresh_checkpoints=fresh_checkpoints)  # refuses before anything runs
         name = self.runtime.deploy(dataflow)
         try:
-            self.start(name)
+            self.start(name, fresh_checkpoints=fresh_checkpoints)
         except Exception:
-            self.stop(name, drain=False)
+            q = self.queries.pop(name, None)
+            for _, _, query in q.items() if q else ():
+                stop_gracefully(query, drain=False)
             self.runtime.cancel(name)
             raise
         return name
 
-    def start(self, name: str) -> DataflowQueries:
+    def start(self, name: str, *, fresh_checkpoints: bool = False) -> DataflowQueries:
         """Start the Spark queries of a running dataflow's connectors (outputs first,
-        so that no result waits for its reader)."""
+        so that no result waits for its reader), each from its checkpoint (see `deploy`
+        for `fresh_checkpoints`)."""
         spec = DataflowSpec.from_dict(self.runtime.describe(name)["spec"])
         q = self.queries.setdefault(name, DataflowQueries())
+        for role, step, query in list(q.items()):  # one that died starts again
+            if not query.isActive:
+                q.discard(role, step)
+        running = {(role, step) for role, step, _ in q.items()}
+        plans = {(role, step): plan for role, step, plan in
+                 self.plan(spec, fresh_checkpoints=fresh_checkpoints) if (role, step) not in running}
+        for plan in plans.values():  # every check passed: make them so
+            checkpoints.apply(plan)
         for sink in spec.sinks:
-            if sink.connector is not None and sink.id not in q.outputs:
-                q.outputs[sink.id] = self._output_query(name, sink.id, sink.connector, "results")
-        if spec.errors is not None and q.errors is None:
-            q.errors = self._output_query(name, "errors", spec.errors, "errors")
+            if sink.connector is not None and ("output", sink.id) in plans:
+                q.outputs[sink.id] = self._output_query(name, sink.id, sink.connector, "results",
+                                                        plans["output", sink.id].location)
+        if spec.errors is not None and ("errors", "errors") in plans:
+            q.errors = self._output_query(name, "errors", spec.errors, "errors",
+                                          plans["errors", "errors"].location)
         for src in spec.sources:
-            if src.connector is not None and src.id not in q.inputs:
-                q.inputs[src.id] = self._input_query(name, src, src.connector)
+            if src.connector is not None and ("input", src.id) in plans:
+                q.inputs[src.id] = self._input_query(name, src, src.connector,
+                                                     plans["input", src.id].location)
         return q
+
+    def plan(self, spec: DataflowSpec, *, fresh_checkpoints: bool = False
+             ) -> list[tuple[str, str, checkpoints.Plan]]:
+        """(role, step, checkpoint plan) of each query the spec's connectors make; raises
+        `CheckpointConflict` for a checkpoint of another query (unless `fresh_checkpoints`)
+        and for a file sink's log that a new checkpoint would clash with. Reads only."""
+        queries: list[tuple[str, str, str, ConnectorSpec]] = [
+            ("output", "out", sink.id, sink.connector) for sink in spec.sinks
+            if sink.connector is not None]
+        if spec.errors is not None:
+            queries.append(("errors", "errors", "errors", spec.errors))
+        queries += [("input", "in", src.id, src.connector) for src in spec.sources
+                    if src.connector is not None]
+        out = []
+        for role, kind, step, c in queries:
+            spark_opts, _ = split_options(c)
+            owner = checkpoints.Owner(spec.name, f"{kind}-{step}", c.format, spark_opts)
+            sink_path = spark_opts.get("path") if role != "input" and c.format in FILE_FORMATS \
+                else None
+            out.append((role, step, checkpoints.check(
+                self.checkpoint(spec.name, kind, step, c), owner, fresh=fresh_checkpoints,
+                sink_path=sink_path)))
+        return out
 
     def _cameo_options(self) -> dict[str, str]:
         return {"address": self.runtime.address, "pool": self.runtime.pool,
@@ -146,7 +249,7 @@ class SparkTier:
     def checkpoint(self, name: str, kind: str, step: str, connector: ConnectorSpec) -> str:
         return connector.checkpoint or os.path.join(self.checkpoint_root, name, f"{kind}-{step}")
 
-    def _input_query(self, name: str, step: SourceStep, c: ConnectorSpec) -> Any:
+    def _input_query(self, name: str, step: SourceStep, c: ConnectorSpec, checkpoint: str) -> Any:
         from pyspark.sql import functions as F
 
         spark_opts, tier = split_options(c)
@@ -169,7 +272,7 @@ class SparkTier:
                                F.unix_millis(F.col("_metadata.file_modification_time")))
         writer = (df.writeStream.format("cameo").options(**self._cameo_options())
                   .option("dataflow", name).option("source", step.id)
-                  .option("checkpointLocation", self.checkpoint(name, "in", step.id, c))
+                  .option("checkpointLocation", checkpoint)
                   .queryName(f"cameo-in-{name}-{step.id}"))
         if "batch_size" in tier:
             writer = writer.option("batch_size", tier["batch_size"])
@@ -179,7 +282,8 @@ class SparkTier:
             writer = writer.trigger(processingTime=f"{c.trigger_ms} milliseconds")
         return writer.start()
 
-    def _output_query(self, name: str, step: str, c: ConnectorSpec, output: str) -> Any:
+    def _output_query(self, name: str, step: str, c: ConnectorSpec, output: str,
+                      checkpoint: str) -> Any:
         spark_opts, tier = split_options(c)
         reader = (self.spark.readStream.format("cameo").options(**self._cameo_options())
                   .option("dataflow", name).option("output", output))
@@ -189,7 +293,7 @@ class SparkTier:
             reader = reader.option("max_rows_per_batch", tier["max_rows_per_batch"])
         kind = "out" if output == "results" else "errors"
         writer = (reader.load().writeStream.format(c.format).options(**spark_opts)
-                  .option("checkpointLocation", self.checkpoint(name, kind, step, c))
+                  .option("checkpointLocation", checkpoint)
                   .queryName(f"cameo-{kind}-{name}-{step}"))
         if c.trigger_ms:
             writer = writer.trigger(processingTime=f"{c.trigger_ms} milliseconds")
@@ -202,39 +306,158 @@ class SparkTier:
         Inputs first (processAllAvailable, then stop between batches); with `close`,
         the dataflow's sources end (every window fires); then the runtime works off
         its queues and the output queries write everything out before they stop.
+
+        Raises:
+            SparkQueryFailed: a query of the dataflow died (before or while draining).
+                An input that died leaves the dataflow open (closing it would fire its
+                windows on part of the input and write them out as complete): the other
+                queries are stopped between micro-batches, and `start` resumes them all
+                from their checkpoints once the cause is fixed.
         """
         q = self.queries.get(name)
         if q is None:
             return
-        for query in q.inputs.values():
-            stop_gracefully(query, timeout_s=timeout_s)
-        if close:
-            self.runtime.close(name)
-        self.runtime.wait_idle(timeout_s)
-        for query in [*q.outputs.values(), *([q.errors] if q.errors else [])]:
-            stop_gracefully(query, timeout_s=timeout_s)
+        failed = [f for step, query in q.inputs.items()
+                  if (f := self._halt(name, "input", step, query, drain=True,
+                                      timeout_s=timeout_s))]
+        failed += [f for role, step, query in q.items() if role != "input"
+                   and (f := self._failure(name, role, step, query))]
+        if not failed:
+            if close:
+                self.runtime.close(name)
+            try:
+                self.runtime.wait_idle(timeout_s)
+            except TimeoutError:  # results a dead output query will never read?
+                failed = [f for role, step, query in q.items()
+                          if (f := self._failure(name, role, step, query))]
+                if not failed:
+                    raise
         self.queries.pop(name, None)
+        write_out, known = not failed, {f.query for f in failed}
+        for role, step, query in q.items():
+            if role != "input" and query.name not in known:
+                failure = self._halt(name, role, step, query, drain=write_out,
+                                     timeout_s=timeout_s)
+                if failure is not None:
+                    failed.append(failure)
+        _raise_first(failed)
 
     def stop(self, name: str, *, drain: bool = False) -> None:
-        """Stop a dataflow's queries between micro-batches (draining first if asked)."""
+        """Stop a dataflow's queries between micro-batches (draining first if asked).
+
+        Raises:
+            SparkQueryFailed: a query of the dataflow had died (the others are stopped).
+        """
         q = self.queries.pop(name, None)
-        for query in q.all() if q else []:
-            stop_gracefully(query, drain=drain)
+        failed = [f for role, step, query in (q.items() if q else ())
+                  if (f := self._halt(name, role, step, query, drain=drain))]
+        _raise_first(failed)
 
     def cancel(self, name: str) -> dict[str, Any]:
-        """Stop the dataflow's queries (between micro-batches), then cancel it."""
-        self.stop(name)
-        return dict(self.runtime.cancel(name))
+        """Stop the dataflow's queries (between micro-batches), then cancel it. The messages
+        of queries that had died are in the answer's "spark_failures" (and logged)."""
+        q = self.queries.pop(name, None)
+        failed = [f for role, step, query in (q.items() if q else ())
+                  if (f := self._halt(name, role, step, query, drain=False))]
+        answer = dict(self.runtime.cancel(name))
+        if failed:
+            for f in failed:
+                log.warning("cancelled %s: %s", name, f)
+            answer["spark_failures"] = [str(f) for f in failed]
+        return answer
 
     def stop_all(self) -> None:
+        """Stop every dataflow's queries; raise the first failure once all are stopped."""
+        failed: list[SparkQueryFailed] = []
         for name in list(self.queries):
-            self.stop(name)
+            try:
+                self.stop(name)
+            except SparkQueryFailed as e:
+                failed.append(e)
+        if failed:
+            raise failed[0]
 
     def raise_if_failed(self) -> None:
-        """Raise the first error a query of the tier stopped with."""
+        """Raise `SparkQueryFailed` for the first query of the tier that stopped with an
+        error (the queries stay as they are)."""
         for name, q in self.queries.items():
-            for query in q.all():
-                exc = query.exception()
-                if exc is not None:
-                    raise RuntimeError(f"Spark query {query.name!r} of dataflow {name!r} failed: "
-                                       f"{exc}") from None
+            for role, step, query in q.items():
+                failure = self._failure(name, role, step, query)
+                if failure is not None:
+                    raise failure
+
+    def status(self, name: str) -> list[QueryState]:
+        """The state of each Spark query the tier runs for a dataflow ([] if none)."""
+        q = self.queries.get(name)
+        return [QueryState(name, role, step, str(query.name), bool(query.isActive),
+                           failure.spark_message if (failure := self._failure(
+                               name, role, step, query)) else None)
+                for role, step, query in (q.items() if q else ())]
+
+    def _halt(self, name: str, role: str, step: str, query: Any, *, drain: bool,
+              timeout_s: float = 120.0) -> SparkQueryFailed | None:
+        """Stop a query between micro-batches; its failure, if it died (before or meanwhile)."""
+        try:
+            stop_gracefully(query, drain=drain, timeout_s=timeout_s)
+        except Exception as e:
+            from pyspark.errors import StreamingQueryException
+
+            if not isinstance(e, StreamingQueryException):
+                raise
+            query.stop()  # it died while processing what was available: exception() has it
+        return self._failure(name, role, step, query)
+
+    def _failure(self, name: str, role: str, step: str, query: Any) -> SparkQueryFailed | None:
+        exc = query.exception()
+        if exc is None:
+            return None
+        message = spark_message(str(exc))
+        kind = {"input": "in", "output": "out"}.get(role, role)
+        return SparkQueryFailed(name, str(query.name), role, step, message,
+                                failure_fix(message, name, self.checkpoint_root, kind, step))
+
+
+def _raise_first(failed: list[SparkQueryFailed]) -> None:
+    if failed:
+        first = failed[0]
+        raise SparkQueryFailed(first.dataflow, first.query, first.role, first.step,
+                               first.spark_message, first.fix, tuple(f.query for f in failed[1:]))
+
+
+#: Where Spark's message of a failed query ends and its description of the query begins.
+_PLAN_MARK = "=== Streaming Query ==="
+#: The most characters of Spark's message a `SparkQueryFailed` carries.
+MAX_MESSAGE_CHARS = 2000
+
+
+def spark_message(text: str) -> str:
+    """The useful part of a failed query's Spark message: without the query's description
+    and plan, a Python worker's error by its last line (the exception raised), bounded.
+
+    >>> spark_message("[X] Wrong basePath /a\\n=== Streaming Query ===\\nIdentifier: ...")
+    '[X] Wrong basePath /a'
+    """
+    text = text.split(_PLAN_MARK, 1)[0].strip()
+    if "Traceback (most recent call last)" in text:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        raised = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^", "~"))
+                  and (": " in ln) and not ln.startswith(("at ", "org.", "java."))]
+        head = lines[0] if lines else ""
+        last = next((ln for ln in reversed(raised) if "Error" in ln.split(":")[0]
+                     or "Exception" in ln.split(":")[0]), raised[-1] if raised else "")
+        text = head if last in head else f"{head} ... {last}"
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + " ..."
+
+
+def failure_fix(message: str, dataflow: str, root: str, kind: str, step: str) -> str:
+    """The fix a `SparkQueryFailed` offers for Spark's message."""
+    resume = (f"`SparkTier.start({dataflow!r})` resumes the stopped queries from their "
+              f"checkpoints (the dataflow still runs; `SparkTier.cancel({dataflow!r})` ends it)")
+    if "basePath" in message or "checkpoint" in message.lower():
+        where = os.path.join(root, dataflow, f"{kind}-{step}")
+        return (f"the query's checkpoint (by default {where}) does not fit its connector (a "
+                "name used before, with another input?): start it anew with "
+                f"`SparkTier.start({dataflow!r}, fresh_checkpoints=True)`, which deletes the "
+                "checkpoints the tier did not start itself (another query's, or unmarked "
+                "ones), or delete that directory, or give the connector its own `checkpoint`")
+    return f"fix what Spark's message says (a path, an option, the data); then {resume}"

@@ -7,11 +7,21 @@ Importing this package installs `validate` as the check `DataflowSpec.from_dict`
 runs, so the spec module never imports its rules back.
 """
 
-from cameo_actors.dataflow.builder import Dataflow, Stream, avg, count, max_, min_, sum_
+from cameo_actors.dataflow.builder import (
+    Dataflow,
+    Stream,
+    avg,
+    count,
+    max_,
+    max_by,
+    min_,
+    sum_,
+    top,
+)
 from cameo_actors.dataflow.spec import ConnectorSpec, DataflowSpec, set_validator
 from cameo_actors.dataflow.validate import validate as _validate
 
 set_validator(_validate)
 
-__all__ = ["ConnectorSpec", "Dataflow", "DataflowSpec", "Stream", "avg", "count", "max_", "min_",
-           "sum_"]
+__all__ = ["ConnectorSpec", "Dataflow", "DataflowSpec", "Stream", "avg", "count", "max_", "max_by",
+           "min_", "sum_", "top"]

@@ -32,6 +32,7 @@ from cameo_actors.dataflow.spec import (
     KeyByStep,
     LimitsSpec,
     MapStep,
+    ProcessStep,
     SchedulingSpec,
     SinkStep,
     SourceStep,
@@ -57,6 +58,7 @@ class Aggregate:
 
     fn: str
     field: str | None = None
+    n: int | None = None
 
 
 def count() -> Aggregate:
@@ -77,6 +79,26 @@ def max_(field: str) -> Aggregate:
 
 def avg(field: str) -> Aggregate:
     return Aggregate("avg", field)
+
+
+def max_by(field: str) -> Aggregate:
+    """The window's events with the greatest `field` (a list: ties are all kept, in a
+    canonical order that does not depend on arrival).
+
+    >>> max_by("price")
+    Aggregate(fn='max_by', field='price', n=None)
+    """
+    return Aggregate("max_by", field)
+
+
+def top(field: str, n: int) -> Aggregate:
+    """Up to `n` (1 to 1000) of the window's events with the largest `field`, largest
+    first (a list; ties in a canonical order that does not depend on arrival).
+
+    >>> top("price", 3)
+    Aggregate(fn='top', field='price', n=3)
+    """
+    return Aggregate("top", field, n)
 
 
 class Dataflow:
@@ -239,23 +261,61 @@ class Stream:
         return WindowedStream(self, shape)
 
     def join(self, right: Stream, *, tumbling_ms: int | None = None, sliding_ms: int | None = None,
-             slide_ms: int | None = None, id: str | None = None, parallelism: int = 1) -> Stream:
-        """Inner join with another keyed stream per event-time window.
-        Results: {"key", "window_start", "window_end", <time field>, "left", "right"}."""
+             slide_ms: int | None = None, interval_ms: tuple[int, int] | None = None,
+             id: str | None = None, parallelism: int = 1) -> Stream:
+        """Inner join with another keyed stream: per event-time window (tumbling_ms, or
+        sliding_ms with slide_ms), or per interval (interval_ms=(lower_ms, upper_ms): a
+        left event at tl and a right one at tr join when tl + lower_ms <= tr <= tl +
+        upper_ms, as soon as both are there). Give exactly one of the three.
+
+        Results: {"key", "window_start", "window_end", <time field>, "left", "right"}
+        (windows; time = window end - 1), {"key", <time field>, "left", "right"}
+        (interval; time = max(tl, tr)). The time field is the left stream's.
+        """
         df = self.dataflow
         step_id = df._next_id("join", id)
-        if (tumbling_ms is None) == (sliding_ms is None):
-            raise SpecError(step_id, "exactly one of tumbling_ms or sliding_ms",
-                            {"tumbling_ms": tumbling_ms, "sliding_ms": sliding_ms},
-                            ".join(other, tumbling_ms=1000)")
-        step = JoinStep(id=step_id, inputs=(self.step_id, right.step_id),
-                        kind="tumbling" if tumbling_ms is not None else "sliding",
+        given = {k: v for k, v in (("tumbling_ms", tumbling_ms), ("sliding_ms", sliding_ms),
+                                   ("interval_ms", interval_ms)) if v is not None}
+        if len(given) != 1:
+            raise SpecError(step_id, "exactly one of tumbling_ms, sliding_ms or interval_ms",
+                            given or "none", ".join(other, tumbling_ms=1000) or "
+                            ".join(other, interval_ms=(0, 10_000))")
+        lower = upper = None
+        if interval_ms is not None:
+            if not isinstance(interval_ms, (tuple, list)) or len(interval_ms) != 2:
+                raise SpecError(step_id, "interval_ms as a pair (lower_ms, upper_ms)",
+                                interval_ms, ".join(other, interval_ms=(-5000, 5000))")
+            if slide_ms is not None:
+                raise SpecError(step_id, "slide_ms only with sliding_ms", {"slide_ms": slide_ms},
+                                "remove slide_ms from the interval join")
+            lower, upper = interval_ms
+        kind = {"tumbling_ms": "tumbling", "sliding_ms": "sliding",
+                "interval_ms": "interval"}[next(iter(given))]
+        step = JoinStep(id=step_id, inputs=(self.step_id, right.step_id), kind=kind,
                         size_ms=tumbling_ms if tumbling_ms is not None else (sliding_ms or 0), slide_ms=slide_ms,
                         left_time_field=df._time_field(self.step_id) or "",
                         right_time_field=df._time_field(right.step_id) or "",
-                        parallelism=parallelism)
+                        lower_ms=lower, upper_ms=upper, parallelism=parallelism)
         check_step_rules(step)  # fail on the line that made it
         return df._add(step)
+
+    def process(self, function: str, *, time_field: str | None = None, id: str | None = None,
+                parallelism: int = 1) -> Stream:
+        """Run a keyed stateful Python class by import path ('pkg.mod:Name', a
+        `cameo_actors.KeyedProcess`): per key, a state dict kept between events and
+        event-time timers. The input must be keyed (key_by before it). With
+        `time_field`, an event behind the watermark goes to the error output as late,
+        and the output stream has that time field.
+
+        >>> from cameo_actors import Dataflow
+        >>> df = Dataflow("d", latency_target_ms=100)
+        >>> s = df.source("s", schema={"ts": "int", "user": "str"}, event_time="ts")
+        >>> _ = s.key_by("user").process("myjobs.fraud:RunningCount", time_field="ts").sink("o")
+        >>> df.spec.step("process_2").function
+        'myjobs.fraud:RunningCount'
+        """
+        return self._then(ProcessStep, "process", id, function=function, time_field=time_field,
+                          parallelism=parallelism)
 
     def union(self, *others: Stream, id: str | None = None) -> Stream:
         """Merge this stream with others (same dataflow) into one."""
@@ -286,10 +346,12 @@ class WindowedStream:
         """Name the aggregates: .aggregate(n=count(), total=sum_("value"), mean=avg("value"))."""
         for name, agg in aggregates.items():
             if not isinstance(agg, Aggregate):
-                raise SpecError(self._shape.id, "aggregates made by count(), sum_(), min_(), max_(), avg()",
+                raise SpecError(self._shape.id, "aggregates made by count(), sum_(), min_(), max_(), "
+                                "avg(), max_by(), top()",
                                 f"{name}={agg!r}", f"write {name}=sum_('field') or similar")
         step = dataclasses.replace(
-            self._shape, aggregates=tuple(AggSpec(n, a.fn, a.field) for n, a in aggregates.items()))
+            self._shape, aggregates=tuple(AggSpec(n, a.fn, a.field, a.n)
+                                          for n, a in aggregates.items()))
         check_step_rules(step)  # fail on the line that made it
         return self._stream.dataflow._add(step)
 

@@ -33,12 +33,30 @@ SCHEMA_TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "any": (object,),
 }
-AGGREGATE_FUNCTIONS = ("count", "sum", "min", "max", "avg")
+#: A schema type ending in this is nullable ("int?"): a missing or null value is None.
+NULLABLE = "?"
+AGGREGATE_FUNCTIONS = ("count", "sum", "min", "max", "avg", "max_by", "top")
 WINDOW_KINDS = ("tumbling", "sliding", "session")
+JOIN_KINDS = ("tumbling", "sliding", "interval")
 #: How results reach readers across failures (see FaultToleranceSpec.delivery).
 DELIVERY_MODES = ("exactly_once", "at_least_once")
 
 Pairs = tuple[tuple[str, str], ...]
+
+
+def schema_type(typ: str) -> tuple[str, bool]:
+    """A schema type's base type and whether it is nullable.
+
+    >>> schema_type("int?"), schema_type("str")
+    (('int', True), ('str', False))
+    """
+    nullable = typ.endswith(NULLABLE)
+    return (typ[:-1] if nullable else typ), nullable
+
+
+def is_schema_type(typ: object) -> bool:
+    """True for a type a source schema may declare: a `SCHEMA_TYPES` name, or one with "?"."""
+    return isinstance(typ, str) and schema_type(typ)[0] in SCHEMA_TYPES
 
 
 @dataclass(frozen=True)
@@ -60,11 +78,17 @@ class ConnectorSpec:
 
 @dataclass(frozen=True)
 class AggSpec:
-    """One aggregate of a window: `name` = fn(field); count takes no field."""
+    """One aggregate of a window: `name` = fn(field); count takes no field.
+
+    max_by(field) is the list of the window's events with the greatest value of
+    `field`; top(field, n) the up to `n` events with the largest values (n only
+    for top, 1 to 1000). The JSON form leaves `n` out when it is null.
+    """
 
     name: str
     fn: str
     field: str | None = None
+    n: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +160,10 @@ class WindowStep(Step):
 
 @dataclass(frozen=True)
 class JoinStep(Step):
-    """Inner join of two keyed streams (inputs: left, right) per event-time window."""
+    """Inner join of two keyed streams (inputs: left, right) per event-time window
+    (kind tumbling or sliding: `size_ms`, `slide_ms`), or per interval (kind
+    interval: a left event at tl and a right one at tr join when
+    ``tl + lower_ms <= tr <= tl + upper_ms``)."""
 
     OP: ClassVar[str] = "join"
     kind: str = "tumbling"
@@ -144,6 +171,19 @@ class JoinStep(Step):
     slide_ms: int | None = None
     left_time_field: str = ""
     right_time_field: str = ""
+    lower_ms: int | None = None
+    upper_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessStep(Step):
+    """A keyed stateful Python function by import path ("pkg.mod:Name", a
+    `KeyedProcess` class): per key, a state dict and event-time timers. With
+    `time_field`, events behind the watermark are late."""
+
+    OP: ClassVar[str] = "process"
+    function: str = ""
+    time_field: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +202,7 @@ class SinkStep(Step):
 STEP_TYPES: dict[str, type[Step]] = {
     cls.OP: cls
     for cls in (SourceStep, FilterStep, MapStep, FlatMapStep, KeyByStep, WindowStep,
-                JoinStep, UnionStep, SinkStep)
+                JoinStep, ProcessStep, UnionStep, SinkStep)
 }
 
 
@@ -321,7 +361,12 @@ def _plain(obj: Any) -> dict[str, Any]:
 def _plain_field(name: str, value: Any) -> Any:
     if name in _PAIR_FIELDS:
         return dict(value) if value is not None else None
-    if isinstance(value, (ConnectorSpec, AggSpec)):
+    if isinstance(value, AggSpec):
+        plain = _plain(value)
+        if plain["n"] is None:  # only top has n: the other aggregates' JSON stays as it was
+            del plain["n"]
+        return plain
+    if isinstance(value, ConnectorSpec):
         return _plain(value)
     if isinstance(value, tuple):
         return [_plain_field(name, v) for v in value]

@@ -15,6 +15,7 @@ from cameo_actors.dataflow.expressions import parse_expression
 from cameo_actors.dataflow.spec import (
     AGGREGATE_FUNCTIONS,
     DELIVERY_MODES,
+    JOIN_KINDS,
     SCHEMA_TYPES,
     ConnectorSpec,
     DataflowSpec,
@@ -24,11 +25,13 @@ from cameo_actors.dataflow.spec import (
     JoinStep,
     KeyByStep,
     MapStep,
+    ProcessStep,
     SinkStep,
     SourceStep,
     Step,
     UnionStep,
     WindowStep,
+    is_schema_type,
 )
 from cameo_actors.errors import SpecError
 
@@ -43,6 +46,8 @@ MAX_LATENCY_TARGET_MS = 86_400_000  # a day
 #: The checkpoint intervals a spec may ask for, in ms; 0 (no checkpoints) is allowed too.
 MIN_CHECKPOINT_INTERVAL_MS = 100
 MAX_CHECKPOINT_INTERVAL_MS = 3_600_000  # an hour
+#: The largest n of a top(field, n) aggregate.
+MAX_TOP_N = 1000
 
 
 def validate(spec: DataflowSpec) -> None:
@@ -103,8 +108,9 @@ def stream_key(spec: DataflowSpec, step_id: str) -> str | None:
     """The key expression of the stream a step outputs, or None if unkeyed.
 
     key_by sets it; filter and sink keep it; a union keeps it when all inputs
-    share it; map, flat_map, window and join outputs are unkeyed (a window's
-    results carry the key in their "key" field, so key_by("key") re-keys them).
+    share it; map, flat_map, window, join and process outputs are unkeyed (a
+    window's results carry the key in their "key" field, so key_by("key") re-keys
+    them).
     """
     step = spec.step(step_id)
     if isinstance(step, KeyByStep):
@@ -126,6 +132,8 @@ def stream_time_field(spec: DataflowSpec, step_id: str) -> str | None:
         return step.time_field
     if isinstance(step, JoinStep):
         return step.left_time_field
+    if isinstance(step, ProcessStep):
+        return step.time_field
     if isinstance(step, MapStep) and step.fields is not None:
         upstream = stream_time_field(spec, step.inputs[0])
         return upstream if upstream in dict(step.fields) else None
@@ -198,10 +206,11 @@ def _check_source(step: SourceStep) -> None:
     if not step.schema:
         raise SpecError(step.id, "a schema (field -> type)", "no fields",
                         'declare the fields in \'schema\', e.g. {"ts": "int", "level": "str"}; '
-                        f"types: {sorted(SCHEMA_TYPES)}")
+                        f"types: {sorted(SCHEMA_TYPES)}, nullable with '?' (\"int?\")")
     for name, typ in step.schema:
-        if typ not in SCHEMA_TYPES:
-            raise SpecError(step.id, f"field types from {sorted(SCHEMA_TYPES)}", f"{name}: {typ!r}",
+        if not is_schema_type(typ):
+            raise SpecError(step.id, f"field types from {sorted(SCHEMA_TYPES)}, or one of them "
+                            "with '?' for a nullable field (\"int?\")", f"{name}: {typ!r}",
                             f"declare {name!r} with one of those types")
     names = [n for n, _ in step.schema]
     if step.event_time is not None:
@@ -209,8 +218,9 @@ def _check_source(step: SourceStep) -> None:
             raise SpecError(step.id, f"event_time to be a schema field ({names})", step.event_time,
                             "name a schema field that holds event time in ms")
         if dict(step.schema)[step.event_time] not in ("int", "float"):
-            raise SpecError(step.id, "event_time field of type int or float (ms)",
-                            dict(step.schema)[step.event_time], "declare it as int or float ms")
+            raise SpecError(step.id, "event_time field of type int or float (ms), not nullable",
+                            dict(step.schema)[step.event_time],
+                            "declare it as int or float ms: every event needs a time")
     if not _non_negative(step.allowed_lateness_ms):
         raise SpecError(step.id, f"allowed_lateness_ms >= 0 and {_FINITE} of ms",
                         step.allowed_lateness_ms, "use 0 or a positive number of ms")
@@ -269,6 +279,18 @@ def _check_function(path: object, step_id: str) -> None:
                         "reference a module-level function, e.g. 'myjobs.parse:split_words'")
 
 
+def _check_process(step: ProcessStep) -> None:
+    if not isinstance(step.function, str) or not FUNCTION_RE.match(step.function):
+        raise SpecError(step.id, "a KeyedProcess class by import path 'package.module:Name'",
+                        step.function, "reference a module-level class, e.g. "
+                        "'myjobs.fraud:RunningCount' (a subclass of cameo_actors.KeyedProcess)")
+    if step.time_field is not None and (not isinstance(step.time_field, str)
+                                        or not step.time_field):
+        raise SpecError(step.id, "time_field: the event-time field name, or null", step.time_field,
+                        "name the field holding event time in ms, or leave it out (then no "
+                        "event is late)")
+
+
 def _check_key_by(step: KeyByStep) -> None:
     _check_expression(step.id, step.key, "a key expression (e.g. a field name)",
                       "set 'key', e.g. \"user_id\"")
@@ -295,11 +317,24 @@ def _check_window(step: WindowStep) -> None:
     for agg in step.aggregates:
         if agg.fn not in AGGREGATE_FUNCTIONS:
             raise SpecError(step.id, f"an aggregate from {list(AGGREGATE_FUNCTIONS)}", agg.fn,
-                            "use count, sum, min, max or avg")
+                            "use count, sum, min, max, avg, max_by or top")
         if agg.fn != "count" and not agg.field:
             raise SpecError(step.id, f"a field for {agg.fn}", None,
                             f'give the aggregate a \'field\': {{"name": "{agg.name}", '
                             f'"fn": "{agg.fn}", "field": "value"}}')
+        if agg.fn != "count" and not isinstance(agg.field, str):
+            raise SpecError(step.id, f"the field of {agg.fn} as a field name (a string)",
+                            agg.field, f'write e.g. "field": "value" in aggregate {agg.name!r}')
+        if agg.fn == "top":
+            if isinstance(agg.n, bool) or not isinstance(agg.n, int) \
+                    or not 1 <= agg.n <= MAX_TOP_N:
+                raise SpecError(step.id, f"n for top (aggregate {agg.name!r}): a whole number "
+                                f"from 1 to {MAX_TOP_N}", agg.n,
+                                f'give the aggregate an \'n\': {{"name": "{agg.name}", "fn": '
+                                f'"top", "field": "{agg.field}", "n": 3}}')
+        elif agg.n is not None:
+            raise SpecError(step.id, f"no n for {agg.fn} (aggregate {agg.name!r}; only top "
+                            "takes n)", agg.n, "remove 'n', or use fn 'top'")
         if not isinstance(agg.name, str) or not agg.name or agg.name in seen:
             raise SpecError(step.id, "unique aggregate names", agg.name, "name each aggregate once")
         if agg.name in ("key", "window_start", "window_end", step.time_field):
@@ -309,10 +344,39 @@ def _check_window(step: WindowStep) -> None:
 
 
 def _check_join(step: JoinStep) -> None:
-    if step.kind not in ("tumbling", "sliding"):
-        raise SpecError(step.id, "a join window: tumbling or sliding", step.kind,
-                        "set 'kind' to tumbling or sliding")
-    _check_sizes(step, "use a slide no larger than the window")
+    if step.kind not in JOIN_KINDS:
+        raise SpecError(step.id, "a join kind: tumbling, sliding or interval", step.kind,
+                        "set 'kind' to tumbling or sliding (with size_ms), or interval (with "
+                        "lower_ms and upper_ms)")
+    taken = ("key", "left", "right") + (() if step.kind == "interval"
+                                        else ("window_start", "window_end"))
+    if step.left_time_field in taken:
+        raise SpecError(step.id, f"a left time field other than the result's own fields "
+                        f"{list(taken)}", step.left_time_field,
+                        "rename the left stream's event-time field (a map before key_by)")
+    if step.kind != "interval":
+        for name in ("lower_ms", "upper_ms"):
+            if getattr(step, name) is not None:
+                raise SpecError(step.id, f"no {name} for a {step.kind} join (only kind interval "
+                                "has bounds)", {name: getattr(step, name)},
+                                f"remove {name}, or set 'kind' to interval")
+        _check_sizes(step, "use a slide no larger than the window")
+        return
+    for name, value in (("size_ms", step.size_ms), ("slide_ms", step.slide_ms)):
+        if value not in (None, 0) or isinstance(value, bool):
+            raise SpecError(step.id, f"no {name} for an interval join (it has lower_ms and "
+                            "upper_ms, no windows)", {name: value},
+                            f"remove {name} (or set it to 0), or use a tumbling or sliding join")
+    for name, value in (("lower_ms", step.lower_ms), ("upper_ms", step.upper_ms)):
+        if not _finite(value):
+            raise SpecError(step.id, f"{name} for an interval join: {_FINITE} of ms (may be "
+                            "negative)", value,
+                            f"give '{name}': a right event at tr joins a left one at tl when "
+                            "tl + lower_ms <= tr <= tl + upper_ms, e.g. lower_ms 0, upper_ms 10000")
+    if step.lower_ms > step.upper_ms:  # type: ignore[operator]  # both checked finite above
+        raise SpecError(step.id, "lower_ms <= upper_ms for an interval join",
+                        {"lower_ms": step.lower_ms, "upper_ms": step.upper_ms},
+                        "swap the bounds, or widen the interval")
 
 
 def _check_sizes(step: WindowStep | JoinStep, slide_fix: str) -> None:
@@ -328,7 +392,7 @@ def _check_sizes(step: WindowStep | JoinStep, slide_fix: str) -> None:
 _STEP_CHECKS: dict[type, Callable[[Any], None]] = {
     SourceStep: _check_source, SinkStep: _check_sink, FilterStep: _check_filter,
     MapStep: _check_map, FlatMapStep: _check_flat_map, KeyByStep: _check_key_by,
-    WindowStep: _check_window, JoinStep: _check_join,
+    WindowStep: _check_window, JoinStep: _check_join, ProcessStep: _check_process,
 }
 
 
@@ -362,6 +426,13 @@ def _check_stream_fields(spec: DataflowSpec, step: Step) -> None:
                                 f"set '{side}_time_field' on the join step, or 'event_time' on the "
                                 "source step of that input")
             _require_time(spec, step, upstream, tf)
+    if isinstance(step, ProcessStep):
+        if stream_key(spec, step.inputs[0]) is None:
+            raise SpecError(step.id, "a keyed input for process (its state and timers are per "
+                            "key)", f"unkeyed stream from {step.inputs[0]!r}",
+                            "add key_by before process")
+        if step.time_field is not None:
+            _require_time(spec, step, step.inputs[0], step.time_field)
 
 
 def _require_time(spec: DataflowSpec, step: Step, upstream: str, time_field: str) -> None:

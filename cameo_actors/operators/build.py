@@ -8,7 +8,9 @@ from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec, Step
 from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.operators.base import Operator
+from cameo_actors.operators.interval_join import IntervalJoinOperator
 from cameo_actors.operators.join import WindowJoinOperator
+from cameo_actors.operators.process import ProcessOperator, make_process
 from cameo_actors.operators.stateless import (
     DEFAULT_MAX_STRING_CHARS,
     FunctionOperator,
@@ -45,10 +47,20 @@ def build_operator(spec: DataflowSpec, step: Step, resolver: FunctionResolver | 
                               time_field=step.time_field, key_fn=key_function(spec, step.inputs[0]))
     if isinstance(step, steps.JoinStep):
         left, right = (key_function(spec, i) for i in step.inputs)
+        if step.kind == "interval":
+            return IntervalJoinOperator(step.id, lower_ms=step.lower_ms,  # type: ignore[arg-type]
+                                        upper_ms=step.upper_ms,  # type: ignore[arg-type]
+                                        left_key_fn=left, right_key_fn=right,
+                                        left_time_field=step.left_time_field,
+                                        right_time_field=step.right_time_field)
         return WindowJoinOperator(step.id, kind=step.kind, size_ms=step.size_ms,
                                   slide_ms=step.slide_ms, left_key_fn=left, right_key_fn=right,
                                   left_time_field=step.left_time_field,
                                   right_time_field=step.right_time_field)
+    if isinstance(step, steps.ProcessStep):
+        process = make_process(resolver.resolve(step.function, step.id), step.id, step.function)
+        return ProcessOperator(step.id, process, key_fn=key_function(spec, step.inputs[0]),
+                               time_field=step.time_field, name=step.function)
     if isinstance(step, (steps.UnionStep, steps.SinkStep)):
         return PassOperator(step.id, n_inputs=len(step.inputs))
     raise TypeError(f"no operator for step type {type(step).__name__}")

@@ -8,7 +8,7 @@ from types import CodeType, FunctionType
 from typing import Any
 
 from cameo_actors.dataflow.expressions import compile_filter, compile_projection, compile_scalar
-from cameo_actors.dataflow.spec import SCHEMA_TYPES
+from cameo_actors.dataflow.spec import SCHEMA_TYPES, schema_type
 from cameo_actors.operators.base import Event, Operator, Output, short_repr
 
 BatchFn = Callable[[list[Event]], tuple[list[Event], list[tuple[Event, str]]]]
@@ -28,7 +28,9 @@ class SourceOperator(Operator):
     the largest event time seen minus the allowed lateness.
 
     Beyond the types: an `int` field must fit in 64 bits, a `float` field must be
-    finite, a `str` field at most `max_string_chars` long.
+    finite, a `str` field at most `max_string_chars` long. A nullable field ("int?")
+    may be null or missing: a missing one is set to None in the event, so that
+    every later step (and every tier) sees the same None.
     """
 
     def __init__(self, step_id: str, schema: Sequence[tuple[str, str]], event_time: str | None,
@@ -36,11 +38,13 @@ class SourceOperator(Operator):
                  max_string_chars: int = DEFAULT_MAX_STRING_CHARS) -> None:
         super().__init__(step_id)
         # bool is an int subclass; an exact type check keeps True out of int fields.
-        self._checks = [(name, SCHEMA_TYPES[typ]) for name, typ in schema if typ != "any"]
+        bases = [(name, *schema_type(typ)) for name, typ in schema]
+        self._checks = [(name, SCHEMA_TYPES[base], nullable) for name, base, nullable in bases
+                        if base != "any"]
         self._names = [name for name, _ in schema]
-        self._ints = [name for name, typ in schema if typ == "int"]
-        self._floats = [name for name, typ in schema if typ == "float"]
-        self._strs = [name for name, typ in schema if typ == "str"]
+        self._ints = [name for name, base, _ in bases if base == "int"]
+        self._floats = [name for name, base, _ in bases if base == "float"]
+        self._strs = [name for name, base, _ in bases if base == "str"]
         self.max_string_chars = max_string_chars
         self._keep, self._ok = _compile_schema_check(schema, max_string_chars)
         self.event_time = event_time
@@ -93,25 +97,27 @@ class SourceOperator(Operator):
     def _explain(self, e: Any) -> str:
         if not isinstance(e, dict):
             return f"expected an event object with fields {self._names}, got {type(e).__name__}"
-        for name, types in self._checks:
+        for name, types, nullable in self._checks:
+            if nullable and e.get(name) is None:
+                continue
             if name not in e:
                 return f"field {name!r} is missing (expected fields {self._names})"
             if type(e[name]) not in types:
                 want = "/".join(t.__name__ for t in types)
                 return f"field {name!r}: expected {want}, got {type(e[name]).__name__} {short_repr(e[name])}"
         for name in self._floats:
-            v = e[name]
+            v = e.get(name)
             if type(v) is float and not -_INF < v < _INF:
                 return (f"field {name!r}: expected a finite float, got {v!r} (JSON cannot carry "
                         "NaN or Infinity either). Fix: send a finite number, or leave the "
                         "event out")
         for name in self._ints + self._floats:
-            v = e[name]
+            v = e.get(name)
             if type(v) is int and not MIN_INT <= v <= MAX_INT:
                 return (f"field {name!r}: expected {INT_RANGE}, got int {short_repr(v)}. "
                         "Fix: send it as text (a str field), or scale it down")
         for name in self._strs:
-            if len(e[name]) > self.max_string_chars:
+            if type(e.get(name)) is str and len(e[name]) > self.max_string_chars:
                 return (f"field {name!r}: expected text of at most {self.max_string_chars} "
                         f"characters, got {len(e[name])}. Fix: shorten it, or raise the pool's "
                         "max_string_chars (RuntimeConfig)")
@@ -126,19 +132,31 @@ class SourceOperator(Operator):
 
 
 def _field_test(i: int, name: str, typ: str, max_chars: int) -> str | None:
-    """One field's test as Python source; the field name enters as a literal (repr)."""
+    """One field's test as Python source; the field name enters as a literal (repr).
+    A nullable field's test sets a missing value to None first and accepts None."""
+    base, nullable = schema_type(typ)
     v, key = f"v{i}", repr(name)
+    if nullable:  # `got` is the first use of the value: the walrus binds v there
+        got, first = f"({v} := e.setdefault({key}, None))", v
+    else:
+        got = first = f"({v} := e[{key}])"
     in_range = f"{MIN_INT} <= {v} <= {MAX_INT}"
-    if typ == "int":
-        return f"(type({v} := e[{key}]) is int and {in_range})"
-    if typ == "float":  # x - x is 0.0 for finite floats, NaN for NaN and the infinities
-        return (f"((type({v} := e[{key}]) is float and {v} - {v} == 0.0)"
-                f" or (type({v}) is int and {in_range}))")
-    if typ == "str":
-        return f"(type({v} := e[{key}]) is str and len({v}) <= {max_chars})"
-    if typ == "bool":
-        return f"(type(e[{key}]) is bool)"
-    return None  # any: not checked
+    if base == "int":
+        test = f"type({first}) is int and {in_range}"
+    elif base == "float":  # x - x is 0.0 for finite floats, NaN for NaN and the infinities
+        # An int becomes a float here, as the Spark tier's JSON reader makes it: one spec,
+        # one answer (`f * 2` is 2.0 in every tier). __setitem__ returns None.
+        test = (f"(type({first}) is float and {v} - {v} == 0.0)"
+                f" or (type({v}) is int and {in_range} and not e.__setitem__({key}, float({v})))")
+    elif base == "str":
+        test = f"type({first}) is str and len({v}) <= {max_chars}"
+    elif base == "bool":
+        test = f"type({first}) is bool"
+    elif nullable:  # any?: only the missing value is set
+        return f"({got} is None or True)"
+    else:
+        return None  # any: not checked
+    return f"({got} is None or ({test}))" if nullable else f"({test})"
 
 
 def _compile_schema_check(schema: Sequence[tuple[str, str]], max_chars: int

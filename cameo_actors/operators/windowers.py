@@ -16,7 +16,7 @@ closed windows into results.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import msgpack
@@ -100,11 +100,6 @@ class Windower(Protocol):
         ...
 
 
-def _copy_acc(count_only: bool) -> Callable[[Any], Any]:
-    # Snapshots must not alias live accumulators (lists are updated in place).
-    return (lambda acc: acc) if count_only else list
-
-
 class AlignedWindower(AlignedWindows):
     """Tumbling or sliding windows: an event counts in every window that holds
     it and has not closed.
@@ -186,14 +181,14 @@ class AlignedWindower(AlignedWindows):
                                    for end in sorted(windows)]}
             except (TypeError, ValueError, OverflowError):  # a value msgpack cannot carry
                 pass
-        copy_acc = _copy_acc(self.aggs.count_only)
+        copy_acc = self.aggs.copy
         return {"windows": self.state.dump(lambda acc: [copy_acc(acc)])}
 
     def restore(self, state: dict[str, Any]) -> None:
         if "packed" in state:
             self.state.load_packed(state["packed"])
             return
-        copy_acc = _copy_acc(self.aggs.count_only)
+        copy_acc = self.aggs.copy
         self.state.load(state["windows"], lambda fields: copy_acc(fields[0]))
 
     def state_keys(self) -> list[Any]:
@@ -209,7 +204,7 @@ class AlignedWindower(AlignedWindows):
         return self.state.take_at(pairs, label_of, lambda acc: acc)
 
     def put(self, rows: list[Any]) -> None:
-        self.state.put(rows, _copy_acc(self.aggs.count_only))
+        self.state.put(rows, self.aggs.copy)
 
 
 class _Session:
@@ -350,7 +345,7 @@ class SessionWindower:
             del fired_last[k]
 
     def snapshot(self) -> dict[str, Any]:
-        copy_acc = _copy_acc(self.aggs.count_only)
+        copy_acc = self.aggs.copy
         return {
             "sessions": [
                 [encode_key(k), [[s.first, s.last, copy_acc(s.acc), s.seq] for s in lst]]
@@ -361,7 +356,7 @@ class SessionWindower:
         }
 
     def restore(self, state: dict[str, Any]) -> None:
-        copy_acc = _copy_acc(self.aggs.count_only)
+        copy_acc = self.aggs.copy
         self.sessions, self.heap = {}, []
         for k_data, rows in state["sessions"]:
             k = decode_key(k_data)
@@ -431,7 +426,7 @@ class SessionWindower:
             if k in sessions or k in fired_last:
                 raise ValueError(f"key {k!r} already has session state here")
 
-        copy_acc, gap, heap = _copy_acc(self.aggs.count_only), self.gap, self.heap
+        copy_acc, gap, heap = self.aggs.copy, self.gap, self.heap
         added: dict[Any, list[_Session]] = {}
         for k, first, last, acc in opened:  # new seqs, in the rows' order
             s = _Session(k, first, last, copy_acc(acc), self.seq)

@@ -7,9 +7,11 @@
 - `AlignedWindows`: where tumbling and sliding windows lie.
 - `KeyedWindows`: the state of aligned windows (window end -> key -> state),
   fired in end order, snapshotted as rows, moved per key as rows.
-- `WindowedOperator`: the base of both operators: their rejects, the
+- `WindowedOperator`: the base of both operators (and of the interval join
+  and the keyed process, whose state is per key): their rejects, the
   snapshot envelope (configuration check, counters) and the per-key state
-  moves of live migration (`state_keys`, `take_state`, `put_state`).
+  moves of live migration (`state_keys`, `take_state`, `put_state`);
+  `keys_by_label` groups the keys of a per-key take.
 
 Windows are half-open ``[start, end)`` in event-time milliseconds, aligned to 0.
 """
@@ -86,6 +88,16 @@ def unhashable_key_error(key: Any) -> str | None:
         return (f"the key function returned an unhashable {type(key).__name__} {key!r}; "
                 f"return a str, number, None or a tuple of those")
     return None
+
+
+def keys_by_label(pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
+                  ) -> dict[Any, list[Any]]:
+    """The keys of (place, key) pairs grouped by label, each once, in first-seen
+    order: what `take_state_at` of state kept per key (place None) takes."""
+    by_label: dict[Any, dict[Any, None]] = {}
+    for _, k in pairs:
+        by_label.setdefault(label_of[k], {})[k] = None
+    return {label: list(ks) for label, ks in by_label.items()}
 
 
 # -- the error output ------------------------------------------------------------------

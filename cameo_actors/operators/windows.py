@@ -96,8 +96,9 @@ class WindowOperator(WindowedOperator):
         size_ms: window length (tumbling, sliding).
         slide_ms: distance between window starts (sliding).
         gap_ms: inactivity that closes a session (session).
-        aggregates: specs with ``name``, ``fn`` (count, sum, min, max, avg)
-            and ``field`` (None for count, which counts events).
+        aggregates: specs with ``name``, ``fn`` (count, sum, min, max, avg,
+            max_by, top), ``field`` (None for count, which counts events) and,
+            for top, ``n`` (see `aggregates`).
         time_field: the event field holding event time in ms (int or float).
         key_fn: event -> key (hashable; tuples allowed), or None for one
             global window. A key function that raises makes the event malformed.

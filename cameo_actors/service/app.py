@@ -95,7 +95,8 @@ log = logging.getLogger("cameo.service")
 #: Worker threads kept for the admin's requests beyond those tenants may use.
 ADMIN_THREADS = 16
 
-STEP_OPS = ["source", "filter", "map", "flat_map", "key_by", "window", "join", "union", "sink"]
+STEP_OPS = ["source", "filter", "map", "flat_map", "key_by", "window", "join", "process", "union",
+            "sink"]
 #: The spec's outline for the OpenAPI document; the definition layer checks the rest.
 SPEC_SCHEMA: dict[str, Any] = {
     "title": "DataflowSpec",

@@ -1,5 +1,6 @@
 """bench.cameo's scenarios, a few seconds each, bench.migration --quick, bench.recovery
---quick (small state) and bench.critical_path (one short round, one run), in-process on the session's Ray: the shape and sanity of the results,
+--quick (small state), bench.critical_path (one short round, one run) and bench.nexmark
+--quick (two queries, checked against DuckDB), in-process on the session's Ray: the shape and sanity of the results,
 not their speed."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench import cameo, critical_path, migration, recovery, scenarios
+from bench import cameo, critical_path, migration, nexmark, recovery, scenarios
 
 pytestmark = pytest.mark.integration
 
@@ -160,3 +161,16 @@ def test_critical_path(ray_session: None, tmp_path: Path) -> None:
     (run,) = res["straggler_runs"]
     assert run["straggler"] == "parse" and run["results"] > 0
     assert res["precision_at_1"] in (0.0, 1.0)
+
+
+def test_nexmark(ray_session: None, tmp_path: Path) -> None:
+    """bench.nexmark --quick on two queries, small: both modes measured and checked against
+    the DuckDB reference (a mismatch would exit)."""
+    out = tmp_path / "nexmark.json"
+    res = nexmark.main(["--quick", "--events", "5000", "--query", "q1", "q7", "--json", str(out)])
+    assert json.loads(out.read_text())["queries"].keys() == {"q1", "q7"}
+    for q in res["queries"].values():
+        assert q["checked"] is True and q["results"] > 0
+        for mode in ("in_process", "ray", "ray_busy"):
+            assert q[mode]["per_core"] > 0 and math.isfinite(q[mode]["per_core"]), mode
+    assert res["peers"]["flink-1.13"]["per_core_eps"]["q1"] > 0

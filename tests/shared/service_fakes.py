@@ -373,7 +373,7 @@ class FakeRuntime:
                                 "name a window or join step that follows key_by")
         spec = DataflowSpec.from_dict(f["spec"])
         s = steps[step]
-        if s["op"] not in ("window", "join") or any(stream_key(spec, i) is None
+        if s["op"] not in ("window", "join", "process") or any(stream_key(spec, i) is None
                                                     for i in s["inputs"]):
             raise ReconfigError(where, "a keyed step (a window or join after key_by)",
                                 f"a {s['op']} step", "scale or migrate a keyed window or join")

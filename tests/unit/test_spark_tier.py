@@ -378,7 +378,8 @@ def test_pure_modules_import_without_spark_or_ray() -> None:
         "sys.meta_path.insert(0, Block())\n"
         "import spark_ingest, spark_ingest.batching, spark_ingest.offsets, spark_ingest.schema, "
         "spark_ingest.options, spark_ingest.arrow, spark_ingest.latency, spark_ingest.events, "
-        "spark_ingest.exceptions, spark_ingest.session, spark_ingest.tier\n"
+        "spark_ingest.exceptions, spark_ingest.session, spark_ingest.tier, "
+        "spark_ingest.checkpoints, spark_ingest.results, spark_ingest.storage\n"
         "print('clean')\n")
     run = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
@@ -459,3 +460,358 @@ def test_the_demo_explains_a_missed_target_with_its_numbers() -> None:
     # An input micro-batch holds at most one trigger's worth of files (no burst of backlog).
     source = alerts("/in", "/out", max_files=10).spec.steps[0].connector
     assert source is not None and ("maxFilesPerTrigger", "10") in source.options
+
+
+# -- `any` and nullable types ----------------------------------------------------------------
+def test_any_and_nullable_fields_map_to_spark_columns() -> None:
+    from spark_ingest.schema import ddl, input_spark_type
+
+    schema = {"ts": "int", "p": "any", "q": "any?", "n": "int?", "s": "str?", "b": "bool?",
+              "f": "float?"}
+    d = Dataflow("d", latency_target_ms=1)
+    d.source("s", schema=schema, event_time="ts",
+             connector={"format": "json", "path": "/in"}).sink("o")
+    step = d.spec.sources[0]
+    assert step.connector is not None
+    # JSON: `any` is a VARIANT (455728 stays a number, "455728" text); nullable = base type.
+    assert input_ddl(step, step.connector) == (
+        "`ts` BIGINT, `p` VARIANT, `q` VARIANT, `n` BIGINT, `s` STRING, `b` BOOLEAN, "
+        "`f` DOUBLE, `_corrupt_record` STRING")
+    assert source_ddl(d.spec, "s", None, fmt="csv") == (
+        "`ts` BIGINT, `p` STRING, `q` STRING, `n` BIGINT, `s` STRING, `b` BOOLEAN, `f` DOUBLE")
+    assert input_spark_type("any", "parquet") == "STRING"
+    assert ddl([("n", "int?"), ("a", "any?")]) == "`n` BIGINT, `a` STRING"
+    fed = {"ts": "bigint", "p": "variant", "q": "string", "n": "int", "s": "string",
+           "b": "boolean", "f": "bigint"}
+    assert check_input(d.spec, "s", fed) == []
+    assert check_input(d.spec, "s", {**fed, "n": "string", "b": "int"}) == [
+        "column 'n' is string, the source declares int?",
+        "column 'b' is int, the source declares bool?"]
+
+
+def test_result_columns_keep_any_values_exact_and_nullable_types() -> None:
+    from cameo_actors import min_
+
+    d = Dataflow("bids", latency_target_ms=1)
+    bids = d.source("b", schema={"ts": "int", "auction": "any", "price": "any", "n": "int?",
+                                 "f": "float"}, event_time="ts")
+    bids.map({"ts": "ts", "euro": "round(price * 0.908, 6)", "n": "n", "n1": "n + 1",
+              "c": "coalesce(n, 0)", "cn": "coalesce(n, n)", "x": "n if ts > 0 else f"}).sink("m")
+    (bids.key_by("auction").window(tumbling_ms=10)
+     .aggregate(k=count(), hi=max_("price"), t=sum_("price"), m=avg("price"), lo=min_("n"),
+                fs=sum_("f"))
+     .sink("w"))
+    assert result_columns(d.spec, ["m"]) == [
+        ("ts", "int"), ("euro", "any"), ("n", "int?"), ("n1", "int"), ("c", "int"),
+        ("cn", "int?"), ("x", "float?")]
+    # An `any` field's max and sum keep what the values are (ints stay ints): JSON text.
+    assert result_columns(d.spec, ["w"]) == [
+        ("key", "any"), ("window_start", "int"), ("window_end", "int"), ("ts", "int"),
+        ("k", "int"), ("hi", "any"), ("t", "any"), ("m", "float"), ("lo", "int"), ("fs", "float")]
+
+
+@pytest.mark.parametrize("text,typ", [
+    ("n", "int?"), ("n * 2", "int"), ("-n", "int"), ("abs(n)", "int"), ("round(v)", "int"),
+    ("coalesce(n, 1)", "int"), ("coalesce(n, v)", "float?"), ("coalesce(n, 2.5)", "float"),
+    ("n if flag else 2.5", "float?"), ("max(n, 3)", "int"), ("len(s)", "int"), ("s", "str?"),
+])
+def test_expression_types_of_nullable_fields(text: str, typ: str) -> None:
+    assert expression_type(text, {"n": "int?", "v": "float?", "s": "str?", "flag": "bool"}) == typ
+
+
+def test_any_and_nullable_values_into_columns() -> None:
+    assert coerce("455728", "any") == '"455728"' and coerce(455728, "any") == "455728"
+    assert coerce([{"a": None}], "any?") == '[{"a": null}]' and coerce(None, "any") is None
+    assert (coerce(3, "int?"), coerce(2.0, "float?"), coerce(None, "str?")) == (3, 2.0, None)
+    assert arrow_schema([("n", "int?"), ("a", "any?")]) == pa.schema([("n", pa.int64()),
+                                                                      ("a", pa.string())])
+
+
+def _variant_column(values: list[Any]) -> pa.Array:
+    """A column shaped as Spark hands a VARIANT to Python (values stand in for the bytes)."""
+    marked = pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"})
+    typ = pa.struct([pa.field("value", pa.binary(), nullable=False), marked])
+    rows = [None if v is None else {"value": json.dumps(v).encode(), "metadata": b""}
+            for v in values]
+    return pa.array(rows, typ)
+
+
+def test_variant_columns_become_the_json_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_ingest import arrow
+
+    # The bytes are decoded by PySpark's VariantUtils in Spark's workers (integration tests);
+    # here a stand-in decodes the JSON the test put there, through the same `plain`.
+    monkeypatch.setattr(arrow, "from_variant", lambda v, m: arrow.plain(json.loads(v)))
+    rb = pa.RecordBatch.from_arrays(
+        [pa.array([1, 2, 3, 4, None]), _variant_column([455728, "455728", [{"a": 1.5}], None, None]),
+         pa.array([None, None, None, None, "{bad"])], names=["ts", "price", "_corrupt_record"])
+    assert arrow.is_variant(rb.schema.field("price")) and not arrow.is_variant(rb.schema.field("ts"))
+    events = to_events(prepare(rb, "_corrupt_record"))
+    # A SQL NULL is a field the row did not have: the event lacks it, as a pushed one would.
+    assert events == [{"ts": 1, "price": 455728}, {"ts": 2, "price": "455728"},
+                      {"ts": 3, "price": [{"a": 1.5}]}, {"ts": 4}, {"_corrupt_record": "{bad"}]
+    plain_struct = pa.record_batch({"s": pa.array([{"value": b"x", "metadata": b"y"}])})
+    assert to_events(plain_struct) == [{"s": {"value": b"x", "metadata": b"y"}}]  # not marked
+
+
+def test_decoded_variants_read_as_json_loads_reads_the_text() -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    from spark_ingest.arrow import plain
+
+    # Spark keeps JSON numbers with a fraction as decimals: 2.50 is a float, as json.loads has it.
+    assert plain({"a": [Decimal("2.50"), Decimal("7"), Decimal("18446744073709551615")]}) == \
+        {"a": [2.5, 7, 18446744073709551615]}
+    assert type(plain(Decimal("1.0"))) is float and type(plain(Decimal("10"))) is int
+    assert plain(dt.datetime(2026, 1, 1, tzinfo=dt.UTC)) == 1767225600000
+    assert plain(dt.datetime(2026, 1, 1)) == 1767225600000 and plain(dt.date(2026, 1, 2)) == "2026-01-02"
+
+
+# -- results read back ------------------------------------------------------------------------
+def _spark_parquet(path: str, rows: list[dict[str, Any]], types: dict[str, str]) -> None:
+    """A Parquet file as Spark writes one: its schema, with field metadata, in the footer."""
+    import pyarrow.parquet as pq
+
+    from spark_ingest.results import SPARK_ROW_METADATA
+
+    fields = [{"name": n, "type": "string", "nullable": True, "metadata": {"cameo.type": t}}
+              for n, t in types.items()]
+    table = pa.Table.from_pylist(rows).replace_schema_metadata(
+        {SPARK_ROW_METADATA: json.dumps({"type": "struct", "fields": fields})})
+    pq.write_table(table, path)
+
+
+def test_results_read_back_with_json_columns_decoded(tmp_path: Any) -> None:
+    from spark_ingest.results import column_types, committed_files, read_results
+
+    out = tmp_path / "out"
+    (out / "_spark_metadata").mkdir(parents=True)
+    files = {}
+    for name, key in (("a", '455728'), ("b", '"455728"'), ("c", '{"x": [1, null]}'), ("gone", "1")):
+        files[name] = str(out / f"part-{name}.parquet")
+        _spark_parquet(files[name], [{"key": key, "n": "n", "_offset": "0"}],
+                       {"key": "any", "n": "str", "_offset": "int"})
+    _spark_parquet(str(out / "part-uncommitted.parquet"), [{"key": "9", "n": "x", "_offset": "0"}],
+                   {"key": "any", "n": "str", "_offset": "int"})
+
+    def log(batch: str, *entries: tuple[str, str]) -> None:
+        lines = ["v1"] + [json.dumps({"path": f"file://{files[f]}", "action": action})
+                          for f, action in entries]
+        (out / "_spark_metadata" / batch).write_text("\n".join(lines))
+
+    log("0", ("gone", "add"))  # before the compaction: its entries are in 1.compact
+    log("1.compact", ("a", "add"), ("gone", "add"))
+    log("2", ("b", "add"), ("c", "add"))
+    log("3", ("gone", "delete"))
+    assert committed_files(str(out)) == sorted([files["a"], files["b"], files["c"]])
+    rows = read_results(str(out))
+    assert sorted(map(repr, rows)) == sorted(map(repr, [
+        {"key": 455728, "n": "n"}, {"key": "455728", "n": "n"}, {"key": {"x": [1, None]}, "n": "n"}]))
+    assert {r["_offset"] for r in read_results(str(out), metadata=True)} == {"0"}
+    tagged = pa.schema([pa.field("k", pa.string(), metadata={b"cameo.type": b"any?"})])
+    assert column_types(tagged) == {"k": "any?"}
+    assert read_results(str(tmp_path / "nothing")) == []
+
+
+# -- checkpoint markers ---------------------------------------------------------------------
+def test_checkpoint_verdicts() -> None:
+    from spark_ingest.checkpoints import Owner, verdict
+
+    mine = Owner("d", "in-s", "json", {"path": "/new", "maxFilesPerTrigger": "3"})
+    paced = Owner("d", "in-s", "json", {"path": "/new", "maxFilesPerTrigger": "9"})
+    assert paced.fingerprint == mine.fingerprint  # pacing does not change what positions mean
+    assert verdict(None, False, mine) == "new"
+    assert verdict(None, True, mine) == "adopt"                      # made before markers
+    assert verdict(paced.to_dict(), True, mine) == "resume"
+    assert verdict({**mine.to_dict(), "adopted": True}, True, mine) == "adopt"
+    for other in (Owner("d", "in-s", "json", {"path": "/old"}), Owner("e", "in-s", "json", {"path": "/new"}),
+                  Owner("d", "in-t", "json", {"path": "/new"}), Owner("d", "in-s", "csv", {"path": "/new"})):
+        assert verdict(other.to_dict(), True, mine) == "conflict", other
+
+
+def test_checkpoint_markers_refuse_another_query_and_start_fresh_on_request(tmp_path: Any) -> None:
+    from spark_ingest import checkpoints
+    from spark_ingest.checkpoints import MARKER, Owner, apply, check
+    from spark_ingest.exceptions import CheckpointConflict
+
+    ck = str(tmp_path / "ck" / "d" / "in-s")
+    old = Owner("d", "in-s", "json", {"path": "/data/a"})
+    plan = check(ck, old, fresh=False)
+    assert plan.verdict == "new" and not plan.reset
+    apply(plan)
+    (tmp_path / "ck" / "d" / "in-s" / "offsets").mkdir()  # Spark's state
+    assert check(ck, old, fresh=False).verdict == "resume"
+
+    new = Owner("d", "in-s", "json", {"path": "/data/b"})
+    with pytest.raises(CheckpointConflict) as refused:
+        check(ck, new, fresh=False)
+    text = str(refused.value)
+    assert f"Spark checkpoint {ck!r}" in text and "'/data/b'" in text and "'/data/a'" in text
+    assert "fresh_checkpoints=True" in text and refused.value.fix
+
+    plan = check(ck, new, fresh=True)
+    assert plan.reset
+    apply(plan)
+    marker, state = checkpoints.read(ck)
+    assert not state and marker is not None and marker["where"] == "/data/b"
+
+    # A checkpoint without a marker is adopted (and marked so); fresh starts it anew.
+    (tmp_path / "ck" / "d" / "in-s" / MARKER).unlink()
+    (tmp_path / "ck" / "d" / "in-s" / "offsets").mkdir()
+    plan = check(ck, new, fresh=False)
+    assert plan.verdict == "adopt" and not plan.reset
+    apply(plan)
+    assert checkpoints.read(ck)[0]["adopted"] is True  # type: ignore[index]
+    assert check(ck, new, fresh=False).verdict == "adopt"
+    apply(check(ck, new, fresh=True))
+    assert checkpoints.read(ck) == (new.to_dict(), False)
+
+    (tmp_path / "ck" / "d" / "in-s" / MARKER).write_text("{not json")
+    with pytest.raises(CheckpointConflict, match="an unreadable marker"):
+        check(ck, new, fresh=False)
+
+
+def test_a_new_checkpoint_refuses_an_old_sink_log(tmp_path: Any) -> None:
+    from spark_ingest.checkpoints import Owner, apply, check
+    from spark_ingest.exceptions import CheckpointConflict
+
+    out = tmp_path / "out"
+    ck = str(tmp_path / "ck")
+    owner = Owner("d", "out-o", "parquet", {"path": str(out)})
+    apply(check(ck, owner, fresh=False, sink_path=str(out)))  # no log yet: fine
+    (out / "_spark_metadata").mkdir(parents=True)
+    (out / "_spark_metadata" / "0").write_text("v1")
+    assert check(ck, owner, fresh=False, sink_path=str(out)).verdict == "resume"  # its own log
+    with pytest.raises(CheckpointConflict, match="skip the new query's first batches"):
+        check(str(tmp_path / "other-ck"), owner, fresh=False, sink_path=str(out))
+
+
+# -- a query that died --------------------------------------------------------------------------
+def test_spark_messages_are_cut_to_what_failed() -> None:
+    import pickle
+
+    from spark_ingest.exceptions import SparkQueryFailed
+    from spark_ingest.tier import MAX_MESSAGE_CHARS, failure_fix, spark_message
+
+    plan = "\n=== Streaming Query ===\nIdentifier: cameo-in-d-s [id = 1]\nCurrent State: ACTIVE"
+    assert spark_message("Wrong basePath /b for the root path: file:/a/x.json" + plan) == \
+        "Wrong basePath /b for the root path: file:/a/x.json"
+    worker = ("[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback "
+              "(most recent call last):\n  File \"/x/datasource.py\", line 211, in write\n"
+              "    raise CameoSparkError(\nspark_ingest.exceptions.CameoSparkError: dataflow 'd' "
+              "was redeployed\n SQLSTATE: 38000" + plan)
+    assert spark_message(worker) == (
+        "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most "
+        "recent call last): ... spark_ingest.exceptions.CameoSparkError: dataflow 'd' was "
+        "redeployed")
+    assert len(spark_message("x" * 10_000)) == MAX_MESSAGE_CHARS + 4
+    assert "fresh_checkpoints=True" in failure_fix("Wrong basePath /b", "d", "/ck", "in", "s")
+    assert "/ck/d/in-s" in failure_fix("Wrong basePath /b", "d", "/ck", "in", "s")
+    assert "SparkTier.start('d')" in failure_fix("Path does not exist", "d", "/ck", "in", "s")
+
+    e = SparkQueryFailed("d", "cameo-in-d-s", "input", "s", "boom", "fix it", ("cameo-out-d-o",))
+    assert str(e) == ("the input query 'cameo-in-d-s' of dataflow 'd' (step 's') failed in Spark "
+                      "(failed too: cameo-out-d-o): boom. Fix: fix it")
+    again = pickle.loads(pickle.dumps(e))  # crosses processes intact (Ray, Spark's workers)
+    assert (str(again), again.others, again.role) == (str(e), e.others, "input")
+
+
+class _Query:
+    """A StreamingQuery stand-in: active until stopped, or dead with `error`."""
+
+    def __init__(self, name: str, error: str | None = None) -> None:
+        self.name = name
+        self.error = error
+        self.isActive = error is None
+        self.status = {"isTriggerActive": False}
+        self.lastProgress = None
+        self.calls: list[str] = []
+
+    def processAllAvailable(self) -> None:
+        self.calls.append("drain")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+        self.isActive = False
+
+    def exception(self) -> str | None:
+        return self.error
+
+
+class _Runtime:
+    address, pool = "127.0.0.1:1", "p"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def close(self, name: str) -> None:
+        self.calls.append(f"close {name}")
+
+    def wait_idle(self, timeout_s: float = 60.0) -> None:
+        self.calls.append("wait_idle")
+
+    def cancel(self, name: str) -> dict[str, Any]:
+        self.calls.append(f"cancel {name}")
+        return {"name": name, "state": "cancelled"}
+
+
+class _Spark:
+    class conf:  # noqa: N801 - SparkSession.conf
+        @staticmethod
+        def get(key: str, default: Any = None) -> Any:
+            return "/ck"
+
+
+def _tier(inputs: dict[str, _Query], outputs: dict[str, _Query]) -> Any:
+    from spark_ingest.tier import DataflowQueries, SparkTier
+
+    tier = SparkTier(_Runtime(), _Spark())  # type: ignore[arg-type]
+    tier.queries["d"] = DataflowQueries(inputs=dict(inputs), outputs=dict(outputs))
+    return tier
+
+
+def test_drain_reports_a_dead_input_and_leaves_the_dataflow_open() -> None:
+    from spark_ingest.exceptions import SparkQueryFailed
+
+    dead = _Query("cameo-in-d-s", "Wrong basePath /b for the root path: file:/a/x.json")
+    out = _Query("cameo-out-d-o")
+    tier = _tier({"s": dead}, {"o": out})
+    [in_state, out_state] = tier.status("d")
+    assert (in_state.role, in_state.active, in_state.error) == ("input", False, dead.error)
+    assert (out_state.role, out_state.active, out_state.error) == ("output", True, None)
+    with pytest.raises(SparkQueryFailed) as failed:
+        tier.raise_if_failed()
+    assert failed.value.query == "cameo-in-d-s" and "d" in tier.queries  # only a check
+
+    with pytest.raises(SparkQueryFailed) as failed:
+        tier.drain("d", close=True)
+    assert (failed.value.dataflow, failed.value.role, failed.value.step) == ("d", "input", "s")
+    assert "Wrong basePath" in str(failed.value) and "fresh_checkpoints=True" in failed.value.fix
+    assert tier.runtime.calls == []          # not closed on part of its input, nothing awaited
+    assert out.calls == ["stop"]             # the output stopped between batches, not drained
+    assert "d" not in tier.queries and tier.status("d") == []
+
+
+def test_drain_and_stop_report_a_dead_output_after_stopping_the_rest() -> None:
+    from spark_ingest.exceptions import SparkQueryFailed
+
+    fine, dead = _Query("cameo-in-d-s"), _Query("cameo-out-d-o", "Path does not exist: /x")
+    tier = _tier({"s": fine}, {"o": dead, "p": _Query("cameo-out-d-p", "disk full")})
+    with pytest.raises(SparkQueryFailed) as failed:
+        tier.drain("d", close=True)
+    assert failed.value.query == "cameo-out-d-o" and failed.value.others == ("cameo-out-d-p",)
+    assert fine.calls == ["drain", "stop"] and tier.runtime.calls == []
+
+    tier = _tier({"s": _Query("cameo-in-d-s")}, {"o": _Query("cameo-out-d-o", "disk full")})
+    with pytest.raises(SparkQueryFailed, match="disk full"):
+        tier.stop("d")
+    assert tier.queries == {}
+
+    tier = _tier({"s": _Query("cameo-in-d-s")}, {"o": _Query("cameo-out-d-o")})
+    tier.drain("d", close=True)  # all well: close, wait, then the outputs drain
+    assert tier.runtime.calls == ["close d", "wait_idle"]
+
+    tier = _tier({"s": _Query("cameo-in-d-s", "boom")}, {})
+    answer = tier.cancel("d")  # ends it anyway; the failure is in the answer
+    assert answer["state"] == "cancelled" and "boom" in answer["spark_failures"][0]

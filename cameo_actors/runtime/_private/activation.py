@@ -19,7 +19,14 @@ from typing import Any
 import msgpack
 
 from cameo_actors.dataflow.functions import FunctionResolver
-from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, SinkStep, SourceStep, WindowStep
+from cameo_actors.dataflow.spec import (
+    DataflowSpec,
+    JoinStep,
+    ProcessStep,
+    SinkStep,
+    SourceStep,
+    WindowStep,
+)
 from cameo_actors.operators.base import END_OF_STREAM, Event, Operator, Output
 from cameo_actors.operators.build import build_operator, key_function
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
@@ -450,10 +457,12 @@ def frontier_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:
     timing too: an event early in a one-second window contributes to a result
     that cannot be produced before the window closes, so its work can wait for
     more urgent work (the Cameo frontier). Watermarks stay barriers in the
-    mailbox, so reordering by window never changes results.
+    mailbox, so reordering by window never changes results. A process step
+    takes no timing from downstream: a user function's outputs may carry any
+    event time, so the window they land in is not known from its input.
     """
     own = _window_timing(spec, step)
-    if own is not None or isinstance(step, SinkStep):
+    if own is not None or isinstance(step, (SinkStep, ProcessStep)):
         return own
     downstream = [frontier_timing(spec, consumer) for consumer, _ in spec.consumers(step.id)]
     known = [t for t in downstream if t is not None]
@@ -463,7 +472,9 @@ def frontier_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:
 
 
 def _window_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:
-    """How the scheduler maps a window step's windows to physical deadlines."""
+    """How the scheduler maps a window step's windows to physical deadlines (None for
+    steps that fire nothing at watermarks: an interval join emits a pair as soon as
+    both events are in; a process's timers are its user's)."""
     lateness = float(max((s.allowed_lateness_ms for s in spec.sources), default=0))
     if isinstance(step, WindowStep):
         if step.kind == "session":
@@ -472,6 +483,8 @@ def _window_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:
             return WindowTiming.sliding(float(step.size_ms or 0), float(step.slide_ms or 0), lateness)
         return WindowTiming.tumbling(float(step.size_ms or 0), lateness)
     if isinstance(step, JoinStep):
+        if step.kind == "interval":
+            return None
         if step.kind == "sliding":
             return WindowTiming.sliding(float(step.size_ms), float(step.slide_ms or 0), lateness)
         return WindowTiming.tumbling(float(step.size_ms), lateness)

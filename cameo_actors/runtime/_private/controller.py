@@ -616,11 +616,11 @@ class Controller:
         ids = [s.id for s in spec.steps]
         if step not in ids:
             raise ReconfigError(f"dataflow {name!r}", f"one of its steps {ids}", step,
-                                "name a window or join step of the dataflow")
+                                "name a window, join or process step of the dataflow")
         where = f"dataflow {name!r}, step {step!r}"
         if not is_keyed_step(spec, spec.step(step)):
-            raise ReconfigError(where, "a window or join on a keyed stream (only those keep state "
-                                "by key, which can be split and moved)",
+            raise ReconfigError(where, "a window or join on a keyed stream, or a process (only "
+                                "those keep state by key, which can be split and moved)",
                                 f"a {spec.step(step).OP} step on an unkeyed stream"
                                 if spec.step(step).OP in ("window", "join")
                                 else f"a {spec.step(step).OP} step",

@@ -1,7 +1,7 @@
 """Placement of operator instances on executors, routing tables, and routing of events.
 
 Keys hash into `bins` bins (a power of two, 4096 by default: a pool setting).
-A *keyed step* (a window or join whose inputs are keyed) has a versioned
+A *keyed step* (a window, join or process whose inputs are keyed) has a versioned
 routing table bin -> instance, held by every upstream activation; a new
 version takes effect at an epoch marker each upstream sends in-band on every
 channel (`activation.py`, `migration.py`), so scaling and migration move bins,
@@ -22,7 +22,7 @@ from typing import Any
 
 import msgpack
 
-from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, Step, WindowStep
+from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, ProcessStep, Step, WindowStep
 from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.runtime.boundary import ActivationId
 
@@ -37,8 +37,9 @@ def stable_hash(key: Any) -> int:
 
 
 def is_keyed_step(spec: DataflowSpec, step: Step) -> bool:
-    """A window or join on keyed input: routed by table, scalable, its state movable."""
-    return isinstance(step, (WindowStep, JoinStep)) and all(
+    """A window, join or process on keyed input: routed by table, scalable, its state
+    movable (a process's input is always keyed)."""
+    return isinstance(step, (WindowStep, JoinStep, ProcessStep)) and all(
         stream_key(spec, i) is not None for i in step.inputs)
 
 

@@ -1,0 +1,247 @@
+"""Nexmark on cameo: events/s per core for each query, in-process and on Ray, checked.
+
+Run: `python -m bench.nexmark [--quick] [--query q0 q5 ...] [--events N] [--json FILE]`
+
+For each query (cameo_actors.nexmark.queries), on one generated stream
+(cameo_actors.nexmark.generator, seed 1; by default 300,000 events at 10,000 events per
+second of event time, up to 500 ms out of order, the queries allowing 2 s):
+
+- `in_process`: the query's operators alone through `run_local` (one Python thread, no
+  scheduler, no serialization): what the operators cost;
+- `ray`: the full runtime on Ray, a pool of one executor: events pushed from this
+  process in batches of 2,000 (msgpack over Ray calls), the scheduler, credits,
+  checkpoints every 2 s and the result log included, results read every 50,000 events
+  (as a consumer would), to the end of the stream and the last result read;
+- `ray_busy`: the same run counted per second the executor was busy running operators
+  (its worker thread's own rate, without the idle time it spent waiting for the driver).
+
+Every run's results are compared with the DuckDB reference (bench/nexmark_reference.py);
+a mismatch fails the benchmark (exit status 1) before any figure is printed.
+
+How cores are counted: `in_process` runs on one core (one thread). `ray` counts the
+executors of the pool (one executor = one Ray actor with one CPU reserved): events/s
+over 1. The driver that generates, encodes and pushes the batches runs on the machine's
+other core and is not counted, as a Kafka broker or Flink's datagen source on another
+host would not be; Flink's nexmark runner, below, counts every core its task managers
+used (the datagen source included). On this 2-core machine nothing else runs in
+parallel, so the figures are upper bounds of one core's work, not of a machine's.
+
+Published figures of other systems (throughput per core, events/s), for scale only:
+their setups differ from ours in every way (JVM or Rust, 8-24 cores, 100 M events
+generated in-process, SQL, different query variants):
+
+| system | q0 | q1 | q2 | q3 | q4 | q5 | q7 | q8 | q11 | setup | source |
+|---|---|---|---|---|---|---|---|---|---|---|---|
+| Flink 1.13 | 155 K | 158 K | 175 K | 152 K | 34 K | 22 K | 12 K | 146 K | 40 K | 3 workers x 8 cores, 32 GB; 8 TMs x 1 slot, parallelism 8; RocksDB, exactly-once checkpoints every 3 min; 100 M events at 10 M/s; cores = measured CPU of the TMs | https://github.com/nexmark/nexmark (README, "Benchmark Results") |
+| DBSP (Feldera) | 1,173 K | 1,093 K | 1,094 K | 1,008 K | 811 K | | | | | 8 worker threads on a Core i7-12700H laptop, 64 GB, in memory; 100 M events at 10 M/s | https://github.com/vmware-archive/database-stream-processor/pull/198 |
+
+RisingWave publishes per-query figures per *testbed*, not per core: nexmark-q16 at
+131 K rows/s on its "medium, 1 compute node" testbed against Flink 96.4 K on the same
+(https://github.com/risingwavelabs/risingwave/issues/14985, March 2024), q15 at 546 K
+(https://github.com/risingwavelabs/risingwave/issues/15251); its Flink comparison
+(https://risingwave.com/blog/the-preview-of-stream-processing-performance-report-apache-flink-and-risingwave-comparison)
+reports ratios to Flink. Arroyo publishes no per-query Nexmark figures: its maintainers
+run Nexmark internally but have no reproducible suite
+(https://github.com/ArroyoSystems/arroyo/issues/743, September 2024).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any
+
+from bench.nexmark_reference import difference, reference
+from bench.output import save_json
+from cameo_actors.nexmark.generator import NexmarkConfig, NexmarkStream, generate
+from cameo_actors.nexmark.queries import QUERIES, SINK, SOURCE
+
+BATCH = 2_000
+#: Events pushed between two reads of the results.
+READ_EVERY = 50_000
+
+#: Published per-core throughput (events/s) of peers; see the module docstring.
+PEERS: dict[str, dict[str, Any]] = {
+    "flink-1.13": {
+        "per_core_eps": {"q0": 155_020, "q1": 157_940, "q2": 175_210, "q3": 152_120,
+                         "q4": 34_330, "q5": 22_140, "q7": 12_330, "q8": 146_140,
+                         "q11": 39_700},
+        "setup": "3 workers x 8 cores, 32 GB; 8 task managers x 1 slot, parallelism 8; "
+                 "RocksDB, exactly-once checkpoints every 3 min; 100 M events at 10 M/s; "
+                 "cores = measured CPU of the task managers (datagen source included)",
+        "source": "https://github.com/nexmark/nexmark#benchmark-results",
+    },
+    "dbsp": {
+        "per_core_eps": {"q0": 1_172_778, "q1": 1_093_038, "q2": 1_094_335, "q3": 1_007_924,
+                         "q4": 811_000},
+        "setup": "DBSP (Feldera's engine), 8 worker threads on a Core i7-12700H laptop, "
+                 "64 GB, state in memory; 100 M events at 10 M/s",
+        "source": "https://github.com/vmware-archive/database-stream-processor/pull/198",
+    },
+    "risingwave": {
+        "per_core_eps": {},
+        "setup": "per testbed, not per core: q16 131 K rows/s on 'medium, 1 compute node' "
+                 "(Flink 96.4 K on the same); q15 546 K",
+        "source": "https://github.com/risingwavelabs/risingwave/issues/14985, "
+                  "https://github.com/risingwavelabs/risingwave/issues/15251",
+    },
+    "arroyo": {
+        "per_core_eps": {},
+        "setup": "no published per-query figures (internal benchmarks only)",
+        "source": "https://github.com/ArroyoSystems/arroyo/issues/743",
+    },
+}
+
+
+class Mismatch(Exception):
+    """A query's results differ from the reference."""
+
+
+def stream_config(events: int, rate_eps: float, late_share: float) -> NexmarkConfig:
+    return NexmarkConfig(events=events, seed=1, rate_eps=rate_eps, max_disorder_ms=500,
+                         late_share=late_share)
+
+
+def check(query: str, mode: str, rows: list[dict[str, Any]],
+          expected: list[dict[str, Any]]) -> None:
+    diff = difference(rows, expected)
+    if diff:
+        raise Mismatch(f"{query} {mode}: results differ from the DuckDB reference: {diff}")
+
+
+def run_in_process(query: str, stream: NexmarkStream) -> tuple[float, list[dict[str, Any]]]:
+    """(seconds, results) of the query through run_local."""
+    from cameo_actors.testing import TestingSource, run_local
+
+    dataflow = QUERIES[query](name=f"nexmark-{query}")
+    source = TestingSource(stream.events, batch_size=BATCH)
+    t0 = time.perf_counter()
+    result = run_local(dataflow, {SOURCE: source})
+    return time.perf_counter() - t0, result[SINK]
+
+
+def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str
+               ) -> tuple[float, float, list[dict[str, Any]]]:
+    """(seconds end to end, seconds of executor busy time, results) of the query on `rt`."""
+    name = rt.deploy(QUERIES[query](name=f"nexmark-{query}-{tag}"))
+    events, rows = stream.events, []
+    try:
+        busy0 = sum(e["busy_ms"] for e in rt.executor_stats())
+        t0 = time.perf_counter()
+        for i in range(0, len(events), READ_EVERY):
+            rt.push(name, SOURCE, events[i:i + READ_EVERY], batch_size=BATCH)
+            rows += rt.results(name)  # as a consumer would: a full result log holds the sink
+        rt.close(name)
+        rows += drain(rt, name)
+        elapsed = time.perf_counter() - t0
+        busy = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
+        return elapsed, busy, rows
+    finally:
+        rt.cancel(name)
+
+
+def drain(rt: Any, name: str) -> list[dict[str, Any]]:
+    """The results of a closed dataflow still to read: read until the runtime is idle and
+    nothing more comes (a read commits, which lets a sink held on a full log go on)."""
+    rows: list[dict[str, Any]] = []
+    while True:
+        rt.wait_idle(timeout_s=1_800)
+        got = rt.results(name)
+        if not got:
+            return rows
+        rows += got
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="20,000 events, one run each")
+    parser.add_argument("--query", nargs="+", choices=list(QUERIES), help="default: all")
+    parser.add_argument("--events", type=int, help="events per run (default 300,000)")
+    parser.add_argument("--rate", type=float, default=10_000.0,
+                        help="events per second of event time (default 10,000)")
+    parser.add_argument("--late-share", type=float, default=0.0,
+                        help="share of events delivered late (default 0). On Ray a join's "
+                        "watermark is its slower input's, and this run does not bound how far "
+                        "one input runs ahead, so q3 and q8 may then keep a late event the "
+                        "reference drops")
+    parser.add_argument("--repeat", type=int, help="runs per query and mode (default 3, quick 1)")
+    parser.add_argument("--no-ray", action="store_true", help="in-process only")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(argv)
+    events = args.events or (20_000 if args.quick else 300_000)
+    repeat = args.repeat or (1 if args.quick else 3)
+    chosen = args.query or list(QUERIES)
+
+    t0 = time.perf_counter()
+    stream = generate(stream_config(events, args.rate, args.late_share))
+    print(f"{events:,} events generated in {time.perf_counter() - t0:.1f} s "
+          f"({stream.counts()}, {len(stream.late)} late)")
+    out: dict[str, Any] = {
+        "events": events, "rate_eps": args.rate, "late": len(stream.late), "repeat": repeat,
+        "batch": BATCH, "cores": {"in_process": 1, "ray": 1, "ray_busy": 1},
+        "queries": {}, "peers": PEERS,
+    }
+    rt = None
+    started = False
+    try:
+        if not args.no_ray:
+            from bench.cameo import ensure_ray
+            from cameo_actors.runtime import Runtime, RuntimeConfig
+
+            started = ensure_ray()
+            rt = Runtime.start(RuntimeConfig(num_executors=1), pool="bench-nexmark")
+        for query in chosen:
+            expected = reference(query, stream)
+            runs: dict[str, list[float]] = {"in_process": [], "ray": [], "ray_busy": []}
+            for r in range(repeat):
+                seconds, rows = run_in_process(query, stream)
+                check(query, "in-process", rows, expected)
+                runs["in_process"].append(events / seconds)
+                if rt is not None:
+                    seconds, busy, rows = run_on_ray(rt, query, stream, str(r))
+                    check(query, "on Ray", rows, expected)
+                    runs["ray"].append(events / seconds)
+                    runs["ray_busy"].append(events / busy if busy > 0 else 0.0)
+            figures = {mode: {"events_per_s": statistics.median(v),
+                              "per_core": statistics.median(v) / out["cores"][mode], "runs": v}
+                       for mode, v in runs.items() if v}
+            out["queries"][query] = {"results": len(expected), "checked": True, **figures}
+            print(f"  {query}: " + ", ".join(f"{m} {f['per_core'] / 1e3:,.1f}k/s per core"
+                                             for m, f in figures.items())
+                  + f" ({len(expected):,} results, equal to the reference)")
+    except Mismatch as e:
+        print(f"MISMATCH: {e}", file=sys.stderr)
+        raise SystemExit(1) from e
+    finally:
+        if rt is not None:
+            rt.shutdown(stop_ray=False)
+        if started:
+            import ray
+
+            ray.shutdown()
+    print(table(out))
+    save_json(args.json, out)
+    return out
+
+
+def table(out: dict[str, Any]) -> str:
+    """The figures as a Markdown table, next to Flink's published ones."""
+    modes = [m for m in ("in_process", "ray", "ray_busy")
+             if any(m in q for q in out["queries"].values())]
+    flink = PEERS["flink-1.13"]["per_core_eps"]
+    lines = [f"Nexmark on cameo, {out['events']:,} events, events/s per core "
+             f"(median of {out['repeat']}):", "",
+             "| query | " + " | ".join(modes) + " | Flink 1.13 (published) |",
+             "|---|" + "---|" * (len(modes) + 1)]
+    for query, q in out["queries"].items():
+        cells = [f"{q[m]['per_core'] / 1e3:,.1f} K" if m in q else "" for m in modes]
+        peer = f"{flink[query] / 1e3:,.0f} K" if query in flink else "n/a"
+        lines.append(f"| {query} | " + " | ".join(cells) + f" | {peer} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

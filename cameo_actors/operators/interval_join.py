@@ -1,0 +1,284 @@
+"""Inner join of two keyed streams per event-time interval.
+
+Port 0 is the left stream, port 1 the right. A left event at ``tl`` (its
+left time field) and a right event at ``tr`` with equal keys join when::
+
+    tl + lower_ms <= tr <= tl + upper_ms
+
+(lower_ms <= upper_ms; either may be negative). A pair comes out as soon as
+its second event arrives, not at a watermark::
+
+    {"key": k, <left_time_field>: max(tl, tr), "left": <left event>, "right": <right event>}
+
+An event whose time is behind the operator's watermark (the minimum over both
+ports) is late: it goes to the error output as kind "late". An event without
+a valid time, or whose key function raises or returns an unhashable key, is
+"malformed". Both are counted (`late_count`, `malformed_count`).
+
+State is per key (place None in live migration): each side's events in time
+order. A watermark w drops the left events with ``tl + upper_ms < w`` and the
+right ones with ``tr - lower_ms < w``: no event that is not late can match
+them any more.
+
+>>> op = IntervalJoinOperator("j", lower_ms=0, upper_ms=100,
+...                           left_key_fn=lambda e: e["id"], right_key_fn=lambda e: e["id"],
+...                           left_time_field="t", right_time_field="ts")
+>>> op.on_batch([{"t": 10, "id": 1}], port=0).events
+[]
+>>> op.on_batch([{"ts": 50, "id": 1}, {"ts": 200, "id": 1}], port=1).events
+[{'key': 1, 't': 50, 'left': {'t': 10, 'id': 1}, 'right': {'ts': 50, 'id': 1}}]
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from cameo_actors.operators.aggregates import is_time
+from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.windowing import (
+    KeyFn,
+    WindowedOperator,
+    decode_key,
+    encode_key,
+    event_time,
+    keys_by_label,
+    time_error,
+    unhashable_key_error,
+)
+
+_SIDES = ("left", "right")
+#: Fields of every result; the left time field may not be one of them.
+RESULT_FIELDS = ("key", "left", "right")
+
+
+class _Key:
+    """One key's buffered events: per side, times (sorted) and events, in step."""
+
+    __slots__ = ("times", "events")
+
+    def __init__(self) -> None:
+        self.times: tuple[list[Any], list[Any]] = ([], [])
+        self.events: tuple[list[Event], list[Event]] = ([], [])
+
+    def __bool__(self) -> bool:
+        return bool(self.times[0] or self.times[1])
+
+
+class IntervalJoinOperator(WindowedOperator):
+    """Interval inner equi-join of a left (port 0) and a right (port 1) stream.
+
+    Args:
+        step_id: the spec step (named in every error record).
+        lower_ms: the earliest right time, relative to the left time, that joins.
+        upper_ms: the latest one (>= lower_ms).
+        left_key_fn: left event -> key (hashable; tuples allowed).
+        right_key_fn: right event -> key, compared with == to left keys.
+        left_time_field: event-time field of left events (also the result's
+            time field).
+        right_time_field: event-time field of right events.
+
+    Raises:
+        ValueError: bounds that are not finite numbers or lower_ms > upper_ms, a
+            missing key function, or a left time field that clashes with a result field.
+    """
+
+    noun = "join"
+
+    def __init__(
+        self,
+        step_id: str,
+        *,
+        lower_ms: float,
+        upper_ms: float,
+        left_key_fn: KeyFn,
+        right_key_fn: KeyFn,
+        left_time_field: str,
+        right_time_field: str,
+    ) -> None:
+        super().__init__(step_id, n_inputs=2)
+        for name, value in (("lower_ms", lower_ms), ("upper_ms", upper_ms)):
+            if not is_time(value):
+                raise ValueError(f"step {step_id!r}: {name} must be a finite number of ms, "
+                                 f"got {value!r}")
+        if lower_ms > upper_ms:
+            raise ValueError(f"step {step_id!r}: lower_ms ({lower_ms}) must be <= upper_ms "
+                             f"({upper_ms}); swap the bounds")
+        for side, fn in zip(_SIDES, (left_key_fn, right_key_fn), strict=True):
+            if not callable(fn):
+                raise ValueError(f"step {step_id!r}: a join needs a {side} key function, got {fn!r}; "
+                                 f"key_by both inputs")
+        for side, tf in zip(_SIDES, (left_time_field, right_time_field), strict=True):
+            if not isinstance(tf, str) or not tf:
+                raise ValueError(f"step {step_id!r}: {side}_time_field must name the event-time "
+                                 f"field, got {tf!r}")
+        if left_time_field in RESULT_FIELDS:
+            raise ValueError(f"step {step_id!r}: left_time_field {left_time_field!r} clashes with a "
+                             f"result field {list(RESULT_FIELDS)}; rename the event-time field")
+        self.lower_ms = lower_ms
+        self.upper_ms = upper_ms
+        self.key_fns = (left_key_fn, right_key_fn)
+        self.time_fields = (left_time_field, right_time_field)
+        self._keys: dict[Any, _Key] = {}
+        # (time at which the key's earliest event may expire, seq, key): each key with
+        # events has an entry at or before its earliest expiry; entries of keys gone or
+        # already pruned are stale and skipped.
+        self._expiry: list[tuple[Any, int, Any]] = []
+        self._seq = 0
+
+    def _expires(self, port: int, t: Any) -> Any:
+        """When an event at t on `port` stops mattering: dropped once this is < the watermark."""
+        return t + self.upper_ms if port == 0 else t - self.lower_ms
+
+    # -- event processing --------------------------------------------------------------
+    def process(self, events: list[Event], port: int, out: Output) -> None:
+        if port not in (0, 1):
+            raise ValueError(f"step {self.step_id!r}: a join has ports 0 (left) and 1 (right), "
+                             f"got {port!r}")
+        tf, key_fn, wm, rejects = self.time_fields[port], self.key_fns[port], self.watermark, self.rejects
+        other = 1 - port
+        lower, upper, keys = self.lower_ms, self.upper_ms, self._keys
+        result_tf, emit = self.time_fields[0], out.events.append
+        for ev in events:
+            t = event_time(ev, tf)
+            if t is None:
+                rejects.malformed(out, ev, time_error(ev, tf))
+                continue
+            if t < wm:
+                rejects.late(out, ev, f"{_SIDES[port]} event at {tf}={t} is behind the watermark "
+                                      f"{wm}")
+                continue
+            try:
+                k = key_fn(ev)
+            except Exception as exc:
+                rejects.key_raised(out, ev, exc, f"{_SIDES[port]} key function")
+                continue
+            message = unhashable_key_error(k)
+            if message is not None:
+                rejects.malformed(out, ev, message)
+                continue
+            state = keys.get(k)
+            if state is None:
+                state = keys[k] = _Key()
+            # The other side's events that join this one, in time order.
+            times, partners = state.times[other], state.events[other]
+            if times:
+                if port == 0:  # rights with t + lower <= tr <= t + upper
+                    lo = bisect_left(times, t + lower)
+                    hi = bisect_right(times, t + upper, lo=lo)
+                else:  # lefts with tl + lower <= t <= tl + upper, as written (floats)
+                    lo = bisect_left(times, True, key=lambda tl: tl + upper >= t)
+                    hi = bisect_left(times, True, lo=lo, key=lambda tl: tl + lower > t)
+                for i in range(lo, hi):
+                    p = partners[i]
+                    left, right = (ev, p) if port == 0 else (p, ev)
+                    tp = times[i]
+                    emit({"key": k, result_tf: t if t >= tp else tp, "left": left, "right": right})
+            self._insert(state, k, port, t, ev)
+
+    def _insert(self, state: _Key, k: Any, port: int, t: Any, ev: Event) -> None:
+        times = state.times[port]
+        i = bisect_right(times, t)  # after equal times: arrival order among ties
+        times.insert(i, t)
+        state.events[port].insert(i, ev)
+        if i == 0:  # possibly the key's earliest expiry now
+            self._push(self._expires(port, t), k)
+
+    def _push(self, at: Any, k: Any) -> None:
+        heapq.heappush(self._expiry, (at, self._seq, k))
+        self._seq += 1
+
+    # -- retention ---------------------------------------------------------------------
+    def advance_to(self, watermark: float, out: Output) -> None:
+        """Nothing fires: drop the events that can no longer join."""
+        heap, keys = self._expiry, self._keys
+        due: dict[Any, None] = {}
+        while heap and heap[0][0] < watermark:
+            due[heapq.heappop(heap)[2]] = None
+        upper, lower = self.upper_ms, self.lower_ms
+        for k in due:
+            state = keys.get(k)
+            if state is None:
+                continue  # moved away, or pruned to nothing before
+            lt, rt = state.times
+            n = bisect_left(lt, True, key=lambda tl: tl + upper >= watermark)
+            if n:
+                del lt[:n], state.events[0][:n]
+            n = bisect_left(rt, True, key=lambda tr: tr - lower >= watermark)
+            if n:
+                del rt[:n], state.events[1][:n]
+            if state:
+                self._push_earliest(k, state)
+            else:
+                del keys[k]
+
+    def _push_earliest(self, k: Any, state: _Key) -> None:
+        lt, rt = state.times
+        ends = ([lt[0] + self.upper_ms] if lt else []) + ([rt[0] - self.lower_ms] if rt else [])
+        self._push(min(ends), k)
+
+    # -- state -------------------------------------------------------------------------
+    def _config(self) -> list[Any]:
+        return ["interval", self.lower_ms, self.upper_ms, *self.time_fields]
+
+    def _row(self, k: Any, state: _Key) -> list[Any]:
+        # Copies of the lists (the live ones change in place); the events as they are.
+        return [encode_key(k), list(state.events[0]), list(state.events[1])]
+
+    def _snapshot_windows(self) -> dict[str, Any]:
+        return {"keys": [self._row(k, s) for k, s in self._keys.items()]}
+
+    def _restore_windows(self, state: dict[str, Any]) -> None:
+        self._keys, self._expiry, self._seq = {}, [], 0
+        self._load(state["keys"])
+
+    def _load(self, rows: list[Any]) -> None:
+        """Add rows ``[key, lefts, rights]`` (each side in time order)."""
+        keys = self._keys
+        for k_data, lefts, rights in rows:
+            k = decode_key(k_data)
+            state = keys[k] = _Key()
+            for port, evs in enumerate((lefts, rights)):
+                tf = self.time_fields[port]
+                state.events[port].extend(evs)
+                state.times[port].extend(e[tf] for e in evs)
+            if state:
+                self._push_earliest(k, state)
+            else:
+                del keys[k]
+
+    def state_keys(self) -> list[Any]:
+        return list(self._keys)
+
+    def state_entries(self) -> list[tuple[Any, list[Any]]]:
+        return [(None, list(self._keys))]
+
+    def places_of(self, event: Any, port: int) -> list[Any]:
+        return [] if event_time(event, self.time_fields[port]) is None else [None]
+
+    def take_state_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
+                      ) -> dict[Any, list[Any]]:
+        """Rows ``[key, lefts, rights]`` per key with state (key encoded with
+        `encode_key`; each side's buffered events in time order)."""
+        keys = self._keys
+        out: dict[Any, list[Any]] = {}
+        for label, ks in keys_by_label(pairs, label_of).items():
+            # The popped lists are no longer live here: no copy needed.
+            rows = [[encode_key(k), s.events[0], s.events[1]]
+                    for k in ks if (s := keys.pop(k, None)) is not None]
+            if rows:
+                out[label] = rows
+        return out
+
+    def _put_state(self, rows: list[Any]) -> None:
+        seen: set[Any] = set()
+        for row in rows:  # check everything first: all or nothing
+            if not isinstance(row, list) or len(row) != 3:
+                raise ValueError(f"not an interval join state row: {row!r}")
+            k = decode_key(row[0])
+            if k in self._keys or k in seen:
+                raise ValueError(f"key {k!r} already has state here")
+            seen.add(k)
+        self._load(rows)  # copies the rows' lists
