@@ -38,6 +38,7 @@ from typing import Any
 
 from cameo_actors.operators.aggregates import is_time
 from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.join import check_sides
 from cameo_actors.operators.windowing import (
     KeyFn,
     WindowedOperator,
@@ -106,17 +107,8 @@ class IntervalJoinOperator(WindowedOperator):
         if lower_ms > upper_ms:
             raise ValueError(f"step {step_id!r}: lower_ms ({lower_ms}) must be <= upper_ms "
                              f"({upper_ms}); swap the bounds")
-        for side, fn in zip(_SIDES, (left_key_fn, right_key_fn), strict=True):
-            if not callable(fn):
-                raise ValueError(f"step {step_id!r}: a join needs a {side} key function, got {fn!r}; "
-                                 f"key_by both inputs")
-        for side, tf in zip(_SIDES, (left_time_field, right_time_field), strict=True):
-            if not isinstance(tf, str) or not tf:
-                raise ValueError(f"step {step_id!r}: {side}_time_field must name the event-time "
-                                 f"field, got {tf!r}")
-        if left_time_field in RESULT_FIELDS:
-            raise ValueError(f"step {step_id!r}: left_time_field {left_time_field!r} clashes with a "
-                             f"result field {list(RESULT_FIELDS)}; rename the event-time field")
+        check_sides(step_id, (left_key_fn, right_key_fn), (left_time_field, right_time_field),
+                    result_fields=RESULT_FIELDS)
         self.lower_ms = lower_ms
         self.upper_ms = upper_ms
         self.key_fns = (left_key_fn, right_key_fn)

@@ -47,6 +47,27 @@ _SIDES = ("left", "right")
 Sides = list[list[Event]]
 
 
+def check_sides(step_id: str, key_fns: tuple[Any, Any], time_fields: tuple[Any, Any], *,
+                result_fields: tuple[str, ...]) -> None:
+    """What every join checks of its two sides: a key function and an event-time field
+    each, and a left time field (the result's) that is no other result field.
+
+    Raises:
+        ValueError: naming the step, what is wrong and the fix.
+    """
+    for side, fn in zip(_SIDES, key_fns, strict=True):
+        if not callable(fn):
+            raise ValueError(f"step {step_id!r}: a join needs a {side} key function, got {fn!r}; "
+                             f"key_by both inputs")
+    for side, tf in zip(_SIDES, time_fields, strict=True):
+        if not isinstance(tf, str) or not tf:
+            raise ValueError(f"step {step_id!r}: {side}_time_field must name the event-time "
+                             f"field, got {tf!r}")
+    if time_fields[0] in result_fields:
+        raise ValueError(f"step {step_id!r}: left_time_field {time_fields[0]!r} clashes with a "
+                         f"result field {list(result_fields)}; rename the event-time field")
+
+
 def _copy_sides(sides: Sides) -> Sides:
     # Snapshot rows hold copies: the live lists grow in place.
     return [list(sides[0]), list(sides[1])]
@@ -92,17 +113,8 @@ class WindowJoinOperator(WindowedOperator):
         if kind not in JOIN_KINDS:
             raise ValueError(f"step {step_id!r}: join kind must be one of {list(JOIN_KINDS)}, "
                              f"got {kind!r}")
-        for side, fn in zip(_SIDES, (left_key_fn, right_key_fn), strict=True):
-            if not callable(fn):
-                raise ValueError(f"step {step_id!r}: a join needs a {side} key function, got {fn!r}; "
-                                 f"key_by both inputs")
-        for side, tf in zip(_SIDES, (left_time_field, right_time_field), strict=True):
-            if not isinstance(tf, str) or not tf:
-                raise ValueError(f"step {step_id!r}: {side}_time_field must name the event-time "
-                                 f"field, got {tf!r}")
-        if left_time_field in (*RESULT_FIELDS, *_SIDES):
-            raise ValueError(f"step {step_id!r}: left_time_field {left_time_field!r} clashes with a "
-                             f"result field {[*RESULT_FIELDS, *_SIDES]}; rename the event-time field")
+        check_sides(step_id, (left_key_fn, right_key_fn), (left_time_field, right_time_field),
+                    result_fields=(*RESULT_FIELDS, *_SIDES))
         self.kind = kind
         self.size_ms = positive_number(step_id, "size_ms", size_ms)
         if kind == "sliding":
