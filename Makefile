@@ -43,7 +43,7 @@ $(BENCH): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH)
 
-bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput, service, migration, recovery, critical paths, Nexmark (README)
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput, service, migration, recovery, self-scaling (plot), critical paths, Nexmark (README)
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/out/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead
@@ -52,6 +52,7 @@ bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload;
 	$(PY) -m bench.service --json bench/out/service.json
 	$(PY) -m bench.migration --quick --json bench/out/migration.json --plots bench/out
 	$(PY) -m bench.recovery --quick --json bench/out/recovery.json
+	$(PY) -m bench.scaling --json bench/out/scaling.json --plots docs/bench
 	$(PY) -m bench.critical_path --json bench/out/critical_path.json
 	$(PY) -m bench.nexmark --json bench/out/nexmark.json
 

@@ -97,6 +97,49 @@ def fair_shares(res: dict[str, Any], path: str, title: str = "") -> str:
     return path
 
 
+def scaling_timeline(res: dict[str, Any], out_dir: str) -> str:
+    """`python -m bench.scaling`'s figure, `DIR/scaling.png`: rows sharing the time axis:
+    the offered rate, the window's instances per policy with the optimum as a step line,
+    and the p99 of bids' result latency per second per policy (log)."""
+    plt = _plt()
+    policies = res["policies"]
+    fig, axes = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True)
+    rate_ax, inst_ax, p99_ax = axes
+    first = next(iter(policies.values()))
+    edges = [a for a, _ in first["phase_bounds_s"]] + [first["phase_bounds_s"][-1][1]]
+    rate_ax.stairs(first["rates_eps"], edges, color="black", linewidth=1.2, label="offered")
+    rate_ax.set_ylabel("input events/s")
+    inst_ax.stairs(first["optimum"], edges, color="grey", linewidth=3, alpha=0.4,
+                   label="optimum")
+    for i, (policy, r) in enumerate(policies.items()):
+        ts = [x["t_s"] for x in r["timeline"]]
+        inst_ax.step(ts, [x["parallelism"] for x in r["timeline"]], where="post", color=f"C{i}",
+                     label=f"{policy} instances")
+        inst_ax.step(ts, [x["executors"] for x in r["timeline"]], where="post", color=f"C{i}",
+                     linestyle=":", linewidth=0.9, label=f"{policy} executors")
+        pts = [(t, v) for t, v in r["p99_ms_per_s"] if v is not None]
+        p99_ax.plot([t + 0.5 for t, _ in pts], [max(v, 1.0) for _, v in pts], color=f"C{i}",
+                    marker=".", linewidth=1, label=f"{policy} p99")
+    inst_ax.set_ylabel("window instances")
+    p99_ax.axhline(2_000, color="C3", linestyle="--", linewidth=1, label="target 2 s")
+    p99_ax.set_yscale("log")
+    p99_ax.set_ylabel("bids p99 per 1 s (ms, log)")
+    p99_ax.set_xlabel("seconds from the start of the trace")
+    for ax in axes:
+        for edge in edges[1:-1]:
+            ax.axvline(edge, color="grey", linewidth=0.5, alpha=0.5)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    rate_ax.set_title(f"self-scaling: ds2 vs threshold (C = "
+                      f"{res['setup']['capacity_eps']:,.0f} events/s per instance)", fontsize=10)
+    fig.tight_layout()
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "scaling.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_all(results: dict[str, Any], out_dir: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []

@@ -318,6 +318,46 @@ class WindowOperator(WindowedOperator):
             fill(r, acc)
             emit(r)
 
+    # -- lessees (see `lease`) ---------------------------------------------------------
+    def merge_partials(self, rows: Iterable[Sequence[Any]], out: Output) -> None:
+        """Fold a lessee's partial rows ``[window_end, key, acc]`` (`lease.LesseeWindow.
+        take_partials`, possibly after a msgpack round trip) into this window's state.
+
+        A row whose window already fired here is not lost: it goes to the error
+        output as kind "late" (counted in `late_count`), the row as its event.
+
+        Raises:
+            ValueError: this is a session window, which cannot have lessees.
+        """
+        windower = self._windower
+        if not isinstance(windower, AlignedWindower):
+            raise ValueError(f"step {self.step_id!r}: a {self.kind} window has no lessees, "
+                             f"so it takes no partials; only tumbling and sliding windows do")
+        state, wm, aggs = windower.state, self.watermark, self._aggs
+        windows, count_only, merge, copy = state.windows, aggs.count_only, aggs.merge, aggs.copy
+        cur_end: Any = None
+        w: Any = None  # the window ending at cur_end: key -> accumulator
+        for row in rows:
+            end, k, acc = row
+            if end <= wm:
+                self.rejects.late(out, row, f"a lessee's partial for the window ending at {end} "
+                                            f"arrived after the window fired (watermark {wm})")
+                continue
+            if k.__class__ is list:
+                k = decode_key(k)
+            if end != cur_end:  # rows come grouped by window: look it up when it changes
+                w = windows.get(end)
+                if w is None:
+                    w = state.open(end)
+                cur_end = end
+            mine = w.get(k)
+            if mine is None:
+                w[k] = copy(acc)
+            elif count_only:
+                w[k] = mine + acc
+            else:
+                merge(mine, acc)
+
     # -- state -------------------------------------------------------------------------
     def _config(self) -> list[Any]:
         return [self.kind, self.size_ms, self.slide_ms, self.gap_ms, self.time_field,

@@ -354,6 +354,50 @@ class Runtime:
         """
         return dict(get(self.controller.remove_executor.remote(index, strategy)))
 
+    # -- self-scaling ------------------------------------------------------------------------
+    def scaling(self, name: str | None = None) -> dict[str, Any]:
+        """The scaling controller's view: the policy and bounds, executors there are and
+        wanted, per dataflow each step's parallelism, lessees, rates (observed and true:
+        events per second of useful time), busy share and backlog, per instance the
+        useful time split (deserialization, processing, serialization) and queueing
+        delay; the last decisions with their reasons, the dataflows that will miss their
+        target even at the pool's maximum, and failed actions."""
+        return dict(get(self.controller.scaling_status.remote(name)))
+
+    def set_scaling(self, name: str, settings: dict[str, Any] | None = None, *,
+                    pin: dict[str, int | None] | None = None) -> dict[str, Any]:
+        """Give dataflow `name` its own scaling settings (keys as `RuntimeConfig.scaling`,
+        over the pool's; {"policy": "off"} stops scaling it; None without pins: the pool's
+        again), and pin steps to a parallelism (a manual override the policy keeps; None
+        unpins; pins alone keep the dataflow's settings).
+
+        Raises:
+            ScalingConfigError: an unknown policy or key, contradicting bounds (min > max),
+                a step that cannot scale; nothing changed.
+        """
+        return dict(get(self.controller.set_scaling.remote(name, settings, pin)))
+
+    def lease(self, name: str, step: str, lessees: int) -> MigrationInfo:
+        """Give keyed window `step` `lessees` lessee instances (Dirigo) on other executors:
+        events whose owner has more waiting than a lessee go there, folded into partial
+        aggregates that are merged into the owner before its windows fire; results are
+        those of a run without them. This is what relieves one hot key, which moving
+        bins cannot split. 0 gives them back (each ends its stream, its last partials
+        merged). Returns at once, like `scale`; no bins of the step move while it has
+        lessees.
+
+        Raises:
+            ReconfigError: not a tumbling or sliding window on a keyed stream, or too many.
+            ReconfigConflict: a migration of the dataflow is under way.
+        """
+        return self._migration_started(name, self.controller.lease.remote(name, step, lessees))
+
+    def report_backlog(self, name: str, source: str, events: int) -> None:
+        """Tell the scaling controller how many events this writer holds for `source`
+        that it has not pushed yet (its lag): it is the source's backlog, and its growth
+        the part of the offered rate that did not get in. Fire and forget."""
+        self.controller.report_backlog.remote(name, source, events)
+
     def _live(self, name: str) -> DataflowInfo:
         """The dataflow's record, if its parts still run on the executors (else
         DataflowEnded); while it is recovering, waits (up to `recovery_timeout_s`)."""

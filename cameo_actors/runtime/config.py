@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
+from cameo_actors.scaling import settings_from_dict
 
 ISOLATION_MODES = ("shared", "isolated")
 ADMISSION_MODES = ("admit", "warn", "refuse")
@@ -100,6 +101,14 @@ class RuntimeConfig:
         trace_niceness: the OS priority (Linux nice, 0-19) of the controller's analysis
             thread: above 0 it takes the CPU the executors leave, so that explaining the
             pool costs its dataflows little; 0 keeps the controller's priority.
+        scaling: the scaling controller's settings (`cameo_actors.scaling.settings_from_dict`):
+            its policy ("off", the default, "ds2" or "threshold"), the pool's bounds
+            (min/max executors, max parallelism per step), warm-up and scale-down
+            windows, lessees. Dataflows may have their own (`Runtime.set_scaling`).
+        service_capacity_eps: a simulated executor speed for benchmarks on one machine:
+            each instance of a keyed step processes at most this many events per second
+            (it sleeps the rest of each event's share), so that an added executor adds
+            capacity as on a cluster. None: as fast as the machine.
     """
 
     num_executors: int | None = None
@@ -144,6 +153,8 @@ class RuntimeConfig:
     trace_snapshots_kept: int = 300
     trace_watch_s: float = 300.0
     trace_niceness: int = 10
+    scaling: dict[str, Any] = field(default_factory=dict)
+    service_capacity_eps: float | None = None
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -188,6 +199,10 @@ class RuntimeConfig:
         if type(self.trace_niceness) is not int or not 0 <= self.trace_niceness <= 19:
             raise ValueError(f"RuntimeConfig.trace_niceness: expected an int from 0 to 19, got "
                              f"{self.trace_niceness!r}")
+        settings_from_dict(self.scaling, where="RuntimeConfig.scaling")  # ScalingConfigError
+        if self.service_capacity_eps is not None and not 0 < self.service_capacity_eps < float("inf"):
+            raise ValueError(f"RuntimeConfig.service_capacity_eps: expected events per second > 0, "
+                             f"or None, got {self.service_capacity_eps}")
         # An int: the source operator compiles it into its schema check.
         if type(self.max_string_chars) is not int or self.max_string_chars <= 0:
             raise ValueError(f"RuntimeConfig.max_string_chars: expected an int > 0 (characters), "

@@ -65,6 +65,8 @@ from cameo_actors.service.protocol import (
     RebalanceRequest,
     ResultsPage,
     ScaleRequest,
+    ScalingRequest,
+    ScalingStatus,
     Strategy,
     SubmitResponse,
     TokenCreated,
@@ -82,6 +84,7 @@ from cameo_actors.service.protocol import (
     parse_model,
     too_large,
 )
+from cameo_actors.service.scaling import DecisionCounter
 
 PUBLIC_PATHS = frozenset({"/healthz"})
 #: Retry-After (s) of a 503 when the runtime did not answer in time.
@@ -343,7 +346,8 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
                snapshot: Callable[[], PoolSnapshot] | None = None,
                info: Callable[[], dict[str, Any]] | None = None,
                limits: TenantLimits | None = None,
-               max_json_depth: int = DEFAULT_MAX_DEPTH) -> FastAPI:
+               max_json_depth: int = DEFAULT_MAX_DEPTH,
+               scaling: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
     """The FastAPI app of a service.
 
     Args:
@@ -355,6 +359,8 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         info: returns facts about the deployment for GET /v1/info.
         limits: per-tenant request limits (None: the defaults of `TenantLimits`).
         max_json_depth: deepest nesting of lists and objects a body may have.
+        scaling: returns the scaling controller's status (`Runtime.scaling`), pulled once
+            at each scrape with the snapshot (None: /metrics has no scaling families).
     """
     limits = limits or TenantLimits()
     app = _App(
@@ -645,6 +651,31 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         return await run_in_threadpool(lambda: core.remove_executor(p, index,
                                                                     strategy=strategy))
 
+    # -- self-scaling: the controller's view; a dataflow's own settings and pins ----------------
+    @app.get("/v1/scaling", tags=["scaling"], response_model=ScalingStatus,
+             summary="The scaling controller: each dataflow's steps (parallelism, lessees, "
+                     "true rates, busy share), its last decisions and why, misses, failures "
+                     "(a tenant sees its own dataflows)")
+    async def scaling_status(p: Caller) -> Any:
+        return json_safe(await run_in_threadpool(core.scaling, p, None))
+
+    @app.get("/v1/dataflows/{name}/scaling", tags=["scaling"], response_model=ScalingStatus,
+             summary="The scaling controller's view of one dataflow")
+    async def dataflow_scaling(name: str, p: Caller) -> Any:
+        return json_safe(await run_in_threadpool(core.scaling, p, name))
+
+    @app.put("/v1/dataflows/{name}/scaling", tags=["scaling"], response_model=ScalingStatus,
+             summary="Set a dataflow's own scaling settings (over the pool's; null: the "
+                     "pool's) and pin steps to a parallelism",
+             openapi_extra=_body(ScalingRequest.model_json_schema(),
+                                 "the settings (required, null for the pool's) and the pins"))
+    async def set_scaling(name: str, request: Request, p: Caller) -> Any:
+        req = parse_model(ScalingRequest, await read_body(request, RECONFIG_BODY_BYTES,
+                                                          "scaling request"), "scaling")
+        settings = None if req.settings is None else req.settings.given()
+        return json_safe(await run_in_threadpool(lambda: core.set_scaling(
+            p, name, settings, dict(req.pin))))
+
     # -- tokens --------------------------------------------------------------------------------
     @app.post("/v1/tokens", tags=["tokens"], status_code=201, response_model=TokenCreated,
               summary="Create a tenant token (admin)",
@@ -678,6 +709,8 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
     ui.add_routes(app, core, tokens)
 
     # -- metrics -------------------------------------------------------------------------------
+    decisions = DecisionCounter()  # cameo_scaling_decisions_total, counted across scrapes
+
     @app.get("/metrics", tags=["service"], response_class=Response,
              summary="Prometheus metrics of the whole cluster (a tenant token sees its own)")
     async def metrics(p: Caller) -> Response:
@@ -685,7 +718,8 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
             return snapshot() if snapshot else {"dataflows": [], "executors": []}
 
         text = await run_in_threadpool(prom.render, snap, tenant=None if p.admin else p.tenant,
-                                       include_executors=p.admin, timer=time.perf_counter)
+                                       include_executors=p.admin, timer=time.perf_counter,
+                                       scaling_fn=scaling, decisions=decisions)
         return Response(text, media_type=prom.CONTENT_TYPE)
 
     return app

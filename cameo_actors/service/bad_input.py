@@ -3,7 +3,7 @@
 Every case is a request a correct service refuses with a 4xx, changing nothing:
 malformed bodies (bad JSON or msgpack, a wrong content type, empty, too large, too
 deep, NaN or Infinity in JSON), bad specs, bad updates, bad reconfigurations (scale,
-migrate, the pool's executors), bad paths and query
+migrate, the pool's executors, a dataflow's scaling settings), bad paths and query
 parameters, unknown dataflows and sources, bad tokens, and events bodies that are
 not lists of objects. Bad event *values* are not here: a service accepts those and
 the dataflow's error output gets them.
@@ -495,6 +495,41 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
                  needle="index")
     reconfig("remove executor 0 with strategy warp", "DELETE", "/v1/pool/executors/0", None,
              params=(("strategy", "warp"),), needle="strategy")
+
+    # -- bad scaling requests: refused before the scaling controller hears of them -----------
+    scaling, nowhere_scaling = f"{flow}/scaling", "/v1/dataflows/bad-input-nowhere/scaling"
+
+    def scale_with(description: str, data: Any, needle: str | None, expect: int = 422) -> None:
+        reconfig(description, "PUT", scaling, _json(data), expect, needle=needle)
+
+    scale_with("scaling without the settings field", {"pin": {}}, "settings")
+    scale_with("scaling settings as a list", {"settings": ["ds2"]}, "settings")
+    scale_with("scaling policy 5", {"settings": {"policy": 5}}, "policy")
+    for key, value, what in (("min_parallelism", 0, "0"), ("max_parallelism", "4", "a string"),
+                             ("max_parallelism", True, "true"), ("min_parallelism", 1.5, "1.5"),
+                             ("target_utilization", 1.5, "1.5"), ("warmup_s", -1, "-1"),
+                             ("catch_up_s", 0, "0"), ("high", 2, "2"), ("lessees", "yes",
+                                                                         "a string"),
+                             ("max_lessees", -1, "-1")):
+        scale_with(f"scaling {key} {what}", {"settings": {key: value}}, key)
+    scale_with("a pool-only scaling setting for a dataflow",
+               {"settings": {"max_executors": 4}}, "max_executors")
+    scale_with("an unknown scaling setting", {"settings": {"speed": "fast"}}, "speed")
+    scale_with("an unknown field beside the settings", {"settings": None, "pins": {}}, "pins")
+    scale_with("pinning a step to 0 instances", {"settings": None, "pin": {"out": 0}}, "pin")
+    scale_with("pinning a step to true", {"settings": None, "pin": {"out": True}}, "pin")
+    scale_with("pins as a list", {"settings": None, "pin": ["out"]}, "pin")
+    scale_with("pinning a step whose name has a space", {"settings": None, "pin": {"a b": 2}},
+               "pin")
+    cases.append(BadRequest("reconfig", "scaling high NaN in msgpack", "PUT", scaling,
+                            _mp({"settings": {"high": NAN}}), MSGPACK, needle="high"))
+    reconfig("scaling without a body", "PUT", scaling, b"", 400)
+    reconfig("scaling of a dataflow that does not exist", "PUT", nowhere_scaling,
+             _json({"settings": None}), 404)
+    reconfig("the scaling of a dataflow that does not exist", "GET", nowhere_scaling, None, 404)
+    reconfig("the victim's scaling by another tenant", "GET", scaling, None, 404, auth="tenant")
+    reconfig("setting the victim's scaling by another tenant", "PUT", scaling,
+             _json({"settings": {"policy": "ds2"}}), 404, auth="tenant")
 
     # -- bad tokens ----------------------------------------------------------------------------
     for auth in AUTH_HEADERS:

@@ -16,6 +16,8 @@
     cameo scale alerts win 4 --wait     # a keyed step to 4 instances, live
     cameo migrations                    # reconfigurations and their progress
     cameo pool add --count 2            # more executors (admin); pool rebalance, pool remove
+    cameo scaling [alerts]              # parallelism, true rates, decisions and why
+    cameo scaling set alerts --policy ds2 --max-parallelism 8 --pin win=4
 
 Client commands find the service at --url / CAMEO_URL (else the one a local
 `cameo serve` recorded in RUN_DIR/service/service.json, else 127.0.0.1:8470)
@@ -465,6 +467,111 @@ def cmd_pool(args: argparse.Namespace) -> int:
     return _wait_all(client, moves, args.wait_timeout) if args.wait else 0
 
 
+# -- self-scaling -------------------------------------------------------------------------------
+def parse_pin(text: str) -> tuple[str, int]:
+    """A pin from the command line: STEP=N (N instances, at least 1).
+
+    >>> parse_pin("win=4")
+    ('win', 4)
+    """
+    step, eq, n = text.partition("=")
+    try:
+        parallelism = int(n)
+    except ValueError:
+        parallelism = 0
+    if not eq or not step.strip() or parallelism < 1:
+        raise ConfigError("--pin", "STEP=N with N a whole number of instances >= 1", text,
+                          "e.g. --pin win=4; --unpin win lets the policy decide again")
+    return step.strip(), parallelism
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """A scaling setting from the command line: KEY=VALUE, the value read as JSON (a
+    number, true, false, null) or else as text.
+
+    >>> parse_setting("target_utilization=0.7"), parse_setting("policy=ds2")
+    (('target_utilization', 0.7), ('policy', 'ds2'))
+    """
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise ConfigError("--setting", "KEY=VALUE", text, "e.g. --setting target_utilization=0.7")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
+#: `cameo scaling set` flags that are settings: (args attribute, setting key).
+SCALING_FLAGS = (("policy", "policy"), ("min_parallelism", "min_parallelism"),
+                 ("max_parallelism", "max_parallelism"))
+
+
+def scaling_change(args: argparse.Namespace, steps: list[str] | None = None
+                   ) -> tuple[dict[str, Any] | None, dict[str, int | None]]:
+    """(settings, pins) of `cameo scaling set`: the settings given (None: the pool's), and
+    each step pinned or unpinned; --reset unpins `steps` (the dataflow's scalable ones)."""
+    settings = dict(parse_setting(t) for t in args.setting or [])
+    settings.update({key: getattr(args, attr) for attr, key in SCALING_FLAGS
+                     if getattr(args, attr) is not None})
+    if args.reset and settings:
+        raise ConfigError("--reset", "no settings with it (it means the pool's settings)",
+                          ", ".join(sorted(settings)), "leave out --reset, or the settings")
+    pinned = dict(parse_pin(t) for t in args.pin or [])
+    pins: dict[str, int | None] = {step: None for step in (steps or []) if args.reset}
+    pins.update(pinned)
+    for step in args.unpin or []:
+        if step in pinned:
+            raise ConfigError("--unpin", "a step not pinned in the same command", step,
+                              f"either --pin {step}=N or --unpin {step}")
+        pins[step] = None
+    return settings or None, pins
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    """`cameo scaling [NAME]` shows the controller's view; `cameo scaling set NAME ...`
+    gives a dataflow its own settings and pins."""
+    from cameo_actors.service.view import render_scaling
+
+    words = list(args.words)
+    changing = any(getattr(args, a) is not None for a, _ in SCALING_FLAGS) or bool(
+        args.setting or args.pin or args.unpin or args.reset)
+    if words[:1] == ["set"]:
+        if len(words) != 2:
+            raise ConfigError("scaling set", "one dataflow name", " ".join(words[1:]) or "none",
+                              "cameo scaling set NAME [--policy P] [--pin STEP=N] ...")
+        name = words[1]
+        client = _client(args)
+        steps = None
+        if args.reset:  # unpin every scalable step the controller knows of
+            flow = client.scaling(name).get("dataflows", {}).get(name) or {}
+            steps = sorted(s for s, st in (flow.get("steps") or {}).items() if st.get("scalable"))
+        settings, pins = scaling_change(args, steps)
+        if args.reset:  # the pool's settings first: pins alone keep a dataflow's own
+            status = client.set_scaling(name, None)
+        if settings is not None or pins or not args.reset:
+            status = client.set_scaling(name, settings, pin=pins)
+        if args.json:
+            _print_json(status)
+            return 0
+        flow = (status.get("dataflows") or {}).get(name) or {}
+        print(f"{name}: scaling settings " + ("the pool's" if settings is None else ", ".join(
+            f"{k}={v}" for k, v in sorted(settings.items())))
+            + (f"; policy {flow['policy']}" if flow.get("policy") else "")
+            + "".join(f"; {step} " + ("unpinned" if p is None else f"pinned at {p}")
+                      for step, p in sorted(pins.items())))
+        print(render_scaling(status))
+        return 0
+    if changing:
+        raise ConfigError("scaling", "settings and pins only with `cameo scaling set NAME`",
+                          " ".join(words) or "no `set`", "cameo scaling set NAME --policy ds2")
+    if len(words) > 1:
+        raise ConfigError("scaling", "at most one dataflow name", " ".join(words),
+                          "cameo scaling [NAME], or cameo scaling set NAME ...")
+    status = _client(args).scaling(words[0] if words else None)
+    _print_json(status) if args.json else print(render_scaling(status))
+    return 0
+
+
 # -- service ----------------------------------------------------------------------------------
 def cmd_token(args: argparse.Namespace) -> int:
     from cameo_actors.service.view import render_table
@@ -664,6 +771,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="remove: the executor's index")
     p.add_argument("--count", type=int, default=1, metavar="N", help="add: executors to start (1)")
     p.set_defaults(func=cmd_pool)
+
+    p = sub.add_parser("scaling", parents=[client_opts],
+                       help="the scaling controller: each step's parallelism and true rates, "
+                            "its decisions and why; `scaling set NAME` changes a dataflow's",
+                       description="cameo scaling [NAME]: per dataflow each step's parallelism, "
+                                   "lessees, true processing rate and busy share, the last "
+                                   "decisions with their reasons, misses and failed actions. "
+                                   "cameo scaling set NAME [--policy P] [--min-parallelism N] "
+                                   "[--max-parallelism N] [--pin STEP=N] [--unpin STEP] "
+                                   "[--reset]: the dataflow's own settings over the pool's. "
+                                   "Each set gives its whole own settings (what it leaves out "
+                                   "is the pool's); pins stay until unpinned.")
+    p.add_argument("words", nargs="*", metavar="[set] NAME",
+                   help="a dataflow (none: the pool); `set NAME` to change its scaling")
+    p.add_argument("--policy", default=None, help="set: off, ds2 or threshold")
+    p.add_argument("--min-parallelism", type=int, default=None, metavar="N",
+                   help="set: fewest instances of each scalable step")
+    p.add_argument("--max-parallelism", type=int, default=None, metavar="N",
+                   help="set: most instances of each scalable step")
+    p.add_argument("--setting", action="append", default=None, metavar="KEY=VALUE",
+                   help="set: another setting (warmup_s, scale_down_window_s, "
+                        "target_utilization, catch_up_s, high, low, backlog_events, "
+                        "deadline_aware, lessees, max_lessees); repeat it")
+    p.add_argument("--pin", action="append", default=None, metavar="STEP=N",
+                   help="set: keep STEP at N instances whatever the policy says; repeat it")
+    p.add_argument("--unpin", action="append", default=None, metavar="STEP",
+                   help="set: let the policy decide STEP's parallelism again; repeat it")
+    p.add_argument("--reset", action="store_true",
+                   help="set: the pool's settings again, and every step unpinned")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=cmd_scaling)
 
     p = sub.add_parser("token", parents=[client_opts], help="tenant tokens (admin)")
     p.add_argument("action", choices=["create", "list", "revoke"])

@@ -455,6 +455,37 @@ class Client:
         return self._request("DELETE", f"/v1/pool/executors/{int(index)}",  # type: ignore[no-any-return]
                              params=params)
 
+    # -- self-scaling ------------------------------------------------------------------------
+    def scaling(self, name: str | None = None) -> dict[str, Any]:
+        """The scaling controller's view: of dataflow `name`, or pool-wide (a tenant token
+        sees its own dataflows). Per dataflow each step's `parallelism`, `lessees`,
+        `true_processing_eps` and `busy`; the last `decisions` with their `reason`;
+        `misses` (the pool cannot meet the target even at its maximum); failed actions
+        (`errors`).
+
+        >>> c.scaling("alerts")["dataflows"]["alerts"]["steps"]["win"]["parallelism"]  # doctest: +SKIP
+        4
+        """
+        path = "/v1/scaling" if name is None else f"{_df(name)}/scaling"
+        return self._request("GET", path)  # type: ignore[no-any-return]
+
+    def set_scaling(self, name: str, settings: dict[str, Any] | None = None,
+                    pin: dict[str, int | None] | None = None) -> dict[str, Any]:
+        """Give dataflow `name` its own scaling settings, over the pool's (`policy`: off,
+        ds2 or threshold; `min_parallelism`, `max_parallelism`, `warmup_s`,
+        `scale_down_window_s`, `target_utilization`, `catch_up_s`, `high`, `low`,
+        `lessees`, `max_lessees`); they replace its earlier own settings, and None means
+        the pool's. `pin` maps steps to the parallelism the policy keeps them at (None
+        unpins; steps not named keep their pins). Returns the dataflow's scaling status.
+        A setting the runtime refuses raises ServiceError 422 `invalid_scaling`.
+
+        >>> c.set_scaling("alerts", {"policy": "ds2", "max_parallelism": 8},
+        ...               pin={"win": None})                          # doctest: +SKIP
+        """
+        body = {"settings": None if settings is None else dict(settings),
+                "pin": dict(pin or {})}
+        return self._request("PUT", f"{_df(name)}/scaling", body=body)  # type: ignore[no-any-return]
+
     # -- service -----------------------------------------------------------------------------
     def whoami(self) -> dict[str, Any]:
         return self._request("GET", "/v1/whoami")  # type: ignore[no-any-return]

@@ -12,13 +12,16 @@ and the `--help` text, so they cannot drift apart.
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cameo_actors.errors import UserError
 from cameo_actors.runtime.config import ADMISSION_MODES, DELIVERY_MODES
+from cameo_actors.scaling import settings_from_dict
 from cameo_actors.service.auth import MAX_TOKENS, MAX_TOKENS_PER_TENANT
 from cameo_actors.service.errors import ConfigError
 
@@ -55,6 +58,28 @@ def _float(text: str) -> float:
 def _modules(text: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     items = text if isinstance(text, (list, tuple)) else str(text).split(",")
     return tuple(s.strip() for s in items if s and s.strip())
+
+
+def _scaling(text: str | list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Scaling settings from flags or a variable: KEY=VALUE items (commas separate them
+    too), each value read as JSON (a number, true, false) or else as text.
+
+    >>> _scaling(["policy=ds2,max_executors=4", "lessees=true"])
+    {'policy': 'ds2', 'max_executors': 4, 'lessees': True}
+    """
+    items = [text] if isinstance(text, str) else list(text)
+    out: dict[str, Any] = {}
+    for item in (part.strip() for t in items for part in str(t).split(",")):
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"scaling: expected KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value.strip()
+    return out
 
 
 SERVE_OPTIONS: tuple[Option, ...] = (
@@ -94,6 +119,13 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "what a submit predicted to make a dataflow miss its target gets in a new pool: "
            "admit (the prediction is only reported), warn (admitted, with warnings) or refuse "
            "(409 with the reasons) (default warn)"),
+    Option("scaling", "--scaling", ("CAMEO_SCALING",),
+           "the scaling controller of a new pool, as KEY=VALUE: policy (off, ds2, threshold), "
+           "min_executors, max_executors, max_parallelism, interval_s, rate_window_s, warmup_s, "
+           "scale_down_window_s, target_utilization, lessees, ...; repeat the flag, or "
+           "comma-separate (a [serve.scaling] table in the config file) (default policy=off: "
+           "dataflows may still turn it on for themselves)", _scaling, metavar="KEY=VALUE",
+           repeat=True),
     Option("tenant_floor", "--tenant-floor", ("CAMEO_TENANT_FLOOR",),
            "on: under overload every tenant gets at least its weighted share of each "
            "executor, deadline order within the spare capacity; off: deadline order alone "
@@ -168,6 +200,7 @@ class ServiceConfig:
     delivery: str = "exactly_once"
     admission: str = "warn"
     tenant_floor: str = "on"
+    scaling: dict[str, Any] = field(default_factory=dict)
     state_budget_bytes: int = 512 * 1024 * 1024
     max_state_bytes: int = 4 * 1024 * 1024 * 1024
     keep_ended_s: float = 3600.0
@@ -210,6 +243,13 @@ class ServiceConfig:
         if self.tenant_floor not in ("on", "off"):
             raise ConfigError("tenant_floor", "on or off", self.tenant_floor,
                               "use on (the default) or off")
+        if not isinstance(self.scaling, dict):
+            raise ConfigError("scaling", "KEY=VALUE settings (a table in the config file)",
+                              self.scaling, "e.g. --scaling policy=ds2 --scaling max_executors=4")
+        try:
+            settings_from_dict(self.scaling, where="scaling")
+        except UserError as e:
+            raise ConfigError(f"scaling {e.subject}", e.expected, e.got, e.fix) from e
         if self.keep_ended_s < 0:
             raise ConfigError("keep_ended_s", ">= 0", self.keep_ended_s, "use 0 to forget at once")
         for name in ("max_spec_bytes", "max_body_bytes"):

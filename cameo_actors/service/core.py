@@ -19,7 +19,7 @@ from typing import Any
 from cameo_actors.clock import Clock, SystemClock
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.errors import CameoError, ReconfigError, SpecError
+from cameo_actors.errors import CameoError, ReconfigError, SpecError, UserError
 from cameo_actors.runtime.boundary import (
     LIVE_STATES,
     RECOVERING,
@@ -38,6 +38,7 @@ from cameo_actors.runtime.exceptions import (
     DataflowExists,
     DataflowNotFound,
 )
+from cameo_actors.service import scaling as scaling_view
 from cameo_actors.service.auth import Principal
 from cameo_actors.service.errors import ApiError, ended, not_found, reconfig_refused
 from cameo_actors.service.outputs import (
@@ -351,7 +352,18 @@ class ServiceCore:
             "held": list(s.get("held", [])),
             "migrations": self._migrations_of(name),
             "outlook": self._outlook(name) if state in LIVE_STATES else None,
+            "scaling": self._scaling_of(name) if state in LIVE_STATES else None,
         }
+
+    def _scaling_of(self, name: str) -> dict[str, Any] | None:
+        """This dataflow's line of the scaling controller's view (None if the runtime
+        cannot say now: the rest of the status still answers)."""
+        if not isinstance(self.rt, scaling_view.ScalingRuntime):
+            return None
+        try:
+            return scaling_view.summary(self.rt.scaling(name), name)
+        except (CameoError, KeyError, TimeoutError):  # gone meanwhile, RuntimeUnavailable
+            return None
 
     def _outlook(self, name: str) -> dict[str, Any] | None:
         """This dataflow's line of the pool's overload report (None if the runtime cannot
@@ -597,6 +609,54 @@ class ServiceCore:
         self._refuse_while_stopping()
         with self._reconfiguring(None):
             return self.rt.remove_executor(index, strategy=strategy)
+
+    # -- self-scaling: the controller's view, and a dataflow's own settings and pins ---------
+    def scaling(self, principal: Principal, name: str | None = None) -> dict[str, Any]:
+        """The scaling controller's status: of one dataflow, or pool-wide. The admin sees
+        it all; a tenant its own dataflows (their steps, decisions, misses, failed actions),
+        and not the pool's executors."""
+        if name is not None:
+            self._entry(principal, name)
+        with self._scaling_call(name):
+            status = self._scaler().scaling(name)
+        if principal.admin:
+            return scaling_view.visible(status, None)
+        own = {name} if name is not None else \
+            {d["name"] for d in self.rt.list() if principal.can_access(d["tenant"])}
+        return scaling_view.visible(status, own)
+
+    def set_scaling(self, principal: Principal, name: str, settings: dict[str, Any] | None,
+                    pin: dict[str, int | None] | None = None) -> dict[str, Any]:
+        """Give a dataflow its own scaling settings (over the pool's; None: the pool's
+        again) and pin steps to a parallelism (None unpins). Returns its scaling status.
+        A setting or pin the runtime refuses is 422 with its subject, expected, got, fix."""
+        self._refuse_while_stopping()
+        entry = self._entry(principal, name)
+        if entry["state"] not in LIVE_STATES:  # its scaling ended with it
+            raise ended(DataflowEnded(name, entry["state"], None))
+        with self._scaling_call(name):
+            status = self._scaler().set_scaling(name, settings, pin=pin or None)
+        return scaling_view.visible(status, None if principal.admin else {name})
+
+    def _scaler(self) -> scaling_view.ScalingRuntime:
+        if not isinstance(self.rt, scaling_view.ScalingRuntime):
+            raise ApiError(501, "not_supported", "this runtime has no scaling controller",
+                           expected="a runtime with Runtime.scaling", got=type(self.rt).__name__,
+                           fix="run the service on the cameo runtime (`cameo serve`)")
+        return self.rt
+
+    @contextlib.contextmanager
+    def _scaling_call(self, name: str | None) -> Iterator[None]:
+        """The runtime's refusals of a scaling call, as the API says them: 422 (a setting
+        or pin it cannot take: ScalingConfigError), 404 (gone), 409 (ended)."""
+        try:
+            yield
+        except UserError as e:
+            raise ApiError.from_user_error(e, 422, "invalid_scaling") from None
+        except DataflowNotFound as e:
+            raise not_found(name or e.name) from None
+        except DataflowEnded as e:
+            raise ended(e) from None
 
     @contextlib.contextmanager
     def _reconfiguring(self, name: str | None) -> Iterator[None]:

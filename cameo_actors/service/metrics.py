@@ -7,11 +7,15 @@ executor's scheduler counters) and turns it into metric families. So the
 numbers are current and cover the whole cluster, not only this process.
 
 Labels stay low-cardinality: `dataflow`, `tenant`, and for errors `step` and
-`kind`; executors are labelled by index and a short node id.
+`kind`; executors are labelled by index and a short node id. The scaling
+controller's status (`Runtime.scaling()`, one more call per scrape) adds each
+step's parallelism, lessees, true rate and busy share, labelled `dataflow` and
+`step` (never an instance).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,13 +29,16 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from cameo_actors.errors import CameoError
 from cameo_actors.runtime.boundary import (
     LATENCY_BUCKETS_MS,
     ExecutorStats,
     MigrationInfo,
     PoolSnapshot,
 )
+from cameo_actors.service.scaling import DecisionCounter
 
+log = logging.getLogger("cameo.service")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DF_LABELS = ["dataflow", "tenant"]
 EX_LABELS = ["executor", "node"]
@@ -283,6 +290,66 @@ def migration_families(migrations: list[MigrationInfo]) -> list[Metric]:
     return [in_progress, bins, moved, duration]
 
 
+def scaling_families(status: dict[str, Any] | None, own: set[str] | None,
+                     decisions: dict[str, int] | None = None) -> list[Metric]:
+    """The scaling controller's status (`Runtime.scaling()`) as gauges per step, and the
+    decisions counted so far (`DecisionCounter`). A tenant (`own`: its dataflows' names)
+    sees its own dataflows, and not the pool's executors.
+
+    >>> fams = scaling_families({"wanted_executors": 3, "dataflows": {"a": {"steps": {
+    ...     "w": {"parallelism": 2, "lessees": 0, "true_processing_eps": 900.0,
+    ...           "busy": 0.5}}}}, "misses": []}, None, {"a": 4})
+    >>> [(m.name, m.samples[0].value) for m in fams if m.samples][:3]
+    [('cameo_step_parallelism', 2.0), ('cameo_step_lessees', 0.0), ('cameo_step_true_processing_eps', 900.0)]
+    """
+    labels = ["dataflow", "step"]
+    parallelism = GaugeMetricFamily("cameo_step_parallelism", "Instances of the step now",
+                                    labels=labels)
+    lessees = GaugeMetricFamily("cameo_step_lessees", "Lessee instances helping the step's hot "
+                                "keys now", labels=labels)
+    true_rate = GaugeMetricFamily("cameo_step_true_processing_eps", "Events one instance of "
+                                  "the step processes per second of useful time (DS2's true "
+                                  "processing rate), over the scaling window", labels=labels)
+    busy = GaugeMetricFamily("cameo_step_busy_ratio", "Mean share of time the step's instances "
+                             "spend on useful work (0..1), over the scaling window",
+                             labels=labels)
+    counted = CounterMetricFamily("cameo_scaling_decisions", "Scaling decisions (parallelism or "
+                                  "lessees changes asked for) seen by this service process",
+                                  labels=["dataflow"])
+    misses = GaugeMetricFamily("cameo_scaling_misses", "1 while the scaling controller finds "
+                               "that the pool cannot meet the dataflow's target even at its "
+                               "maximum, else 0", labels=["dataflow"])
+    out: list[Metric] = [parallelism, lessees, true_rate, busy, counted, misses]
+    status = status or {}
+    flows = {n: d for n, d in sorted((status.get("dataflows") or {}).items())
+             if own is None or n in own}
+    for name, flow in flows.items():
+        for step, st in sorted((flow.get("steps") or {}).items()):
+            for family, value in ((parallelism, st.get("parallelism")),
+                                  (lessees, st.get("lessees")),
+                                  (true_rate, st.get("true_processing_eps")),
+                                  (busy, st.get("busy"))):
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    family.add_metric([name, step], float(value))
+    for name, n in sorted((decisions or {}).items()):
+        if own is None or name in own:
+            counted.add_metric([name], n)
+    missing = {str(m.get("dataflow")) for m in status.get("misses") or []}
+    for name in sorted(set(flows) | {n for n in missing if own is None or n in own}):
+        misses.add_metric([name], 1.0 if name in missing else 0.0)
+    if own is None:
+        wanted = GaugeMetricFamily("cameo_pool_executors_wanted", "Executors the scaling "
+                                   "controller's last plan wants")
+        if status.get("wanted_executors") is not None:
+            wanted.add_metric([], float(status["wanted_executors"]))
+        have = GaugeMetricFamily("cameo_pool_executors", "Executors of the pool now (as the "
+                                 "scaling controller counts them)")
+        if status.get("executors") is not None:
+            have.add_metric([], float(status["executors"]))
+        out += [wanted, have]
+    return out
+
+
 def executor_families(executors: list[ExecutorStats]) -> list[Metric]:
     busy = CounterMetricFamily("cameo_executor_busy_seconds", "Time the executor spent running "
                                "operators; rate() of it is the busy share", labels=EX_LABELS)
@@ -346,13 +413,38 @@ class SnapshotCollector(Collector):
 
 
 def render(snapshot_fn: Callable[[], PoolSnapshot], *, tenant: str | None = None,
-           include_executors: bool = True, timer: Callable[[], float] | None = None) -> bytes:
-    """Pull a snapshot now and render it in the Prometheus text format."""
+           include_executors: bool = True, timer: Callable[[], float] | None = None,
+           scaling_fn: Callable[[], dict[str, Any]] | None = None,
+           decisions: DecisionCounter | None = None) -> bytes:
+    """Pull a snapshot now and render it in the Prometheus text format.
+
+    Args:
+        snapshot_fn: the runtime's snapshot (`Runtime.stats_all`).
+        tenant: only this tenant's dataflows (a tenant token scrapes); None = all.
+        include_executors: add the per-executor families (admin scrapes).
+        timer: measures the pull (`cameo_scrape_duration_seconds`).
+        scaling_fn: the scaling controller's status (`Runtime.scaling`), pulled once with
+            the snapshot; when it fails the rest of the scrape still answers.
+        decisions: counts the decisions across scrapes (`cameo_scaling_decisions_total`).
+    """
     t0 = timer() if timer else None
     snapshot = snapshot_fn()
+    scaling = None
+    if scaling_fn is not None:
+        try:
+            scaling = scaling_fn()
+        except (CameoError, TimeoutError) as e:  # RuntimeUnavailable is both
+            log.warning("metrics: no scaling status this scrape: %s", e)
     took = (timer() - t0) if timer and t0 is not None else None
+    metrics = families(snapshot, tenant=tenant, include_executors=include_executors,
+                       scrape_seconds=took)
+    if scaling is not None:
+        known = {d["name"] for d in snapshot.get("dataflows", [])}
+        counts = decisions.observe(scaling.get("decisions") or [], known | set(
+            scaling.get("dataflows") or {})) if decisions is not None else None
+        own = None if tenant is None else {d["name"] for d in snapshot.get("dataflows", [])
+                                           if d["tenant"] == tenant}
+        metrics += scaling_families(scaling, own, counts)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(families(snapshot, tenant=tenant,
-                                                 include_executors=include_executors,
-                                                 scrape_seconds=took)))
+    registry.register(SnapshotCollector(metrics))
     return generate_latest(registry)

@@ -321,6 +321,70 @@ class AddExecutorsRequest(_Strict):
                        description="executors to start")
 
 
+#: The longest a scaling window or warm-up may be (seconds): a day.
+MAX_SCALING_S = 86_400.0
+#: Steps one scaling request may pin or unpin.
+MAX_PINS = 256
+StepName = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_RE.pattern,
+                                strict=True)]
+
+
+class DataflowScalingSettings(_Strict):
+    """A dataflow's own scaling settings, over the pool's (`RuntimeConfig.scaling`); a key
+    left out is the pool's. Types and ranges are checked here; the runtime checks the rest
+    against the pool's settings (a policy it knows, min <= max, low < high)."""
+
+    policy: str | None = Field(None, min_length=1, max_length=64, pattern=NAME_RE.pattern,
+                               strict=True, description="off, ds2 or threshold")
+    min_parallelism: int | None = Field(None, ge=1, le=MAX_INSTANCES, strict=True,
+                                        description="fewest instances of a scalable step")
+    max_parallelism: int | None = Field(None, ge=1, le=MAX_INSTANCES, strict=True,
+                                        description="most instances of a scalable step")
+    warmup_s: float | None = Field(None, ge=0, le=MAX_SCALING_S, strict=True,
+                                   allow_inf_nan=False,
+                                   description="seconds after an action before the next one")
+    scale_down_window_s: float | None = Field(
+        None, ge=0, le=MAX_SCALING_S, strict=True, allow_inf_nan=False,
+        description="a step shrinks only when it could have for this many seconds")
+    target_utilization: float | None = Field(None, gt=0, le=1, strict=True, allow_inf_nan=False,
+                                             description="ds2: how busy instances may run")
+    catch_up_s: float | None = Field(None, gt=0, le=MAX_SCALING_S, strict=True,
+                                     allow_inf_nan=False,
+                                     description="ds2: work off a backlog within this long")
+    high: float | None = Field(None, ge=0, le=1, strict=True, allow_inf_nan=False,
+                               description="threshold: add an instance above this busy share")
+    low: float | None = Field(None, ge=0, le=1, strict=True, allow_inf_nan=False,
+                              description="threshold: remove one below this busy share")
+    backlog_events: float | None = Field(None, ge=0, le=MAX_NUMBER, strict=True,
+                                         allow_inf_nan=False,
+                                         description="threshold: add an instance above this "
+                                                     "backlog per instance")
+    deadline_aware: bool | None = Field(None, strict=True, description="scale up a step "
+                                        "whose dataflow misses its target even when its rates "
+                                        "alone would not ask for it")
+    lessees: bool | None = Field(None, strict=True, description="lend a hot key's instance "
+                                                                 "helpers (lessees)")
+    max_lessees: int | None = Field(None, ge=0, le=MAX_INSTANCES, strict=True,
+                                    description="most lessees of one step")
+
+    def given(self) -> dict[str, Any]:
+        """The keys the caller set (None is not a setting: leave the key out)."""
+        return self.model_dump(exclude_none=True)
+
+
+class ScalingRequest(_Strict):
+    """A dataflow's scaling: its own settings (the whole of them: what is left out is the
+    pool's; null: the pool's settings again), and steps pinned to a parallelism."""
+
+    settings: DataflowScalingSettings | None = Field(
+        ..., description="the dataflow's own settings over the pool's; null: the pool's "
+                         "(required, so that leaving it out never resets them by accident)")
+    pin: dict[StepName, Annotated[int, Field(ge=1, le=MAX_INSTANCES, strict=True)] | None] = Field(
+        default_factory=dict, max_length=MAX_PINS,
+        description="step -> the parallelism the policy keeps it at (null: unpinned); "
+                    "steps not named keep their pins")
+
+
 class TokenRequest(_Strict):
     tenant: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$",
                         description="the tenant the new token acts for")
@@ -449,6 +513,10 @@ class DataflowStatus(BaseModel):
                                                         "recent), oldest first")
     outlook: Outcome | None = Field(None, description="the pool's overload report for it: "
                                                       "whether it meets or will miss its target")
+    scaling: DataflowScalingSummary | None = Field(
+        None, description="the scaling controller's view of it: each step's parallelism, "
+                          "lessees, true rates and busy share, its last decisions (None "
+                          "when the controller has not measured it)")
 
 
 class Migration(BaseModel):
@@ -490,6 +558,98 @@ class ExecutorRemoval(BaseModel):
     moving: list[str] = Field(description="the instances that move elsewhere, one migration "
                               "each (see /v1/migrations)")
     state: str = Field(description="draining: it leaves once its instances moved")
+
+
+class _Open(BaseModel):
+    """A record of the scaling controller: the fields below are documented, more may come."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class StepScaling(_Open):
+    """One step of a dataflow, measured over the scaling controller's window (its
+    instances summed). True rates are per second of useful time (deserialization,
+    processing, serialization): what the step could do unhindered (DS2)."""
+
+    parallelism: int
+    scalable: bool = Field(description="a keyed step the controller may scale")
+    lessees: int = Field(0, description="lessee instances helping its hot keys")
+    events_in_eps: float | None = None
+    events_out_eps: float | None = None
+    true_processing_eps: float | None = Field(None, description="events one instance "
+                                                                "processes per useful second")
+    true_output_eps: float | None = None
+    busy: float | None = Field(None, description="mean share of time its instances work (0..1)")
+    backlog_events: float | None = None
+
+
+class SourceScaling(_Open):
+    rate_eps: float | None = None
+    backlog_events: float | None = Field(None, description="events waiting at the writers "
+                                                           "(Runtime.report_backlog)")
+    backlog_growth_eps: float | None = None
+
+
+class DataflowScaling(_Open):
+    policy: str = Field(description="the dataflow's policy (its own, or the pool's)")
+    within_target: float | None = None
+    steps: dict[str, StepScaling] = Field(default_factory=dict)
+    sources: dict[str, SourceScaling] = Field(default_factory=dict)
+    instances: dict[str, list[dict[str, Any]]] = Field(
+        default_factory=dict, description="per scalable step, each instance's rates, busy "
+        "share, useful time split (ms) and queueing delay")
+
+
+class ScalingDecision(_Open):
+    at: float = Field(description="when, in the controller's clock (seconds)")
+    dataflow: str
+    step: str
+    from_parallelism: int
+    to_parallelism: int
+    policy: str
+    reason: str = Field(description="why, with the numbers")
+    kind: str = Field("parallelism", description="parallelism or lessees")
+
+
+class ScalingMiss(_Open):
+    dataflow: str
+    reason: str
+
+
+class ScalingFailure(_Open):
+    at: float | None = Field(None, description="epoch seconds")
+    where: str = Field(description="a dataflow, or pool")
+    error: str
+
+
+class ScalingStatus(_Open):
+    """The scaling controller's view: pool-wide for the admin; a tenant sees its own
+    dataflows, and not the pool's executors."""
+
+    policy: str = Field(description="the pool's policy")
+    enabled: bool = Field(description="some dataflow is scaled (by the pool's policy or its own)")
+    executors: int | None = Field(None, description="executors now (admin)")
+    wanted_executors: int | None = Field(None, description="executors the last plan wants "
+                                                           "(admin)")
+    bounds: dict[str, int | None] = Field(default_factory=dict)
+    dataflows: dict[str, DataflowScaling] = Field(default_factory=dict)
+    decisions: list[ScalingDecision] = Field(default_factory=list, description="the last "
+                                             "changes asked for, oldest first")
+    misses: list[ScalingMiss] = Field(default_factory=list, description="dataflows the pool "
+                                      "cannot serve within their target even at its maximum")
+    errors: list[ScalingFailure] = Field(default_factory=list, description="actions that "
+                                         "failed (retried later)")
+
+
+class DataflowScalingSummary(_Open):
+    """A dataflow's line of the scaling view, in its status."""
+
+    policy: str
+    steps: dict[str, StepScaling] = Field(default_factory=dict)
+    decisions: list[ScalingDecision] = Field(default_factory=list)
+    misses: list[str] = Field(default_factory=list, description="why it will miss even at "
+                                                                "the pool's maximum")
+    errors: list[ScalingFailure] = Field(default_factory=list)
 
 
 class Exceptions(BaseModel):

@@ -152,7 +152,7 @@ def serve(cfg: ServiceConfig) -> int:
                            checkpoint_url=cfg.checkpoint_url,
                            checkpoint_interval_s=cfg.checkpoint_interval_s,
                            delivery=cfg.delivery, admission=cfg.admission,
-                           tenant_floor=cfg.tenant_floor == "on")
+                           tenant_floor=cfg.tenant_floor == "on", scaling=dict(cfg.scaling))
     try:
         rt = Runtime.start(config, pool=cfg.pool, address=None if cfg.embedded else cfg.address,
                            run_dir=cfg.run_dir, num_cpus=cfg.num_cpus, node_ip=cfg.node_ip)
@@ -170,6 +170,10 @@ def serve(cfg: ServiceConfig) -> int:
     if pool_existed and rt.config.policy != cfg.policy:
         log.warning("the running pool %r uses policy %s, not %s: a pool keeps the configuration "
                     "it was started with", cfg.pool, rt.config.policy, cfg.policy)
+    if pool_existed and cfg.scaling and rt.config.scaling != cfg.scaling:
+        log.warning("the running pool %r scales with %s, not %s: a pool keeps the "
+                    "configuration it was started with", cfg.pool, rt.config.scaling or "policy off",
+                    cfg.scaling)
     if found:
         log.info("found %d dataflow(s) still running: %s", len(found),
                  ", ".join(f"{d['name']} (tenant {d['tenant']})" for d in found))
@@ -188,7 +192,7 @@ def serve(cfg: ServiceConfig) -> int:
 
     app = create_app(core, tokens, max_spec_bytes=cfg.max_spec_bytes,
                      max_body_bytes=cfg.max_body_bytes, max_json_depth=cfg.max_json_depth,
-                     snapshot=rt.stats_all,
+                     snapshot=rt.stats_all, scaling=rt.scaling,
                      info=rt.cluster_info,
                      limits=TenantLimits(max_concurrent=cfg.tenant_max_concurrent,
                                          rate_per_s=cfg.tenant_rate, burst=2 * cfg.tenant_rate))

@@ -115,6 +115,19 @@ def render_status(s: dict[str, Any], *, color: bool = False, now: float | None =
     if outlook and outlook["verdict"] != "meets":
         lines.append(_paint(f"  outlook     {outlook['verdict']}: {outlook['reason']}",
                             RED if outlook["verdict"] == "misses" else BOLD, color))
+    scaling = s.get("scaling")
+    if scaling:
+        lines += ["", f"  scaling     policy {scaling.get('policy', '-')}"]
+        for step, st in sorted((scaling.get("steps") or {}).items()):
+            if st.get("scalable"):
+                lines.append(f"    {step}  {step_line(st)}")
+        for d in (scaling.get("decisions") or [])[-1:]:
+            lines.append(f"    last decision  {decision_line(d, dataflow=False)}")
+        for reason in scaling.get("misses") or []:
+            lines.append(_paint(f"    will miss  {reason}", RED, color))
+        for e in (scaling.get("errors") or [])[-1:]:
+            lines.append(_paint(f"    failed  {iso_time(e.get('at'))}  {e.get('error')}", RED,
+                                color))
     migrations = s.get("migrations") or []
     if migrations:
         lines += ["", "  migrations"]
@@ -186,6 +199,115 @@ def render_migrations(migrations: list[dict[str, Any]]) -> str:
     failed = [f"{m.get('id')}: failed: {m.get('error') or 'no cause given'}"
               for m in migrations if m.get("state") == "failed"]
     return "\n".join([text, *failed])
+
+
+# -- the scaling controller (`cameo scaling`) ---------------------------------------------------
+#: Columns of a dataflow's steps in `cameo scaling`.
+SCALING_COLUMNS = ["step", "parallelism", "lessees", "true_eps", "busy", "in_eps", "out_eps",
+                   "backlog"]
+#: Decisions `cameo scaling` shows per dataflow (the most recent).
+SCALING_DECISIONS_SHOWN = 10
+
+
+def _rate(v: Any) -> str:
+    return "-" if not isinstance(v, (int, float)) else f"{v:,.0f}" if abs(v) >= 10 \
+        else f"{v:.2g}"
+
+
+def _share(v: Any) -> str:
+    return "-" if not isinstance(v, (int, float)) else f"{100 * v:.0f}%"
+
+
+def step_line(st: dict[str, Any]) -> str:
+    """One step's parallelism, lessees, true rate and busy share, in words.
+
+    >>> step_line({"parallelism": 4, "lessees": 1, "true_processing_eps": 12000.0,
+    ...            "busy": 0.634})
+    '4 instances + 1 lessee   true 12,000 ev/s   busy 63%'
+    """
+    n, lent = int(st.get("parallelism") or 0), int(st.get("lessees") or 0)
+    who = f"{n} instance{'s' if n != 1 else ''}" + \
+        (f" + {lent} lessee{'s' if lent != 1 else ''}" if lent else "")
+    return f"{who}   true {_rate(st.get('true_processing_eps'))} ev/s   busy " \
+        f"{_share(st.get('busy'))}"
+
+
+def _when(at: Any) -> str:
+    """A decision's time, when it is an epoch time (the controller may count seconds on
+    a clock of its own, which says nothing to people: then nothing is shown)."""
+    return f"{iso_time(at)}  " if isinstance(at, (int, float)) and at >= 1e9 else ""
+
+
+def decision_line(d: dict[str, Any], *, dataflow: bool = True) -> str:
+    """One scaling decision and its reason.
+
+    >>> decision_line({"at": 5.0, "dataflow": "a", "step": "w", "from_parallelism": 2,
+    ...                "to_parallelism": 4, "policy": "ds2", "reason": "needs 3.2"})
+    'a/w 2 -> 4 (ds2): needs 3.2'
+    """
+    what = "lessees" if d.get("kind") == "lessees" else ""
+    where = f"{d.get('dataflow')}/{d.get('step')}" if dataflow else str(d.get("step"))
+    return (f"{_when(d.get('at'))}{where} {what + ' ' if what else ''}"
+            f"{d.get('from_parallelism')} -> {d.get('to_parallelism')} "
+            f"({d.get('policy')}): {d.get('reason')}")
+
+
+def render_scaling(status: dict[str, Any]) -> str:
+    """The scaling controller's view for people (`cameo scaling [NAME]`): the pool, then
+    per dataflow its steps, its last decisions with their reasons, and its misses; then
+    the misses and failed actions of dataflows not shown (or of the pool)."""
+    bounds = status.get("bounds") or {}
+    head = [f"scaling: pool policy {status.get('policy', '-')}"
+            + ("" if status.get("enabled") else " (no dataflow is scaled)")]
+    if status.get("executors") is not None:
+        head.append(f"executors {status['executors']}"
+                    + (f", wanted {status['wanted_executors']}"
+                       if status.get("wanted_executors") is not None else ""))
+    if bounds:
+        head.append(f"bounds: executors {bounds.get('min_executors', '-')}-"
+                    f"{bounds.get('max_executors', '-')}, parallelism at most "
+                    f"{bounds.get('max_parallelism', '-')}")
+    lines = ["; ".join(head)]
+    flows = status.get("dataflows") or {}
+    decisions = status.get("decisions") or []
+    misses = status.get("misses") or []
+    for name, flow in sorted(flows.items()):
+        within = flow.get("within_target")
+        lines += ["", f"{name}  policy {flow.get('policy', '-')}" + (
+            f"  within target {100 * within:.1f} %" if isinstance(within, (int, float)) else "")]
+        rows = [{"step": step, "parallelism": st.get("parallelism"),
+                 "lessees": st.get("lessees", 0),
+                 "true_eps": _rate(st.get("true_processing_eps")), "busy": _share(st.get("busy")),
+                 "in_eps": _rate(st.get("events_in_eps")), "out_eps": _rate(st.get("events_out_eps")),
+                 "backlog": _rate(st.get("backlog_events"))}
+                for step, st in (flow.get("steps") or {}).items()]
+        if rows:
+            lines += ["  " + line for line in render_table(rows, SCALING_COLUMNS).splitlines()]
+        for source, src in sorted((flow.get("sources") or {}).items()):
+            lines.append(f"  source {source}: {_rate(src.get('rate_eps'))} ev/s in, "
+                         f"{_rate(src.get('backlog_events'))} waiting at the writers "
+                         f"({_rate(src.get('backlog_growth_eps'))} ev/s growth)")
+        own = [d for d in decisions if d.get("dataflow") == name][-SCALING_DECISIONS_SHOWN:]
+        if own:
+            lines.append("  decisions")
+            lines += [f"    {decision_line(d, dataflow=False)}" for d in own]
+        lines += [f"  will miss its target: {m.get('reason')}" for m in misses
+                  if m.get("dataflow") == name]
+    if not flows:
+        lines += ["", "no dataflow measured yet (scaling off, or it just started)"]
+    unshown = [d for d in decisions if d.get("dataflow") not in flows][-SCALING_DECISIONS_SHOWN:]
+    if unshown:
+        lines += ["", "decisions of dataflows not measured now"]
+        lines += [f"  {decision_line(d)}" for d in unshown]
+    others = [m for m in misses if m.get("dataflow") not in flows]
+    if others:
+        lines += ["", "misses"] + [f"  {m.get('dataflow')}: {m.get('reason')}" for m in others]
+    errors = status.get("errors") or []
+    if errors:
+        lines += ["", "failed actions (retried)"]
+        lines += [f"  {iso_time(e.get('at'))}  {e.get('where')}: {e.get('error')}"
+                  for e in errors]
+    return "\n".join(lines)
 
 
 def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

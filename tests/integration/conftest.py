@@ -29,6 +29,13 @@ POOLS = {
     # Executors are added and removed here (test_reconfig.py only); 256 bins keep fluid
     # migrations short.
     "elastic2": dict(num_executors=2, policy="cameo", bins=256, monitor_interval_s=0.2),
+    # Self-scaling (test_scaling.py): keyed instances of a fixed speed, so that added
+    # executors add capacity; fast rounds and short windows, so that tests take seconds.
+    "scaled2": dict(num_executors=2, policy="cameo", bins=256, service_capacity_eps=1000,
+                    credit_events=1000, monitor_interval_s=0.2, recovery_timeout_s=5.0,
+                    scaling={"policy": "ds2", "interval_s": 0.5, "rate_window_s": 2.0,
+                             "warmup_s": 2.0, "scale_down_window_s": 4.0, "max_executors": 3,
+                             "max_parallelism": 3, "deadline_aware": False}),
     # Executors are killed here: a pool of its own, one executor per dataflow.
     "doomed3": dict(num_executors=3, policy="cameo", isolation="isolated", monitor_interval_s=0.2,
                     checkpoint_interval_s=0.5),

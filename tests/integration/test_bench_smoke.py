@@ -1,7 +1,7 @@
 """bench.cameo's scenarios, a few seconds each, bench.migration --quick, bench.recovery
---quick (small state), bench.critical_path (one short round, one run) and bench.nexmark
---quick (two queries, checked against DuckDB), in-process on the session's Ray: the shape and sanity of the results,
-not their speed."""
+--quick (small state), bench.scaling --smoke, bench.critical_path (one short round, one
+run) and bench.nexmark --quick (two queries, checked against DuckDB), in-process on the
+session's Ray: the shape and sanity of the results, not their speed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench import cameo, critical_path, migration, nexmark, recovery, scenarios
+from bench import cameo, critical_path, migration, nexmark, recovery, scaling, scenarios
 
 pytestmark = pytest.mark.integration
 
@@ -145,6 +145,48 @@ def test_recovery(ray_session: None, tmp_path: Path) -> None:
     assert 0 < rec["detect_s"] <= rec["recovery_s"]
     assert set(figures["goals"]) == {"recovery_under_5s_large_state",
                                      "checkpoint_overhead_under_10pct", "alerts_p99_within_1_2x"}
+
+
+SCALING_FIELDS = ("decisions", "actions", "deadline_actions", "seconds_to_converge", "overshoot",
+                  "oscillations", "backlog_max_events", "within_target", "timeline", "optimum",
+                  "results_equal", "p99_ms_per_s")
+SAMPLE_FIELDS = ("t_s", "offered_eps", "parallelism", "executors", "lag_events", "pool_backlog")
+
+
+def test_scaling(ray_session: None, tmp_path: Path) -> None:
+    """bench.scaling --smoke (under a minute; its own pools on the session's Ray): both
+    policies and both hot-key runs measured, every figure there, results equal to
+    run_local's. The plumbing only: 1.5 s phases are too short to judge the policies."""
+    out = tmp_path / "scaling.json"
+    res = scaling.main(["--smoke", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["summary"] == res["summary"]
+    assert set(figures["policies"]) == set(scaling.POLICIES)
+    for policy, r in figures["policies"].items():
+        for f in SCALING_FIELDS:
+            assert f in r, (policy, f)
+        assert r["results_equal"] is True, (policy, r["result_rows"], r["expected_rows"])
+        assert r["optimum"] == [1, 2, 4, 2, 1]
+        phases = len(r["optimum"])
+        for f in ("decisions", "actions", "deadline_actions", "seconds_to_converge", "overshoot"):
+            assert len(r[f]) == phases, (policy, f)
+        assert all(x >= 0 for x in r["seconds_to_converge"] + r["overshoot"])
+        assert r["oscillations"] >= 0 and r["backlog_max_events"] >= 0
+        assert r["within_target"] is not None and 0.0 <= r["within_target"] <= 1.0
+        assert r["timeline"] and all(f in x for x in r["timeline"] for f in SAMPLE_FIELDS)
+        assert all(x["parallelism"] >= 1 for x in r["timeline"])
+    assert set(figures["summary"]) == set(scaling.POLICIES)
+    assert set(figures["goals"]) == {"ds2_at_most_2_actions_per_step", "ds2_no_oscillation",
+                                     "ds2_ahead_of_threshold", "lessee_speedup_at_least_1_5"}
+    hot = figures["hot_key"]
+    assert hot["without"]["results_equal"] is True
+    assert hot["without"]["throughput_eps"] > 0
+    if hot.get("lessees") == scaling.NOT_AVAILABLE:
+        assert hot["lessee_speedup"] is None
+    else:
+        assert hot["with"]["results_equal"] is True
+        assert hot["lessee_speedup"] > 0 and math.isfinite(hot["lessee_speedup"])
+    assert not scaling.mismatches(figures)
 
 
 def test_critical_path(ray_session: None, tmp_path: Path) -> None:

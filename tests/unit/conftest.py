@@ -37,10 +37,16 @@ def run_cli(svc: Service, monkeypatch: pytest.MonkeyPatch,
             capsys: pytest.CaptureFixture[str]) -> Any:
     """`cameo ARGS` run in-process against the in-memory service as the admin: (exit
     code, stdout, stderr); `.client` is its client."""
-    from cameo_actors.service import cli
     from tests.shared.service_fakes import ADMIN
 
-    client = svc.client(ADMIN)
+    return cli_runner(svc.client(ADMIN), monkeypatch, capsys)
+
+
+def cli_runner(client: Any, monkeypatch: pytest.MonkeyPatch,
+               capsys: pytest.CaptureFixture[str]) -> Any:
+    """`cameo ARGS` in-process with `client`: (exit code, stdout, stderr)."""
+    from cameo_actors.service import cli
+
     monkeypatch.setattr(cli, "_client", lambda args: client)
 
     def run(*argv: str) -> tuple[int, str, str]:

@@ -29,6 +29,7 @@ from cameo_actors.dataflow.spec import (
 )
 from cameo_actors.operators.base import END_OF_STREAM, Event, Operator, Output
 from cameo_actors.operators.build import build_operator, key_function
+from cameo_actors.operators.lease import build_lessee
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 from cameo_actors.runtime._private.checkpoint import Channel as InputChannel
 from cameo_actors.runtime._private.checkpoint import Part
@@ -37,8 +38,10 @@ from cameo_actors.runtime._private.migration import (
     EPOCH,
     EXTRACT,
     INDEX,
+    MERGE,
     REROUTE,
     STATE,
+    UNLEASE,
     Channel,
     Epoch,
 )
@@ -69,6 +72,9 @@ class Route:
     owners: list[str] | None = None
     sole: str | None = None
     prefer: str | None = None
+    #: the keyed step's lessees (in `targets` too, for watermarks and barriers): a part
+    #: whose owner is behind goes to the least loaded of them instead
+    lessees: tuple[str, ...] = ()
 
     def set_table(self, owners: list[str]) -> None:
         self.owners = owners
@@ -85,8 +91,11 @@ class Activation:
         self.id = str(aid)
         self.dataflow = spec.name
         self.step = step
-        self.operator: Operator = build_operator(spec, step, resolver,
-                                                 max_string_chars=max_string_chars)
+        #: a lessee of its window step (Dirigo, `lease.py`): partial aggregates, merged
+        #: into the owners of their keys before its watermark reaches them
+        self.lessee = aid in placement.lessees
+        self.operator: Operator = build_lessee(spec, step) if self.lessee else \
+            build_operator(spec, step, resolver, max_string_chars=max_string_chars)
         self.is_source = isinstance(step, SourceStep)
         self.is_sink = isinstance(step, SinkStep)
         self.instance = instance
@@ -99,8 +108,11 @@ class Activation:
                        else placement.of_step(up))}
             for up in step.inputs
         ] or [{"": NO_WM}]
-        self.routes = [self._route(spec, placement, consumer, port)
-                       for consumer, port in spec.consumers(step.id)]
+        if not self.lessee:  # the lessees' partials come in on the first port
+            self.channels[0].update((str(a), NO_WM) for a in placement.lessees_of(step.id))
+        # A lessee's one route is to its own step's instances, by the step's table.
+        self.routes = [self._route(spec, placement, step, 0)] if self.lessee else \
+            [self._route(spec, placement, consumer, port) for consumer, port in spec.consumers(step.id)]
         self._round_robin = 0
         self.window_timing = frontier_timing(spec, step)
         # Moving bins (keyed steps only): the key of an input event per port, the epoch
@@ -125,6 +137,18 @@ class Activation:
         self.part: Part | None = None
         #: the dataflow's restores so far: messages of an earlier run are dropped
         self.generation = 0
+        #: DS2's instrumentation: events in and out, and the useful time outside the
+        #: operator (decoding what arrived, encoding what left), in ms; the processing
+        #: time is the scheduler's busy time of this activation
+        self.events_in = self.events_out = 0
+        self.deser_ms = self.ser_ms = 0.0
+        #: a source's events accepted from clients (it may not have run them yet): the
+        #: offered rate while the ingress queue has room
+        self.events_accepted = 0
+        #: a sink's results, and those within the dataflow's target
+        self.results = self.within = 0
+        #: a paced instance's simulated clock (`ExecutorCore._pace`), ms
+        self.paced_until = -math.inf
 
     def _route(self, spec: DataflowSpec, placement: Placement, consumer: Any, port: int) -> Route:
         instances = placement.of_step(consumer.id)
@@ -136,7 +160,9 @@ class Activation:
             return Route(consumer.id, port, targets, prefer=same if same in targets else None)
         if consumer.id in placement.tables:
             table = placement.tables[consumer.id]
-            route = Route(consumer.id, port, targets, key_function(spec, self.step.id))
+            lessees = () if self.lessee else tuple(str(a) for a in placement.lessees_of(consumer.id))
+            key_fn = None if self.lessee else key_function(spec, self.step.id)
+            route = Route(consumer.id, port, targets + lessees, key_fn, lessees=lessees)
             route.set_table([str(ActivationId(spec.name, consumer.id, i)) for i in table.owners])
             return route
         return Route(consumer.id, port, targets)
@@ -184,12 +210,16 @@ class Activation:
         return self.operator.on_watermark(min(chans.values()), port)
 
     # -- output --------------------------------------------------------------------
-    def split(self, events: list[Event]) -> list[tuple[str, int, list[Event]]]:
-        """Output events -> [(target activation, port, events)]."""
+    def split(self, events: list[Event], waiting: Callable[[str], float] | None = None
+              ) -> list[tuple[str, int, list[Event]]]:
+        """Output events -> [(target activation, port, events)]. With lessees, a part
+        a lessee can start sooner than its owner goes there (`lease_to`; `waiting`:
+        target -> this activation's events it has before these)."""
         out: list[tuple[str, int, list[Event]]] = []
         for route in self.routes:
             owners = route.owners
-            if route.sole is not None:
+            lend = route.lessees and waiting is not None
+            if route.sole is not None and not lend:
                 out.append((route.sole, route.port, events))
             elif owners is not None and route.key_fn is not None:
                 mask, key_fn = self.bins - 1, route.key_fn
@@ -201,7 +231,12 @@ class Activation:
                         parts[t] = [e]
                     else:
                         part.append(e)
-                out.extend((t, route.port, part) for t, part in parts.items())
+                if lend:
+                    assert waiting is not None
+                    out.extend((lease_to(t, len(part), route.lessees, waiting), route.port,
+                                part) for t, part in parts.items())
+                else:
+                    out.extend((t, route.port, part) for t, part in parts.items())
             elif route.prefer is not None:
                 out.append((route.prefer, route.port, events))
             elif len(route.targets) == 1:
@@ -210,6 +245,16 @@ class Activation:
                 self._round_robin = (self._round_robin + 1) % len(route.targets)
                 out.append((route.targets[self._round_robin], route.port, events))
         return out
+
+    def partials(self) -> list[tuple[str, list[Any]]]:
+        """A lessee's partial rows, taken out, by the owner of each row's key."""
+        route, op = self.routes[0], self.operator
+        assert route.owners is not None
+        mask, owners = self.bins - 1, route.owners
+        by_owner: dict[str, list[Any]] = {}
+        for row in op.take_partials():  # type: ignore[attr-defined]
+            by_owner.setdefault(owners[stable_hash(op.key_of_row(row)) & mask], []).append(row)  # type: ignore[attr-defined]
+        return list(by_owner.items())
 
     def saw_end(self) -> bool:
         """Whether the end of the stream arrived on every input channel."""
@@ -295,6 +340,12 @@ class Activation:
             return Output(), [(self.id, 0, [INDEX])] if self.unindexed else []
         if kind == STATE:
             return self._on_state(payload[1], payload[2], payload[3], channel)
+        if kind == MERGE:  # a lessee's partials, before its watermark
+            out = Output()
+            self.operator.merge_partials(payload[1], out)  # type: ignore[attr-defined]
+            return out, []
+        if kind == UNLEASE:  # the lessees of a downstream step get nothing more from here
+            return Output(), self._unlease(payload[1], set(payload[2]))
         raise ValueError(f"activation {self.id}: unknown control message {kind!r}")
 
     def _reroute(self, step: str, version: int, owners: list[int], instances: list[int]
@@ -315,6 +366,43 @@ class Activation:
             route.targets = targets
             route.set_table([f"{prefix}{i}" for i in owners])
         return sends
+
+    def _unlease(self, step: str, gone: set[str]) -> list[Barrier]:
+        """Stop lending to `gone`: the end of this channel's stream to each of them."""
+        ends: list[Barrier] = []
+        for route in self.routes:
+            if route.step == step and route.lessees:
+                ends += [(t, route.port, END_OF_STREAM) for t in route.lessees if t in gone]
+                route.lessees = tuple(t for t in route.lessees if t not in gone)
+                route.targets = tuple(t for t in route.targets if t not in gone)
+        return ends
+
+    @property
+    def lends(self) -> bool:
+        """Whether a downstream keyed step has lessees (outputs may go to one)."""
+        return any(r.lessees for r in self.routes)
+
+    def add_lessees(self, step: str, ids: list[str]) -> list[Barrier]:
+        """New lessees of `step`: an instance of it expects their partials (an input
+        channel); an upstream lends to them, starting with its watermark now."""
+        if self.step.id == step and not self.lessee:
+            for lessee in ids:
+                self.channels[0][lessee] = NO_WM
+        sends: list[Barrier] = []
+        for route in self.routes:
+            if route.step == step and route.owners is not None and not self.lessee:
+                new = [t for t in ids if t not in route.lessees]
+                route.lessees += tuple(new)
+                route.targets += tuple(new)
+                wm = self.operator.watermark
+                if wm > NO_WM:
+                    sends += [(t, route.port, wm) for t in new]
+        return sends
+
+    def drop_lessees(self, ids: set[str]) -> None:
+        """Lessees gone (each ended its stream here first): no channel from them."""
+        for lessee in ids:
+            self.channels[0].pop(lessee, None)
 
     def _epoch_of(self, version: int) -> Epoch:
         """The epoch of `version`, begun by its first marker or state chunk, whichever
@@ -431,6 +519,20 @@ class Activation:
     def end_barriers(self) -> list[Barrier]:
         """A retired instance's last word: the end of its stream on every channel out."""
         return [(t, r.port, END_OF_STREAM) for r in self.routes for t in r.targets]
+
+
+def lease_to(owner: str, n: int, lessees: tuple[str, ...], waiting: Callable[[str], float]
+             ) -> str:
+    """Dirigo's per-message choice: the owner, unless a lessee can start these `n` events
+    sooner: then that lessee. `waiting`: the events each has before them. The owner is
+    kept unless it is behind by more than the part (no lending for nothing); a lessee's
+    partials merge exactly, so only time is at stake."""
+    best, least = owner, waiting(owner)
+    for lessee in lessees:
+        w = waiting(lessee) + n
+        if w < least:
+            best, least = lessee, w
+    return best
 
 
 def _merge(into: Output, out: Output) -> None:

@@ -38,6 +38,7 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -45,6 +46,8 @@ import ray
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.dataflow.validate import check_live_settings, check_pool_limits
 from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError
+from cameo_actors.operators.lease import can_lease
+from cameo_actors.runtime._private.autoscale import AutoScaling
 from cameo_actors.runtime._private.checkpoint import interval_s
 from cameo_actors.runtime._private.cluster import (
     NAMESPACE,
@@ -74,6 +77,7 @@ from cameo_actors.runtime.boundary import (
     LIVE_STATES,
     RECOVERING,
     RUNNING,
+    ActivationId,
     DataflowInfo,
     DataflowSummary,
     ExecutorStats,
@@ -85,6 +89,7 @@ from cameo_actors.runtime.exceptions import (
     DataflowExists,
     DataflowNotFound,
 )
+from cameo_actors.scaling import ScalingConfigError, settings_from_dict
 from cameo_actors.scheduling.admission import Prediction, predict
 
 logger = logging.getLogger(__name__)
@@ -95,6 +100,8 @@ MIGRATIONS_KEPT = 200
 #: How long one call waits on an executor for an epoch to be done (then it asks again,
 #: so that a cancelled dataflow or a timeout is noticed).
 EPOCH_WAIT_S = 1.0
+#: Lessees one keyed window may have.
+MAX_LESSEES = 8
 #: Executors `add_executors` adds in one call at most.
 MAX_ADD = 64
 #: How long a checkpoint may take from its barriers to its last part written.
@@ -141,6 +148,7 @@ class Controller:
         # Changes of the registry (deploy, end, placement load), one at a time; reads take
         # a copy of the dict without it.
         self._lock = threading.RLock()
+        self._adding = threading.Lock()
         self._stopped = threading.Event()
         #: dataflows with a checkpoint under way, and when each one's next is due
         self._checkpointing: set[str] = set()
@@ -152,6 +160,8 @@ class Controller:
         self._missing: set[str] = set()
         #: the executors' traced activities, analysed per snapshot interval (`cameo explain`)
         self.traces = TraceCollector(self.config)
+        settings = settings_from_dict(self.config.scaling)
+        self.scaling = AutoScaling(self, settings)
         registry = self.storage.load_registry() if self.storage is not None else None
         if registry:
             self._resume(registry)
@@ -164,6 +174,8 @@ class Controller:
         threading.Thread(target=self._checkpointer, name="cameo-checkpointer", daemon=True).start()
         if self.config.trace_sample > 0:
             threading.Thread(target=self._tracer, name="cameo-tracer", daemon=True).start()
+        threading.Thread(target=self.scaling.run, args=(self._stopped,), name="cameo-scaling",
+                         daemon=True).start()
 
     def _link(self) -> None:
         """Tell every live executor the pool's executors and their incarnations."""
@@ -419,6 +431,7 @@ class Controller:
         for i in info["executors"]:
             self.load[i] = self.load.get(i, 0) - sum(1 for h in info["hosts"].values() if h == i)
         info["released"] = True
+        self.scaling.forget(info["name"])
         self._drop_storage(info)
         return sum(d for d in dropped if d is not None)
 
@@ -498,6 +511,60 @@ class Controller:
                                     "to_executor to move an instance")
             return self._start(info, m)
 
+    def lease(self, name: str, step: str, lessees: int) -> dict[str, Any]:
+        """Give keyed window `step` `lessees` lessee instances (Dirigo): new ones go to the
+        least loaded executors without an instance of the step; fewer: the newest end
+        their streams (their last partials merged) and go."""
+        with self._lock:
+            info, placement, where = self._keyed(name, step, "batched", None, lessees=True)
+            spec = DataflowSpec.from_dict(info["spec"])
+            why = can_lease(spec.step(step))
+            if why is not None:
+                raise ReconfigError(where, "a tumbling or sliding window", spec.step(step).OP, why)
+            if type(lessees) is not int or not 0 <= lessees <= MAX_LESSEES:
+                raise ReconfigError(where, f"a count of lessees from 0 to {MAX_LESSEES}", lessees,
+                                    "ask for fewer lessees (0 gives them all back)")
+            current = placement.lessees_of(step)
+            new: dict[int, int] = {}
+            if lessees > len(current):
+                taken = {placement.instances[a] for a in placement.of_step(step) + current}
+                load = dict(self.load)
+                nxt = next_instance(placement, step)
+                for k in range(lessees - len(current)):
+                    ex = min(self._usable(), key=lambda x: (x in taken, load.get(x, 0), x))
+                    new[nxt + k] = ex
+                    load[ex] = load.get(ex, 0) + 1
+                    taken.add(ex)
+                added = {ActivationId(name, step, i): ex for i, ex in new.items()}
+                placement = replace(placement, instances={**placement.instances, **added},
+                                    lessees=placement.lessees | set(added))
+            retire = [a.instance for a in current[lessees:]]
+            m = Migration(self._migration_id(), name, step, "lease", "all_at_once", placement, [],
+                          new, retire, len(current), lessees)
+            return self._start(info, m)
+
+    def _run_lease(self, info: DataflowInfo, m: Migration) -> None:
+        """Add lessees (hosted, then lent to), or end some: each upstream ends its stream
+        to them in-band, each sends its last partials and ends, then they go."""
+        name, step = m.dataflow, m.step
+        hosts = sorted(set(m.placement.executors()) - set(self.dead))
+        if m.new:
+            new = [f"{name}/{step}/{i}" for i in m.new]
+            get([self.executors[i].add_lessees.remote(info["spec"], m.placement, step, new,
+                                                      info["recoveries"], info["deployment"])
+                 for i in hosts])
+        if m.retire:
+            gone = [f"{name}/{step}/{i}" for i in m.retire]
+            get([self.executors[i].unlease.remote(name, step, gone) for i in hosts])
+            deadline = time.monotonic() + self.config.epoch_timeout_s
+            while not all(get_each([self.executors[i].lessees_ended.remote(name, gone)
+                                    for i in hosts], timeout_s=10.0)):
+                if time.monotonic() > deadline:
+                    raise CameoError(f"lessees {gone} did not end within "
+                                     f"{self.config.epoch_timeout_s:g} s")
+                time.sleep(0.01)
+            get([self.executors[i].drop_lessees.remote(name, gone) for i in hosts])
+
     def rebalance(self, strategy: str = "batched", window_s: float = 1.0
                   ) -> builtins.list[dict[str, Any]]:
         """Move keyed instances from the busiest executors to the least busy ones (busy time
@@ -537,12 +604,25 @@ class Controller:
         if type(n) is not int or not 1 <= n <= MAX_ADD:
             raise ReconfigError("pool", f"a count of executors from 1 to {MAX_ADD}", n,
                                 "add fewer executors per call")
-        with self._lock:
+        with self._adding:  # one at a time: new executors are named by their index
             start = len(self.executors)
             _request_cpus(self.config.executor_cpus * (len(self._usable()) + n))
             added = [self._new_executor(i) for i in range(start, start + n)]
-            self.executors.extend(added)
-            self._link()
+            # Started before they join the pool (the registry is not held meanwhile): one
+            # that cannot start (no room on the cluster) must never be given work.
+            wait_s = self.config.recovery_timeout_s
+            ready, _ = ray.wait([a.ping.remote() for a in added], num_returns=n, timeout=wait_s)
+            if len(ready) < n:
+                for a in added:
+                    ray.kill(a)
+                raise ReconfigError("pool", f"{n} new executors started within {wait_s:g} s",
+                                    f"{len(ready)} started", "the cluster has no room for "
+                                    f"{n} x {self.config.executor_cpus:g} CPUs: add nodes (or let "
+                                    "Ray's autoscaler add them), or ask for fewer; the pool is "
+                                    "as it was")
+            with self._lock:
+                self.executors.extend(added)
+                self._link()
         self._save()
         return list(range(start, start + n))
 
@@ -608,8 +688,8 @@ class Controller:
     def list_migrations(self, name: str | None = None) -> builtins.list[dict[str, Any]]:
         return [m.info() for m in list(self.migrations.values()) if name is None or m.dataflow == name]
 
-    def _keyed(self, name: str, step: str, strategy: str, batch_bins: int | None
-               ) -> tuple[DataflowInfo, Placement, str]:
+    def _keyed(self, name: str, step: str, strategy: str, batch_bins: int | None,
+               lessees: bool = False) -> tuple[DataflowInfo, Placement, str]:
         """The checks every operation on a keyed step makes before it changes anything."""
         info = self._info(name)
         spec = DataflowSpec.from_dict(info["spec"])
@@ -637,6 +717,10 @@ class Controller:
             raise ReconfigConflict(where, "no other migration of the dataflow under way",
                                    f"migration {running} is running",
                                    "wait for it to finish (cameo migrations) and retry")
+        lent = self.placements[name].lessees_of(step)
+        if lent and not lessees:  # a lessee's partials are no key's whole state: none moves
+            raise ReconfigConflict(where, "a step without lessees", [str(a) for a in lent],
+                                   "give them back first (lease the step 0 lessees), then retry")
         return info, self.placements[name], where
 
     def _check_executor(self, index: Any, where: str) -> None:
@@ -677,39 +761,15 @@ class Controller:
         name, step = m.dataflow, m.step
         try:
             self._await_checkpoint_done(name)
-            spec = DataflowSpec.from_dict(info["spec"])
-            hosts = sorted(set(m.placement.executors()) - set(self.dead))
-            if m.new:
-                new = [f"{name}/{step}/{i}" for i in m.new]
-                get([self.executors[i].add_instances.remote(info["spec"], m.placement, new,
-                                                            info["recoveries"], info["deployment"])
-                     for i in hosts])
-                with self._lock:
-                    self._placed(info, m.placement)
-            inputs = set(spec.step(step).inputs)
-            base = self._bytes_sent(m)  # the counters are per instance, over its life
-            while m.epochs_done < len(m.epochs):
-                table = m.next_table()
-                moves = m.epochs[m.epochs_done]
-                on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == step})
-                upstream = sorted({ex for a, ex in m.placement.instances.items() if a.step in inputs})
-                get([self.executors[i].prepare.remote(name, step, table.version, moves)
-                     for i in on_step])
-                self._await_index(info, m, on_step)
-                get([self.executors[i].reroute.remote(name, step, table.version,
-                                                      list(table.owners), m.instances())
-                     for i in upstream])
-                m.bytes_moved = self._await_epoch(info, m, on_step, table.version) - base
-                m.epoch_done(table, len(moves))
-                with self._lock:
-                    self.placements[name] = m.placement
-            if m.retire:
-                gone = [f"{name}/{step}/{i}" for i in m.retire]
-                get([self.executors[i].retire.remote(name, gone) for i in hosts])
+            if m.kind == "lease":
+                self._run_lease(info, m)
+            else:
+                self._switch(info, m)
             with self._lock:
                 self._placed(info, m.final_placement())
-                info["spec"]["steps"] = [{**s, "parallelism": m.to_parallelism} if s["id"] == step
-                                         else s for s in info["spec"]["steps"]]
+                if m.kind != "lease":
+                    info["spec"]["steps"] = [{**s, "parallelism": m.to_parallelism}
+                                             if s["id"] == step else s for s in info["spec"]["steps"]]
             error = None
         except Exception as e:  # reported with the migration; the dataflow goes on
             logger.exception("migration %s of %s failed", m.id, name)
@@ -721,6 +781,39 @@ class Controller:
             self._due[name] = 0.0  # the new placement's first checkpoint: at once
         self._save()
         m.finish(error)  # last: a client that waited for it may start the next one
+
+    def _switch(self, info: DataflowInfo, m: Migration) -> None:
+        """Create the new instances, switch epoch after epoch, retire the old instances."""
+        name, step = m.dataflow, m.step
+        spec = DataflowSpec.from_dict(info["spec"])
+        hosts = sorted(set(m.placement.executors()) - set(self.dead))
+        if m.new:
+            new = [f"{name}/{step}/{i}" for i in m.new]
+            get([self.executors[i].add_instances.remote(info["spec"], m.placement, new,
+                                                        info["recoveries"], info["deployment"])
+                 for i in hosts])
+            with self._lock:
+                self._placed(info, m.placement)
+        inputs = set(spec.step(step).inputs)
+        base = self._bytes_sent(m)  # the counters are per instance, over its life
+        while m.epochs_done < len(m.epochs):
+            table = m.next_table()
+            moves = m.epochs[m.epochs_done]
+            on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == step})
+            upstream = sorted({ex for a, ex in m.placement.instances.items() if a.step in inputs})
+            get([self.executors[i].prepare.remote(name, step, table.version, moves)
+                 for i in on_step])
+            self._await_index(info, m, on_step)
+            get([self.executors[i].reroute.remote(name, step, table.version,
+                                                  list(table.owners), m.instances())
+                 for i in upstream])
+            m.bytes_moved = self._await_epoch(info, m, on_step, table.version) - base
+            m.epoch_done(table, len(moves))
+            with self._lock:
+                self.placements[name] = m.placement
+        if m.retire:
+            gone = [f"{name}/{step}/{i}" for i in m.retire]
+            get([self.executors[i].retire.remote(name, gone) for i in hosts])
 
     def _bytes_sent(self, m: Migration) -> int:
         on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == m.step})
@@ -992,6 +1085,60 @@ class Controller:
         """The newest snapshot's critical participation per operator and executor."""
         return self.traces.latest(time.time() * 1000.0)
 
+    # -- self-scaling (autoscale.py) -------------------------------------------------------
+    def scaling_status(self, name: str | None = None) -> dict[str, Any]:
+        if name is not None:
+            self._info(name)
+        return self.scaling.status(name)
+
+    def set_scaling(self, name: str, settings: dict[str, Any] | None = None,
+                    pin: dict[str, int | None] | None = None) -> dict[str, Any]:
+        """A dataflow's own scaling settings (None without pins: the pool's again), and
+        steps pinned to a parallelism by an operator (a step mapped to None is unpinned;
+        pins alone keep the dataflow's settings)."""
+        info = self._info(name)
+        spec = DataflowSpec.from_dict(info["spec"])
+        own = None if settings is None else settings_from_dict(
+            {**self.config.scaling, **settings}, where=f"dataflow {name!r}: scaling")
+        for step, p in (pin or {}).items():
+            ids = [s.id for s in spec.steps if is_keyed_step(spec, s)]
+            if step not in ids:
+                raise ScalingConfigError(f"dataflow {name!r}: pin", f"one of its scalable "
+                                         f"steps {ids}", step, "pin a keyed window, join or "
+                                         "process step")
+            if p is not None and (type(p) is not int or not 1 <= p <= self.config.bins):
+                raise ScalingConfigError(f"dataflow {name!r}: pin {step!r}", "a parallelism "
+                                         f"from 1 to {self.config.bins}", p, "give a whole "
+                                         "number of instances, or null to unpin")
+        if settings is not None or not pin:  # pins alone keep the dataflow's settings
+            self.scaling.set_dataflow(name, own)
+        for step, p in (pin or {}).items():
+            self.scaling.scaler.pin(name, step, p)
+        return self.scaling.status(name)
+
+    def report_backlog(self, name: str, source: str, events: float) -> None:
+        """Events a writer holds for `source` that it could not send yet (its lag): the
+        scaling policies count it as backlog, and its growth as offered rate."""
+        if name in self.dataflows and isinstance(events, (int, float)) and events >= 0:
+            self.scaling.rates.report_backlog(time.time(), name, source, float(events))
+
+    def lessees_of(self, name: str) -> dict[str, builtins.list[str]]:
+        """step -> its lessee instances (Dirigo), for the dataflows that have some."""
+        placement = self.placements.get(name)
+        if placement is None:
+            return {}
+        out: dict[str, builtins.list[str]] = {}
+        for aid in sorted(placement.lessees, key=str):
+            out.setdefault(aid.step, []).append(str(aid))
+        return out
+
+    def only_keyed_on(self, index: int) -> bool:
+        """Whether executor `index` hosts nothing that cannot move (sources, sinks,
+        stateless steps, lessees): it can be given back."""
+        return not any(a.step not in p.tables or a in p.lessees
+                       for n, p in self.placements.items()
+                       if not self.dataflows[n]["released"] for a in p.on(index))
+
     # -- the monitor -----------------------------------------------------------------------
     def _monitor(self) -> None:
         while not self._stopped.wait(self.config.monitor_interval_s):
@@ -1003,8 +1150,9 @@ class Controller:
                     logger.exception("controller: %s failed", check.__name__)
 
     def _check_executors(self) -> None:
+        # An executor being added has no incarnation recorded yet: not a restart.
         live = [i for i in range(len(self.executors))
-                if i not in self.dead and i not in self.restarting]
+                if i not in self.dead and i not in self.restarting and i in self.incarnations]
         refs = [self.executors[i].ping.remote() for i in live]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=10.0)
         done = set(ready)

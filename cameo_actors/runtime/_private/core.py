@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -65,7 +66,7 @@ from cameo_actors.runtime._private.footprint import approx_bytes
 from cameo_actors.runtime._private.hosting import Hosting
 from cameo_actors.runtime._private.ingest import error_records, unpack_ingest
 from cameo_actors.runtime._private.ingress_log import IngressLog
-from cameo_actors.runtime._private.migration import REROUTE, is_control
+from cameo_actors.runtime._private.migration import MERGE, REROUTE, UNLEASE, is_control
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.stats import Statistics
 from cameo_actors.runtime._private.tracing import Egressed, make_tracer
@@ -75,6 +76,8 @@ from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scheduling import Feedback, Message, Scheduler
 from cameo_actors.tracing.records import DESERIALIZE, FROM_CLIENT, SERIALIZE, UNTRACED
 
+#: A paced instance idle longer than this (ms) starts its simulated clock anew.
+PACE_IDLE_MS = 5.0
 #: Tracebacks of faults in the runtime itself kept for executor stats (never expected).
 FAULTS_KEPT = 20
 #: Why a restored activation is held until every executor restored its part.
@@ -119,6 +122,11 @@ class ExecutorCore:
         #: source activation -> its write-ahead log (dataflows with checkpoints)
         self.ingress_logs: dict[str, IngressLog] = {}
         self._scoped: tuple[DataflowScoped, ...] = (self.flow, self.egress, self.stats)
+        #: activation -> messages it sent to other executors since the last flush (the
+        #: flush's encoding time is shared among them)
+        self._unflushed: dict[Activation, int] = {}
+        capacity = config.service_capacity_eps
+        self._pace_ms = 1000.0 / capacity if capacity else 0.0
         # Work handed over by other threads, run by the owner thread.
         self.inbox: deque[Callable[[], None]] = deque()
         self.faults: deque[str] = deque(maxlen=FAULTS_KEPT)
@@ -182,20 +190,9 @@ class ExecutorCore:
                       generation: int = 0, deployment: str = "") -> list[str]:
         """New instances of a keyed step: host those `placement` puts here, and make every
         hosted activation of the dataflow expect them (as an input channel, a target)."""
-        hosted = self.hosting.dataflows.get(spec.name)
-        built = self.hosting.build(spec, placement, set(new))
-        for act in built:
-            act.generation = generation
-        if hosted is None and not built:
+        made = self._host(spec, placement, new, generation, deployment)
+        if made is None:
             return []
-        self.hosting.add(spec, placement, built)
-        if hosted is None:
-            self.hosting.dataflows[spec.name].deployment = deployment
-            for part in self._scoped:
-                part.open(spec, built)
-        for act in built:
-            self._schedule(spec, act)
-        made = {a.id for a in built}
         by_id = {str(a): a for a in placement.instances}
         for aid in self.hosting.ids(spec.name):
             if aid in made:
@@ -253,20 +250,102 @@ class ExecutorCore:
         now = self.clock.now_ms()
         for aid in ids:
             act = self.hosting.activations.get(aid)
-            if act is None or aid not in hosted.ids:
-                continue
-            parent = Message.ingress(aid, [], dataflow=dataflow, tenant=hosted.spec.tenant,
-                                     ingest_ms=now, is_watermark=True)
-            for target, port, wm in act.end_barriers():
-                self._route(aid, self.sched.derive(parent, target, wm, now, port=port,
-                                                   is_watermark=True))
+            if act is not None and aid in hosted.ids:
+                self._barriers(hosted.spec, aid, act.end_barriers(), now)
+        here = self._unhost(dataflow, ids)
+        gone = set(ids)
+        for aid in hosted.ids:
+            self.hosting.activations[aid].drop_targets(gone)
+        return here
+
+    # -- lessees (Dirigo, operators/lease.py) -------------------------------------------------
+    def add_lessees(self, spec: DataflowSpec, placement: Placement, step: str, new: list[str],
+                    generation: int = 0, deployment: str = "") -> list[str]:
+        """Host the new lessees of `step` that `placement` puts here; the step's instances
+        here take their partials, its upstreams here lend to them from their next event."""
+        made = self._host(spec, placement, new, generation, deployment)
+        if made is None:
+            return []
+        now = self.clock.now_ms()
+        for aid in self.hosting.ids(spec.name):
+            if aid not in made:
+                self._barriers(spec, aid, self.hosting.activations[aid].add_lessees(step, new),
+                               now)
+        return sorted(made)
+
+    def _host(self, spec: DataflowSpec, placement: Placement, new: list[str], generation: int,
+              deployment: str) -> set[str] | None:
+        """Host the activations of `new` that `placement` puts here (an executor new to the
+        dataflow opens its parts); None if it has no part of the dataflow at all."""
+        hosted = self.hosting.dataflows.get(spec.name)
+        built = self.hosting.build(spec, placement, set(new))
+        for act in built:
+            act.generation = generation
+        if hosted is None and not built:
+            return None
+        self.hosting.add(spec, placement, built)
+        if hosted is None:
+            self.hosting.dataflows[spec.name].deployment = deployment
+            for part in self._scoped:
+                part.open(spec, built)
+        for act in built:
+            self._schedule(spec, act)
+        return {a.id for a in built}
+
+    def _barriers(self, spec: DataflowSpec, sender: str, sends: list[Any], now: float) -> None:
+        """Barriers (watermarks, control) an activation sends outside its message path."""
+        if not sends:
+            return
+        parent = Message.ingress(sender, [], dataflow=spec.name, tenant=spec.tenant,
+                                 ingest_ms=now, is_watermark=True)
+        for target, port, payload in sends:
+            self._route(sender, self.sched.derive(parent, target, payload, now, port=port,
+                                                  is_watermark=True))
+
+    def _unhost(self, dataflow: str, ids: list[str]) -> list[str]:
+        """Activations gone from the dataflow: those hosted here stop (returned)."""
         here = self.hosting.forget(dataflow, ids)
         for aid in here:
             self.sched.remove_activation(aid)
         self.flow.close(dataflow, here)
+        return here
+
+    def unlease(self, dataflow: str, step: str, ids: list[str]) -> int:
+        """Stop lending to lessees `ids` of `step`: each upstream here, at its point in its
+        input, ends its stream to them; a lessee then sends its last partials and ends."""
+        hosted = self.hosting.dataflows.get(dataflow)
+        if hosted is None:
+            return 0
+        now = self.clock.now_ms()
+        n = 0
+        for aid in hosted.ids:
+            if any(r.step == step and r.lessees for r in self.hosting.activations[aid].routes):
+                self._control(hosted.spec, aid, [UNLEASE, step, list(ids)], now)
+                n += 1
+        return n
+
+    def lessees_ended(self, dataflow: str, ids: list[str]) -> bool:
+        """Whether the lessees `ids` hosted here saw the end of every input and ran all,
+        and the step's instances here got the end of their streams (their last partials
+        are in: before it, a channel gone would let an owner's windows fire early)."""
+        acts = self.hosting.activations
+        if not all(acts[a].saw_end() and not self.sched.pending(a) for a in ids if a in acts):
+            return False
+        for aid in self.hosting.ids(dataflow) if dataflow in self.hosting.dataflows else []:
+            chans = acts[aid].channels[0]
+            if any(chans.get(a, END_OF_STREAM) < END_OF_STREAM for a in ids):
+                return False
+        return True
+
+    def drop_lessees(self, dataflow: str, ids: list[str]) -> list[str]:
+        """Lessees that ended: gone from here and from every channel map."""
+        hosted = self.hosting.dataflows.get(dataflow)
+        if hosted is None:
+            return []
+        here = self._unhost(dataflow, ids)
         gone = set(ids)
         for aid in hosted.ids:
-            self.hosting.activations[aid].drop_targets(gone)
+            self.hosting.activations[aid].drop_lessees(gone)
         return here
 
     def end_migration(self, dataflow: str, step: str) -> None:
@@ -330,7 +409,8 @@ class ExecutorCore:
     def _record(self, act: Activation, part: Part, msg: Message) -> None:
         """A message on a channel whose barrier is still to come: part of the checkpoint."""
         part.inflight.append((msg.port, msg.upstream, msg.is_watermark, msg.payload))
-        if msg.is_watermark and msg.payload >= END_OF_STREAM:  # no barrier will follow
+        if msg.is_watermark and not is_control(msg.payload) and msg.payload >= END_OF_STREAM:
+            # no barrier will follow
             part.pending.discard((msg.port, msg.upstream))
             self._part_done(act)
 
@@ -397,7 +477,8 @@ class ExecutorCore:
             self.flow.release(aid, RESTORING)
 
     # == 1. admit ===================================================================
-    def ingest(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float) -> None:
+    def ingest(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float,
+               deser_ms: float = 0.0) -> None:
         """Events (lists), watermarks (numbers) and the error records of events refused at
         the edge ({"errors": [...]}, see `ingest.py`) from a client's call `seq` to source
         `target`: applied in the client's order, once (a call resent after a failure, or
@@ -405,6 +486,7 @@ class ExecutorCore:
         act = self.hosting.activations.get(target)
         if act is None:
             return  # cancelled meanwhile
+        act.deser_ms += deser_ms
         nxt = act.positions.get(client, 0)
         if seq != nxt:
             if seq > nxt:  # early: Ray may reorder calls
@@ -446,19 +528,25 @@ class ExecutorCore:
                 if tracer is not None and tracer.sampled():
                     msg.trace = FROM_CLIENT
                 counters.events_in += len(part)
+                act.events_accepted += len(part)
                 self.flow.admitted(target, len(part))
                 self.sched.enqueue(msg, now)
 
     def receive(self, blob: bytes) -> None:
-        """A batch from another executor; applied in the sender's order."""
-        if self.tracer is None:
-            self.channels.from_executor(blob, self._apply_batch)
-            return
+        """A batch from another executor; applied in the sender's order. Its decoding
+        time is shared among the activations its messages are for (useful time)."""
         start = self.clock.now_ms()
-        self.channels.from_executor(blob, self._apply_batch)
-        self.tracer.transfer(DESERIALIZE, start, self.clock.now_ms())
+        got: list[Activation] = []
+        self.channels.from_executor(blob, lambda msgs, acks: self._apply_batch(msgs, acks, got))
+        end = self.clock.now_ms()
+        if got:
+            share = (end - start) / len(got)
+            for act in got:
+                act.deser_ms += share
+        if self.tracer is not None:
+            self.tracer.transfer(DESERIALIZE, start, end)
 
-    def _apply_batch(self, messages: list[Any], acks: list[Any]) -> None:
+    def _apply_batch(self, messages: list[Any], acks: list[Any], got: list[Activation]) -> None:
         now = self.clock.now_ms()
         activations = self.hosting.activations
         for t in messages:
@@ -468,6 +556,7 @@ class ExecutorCore:
                 self._ack(msg.upstream, msg.target, msg.size, 0.0)
             elif act.generation == msg.generation:
                 self.sched.enqueue(msg, now)
+                got.append(act)
             # else: sent by a run the dataflow was restored from since: its sender is gone
         for up, down, n, path_cost in acks:
             self._on_ack(up, down, n, path_cost)
@@ -503,8 +592,8 @@ class ExecutorCore:
         act = self.hosting.activations[aid]
         part = act.part
         if part is not None and part.pending and (msg.port, msg.upstream) in part.pending \
-                and not (msg.is_watermark and is_control(msg.payload)):
-            self._record(act, part, msg)
+                and not (msg.is_watermark and is_control(msg.payload) and msg.payload[0] != MERGE):
+            self._record(act, part, msg)  # a lessee's partials change state, like events
         try:
             if msg.is_watermark:
                 if is_control(msg.payload) and msg.payload[0] == CHECKPOINT:
@@ -519,7 +608,11 @@ class ExecutorCore:
                 else:
                     out = act.on_watermark(msg.payload, msg.port, msg.upstream)
             else:
+                act.events_in += len(msg.payload)
+                began = self.clock.now_ms() if self._pace_ms else 0.0
                 out = act.on_data(msg.payload, msg.port)
+                if self._pace_ms and act.keyed:
+                    self._pace(act, len(msg.payload), began)
         except Exception as exc:  # an operator bug must not stop other dataflows
             text = f"{type(exc).__name__}: {exc}"
             out = Output(errors=[ErrorRecord(act.step.id, "operator_failure", text,
@@ -529,11 +622,19 @@ class ExecutorCore:
         if out.errors:
             self.egress.errors(act.dataflow, out.errors, msg.ctx.ingest_ms, now)
         if out.events:
+            act.events_out += len(out.events)
             if act.is_sink:
                 self._egress(act, out.events, msg, now)
-            for target, port, events in act.split(out.events):
+            waiting = None
+            if act.lends:  # a hot key's owner behind: its events may go to a lessee
+                waiting = self._waiting_for(aid)
+            for target, port, events in act.split(out.events, waiting):
                 self._route(aid, self.sched.derive(msg, target, events, now, port=port))
         if out.watermark is not None:
+            if act.lessee:  # its partials reach the owners before the watermark that fires
+                for target, rows in act.partials():
+                    self._route(aid, self.sched.derive(msg, target, [MERGE, rows], now, port=0,
+                                                       is_watermark=True))
             for target, port in act.watermark_targets():
                 self._route(aid, self.sched.derive(msg, target, float(out.watermark), now, port=port,
                                                    is_watermark=True))
@@ -542,11 +643,26 @@ class ExecutorCore:
         elif msg.size:
             self.flow.consumed(aid, msg.size)
 
+    def _waiting_for(self, sender: str) -> Callable[[str], float]:
+        """target -> events of `sender` it has before the next ones (sent, not yet done);
+        a channel over half its credits counts as full: more there would hold the sender.
+        Only the owner whose own channel backs up lends: counting the sender's queue too
+        would make every owner on its executor look behind and flood the lessees."""
+        outstanding, full = self.flow.outstanding, self.flow.credit_events // 2
+
+        def waiting(t: str) -> float:
+            sent = outstanding[(sender, t)]
+            return math.inf if sent >= full else sent
+        return waiting
+
     def _egress(self, act: Activation, events: list[Any], msg: Message, now: float) -> None:
         # Latency: egress time minus the ingest time of the message that made these computable.
         counters = self.stats.dataflows[act.dataflow]
         latency = now - msg.ctx.ingest_ms
         counters.latency.record(latency, len(events))
+        act.results += len(events)
+        if latency <= counters.latency.target_ms:
+            act.within += len(events)
         counters.events_out += len(events)
         if self._trace >= 0:
             target = counters.latency.target_ms
@@ -567,15 +683,36 @@ class ExecutorCore:
                 self.sched.enqueue(msg, self.clock.now_ms())
         elif host is not None:
             self.channels.message(host, msg)
+            if act is not None:
+                self._unflushed[act] = self._unflushed.get(act, 0) + 1
 
     def flush(self) -> None:
-        """Send what was collected for other executors: one call per destination."""
-        if self.tracer is None:
-            self.channels.flush()
-            return
+        """Send what was collected for other executors: one call per destination. Its
+        encoding time is shared among the activations that sent (useful time)."""
         start = self.clock.now_ms()
-        if self.channels.flush():
-            self.tracer.transfer(SERIALIZE, start, self.clock.now_ms())
+        if not self.channels.flush():
+            return
+        end = self.clock.now_ms()
+        senders, self._unflushed = self._unflushed, {}
+        if senders:
+            share = (end - start) / sum(senders.values())
+            for act, n in senders.items():
+                act.ser_ms += share * n
+        if self.tracer is not None:
+            self.tracer.transfer(SERIALIZE, start, end)
+
+    def _pace(self, act: Activation, events: int, began: float) -> None:
+        """A simulated executor of fixed speed (`RuntimeConfig.service_capacity_eps`): a
+        keyed instance's message takes `events` times one event's share, sleeping the
+        rest, so that added executors add capacity as on a cluster. Its clock runs on
+        from the last message's due end (unless it idled since), so a sleep that
+        overran is taken off the next one and the instance's rate stays exact."""
+        if began - act.paced_until > PACE_IDLE_MS:
+            act.paced_until = began
+        act.paced_until += events * self._pace_ms
+        left = act.paced_until - self.clock.now_ms()
+        if left > 0:
+            time.sleep(left / 1000.0)
 
     def _unsendable(self, sender: str, events: list[Any], why: str) -> None:
         """Events an operator output that cannot travel to another executor: to the error
@@ -634,6 +771,24 @@ class ExecutorCore:
                 "busy_ms": sum(self.sched.profile(a).busy_ms for a in ids),
                 "results": counters.latency.count if counters else 0,
                 "within": counters.latency.within_target if counters else 0}
+        return out
+
+    def counters(self) -> dict[str, dict[str, list[float]]]:
+        """dataflow -> activation -> DS2's counters since it came here: [events in, events
+        out, processing ms, deserialization ms, serialization ms, recent queueing delay ms,
+        messages waiting, events a source accepted from clients, results a sink wrote and
+        those within target, when they were read (wall clock, s)]. The scaling controller
+        takes rates from their differences."""
+        out: dict[str, dict[str, list[float]]] = {}
+        sched = self.sched
+        at = time.time()  # taken here: the call may wait behind a message
+        for dataflow in self.hosting.dataflows:
+            acts = out[dataflow] = {}
+            for aid in self.hosting.ids(dataflow):
+                act, prof = self.hosting.activations[aid], sched.profile(aid)
+                acts[aid] = [act.events_in, act.events_out, prof.busy_ms, act.deser_ms,
+                             act.ser_ms, prof.queue_delay_ms, sched.pending(aid),
+                             act.events_accepted, act.results, act.within, at]
         return out
 
     def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:

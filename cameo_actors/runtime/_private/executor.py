@@ -143,8 +143,10 @@ class Executor:
                 log.append(client, seq, blob)
             except ValueError:  # closed: the dataflow was cancelled or is being restored
                 raise NotHosted(f"executor {self.index}: {target!r} is being restored") from None
+        began = time.perf_counter()
         items = unpack_ingest(blob, act.step.id)
-        self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms))
+        deser_ms = (time.perf_counter() - began) * 1000.0
+        self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms, deser_ms))
         return waiting
 
     # -- control -------------------------------------------------------------------
@@ -239,6 +241,20 @@ class Executor:
                       generation: int = 0, deployment: str = "") -> list[str]:
         return self._call(self.core.add_instances, DataflowSpec.from_dict(spec), placement, new,
                           generation, deployment)
+
+    def add_lessees(self, spec: dict[str, Any], placement: Placement, step: str, new: list[str],
+                    generation: int = 0, deployment: str = "") -> list[str]:
+        return self._call(self.core.add_lessees, DataflowSpec.from_dict(spec), placement, step,
+                          new, generation, deployment)
+
+    def unlease(self, dataflow: str, step: str, ids: list[str]) -> int:
+        return self._call(self.core.unlease, dataflow, step, ids)
+
+    def lessees_ended(self, dataflow: str, ids: list[str]) -> bool:
+        return self._call(self.core.lessees_ended, dataflow, ids)
+
+    def drop_lessees(self, dataflow: str, ids: list[str]) -> list[str]:
+        return self._call(self.core.drop_lessees, dataflow, ids)
 
     def prepare(self, dataflow: str, step: str, version: int,
                 moves: dict[int, tuple[int, int]]) -> None:
@@ -339,6 +355,9 @@ class Executor:
 
     def ended(self, dataflow: str) -> bool:
         return self._call(self.core.ended, dataflow)
+
+    def counters(self) -> dict[str, dict[str, list[float]]]:
+        return self._call(self.core.counters)
 
     def usage(self) -> dict[str, dict[str, float]]:
         return self._call(self.core.usage)

@@ -66,7 +66,7 @@ class Migration:
     id: str
     dataflow: str
     step: str
-    kind: str  # "scale", "migrate", "move_instance", "rebalance", "drain"
+    kind: str  # "scale", "migrate", "move_instance", "rebalance", "drain", "lease"
     strategy: str
     placement: Placement  # the placement as it will be once new instances exist
     epochs: list[dict[int, tuple[int, int]]]
@@ -106,7 +106,7 @@ class Migration:
         gone = {ActivationId(self.dataflow, self.step, i) for i in self.retire}
         return replace(self.placement, instances={a: ex for a, ex in self.placement.instances.items()
                                                   if a not in gone},
-                       retired=self.placement.retired | gone)
+                       retired=self.placement.retired | gone, lessees=self.placement.lessees - gone)
 
     def finish(self, error: str | None = None) -> None:
         self.state = "failed" if error else "done"
@@ -144,7 +144,7 @@ def plan(mid: str, kind: str, placement: Placement, dataflow: str, step: str, ow
 def next_instance(placement: Placement, step: str) -> int:
     """A number no instance of `step` ever had."""
     used = [a.instance for a in placement.of_step(step)]
-    used += [a.instance for a in placement.retired if a.step == step]
+    used += [a.instance for a in placement.retired | placement.lessees if a.step == step]
     return max(used, default=-1) + 1
 
 

@@ -78,6 +78,10 @@ class Placement:
     #: instances retired by scaling: their numbers are never used again (a message of
     #: the old one still in flight must not count for a new one)
     retired: frozenset[ActivationId] = frozenset()
+    #: lessee instances of keyed windows (Dirigo, `lease.py`): in `instances` (they are
+    #: hosted), never owners of bins nor in `of_step`; each is an extra input channel of
+    #: its step's instances, which merge its partial aggregates
+    lessees: frozenset[ActivationId] = frozenset()
 
     @property
     def hosts(self) -> dict[str, int]:
@@ -92,8 +96,12 @@ class Placement:
         return [a for a, ex in self.instances.items() if ex == executor]
 
     def of_step(self, step: str) -> list[ActivationId]:
-        """The instances of `step`, by instance number."""
-        return sorted((a for a in self.instances if a.step == step), key=lambda a: a.instance)
+        """The instances of `step` (its lessees left out), by instance number."""
+        return sorted((a for a in self.instances if a.step == step and a not in self.lessees),
+                      key=lambda a: a.instance)
+
+    def lessees_of(self, step: str) -> list[ActivationId]:
+        return sorted((a for a in self.lessees if a.step == step), key=lambda a: a.instance)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON form (a checkpoint's manifest and the controller's registry keep it)."""
@@ -102,13 +110,16 @@ class Placement:
                 "tables": {s: [t.version, list(t.owners)] for s, t in self.tables.items()},
                 "bins": self.bins,
                 "retired": [[a.dataflow, a.step, a.instance] for a in sorted(
-                    self.retired, key=str)]}
+                    self.retired, key=str)],
+                "lessees": [[a.dataflow, a.step, a.instance] for a in sorted(
+                    self.lessees, key=str)]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Placement:
         return cls({ActivationId(df, st, i): ex for df, st, i, ex in d["instances"]},
                    {s: RoutingTable(v, tuple(o)) for s, (v, o) in d["tables"].items()},
-                   d["bins"], frozenset(ActivationId(df, st, i) for df, st, i in d["retired"]))
+                   d["bins"], frozenset(ActivationId(df, st, i) for df, st, i in d["retired"]),
+                   frozenset(ActivationId(df, st, i) for df, st, i in d.get("lessees", [])))
 
 
 def place(spec: DataflowSpec, executors: Sequence[int], load: dict[int, int],
