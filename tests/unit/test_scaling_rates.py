@@ -20,11 +20,11 @@ def flow() -> Dataflow:
 
 
 def counters(t: float, source_in: float, w_in: float, w_proc_ms: float) -> dict:
-    """[events in, out, processing ms, deser ms, ser ms, queue ms, waiting, accepted,
-    results, within, read at] at time t; the source accepted 100 more events than it ran,
-    the sink writes 100 results a second, 90 of them within target."""
+    """[events in, out, processing ms, deser ms, ser ms, queue ms, events waiting, events
+    arrived, results, within, read at] at time t; the source has 100 events waiting, the
+    sink writes 100 results a second, 90 of them within target."""
     return {"df": {
-        "df/s/0": [source_in, source_in, 0.1 * source_in, 0.0, 0.0, 0.0, 1, source_in + 100,
+        "df/s/0": [source_in, source_in, 0.1 * source_in, 0.0, 0.0, 0.0, 100, source_in + 100,
                    0, 0, t],
         "df/w/0": [w_in / 2, w_in / 20, w_proc_ms / 2, 10.0 * t, 5.0 * t, 1.0, 30, 0, 0, 0, t],
         "df/w/1": [w_in / 2, w_in / 20, w_proc_ms / 2, 10.0 * t, 5.0 * t, 1.0, 10, 0, 0, 0, t],

@@ -142,9 +142,9 @@ class Activation:
         #: time is the scheduler's busy time of this activation
         self.events_in = self.events_out = 0
         self.deser_ms = self.ser_ms = 0.0
-        #: a source's events accepted from clients (it may not have run them yet): the
-        #: offered rate while the ingress queue has room
-        self.events_accepted = 0
+        #: events that arrived in its mailbox (a source's: from clients, the offered rate
+        #: while its ingress queue has room); less events_in: those waiting
+        self.events_arrived = 0
         #: a sink's results, and those within the dataflow's target
         self.results = self.within = 0
         #: a paced instance's simulated clock (`ExecutorCore._pace`), ms

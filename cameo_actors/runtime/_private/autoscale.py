@@ -40,13 +40,13 @@ from cameo_actors.scaling import (
 logger = logging.getLogger(__name__)
 
 #: Counters of one activation: events in, events out, processing ms, deserialization
-#: ms, serialization ms, recent queueing delay ms, messages waiting, events a source
-#: accepted, results a sink wrote and those within target, when the executor read them
-#: (`ExecutorCore.counters`).
-(EVENTS_IN, EVENTS_OUT, PROC_MS, DESER_MS, SER_MS, QUEUE_MS, WAITING, ACCEPTED, RESULTS,
+#: ms, serialization ms, recent queueing delay ms, events waiting, events arrived (a
+#: source's: from clients), results a sink wrote and those within target, when the
+#: executor read them (`ExecutorCore.counters`).
+(EVENTS_IN, EVENTS_OUT, PROC_MS, DESER_MS, SER_MS, QUEUE_MS, WAITING, ARRIVED, RESULTS,
  WITHIN, AT) = range(11)
 #: The counters that only grow (a drop means the activation was restored).
-GROWING = (EVENTS_IN, EVENTS_OUT, PROC_MS, DESER_MS, SER_MS, ACCEPTED, RESULTS, WITHIN)
+GROWING = (EVENTS_IN, EVENTS_OUT, PROC_MS, DESER_MS, SER_MS, ARRIVED, RESULTS, WITHIN)
 #: How far a source's recent rate may be from its window's before the policy waits.
 UNSTEADY = 0.2
 #: Below this many events/s a difference is noise.
@@ -117,7 +117,7 @@ class RateTracker:
                 # growth of what they hold back; backlog: both queues.
                 backlog, growth = self._backlog(spec.name, step.id)
                 queued = sum(self._queued(a) for a in ids)
-                sources.append(SourceMeasure(step.id, total[ACCEPTED] / dt if dt else 0.0,
+                sources.append(SourceMeasure(step.id, total[ARRIVED] / dt if dt else 0.0,
                                              backlog + queued, growth))
                 continue
             useful = total[PROC_MS] + total[DESER_MS] + total[SER_MS]
@@ -144,8 +144,8 @@ class RateTracker:
                 t_mid, c_mid = next(x for x in q if x[0] >= t_end - self.window_s / 2)
                 if t_mid >= t_end:
                     return False
-                whole += (c_end[ACCEPTED] - q[0][1][ACCEPTED]) / (t_end - q[0][0])
-                half += (c_end[ACCEPTED] - c_mid[ACCEPTED]) / (t_end - t_mid)
+                whole += (c_end[ARRIVED] - q[0][1][ARRIVED]) / (t_end - q[0][0])
+                half += (c_end[ARRIVED] - c_mid[ARRIVED]) / (t_end - t_mid)
             growth = self._backlog(spec.name, src.id)[1]
             whole, half = whole + growth, half + growth
             if abs(half - whole) > max(UNSTEADY * whole, STEADY_EPS):
@@ -155,7 +155,7 @@ class RateTracker:
     def _queued(self, aid: str) -> float:
         """Events a source accepted and has not run yet."""
         q = self._samples.get(aid)
-        return max(0.0, q[-1][1][ACCEPTED] - q[-1][1][EVENTS_IN]) if q else 0.0
+        return q[-1][1][WAITING] if q else 0.0
 
     def _backlog(self, dataflow: str, source: str) -> tuple[float, float]:
         """(events waiting at the writers now, their growth per second)."""

@@ -528,7 +528,7 @@ class ExecutorCore:
                 if tracer is not None and tracer.sampled():
                     msg.trace = FROM_CLIENT
                 counters.events_in += len(part)
-                act.events_accepted += len(part)
+                act.events_arrived += len(part)
                 self.flow.admitted(target, len(part))
                 self.sched.enqueue(msg, now)
 
@@ -556,6 +556,7 @@ class ExecutorCore:
                 self._ack(msg.upstream, msg.target, msg.size, 0.0)
             elif act.generation == msg.generation:
                 self.sched.enqueue(msg, now)
+                act.events_arrived += msg.size
                 got.append(act)
             # else: sent by a run the dataflow was restored from since: its sender is gone
         for up, down, n, path_cost in acks:
@@ -679,8 +680,10 @@ class ExecutorCore:
             self.flow.sent(sender, msg.target, msg.size)
         host = self.hosting.hosts.get(msg.target)
         if host == self.index:
-            if msg.target in self.hosting.activations:
+            target = self.hosting.activations.get(msg.target)
+            if target is not None:
                 self.sched.enqueue(msg, self.clock.now_ms())
+                target.events_arrived += msg.size
         elif host is not None:
             self.channels.message(host, msg)
             if act is not None:
@@ -776,7 +779,7 @@ class ExecutorCore:
     def counters(self) -> dict[str, dict[str, list[float]]]:
         """dataflow -> activation -> DS2's counters since it came here: [events in, events
         out, processing ms, deserialization ms, serialization ms, recent queueing delay ms,
-        messages waiting, events a source accepted from clients, results a sink wrote and
+        events waiting, events arrived (a source's: from clients), results a sink wrote and
         those within target, when they were read (wall clock, s)]. The scaling controller
         takes rates from their differences."""
         out: dict[str, dict[str, list[float]]] = {}
@@ -787,8 +790,9 @@ class ExecutorCore:
             for aid in self.hosting.ids(dataflow):
                 act, prof = self.hosting.activations[aid], sched.profile(aid)
                 acts[aid] = [act.events_in, act.events_out, prof.busy_ms, act.deser_ms,
-                             act.ser_ms, prof.queue_delay_ms, sched.pending(aid),
-                             act.events_accepted, act.results, act.within, at]
+                             act.ser_ms, prof.queue_delay_ms,
+                             max(0, act.events_arrived - act.events_in),
+                             act.events_arrived, act.results, act.within, at]
         return out
 
     def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:
