@@ -193,8 +193,6 @@ class AutoScaling:
         self.scaler = Scaler(settings)
         self.rates = RateTracker(settings.rate_window_s)
         self.settings = settings
-        #: dataflows with their own settings (policy "off" included)
-        self.own: dict[str, ScalingSettings] = {}
         self.plan: Plan | None = None
         self.measures: dict[str, Any] = {}
         #: dataflow -> the migration carrying out its last decision
@@ -204,7 +202,9 @@ class AutoScaling:
         self._lock = threading.Lock()
 
     def enabled(self) -> bool:
-        return self.settings.policy != "off" or any(s.policy != "off" for s in self.own.values())
+        """Whether a policy is on, the pool's or a running dataflow's own."""
+        return self.settings.policy != "off" or any(
+            self.scaler.settings_for(n).policy != "off" for n in self.measures)
 
     @property
     def sizes_pool(self) -> bool:
@@ -213,15 +213,10 @@ class AutoScaling:
 
     def set_dataflow(self, name: str, settings: ScalingSettings | None) -> None:
         with self._lock:
-            if settings is None:
-                self.own.pop(name, None)
-            else:
-                self.own[name] = settings
             self.scaler.set_dataflow(name, settings)
 
     def forget(self, name: str) -> None:
         with self._lock:
-            self.own.pop(name, None)
             self.acting.pop(name, None)
             self.scaler.forget(name)
             self.rates.forget(name)
@@ -344,9 +339,8 @@ class AutoScaling:
             for df, m in self.measures.items():
                 if name is not None and df != name:
                     continue
-                own = self.own.get(df)
                 flows[df] = {
-                    "policy": (own or self.settings).policy,
+                    "policy": self.scaler.settings_for(df).policy,
                     "steps": {s.step: _step_view(s) for s in m.steps},
                     "sources": {s.step: {"rate_eps": s.rate_eps, "backlog_events": s.backlog_events,
                                          "backlog_growth_eps": s.backlog_growth_eps}

@@ -1100,8 +1100,8 @@ class Controller:
         spec = DataflowSpec.from_dict(info["spec"])
         own = None if settings is None else settings_from_dict(
             {**self.config.scaling, **settings}, where=f"dataflow {name!r}: scaling")
+        ids = [s.id for s in spec.steps if is_keyed_step(spec, s)]
         for step, p in (pin or {}).items():
-            ids = [s.id for s in spec.steps if is_keyed_step(spec, s)]
             if step not in ids:
                 raise ScalingConfigError(f"dataflow {name!r}: pin", f"one of its scalable "
                                          f"steps {ids}", step, "pin a keyed window, join or "
