@@ -7,7 +7,8 @@ What a user may import is exported here (and documented in the README):
 - test them in-process: `run_local`, `TestingSource`, `TestingSink`, `Watermark`, `FakeClock`;
 - run them on a pool: `Runtime`, `RuntimeConfig` (Ray), or through the service: `Client`;
 - the errors: `CameoError` (the root), `UserError` and its `SpecError`, the runtime's
-  `DataflowNotFound`, `DataflowExists`, `PoolNotFound`, `RuntimeUnavailable`, and the
+  `DataflowNotFound`, `DataflowExists`, `PoolNotFound`, `RuntimeUnavailable`,
+  `ReconfigFailed`, and the
   service's `ServiceError`.
 
 Everything else is internal (`cameo_actors.runtime._private`, and modules not named
@@ -39,6 +40,7 @@ from cameo_actors.runtime import (
     DataflowExists,
     DataflowNotFound,
     PoolNotFound,
+    ReconfigFailed,
     RuntimeConfig,
     RuntimeUnavailable,
 )
@@ -47,7 +49,7 @@ from cameo_actors.testing import TestingSink, TestingSource, Watermark, run_loca
 __all__ = [
     "CameoError", "Client", "Clock", "ConnectorSpec", "Dataflow", "DataflowEnded", "DataflowExists",
     "DataflowNotFound", "DataflowSpec", "ErrorRecord", "FakeClock", "KeyedProcess", "PoolNotFound",
-    "Runtime", "RuntimeConfig", "RuntimeUnavailable", "ServiceError", "SpecError", "Stream",
+    "ReconfigFailed", "Runtime", "RuntimeConfig", "RuntimeUnavailable", "ServiceError", "SpecError", "Stream",
     "SystemClock", "TestingSink", "TestingSource", "UserError", "Watermark", "avg", "count", "max_",
     "max_by", "min_", "run_local", "sum_", "top",
 ]

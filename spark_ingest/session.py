@@ -3,7 +3,7 @@
 >>> cfg = SparkConfig(run_dir="/tmp/cameo-run")
 >>> settings = cfg.settings()
 >>> settings["spark.master"], settings["spark.ui.enabled"], settings["spark.sql.shuffle.partitions"]
-('local[*]', 'false', '2')
+('local[*,4]', 'false', '2')
 >>> settings["spark.local.dir"]
 '/tmp/cameo-run/spark/local'
 
@@ -16,12 +16,18 @@ Ray cluster's GCS address.
 from __future__ import annotations
 
 import os
+import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from cameo_actors.runtime.config import default_run_dir
+from spark_ingest.niced_daemon import NICENESS_ENV
+
+#: Seconds a Python worker may take to connect back to Spark's JVM (Spark's default: 15).
+PYTHON_CONNECT_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,14 @@ class SparkConfig:
             machine both share (in the demo on 2 cores, Spark used 1.2-1.5 of them while
             files landed; the alerts' runtime p99 was 105-607 ms at the same priority,
             24-36 ms at nice 10: docs/spark.md). 0 keeps Spark at the caller's priority.
+        task_attempts: with a local master, the attempts of a task before its query fails
+            (Spark's `local[N,F]`; a local master gives a failed task no retry by default):
+            a task whose Python worker did not start in time on a loaded machine runs again.
+        restarts, restart_window_s: how many times within that window the tier starts a
+            query again, from its checkpoint, when it died for a transient reason (a
+            Python worker of the query's driver side that did not connect back in time,
+            see `tier.TRANSIENT`); beyond that, or for any other reason, the failure is
+            reported (`SparkQueryFailed`). Results stay exactly once across a restart.
     """
 
     master: str = "local[*]"
@@ -58,6 +72,9 @@ class SparkConfig:
     python: str | None = None
     conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     niceness: int = 10
+    task_attempts: int = 4
+    restarts: int = 5
+    restart_window_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.shuffle_partitions < 1:
@@ -67,6 +84,10 @@ class SparkConfig:
         if not 0 <= self.niceness <= 19:
             raise ValueError(f"SparkConfig.niceness: expected 0..19 (0: the caller's priority), "
                              f"got {self.niceness}")
+        if self.task_attempts < 1 or self.restarts < 0 or self.restart_window_s <= 0:
+            raise ValueError(f"SparkConfig: expected task_attempts >= 1, restarts >= 0 and "
+                             f"restart_window_s > 0, got {self.task_attempts}, {self.restarts} "
+                             f"and {self.restart_window_s}")
 
     @property
     def spark_dir(self) -> str:
@@ -80,11 +101,19 @@ class SparkConfig:
     def local(self) -> bool:
         return self.master.startswith("local")
 
+    @property
+    def spark_master(self) -> str:
+        """The master with the task attempts of a local one: "local[*]" -> "local[*,4]"."""
+        m = re.fullmatch(r"local(?:\[([^,\]]+)\])?", self.master)
+        if m is None or self.task_attempts == 1:
+            return self.master
+        return f"local[{m.group(1) or 1},{self.task_attempts}]"
+
     def settings(self) -> dict[str, str]:
         d = self.spark_dir
         tmp = os.path.join(d, "tmp")
         s = {
-            "spark.master": self.master,
+            "spark.master": self.spark_master,
             "spark.app.name": self.app_name,
             "spark.ui.enabled": str(self.ui).lower(),
             "spark.ui.showConsoleProgress": "false",
@@ -99,6 +128,9 @@ class SparkConfig:
             "spark.sql.adaptive.enabled": "false",
             "spark.sql.session.timeZone": "UTC",
             "spark.python.worker.reuse": "true",
+            # A Python worker connects back to the JVM within this (15 s by default): on a
+            # loaded machine, starting one can take longer, and the query then fails.
+            "spark.python.authenticate.socketTimeout": f"{PYTHON_CONNECT_TIMEOUT_S}s",
             # An `any` field read as VARIANT from JSON with a key twice keeps the last
             # value, as json.loads (and so Runtime.push) does; Spark's default refuses
             # the row as unparsable.
@@ -117,6 +149,8 @@ def build_session(config: SparkConfig | None = None) -> Any:
     Spark's Python workers run `config.python` (default: this interpreter, so they
     import cameo and pyarrow from the same environment): PySpark reads it from
     PYSPARK_PYTHON when the session's context starts, so it is set here if unset.
+    With a local master and a `niceness`, Spark's tasks run below the executors'
+    priority (`keep_tasks_low`).
     """
     from pyspark.sql import SparkSession
 
@@ -124,40 +158,86 @@ def build_session(config: SparkConfig | None = None) -> Any:
     for sub in ("local", "tmp", "checkpoints"):
         os.makedirs(os.path.join(config.spark_dir, sub), exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", config.python or sys.executable)
+    settings = config.settings()
     if config.local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, no warning
+        if config.niceness:  # read by the daemon the JVM starts (it inherits this environment)
+            os.environ[NICENESS_ENV] = str(config.niceness)
+            settings["spark.python.daemon.module"] = "spark_ingest.niced_daemon"
     builder = SparkSession.builder
-    for key, value in config.settings().items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(config.log_level)
     jvm = spark._jvm  # None only in Spark Connect, where no local JVM runs
     if config.local and config.niceness and jvm is not None:
-        lower_priority(int(jvm.java.lang.ProcessHandle.current().pid()), config.niceness)
+        keep_tasks_low(int(jvm.java.lang.ProcessHandle.current().pid()), config.niceness)
     register(spark)
     return spark
 
 
-def lower_priority(pid: int, niceness: int) -> None:
-    """Run process `pid` at OS priority `niceness` (a larger nice value: it yields the CPU).
+#: How often the JVM's threads are looked for (new ones start at its priority).
+TASK_WATCH_S = 0.2
+#: The JVM's threads that do a micro-batch's work and start no process, by the name Linux
+#: shows (cut at 15 bytes): Spark's task threads ("Executor task launch worker ..."), the
+#: JIT compilers (a third of a core over the demo's first minute) and the garbage collector.
+COMPUTE_THREADS = ("Executor task", "C1 CompilerThre", "C2 CompilerThre", "GC Thread", "G1 ")
+#: A query's own thread ("stream execution thread for <query> ...") plans its micro-batches;
+#: while the query starts it also starts the Python processes of its source, which must
+#: connect back within 10 s: lowered only once it ran `QUERY_START_S`.
+QUERY_THREAD = "stream executio"
+QUERY_START_S = 20.0
 
-    On Linux a nice value belongs to each thread, and a new thread or process takes its
-    creator's: every thread the process has now is lowered (twice over, for threads
-    started meanwhile), so the threads and processes it starts later (Spark's Python
-    workers) run lower too. Elsewhere the process's priority is set. Never raises the
-    priority back: lowering needs no privilege, raising does.
+
+def keep_tasks_low(pid: int, niceness: int) -> threading.Thread:
+    """Keep the JVM `pid`'s compute threads (`COMPUTE_THREADS`), and its queries' threads
+    once started (`QUERY_THREAD`), at OS priority `niceness`: a thread of this process
+    looks for new ones every `TASK_WATCH_S`, until the JVM ends.
+
+    Those do a micro-batch's work (parsing files, Arrow; the Python workers that
+    `niced_daemon` forks for the tasks run low too), compile it and plan it. The rest of
+    the JVM (py4j, RPC, and the Python processes a starting query needs, which must connect
+    back within 10 s) keeps the caller's priority, so a machine whose executors are busy
+    slows Spark's work but never starves it into failing a query.
     """
-    task_dir = f"/proc/{pid}/task"
-    if not os.path.isdir(task_dir):
-        os.setpriority(os.PRIO_PROCESS, pid, max(niceness, os.getpriority(os.PRIO_PROCESS, pid)))
-        return
-    for _ in range(2):
-        for tid in map(int, os.listdir(task_dir)):
-            try:
-                if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
-                    os.setpriority(os.PRIO_PROCESS, tid, niceness)
-            except ProcessLookupError:  # the thread ended meanwhile
-                continue
+    def watch() -> None:
+        seen: dict[int, float] = {}
+        while lower_spark_threads(pid, niceness, seen, time.monotonic()):
+            time.sleep(TASK_WATCH_S)
+
+    thread = threading.Thread(target=watch, name="cameo-spark-tasks-low", daemon=True)
+    thread.start()
+    return thread
+
+
+def lower_spark_threads(pid: int, niceness: int, seen: dict[int, float], now: float) -> bool:
+    """One look at process `pid`'s threads: those of `COMPUTE_THREADS` go to `niceness`,
+    those of `QUERY_THREAD` once they are `QUERY_START_S` old (never up: that needs a
+    privilege; on Linux a nice value belongs to each thread). `seen`: thread -> when it
+    was first seen, or -1 once done with (updated). False once the process is gone (or
+    there is no /proc)."""
+    try:
+        tids = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    except OSError:
+        return False
+    for gone in set(seen) - tids:
+        del seen[gone]
+    for tid in tids:
+        first = seen.setdefault(tid, now)
+        if first < 0:
+            continue
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8") as f:
+                name = f.read()
+            if name.startswith(QUERY_THREAD) and now - first < QUERY_START_S:
+                continue  # looked at again next time
+            if name.startswith((*COMPUTE_THREADS, QUERY_THREAD)) \
+                    and os.getpriority(os.PRIO_PROCESS, tid) < niceness:
+                os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except OSError:  # the thread ended meanwhile
+            continue
+        seen[tid] = -1.0
+    return True
 
 
 def register(spark: Any) -> None:

@@ -37,6 +37,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +56,14 @@ from spark_ingest.session import SparkConfig, build_session, stop_gracefully
 log = logging.getLogger(__name__)
 
 FILE_FORMATS = ("json", "csv", "parquet", "orc", "text", "avro")
+#: How often the supervisor looks for queries that died (s).
+SUPERVISE_S = 1.0
+#: What Spark says when a query died for want of CPU or of a process, not of its input
+#: or settings: a Python worker that did not start (or answer) in time on a loaded
+#: machine, a worker or a pool that went away. Such a query is started again.
+TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET", "Python worker exited unexpectedly",
+             "crashed", "Connection reset", "Broken pipe", "RuntimeUnavailable",
+             "the pool did not answer")
 #: Formats whose PERMISSIVE mode keeps unparsable records in a corrupt-record column.
 PERMISSIVE_FORMATS = ("json", "csv")
 CORRUPT_COLUMN = "_corrupt_record"
@@ -84,6 +95,20 @@ class DataflowQueries:
             self.outputs.pop(step, None)
         else:
             self.errors = None
+
+    def get(self, role: str, step: str) -> Any:
+        """The query of `role` for `step` (None if there is none)."""
+        if role == "input":
+            return self.inputs.get(step)
+        return self.outputs.get(step) if role == "output" else self.errors
+
+    def put(self, role: str, step: str, query: Any) -> None:
+        if role == "input":
+            self.inputs[step] = query
+        elif role == "output":
+            self.outputs[step] = query
+        else:
+            self.errors = query
 
 
 @dataclass(frozen=True)
@@ -157,6 +182,11 @@ class SparkTier:
         self.config = config or SparkConfig()
         self.spark = spark if spark is not None else build_session(self.config)
         self.queries: dict[str, DataflowQueries] = {}
+        #: query name -> when the supervisor (or a drain) started it again, recently
+        self._restarts: dict[str, deque[float]] = {}
+        self._lock = threading.RLock()
+        self._supervisor: threading.Thread | None = None
+        self._closed = threading.Event()
         # Default checkpoints go where the session keeps them (a given session's own setting).
         root = self.spark.conf.get("spark.sql.streaming.checkpointLocation", None) \
             if config is None else None
@@ -195,29 +225,35 @@ class SparkTier:
     def start(self, name: str, *, fresh_checkpoints: bool = False) -> DataflowQueries:
         """Start the Spark queries of a running dataflow's connectors (outputs first,
         so that no result waits for its reader), each from its checkpoint (see `deploy`
-        for `fresh_checkpoints`)."""
+        for `fresh_checkpoints`). Queries that stopped start again; running ones stay."""
         spec = DataflowSpec.from_dict(self.runtime.describe(name)["spec"])
-        q = self.queries.setdefault(name, DataflowQueries())
-        for role, step, query in list(q.items()):  # one that died starts again
-            if not query.isActive:
-                q.discard(role, step)
-        running = {(role, step) for role, step, _ in q.items()}
-        plans = {(role, step): plan for role, step, plan in
-                 self.plan(spec, fresh_checkpoints=fresh_checkpoints) if (role, step) not in running}
-        for plan in plans.values():  # every check passed: make them so
-            checkpoints.apply(plan)
-        for sink in spec.sinks:
-            if sink.connector is not None and ("output", sink.id) in plans:
-                q.outputs[sink.id] = self._output_query(name, sink.id, sink.connector, "results",
-                                                        plans["output", sink.id].location)
-        if spec.errors is not None and ("errors", "errors") in plans:
-            q.errors = self._output_query(name, "errors", spec.errors, "errors",
-                                          plans["errors", "errors"].location)
-        for src in spec.sources:
-            if src.connector is not None and ("input", src.id) in plans:
-                q.inputs[src.id] = self._input_query(name, src, src.connector,
-                                                     plans["input", src.id].location)
+        with self._lock:
+            q = self.queries.setdefault(name, DataflowQueries())
+            for role, step, query in list(q.items()):  # one that died starts again
+                if not query.isActive:
+                    q.discard(role, step)
+            running = {(role, step) for role, step, _ in q.items()}
+            plans = [(role, step, plan) for role, step, plan in
+                     self.plan(spec, fresh_checkpoints=fresh_checkpoints)
+                     if (role, step) not in running]
+            for _, _, plan in plans:  # every check passed: make them so
+                checkpoints.apply(plan)
+            for role, step, plan in plans:  # outputs, the errors query, then inputs
+                q.put(role, step, self._start_query(spec, role, step, plan.location))
+        self._supervise()
         return q
+
+    def _start_query(self, spec: DataflowSpec, role: str, step: str,
+                     location: str | None = None) -> Any:
+        """Start one query of the dataflow from its checkpoint (default: where `plan` puts it)."""
+        c = connector_of(spec, role, step)
+        location = location or self.checkpoint(spec.name, KINDS[role], step, c)
+        if role == "input":
+            src = spec.step(step)
+            assert isinstance(src, SourceStep)
+            return self._input_query(spec.name, src, c, location)
+        return self._output_query(spec.name, step, c, "errors" if role == "errors" else "results",
+                                  location)
 
     def plan(self, spec: DataflowSpec, *, fresh_checkpoints: bool = False
              ) -> list[tuple[str, str, checkpoints.Plan]]:
@@ -305,7 +341,9 @@ class SparkTier:
 
         Inputs first (processAllAvailable, then stop between batches); with `close`,
         the dataflow's sources end (every window fires); then the runtime works off
-        its queues and the output queries write everything out before they stop.
+        its queues and the output queries write everything out before they stop. A
+        query that dies for a transient reason meanwhile is started again from its
+        checkpoint and drained again (see `SparkConfig.restarts`).
 
         Raises:
             SparkQueryFailed: a query of the dataflow died (before or while draining).
@@ -317,30 +355,101 @@ class SparkTier:
         q = self.queries.get(name)
         if q is None:
             return
-        failed = [f for step, query in q.inputs.items()
-                  if (f := self._halt(name, "input", step, query, drain=True,
-                                      timeout_s=timeout_s))]
-        failed += [f for role, step, query in q.items() if role != "input"
-                   and (f := self._failure(name, role, step, query))]
+        failed = [f for step in list(q.inputs)
+                  if (f := self._drained(name, "input", step, drain=True, timeout_s=timeout_s))]
+        failed += [f for role, step, _ in list(q.items()) if role != "input"
+                   and (f := self._failed_for_good(name, role, step))]
         if not failed:
             if close:
                 self.runtime.close(name)
             try:
-                self.runtime.wait_idle(timeout_s)
+                self.runtime.wait_idle(timeout_s, dataflows=[name])
             except TimeoutError:  # results a dead output query will never read?
-                failed = [f for role, step, query in q.items()
-                          if (f := self._failure(name, role, step, query))]
+                failed = [f for role, step, _ in list(q.items())
+                          if (f := self._failed_for_good(name, role, step))]
                 if not failed:
                     raise
-        self.queries.pop(name, None)
         write_out, known = not failed, {f.query for f in failed}
-        for role, step, query in q.items():
+        for role, step, query in list(q.items()):
             if role != "input" and query.name not in known:
-                failure = self._halt(name, role, step, query, drain=write_out,
-                                     timeout_s=timeout_s)
+                failure = self._drained(name, role, step, drain=write_out, timeout_s=timeout_s)
                 if failure is not None:
                     failed.append(failure)
+        with self._lock:
+            self.queries.pop(name, None)
         _raise_first(failed)
+
+    def _drained(self, name: str, role: str, step: str, *, drain: bool,
+                 timeout_s: float) -> SparkQueryFailed | None:
+        """Stop a query between micro-batches (after processing what is available, if
+        `drain`); one that dies meanwhile for a transient reason is started again and
+        drained again. Its failure, if it failed for good."""
+        while True:
+            query = self.queries[name].get(role, step)
+            failure = self._halt(name, role, step, query, drain=drain, timeout_s=timeout_s)
+            if failure is None or not self._restart(name, role, step, query, failure):
+                return failure
+
+    def _failed_for_good(self, name: str, role: str, step: str) -> SparkQueryFailed | None:
+        """A query's failure, unless it was transient and the query started again."""
+        query = self.queries[name].get(role, step)
+        failure = self._failure(name, role, step, query)
+        if failure is not None and self._restart(name, role, step, query, failure):
+            return None
+        return failure
+
+    def _restart(self, name: str, role: str, step: str, dead: Any,
+                 failure: SparkQueryFailed) -> bool:
+        """Start query `dead` again from its checkpoint if it failed for a transient
+        reason and its restarts allow (`SparkConfig.restarts` within `restart_window_s`);
+        whether it runs again (also when another thread restarted it first)."""
+        with self._lock:
+            q = self.queries.get(name)
+            if q is None:
+                return False
+            if q.get(role, step) is not dead:  # restarted meanwhile (the supervisor)
+                return True
+            if not transient(failure.spark_message):
+                return False
+            now = time.monotonic()
+            times = self._restarts.setdefault(failure.query, deque())
+            while times and now - times[0] > self.config.restart_window_s:
+                times.popleft()
+            if len(times) >= self.config.restarts:
+                return False
+            times.append(now)
+            log.warning("the %s query %r of %s died for a transient reason (%s); started "
+                        "again from its checkpoint (%d of %d restarts in %g s)", role,
+                        failure.query, name, failure.spark_message[:200], len(times),
+                        self.config.restarts, self.config.restart_window_s)
+            spec = DataflowSpec.from_dict(self.runtime.describe(name)["spec"])
+            q.put(role, step, self._start_query(spec, role, step))
+            return True
+
+    def _supervise(self) -> None:
+        """Make sure the supervisor runs: a thread that starts again, every
+        `SUPERVISE_S`, the queries that died for a transient reason (it ends when the
+        tier has no queries left)."""
+        with self._lock:
+            if self._supervisor is None or not self._supervisor.is_alive():
+                self._supervisor = threading.Thread(target=self._watch, daemon=True,
+                                                    name="cameo-spark-supervisor")
+                self._supervisor.start()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(SUPERVISE_S):
+            with self._lock:
+                watched = [(name, role, step, query) for name, q in self.queries.items()
+                           for role, step, query in q.items()]
+            if not watched:
+                return
+            for name, role, step, query in watched:
+                try:
+                    failure = self._failure(name, role, step, query)
+                    if failure is not None:
+                        self._restart(name, role, step, query, failure)
+                except Exception:  # a bug here must not stop the watch; drain reports failures
+                    log.exception("the Spark tier's supervisor failed on %s", name)
 
     def stop(self, name: str, *, drain: bool = False) -> None:
         """Stop a dataflow's queries between micro-batches (draining first if asked).
@@ -348,7 +457,8 @@ class SparkTier:
         Raises:
             SparkQueryFailed: a query of the dataflow had died (the others are stopped).
         """
-        q = self.queries.pop(name, None)
+        with self._lock:
+            q = self.queries.pop(name, None)
         failed = [f for role, step, query in (q.items() if q else ())
                   if (f := self._halt(name, role, step, query, drain=drain))]
         _raise_first(failed)
@@ -379,10 +489,11 @@ class SparkTier:
 
     def raise_if_failed(self) -> None:
         """Raise `SparkQueryFailed` for the first query of the tier that stopped with an
-        error (the queries stay as they are)."""
-        for name, q in self.queries.items():
-            for role, step, query in q.items():
-                failure = self._failure(name, role, step, query)
+        error for good (one that died for a transient reason starts again instead; the
+        others stay as they are)."""
+        for name, q in list(self.queries.items()):
+            for role, step, _ in list(q.items()):
+                failure = self._failed_for_good(name, role, step)
                 if failure is not None:
                     raise failure
 
@@ -412,9 +523,31 @@ class SparkTier:
         if exc is None:
             return None
         message = spark_message(str(exc))
-        kind = {"input": "in", "output": "out"}.get(role, role)
         return SparkQueryFailed(name, str(query.name), role, step, message,
-                                failure_fix(message, name, self.checkpoint_root, kind, step))
+                                failure_fix(message, name, self.checkpoint_root, KINDS[role], step))
+
+
+#: The checkpoint folder's prefix of each role's query ("<kind>-<step>").
+KINDS = {"input": "in", "output": "out", "errors": "errors"}
+
+
+def connector_of(spec: DataflowSpec, role: str, step: str) -> ConnectorSpec:
+    """The connector a query of `role` for `step` serves."""
+    c = spec.errors if role == "errors" else getattr(spec.step(step), "connector", None)
+    if c is None:
+        raise ValueError(f"dataflow {spec.name!r}: no connector for the {role} of {step!r}")
+    return c
+
+
+def transient(message: str) -> bool:
+    """Whether Spark's message of a failed query says it died for a transient reason.
+
+    >>> transient("Python worker failed to connect back.")
+    True
+    >>> transient("[PATH_NOT_FOUND] Path does not exist: /in")
+    False
+    """
+    return any(mark in message for mark in TRANSIENT)
 
 
 def _raise_first(failed: list[SparkQueryFailed]) -> None:

@@ -27,12 +27,13 @@ from cameo_actors.runtime.exceptions import (
     DataflowExists,
     DataflowNotFound,
     PoolNotFound,
+    ReconfigFailed,
     RuntimeUnavailable,
 )
 
 __all__ = [
     "ActivationId", "DataflowEnded", "DataflowExists", "DataflowInfo", "DataflowNotFound", "DataflowStats",
-    "DataflowSummary", "ExecutorStats", "MigrationInfo", "PoolNotFound", "PoolSnapshot", "Rejected", "Runtime", "RuntimeConfig", "RuntimeLike",
+    "DataflowSummary", "ExecutorStats", "MigrationInfo", "PoolNotFound", "PoolSnapshot", "ReconfigFailed", "Rejected", "Runtime", "RuntimeConfig", "RuntimeLike",
     "RuntimeUnavailable", "start_local_ray",
 ]
 

@@ -18,9 +18,12 @@ never attaches by accident to a cluster someone else started; pass
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import itertools
+import logging
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -32,7 +35,7 @@ import ray
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError
 from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Event
-from cameo_actors.runtime._private import cluster
+from cameo_actors.runtime._private import cluster, settle
 from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, get
 from cameo_actors.runtime._private.controller import Controller
 from cameo_actors.runtime._private.ingest import pack_ingest
@@ -59,9 +62,16 @@ from cameo_actors.runtime.boundary import (
     error_log_id,
 )
 from cameo_actors.runtime.config import RuntimeConfig, default_run_dir
-from cameo_actors.runtime.exceptions import DataflowEnded, PoolNotFound, RuntimeUnavailable
+from cameo_actors.runtime.exceptions import (
+    DataflowEnded,
+    PoolKept,
+    PoolNotFound,
+    ReconfigFailed,
+    RuntimeUnavailable,
+)
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 #: An ingest call not yet answered: (Ray ref, dataflow, source activation, seq, blob).
 InFlight = tuple[Any, str, str, int, bytes]
 
@@ -71,6 +81,8 @@ DEFAULT_BATCH = 2_000
 MAX_IN_FLIGHT = 8
 #: How long a handle trusts what it knows of a dataflow (placement, state) before asking again.
 DESCRIBE_TTL_S = 1.0
+#: How long a reconfiguration called with `wait=True` is waited for by default.
+WAIT_TIMEOUT_S = 120.0
 
 
 # Aliases: inside the class, `list` names the Runtime.list method.
@@ -83,6 +95,28 @@ def start_local_ray(run_dir: str | None = None, num_cpus: int | None = None, *,
     """Start a private local Ray on loopback for this process, before any pool (tests and
     benchmarks start one per session; `Runtime.start` then finds it running)."""
     cluster.init_local(run_dir, num_cpus, log_to_driver=log_to_driver)
+
+
+def _start_afresh(storage: CheckpointStorage, config: RuntimeConfig, pool: str) -> None:
+    """Before a new pool starts without `resume`: delete what an earlier run of it left
+    (checkpoints, registry, ingress logs), unless that run was kept to be restored."""
+    registry = storage.load_registry()
+    if not registry:
+        return
+    names = sorted(registry.get("dataflows", {}))
+    if registry.get("resumable"):
+        raise PoolKept(
+            f"pool {pool!r} was kept to be restored with {len(names)} dataflow(s) "
+            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}) in "
+            f"{config.checkpoint_url}. Fix: Runtime.start(resume=True) (or `cameo serve`) "
+            "restores them; Runtime.start(pool=...) with another name starts a pool beside "
+            "it; deleting that folder drops them")
+    storage.discard_registry()
+    if config.ingress_log_dir:
+        shutil.rmtree(config.ingress_log_dir, ignore_errors=True)
+    logger.info("pool %r starts empty: %d dataflow(s) of an earlier run deleted (%s); "
+                "Runtime.start(resume=True) would have restored them", pool, len(names),
+                ", ".join(names))
 
 
 def _spec_dict(dataflow: Any) -> dict[str, Any]:
@@ -102,11 +136,14 @@ class Runtime:
     processes may hold handles on the same pool."""
 
     def __init__(self, pool: str, controller: Any, owns_ray: bool, *, found: bool = True,
-                 embedded: bool = False) -> None:
+                 embedded: bool = False, like: Runtime | None = None) -> None:
         self.pool = pool
         self.controller = controller
-        self.config = RuntimeConfig.from_dict(get(controller.config_dict.remote()))
-        self.executors: list[Any] = get(controller.executor_handles.remote())
+        # Another handle on the pool (`handle`) takes what this process knows already.
+        self.config: RuntimeConfig = like.config if like is not None else \
+            RuntimeConfig.from_dict(get(controller.config_dict.remote()))
+        self.executors: list[Any] = list(like.executors) if like is not None else \
+            get(controller.executor_handles.remote())
         self._owns_ray = owns_ray
         #: whether the pool was running before `start` (see `start`)
         self.found = found
@@ -123,26 +160,41 @@ class Runtime:
         self._recoveries: dict[str, int] = {}  # dataflow -> recoveries when last read
         self._deployments: dict[str, str] = {}  # dataflow -> the deployment pushed to
         self._round_robin = itertools.count()
+        self._stopped = False  # shut down through this handle
 
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
     def start(cls, config: RuntimeConfig | None = None, *, pool: str = "default",
               address: str | None = None, run_dir: str | None = None,
-              num_cpus: int | None = None, node_ip: str = "127.0.0.1") -> Runtime:
+              num_cpus: int | None = None, node_ip: str = "127.0.0.1",
+              resume: bool = False) -> Runtime:
         """Start (or find) the pool `pool`, starting Ray first if needed.
 
-        The handle's `found` says whether the pool was running already (its
-        configuration is then the one it was started with).
+        A new pool starts empty: what an earlier run of a pool of this name left in its
+        storage (a script that ended without `shutdown`, or was killed) is deleted, unless
+        `resume` asks to restore its dataflows from their checkpoints. A pool kept on
+        purpose (by `cameo serve`, by a start with `resume=True`, or `shutdown(forget=False)`)
+        is never deleted: starting it afresh raises `PoolKept`. A pool that is running
+        (on a joined cluster) is found as it is; the handle's `found` says so, and its
+        configuration is then the one it was started with.
+
+        An embedded pool (a private Ray, `address=None`) ends with this process: at exit it
+        is shut down, its storage deleted unless it was started with `resume=True`.
 
         Args:
             config: how the pool runs (used only when the pool is created).
             pool: the pool's name; several pools (e.g. one per scheduling mode) can coexist.
             address: a Ray cluster to join ("auto", "ray://host:10001", "host:6379");
                 None starts a private local Ray.
-            run_dir: where a private Ray keeps its files (default: ./.run).
+            run_dir: where a private Ray keeps its files, and the pool its checkpoints and
+                ingress logs unless `config` says where (default: ./.run).
             num_cpus: logical CPUs of a private Ray (default: 4x the cores, so that
                 several pools fit; the executor count defaults to the cores).
             node_ip: the address a private Ray binds (loopback by default).
+            resume: restore the dataflows an earlier run of this pool left in its storage.
+
+        Raises:
+            PoolKept: not `resume`, and the storage holds a pool kept to be restored.
         """
         config = config or RuntimeConfig()
         # Checkpoints and ingress logs under the run folder unless the config says where.
@@ -151,8 +203,12 @@ class Runtime:
             config,
             checkpoint_url=config.checkpoint_url or os.path.join(run, "checkpoints", pool),
             ingress_log_dir=config.ingress_log_dir or os.path.join(run, "ingress", pool))
-        CheckpointStorage(config.checkpoint_url or "").check_writable()  # fails here, clearly
+        storage = CheckpointStorage(config.checkpoint_url or "")
+        storage.check_writable()  # fails here, clearly
         owns = False
+        private = not ray.is_initialized() and address is None
+        if private and not resume:  # no pool can run yet: refuse before Ray starts
+            _start_afresh(storage, config, pool)
         if not ray.is_initialized():
             if address is None:
                 cluster.init_local(run_dir, num_cpus, node_ip=node_ip)
@@ -163,11 +219,17 @@ class Runtime:
                 cluster.join(address)
             owns = True
         found = cluster.find_actor(controller_name(pool)) is not None
+        if not found and not resume and not private:
+            _start_afresh(storage, config, pool)
         # Ray restarts a controller that dies; it reads its registry back from storage.
         controller = Controller.options(  # type: ignore[attr-defined]
             name=controller_name(pool), namespace=NAMESPACE, lifetime="detached",
-            max_restarts=-1, max_task_retries=-1, get_if_exists=True).remote(pool, config.to_dict())
-        return cls(pool, controller, owns, found=found, embedded=owns and address is None)
+            max_restarts=-1, max_task_retries=-1, get_if_exists=True).remote(
+                pool, config.to_dict(), resume)
+        rt = cls(pool, controller, owns, found=found, embedded=owns and address is None)
+        if rt.embedded:
+            atexit.register(rt._at_exit, keep=resume)
+        return rt
 
     @classmethod
     def connect(cls, *, pool: str = "default", address: str | None = "auto", auth: str = "auto",
@@ -197,7 +259,7 @@ class Runtime:
         `client` names its calls instead of a random id: a writer that may push the same
         events again (a retried Spark task) names them the same, and each source drops
         the calls it applied already."""
-        rt = type(self)(self.pool, self.controller, owns_ray=False)
+        rt = type(self)(self.pool, self.controller, owns_ray=False, like=self)
         if client is not None:
             rt._client = client
         return rt
@@ -205,11 +267,23 @@ class Runtime:
     def shutdown(self, *, stop_ray: bool | None = None, forget: bool = True) -> None:
         """Stop the pool's executors and controller (and Ray, if this handle started it).
         `forget=False` keeps the registry and checkpoints: a pool started again on the
-        same storage restores its dataflows."""
+        same storage with `resume=True` restores its dataflows."""
+        self._stopped = True
         get(self.controller.shutdown.remote(forget))
         ray.kill(self.controller)
         if stop_ray if stop_ray is not None else self._owns_ray:
             ray.shutdown()
+
+    def _at_exit(self, keep: bool) -> None:
+        """An embedded pool ends with its process: stopped quietly before Ray's own exit
+        handler takes its processes away (its storage kept only if it was resumed)."""
+        if self._stopped or not ray.is_initialized() \
+                or cluster.find_actor(controller_name(self.pool)) is None:
+            return  # shut down already (through another handle)
+        try:
+            self.shutdown(forget=not keep)
+        except Exception as e:  # exiting anyway: say why the storage may be left behind
+            logger.warning("the pool %r did not shut down cleanly at exit: %s", self.pool, e)
 
     def disconnect(self) -> None:
         """Leave the Ray cluster; the pool goes on in a joined cluster (not in a private one)."""
@@ -291,34 +365,53 @@ class Runtime:
 
     # -- live reconfiguration ------------------------------------------------------------------
     def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
-              batch_bins: int | None = None) -> MigrationInfo:
+              batch_bins: int | None = None, wait: bool = False,
+              timeout_s: float = WAIT_TIMEOUT_S) -> MigrationInfo:
         """Give keyed step `step` (a window or join on a keyed stream) `parallelism`
         instances while the dataflow runs: bins move to new instances (or off retired
         ones) epoch by epoch, `strategy` "all_at_once", "batched" (`batch_bins` bins per
-        epoch, default an eighth) or "fluid" (one bin per epoch). Returns at once; watch
-        it with `migrations` or wait with `wait_migration`.
+        epoch, default an eighth) or "fluid" (one bin per epoch). Returns at once (watch
+        it with `migrations`, or wait with `wait_migration`), or with `wait` once it is
+        done (up to `timeout_s`).
 
         Raises:
             ReconfigError: not a keyed step, a parallelism of 0 or above the pool's bins,
                 an unknown strategy; nothing changed.
             ReconfigConflict: a migration of the dataflow is under way.
+            ReconfigFailed: with `wait`, the migration failed (the dataflow goes on).
+            TimeoutError: with `wait`, it was still under way after `timeout_s`.
         """
         return self._migration_started(name, self.controller.scale.remote(
-            name, step, parallelism, strategy, batch_bins))
+            name, step, parallelism, strategy, batch_bins), wait, timeout_s)
 
     def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
                 to_instance: int | None = None, instance: int | None = None,
                 to_executor: int | None = None, strategy: str = "batched",
-                batch_bins: int | None = None) -> MigrationInfo:
+                batch_bins: int | None = None, wait: bool = False,
+                timeout_s: float = WAIT_TIMEOUT_S) -> MigrationInfo:
         """Move `bins` of keyed step `step` to its instance `to_instance`, or move its
         `instance` (every bin it owns) to executor `to_executor`. Like `scale`."""
         return self._migration_started(name, self.controller.migrate.remote(
             name, step, list(bins) if bins is not None else None, to_instance, instance,
-            to_executor, strategy, batch_bins))
+            to_executor, strategy, batch_bins), wait, timeout_s)
 
-    def _migration_started(self, name: str, ref: Any) -> MigrationInfo:
+    def _migration_started(self, name: str, ref: Any, wait: bool = False,
+                           timeout_s: float = WAIT_TIMEOUT_S) -> MigrationInfo:
         info: MigrationInfo = get(ref)
         self._described.pop(name, None)
+        return self._migration_ended(info, timeout_s) if wait else info
+
+    def _migration_ended(self, started: MigrationInfo, timeout_s: float) -> MigrationInfo:
+        """The migration's record once it ended; raises if it failed or is still running."""
+        info = self.wait_migration(started["id"], timeout_s)
+        what = f"migration {info['id']} ({info['kind']} of {info['dataflow']}/{info['step']})"
+        if info["state"] == "running":
+            raise TimeoutError(f"{what} still under way after {timeout_s:g} s: "
+                               f"{info['epochs_done']}/{info['epochs_total']} epochs done; "
+                               "watch it with migrations()")
+        if info["state"] != "done":
+            raise ReconfigFailed(f"{what} failed: {info['error']}; the dataflow goes on",
+                                 dict(info))
         return info
 
     def migrations(self, name: str | None = None) -> builtins.list[MigrationInfo]:
@@ -332,27 +425,45 @@ class Runtime:
         self._described.pop(info["dataflow"], None)
         return info
 
-    def rebalance(self, *, strategy: str = "batched") -> builtins.list[MigrationInfo]:
+    def rebalance(self, *, strategy: str = "batched", wait: bool = False,
+                  timeout_s: float = WAIT_TIMEOUT_S) -> builtins.list[MigrationInfo]:
         """Move keyed instances from the busiest executors (busy time over a second) to the
-        least busy, at most one per dataflow; the migrations started."""
-        return list(get(self.controller.rebalance.remote(strategy)))
+        least busy, at most one per dataflow; the migrations started (with `wait`: ended)."""
+        started = list(get(self.controller.rebalance.remote(strategy)))
+        return [self._migration_ended(m, timeout_s) for m in started] if wait else started
 
     def add_executors(self, n: int = 1) -> builtins.list[int]:
-        """Add `n` executors to the running pool; their indices."""
+        """Add `n` executors to the running pool; their indices. Returns once they answer
+        and are linked to the others: new work may go there from then on (nothing moves
+        there by itself: `rebalance` or `migrate`)."""
         added = list(get(self.controller.add_executors.remote(n)))
         self._refresh_executors()
         return added
 
-    def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]:
-        """Move every keyed instance off executor `index`, then stop it (in the background:
-        watch `migrations` and `executor_stats`).
+    def remove_executor(self, index: int, *, strategy: str = "batched", wait: bool = False,
+                        timeout_s: float = WAIT_TIMEOUT_S) -> dict[str, Any]:
+        """Move every keyed instance off executor `index`, then stop it: in the background
+        (watch `migrations` and `executor_stats`), or with `wait` until it is removed.
 
         Raises:
             ReconfigError: an unknown executor, or one hosting what cannot move (sources,
                 sinks, stateless steps); nothing changed.
             ReconfigConflict: the last executor, or a migration of its dataflows under way.
+            ReconfigFailed: with `wait`, an instance could not move (the executor stays).
+            TimeoutError: with `wait`, still draining after `timeout_s`.
         """
-        return dict(get(self.controller.remove_executor.remote(index, strategy)))
+        started = dict(get(self.controller.remove_executor.remote(index, strategy)))
+        if not wait:
+            return started
+        ended = dict(get(self.controller.wait_removed.remote(index, timeout_s),
+                         timeout_s=timeout_s + cluster.CALL_TIMEOUT_S))
+        if ended["state"] == "draining":
+            raise TimeoutError(f"executor {index} still draining after {timeout_s:g} s; "
+                               "watch migrations()")
+        if ended["state"] == "kept":
+            raise ReconfigFailed(f"executor {index} was not removed: {ended['error']}; it "
+                                 "stays in the pool", ended)
+        return {**started, **ended}
 
     # -- self-scaling ------------------------------------------------------------------------
     def scaling(self, name: str | None = None) -> dict[str, Any]:
@@ -377,20 +488,23 @@ class Runtime:
         """
         return dict(get(self.controller.set_scaling.remote(name, settings, pin)))
 
-    def lease(self, name: str, step: str, lessees: int) -> MigrationInfo:
+    def lease(self, name: str, step: str, lessees: int, *, wait: bool = False,
+              timeout_s: float = WAIT_TIMEOUT_S) -> MigrationInfo:
         """Give keyed window `step` `lessees` lessee instances (Dirigo) on other executors:
         events whose owner has more waiting than a lessee go there, folded into partial
         aggregates that are merged into the owner before its windows fire; results are
         those of a run without them. This is what relieves one hot key, which moving
         bins cannot split. 0 gives them back (each ends its stream, its last partials
-        merged). Returns at once, like `scale`; no bins of the step move while it has
-        lessees.
+        merged). Returns at once, or with `wait` once done, like `scale`; no bins of the
+        step move while it has lessees.
 
         Raises:
             ReconfigError: not a tumbling or sliding window on a keyed stream, or too many.
             ReconfigConflict: a migration of the dataflow is under way.
+            ReconfigFailed, TimeoutError: with `wait`, as `scale`.
         """
-        return self._migration_started(name, self.controller.lease.remote(name, step, lessees))
+        return self._migration_started(name, self.controller.lease.remote(name, step, lessees),
+                                       wait, timeout_s)
 
     def report_backlog(self, name: str, source: str, events: int) -> None:
         """Tell the scaling controller how many events this writer holds for `source`
@@ -702,28 +816,59 @@ class Runtime:
     def executor_stats(self) -> builtins.list[ExecutorStats]:
         return list(get(self.controller.executor_stats.remote()))
 
-    def wait_idle(self, timeout_s: float = 60.0) -> None:
-        """Block until every pushed event was processed (every executor idle and every
-        batch one executor sent to another applied there) and its results can be read
-        (a checkpoint of every dataflow with exactly-once delivery)."""
+    def wait_idle(self, timeout_s: float = 60.0, *,
+                  dataflows: Sequence[str] | None = None) -> None:
+        """Block until every event pushed so far to `dataflows` (None: every dataflow of
+        the pool) was processed and every result it made can be read: no message queued
+        or in flight between executors, no migration or recovery under way, and under
+        exactly-once delivery a checkpoint completed after the last result (taken now if
+        none is due). Events pushed through this handle are flushed first.
+
+        Name the dataflows in a pool that other tenants keep busy: the pool as a whole
+        is idle only when nobody pushes. After `close(name)`, `wait_idle(dataflows=[name])`
+        returns once its last results (every window fired) are readable.
+
+        Raises:
+            TimeoutError: not so within `timeout_s`; the message says what was under way.
+            DataflowEnded: a dataflow named in `dataflows` was cancelled or failed.
+            DataflowNotFound: no dataflow of a name in `dataflows`.
+        """
         self.flush()
+        names = None if dataflows is None else builtins.list(dataflows)
         deadline = time.monotonic() + timeout_s
+        pause = 0.002
         while True:
-            answers = cluster.get_each([e.idle.remote() for e in self.executors])
-            # An executor that died (or does not answer) is left out, and so are links to it.
-            states = {i: a for i, a in enumerate(answers) if a is not None}
-            sent = {(i, int(j)): n for i, (_, out, _) in states.items() for j, n in out.items()
-                    if int(j) in states}
-            got = {(int(j), i): n for i, (_, _, inn) in states.items() for j, n in inn.items()
-                   if int(j) in states}
-            if all(idle for idle, _, _ in states.values()) and sent == got:
-                # Exactly-once results are readable once a checkpoint after them completed.
-                get(self.controller.checkpoint_now.remote(None), timeout_s=timeout_s)
+            waiting, to_checkpoint = self._unsettled(names)
+            if not waiting and to_checkpoint:
+                left = max(1.0, deadline - time.monotonic())
+                made = get(self.controller.checkpoint_now.remote(to_checkpoint),
+                           timeout_s=left + cluster.CALL_TIMEOUT_S)
+                waiting = [f"{n}: results wait for a checkpoint, which did not complete "
+                           "(see describe(name)['checkpoints'])" for n, ok in made.items() if not ok]
+                if not waiting:
+                    continue  # the next round sees them readable
+            if not waiting:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"runtime not idle after {timeout_s} s: "
-                                   f"{[s['backlog'] for s in self.executor_stats()]} messages queued")
-            time.sleep(0.01)
+                raise TimeoutError(f"not settled after {timeout_s:g} s: " + "; ".join(waiting[:6])
+                                   + (f"; and {len(waiting) - 6} more" if len(waiting) > 6 else ""))
+            time.sleep(pause)
+            pause = min(0.05, 2 * pause)
+
+    def _unsettled(self, names: builtins.list[str] | None
+                   ) -> tuple[builtins.list[str], builtins.list[str]]:
+        """(why the dataflows are not settled yet, those settled but for a checkpoint that
+        makes their results readable), from one call to the controller and one round of
+        calls to the executors hosting them (`settle.py`)."""
+        pool = get(self.controller.settling.remote(names))
+        waiting, live = settle.pool_reasons(pool, named=names is not None)
+        if waiting:
+            return waiting, []
+        if live and live[-1] >= len(self.executors):
+            self._refresh_executors()
+        listed = builtins.list(pool["dataflows"])
+        answers = cluster.get_each([self.executors[i].unsettled.remote(listed) for i in live])
+        return settle.executor_reasons(listed, dict(zip(live, answers, strict=True)))
 
     def pressure(self, name: str) -> Pressure:
         """Whether the dataflow can take more events now, in one parallel round of calls

@@ -43,6 +43,12 @@ class PoolNotFound(CameoError, LookupError):
     """No cameo pool of that name runs on the Ray cluster."""
 
 
+class PoolKept(CameoError, RuntimeError):
+    """A pool started afresh (`Runtime.start()` without `resume`) found the dataflows of
+    a pool of that name that was kept to be restored (by `cameo serve`, or a start with
+    `resume=True`); nothing was started and nothing of them changed."""
+
+
 class RuntimeUnavailable(CameoError, TimeoutError):
     """The pool did not answer in time (an executor died or is overloaded)."""
 
@@ -65,3 +71,16 @@ class DataflowEnded(CameoError, LookupError):
 class NotHosted(RuntimeUnavailable):
     """An executor does not host that activation now: the dataflow is being restored
     after a failure (a client waits and sends again), or it ended."""
+
+
+class ReconfigFailed(CameoError):
+    """A reconfiguration that was started and waited for (`wait=True`) failed on the way;
+    `info` is its record (a `MigrationInfo`, or a removal's answer). The dataflows go on,
+    each on its placement from before the step that failed."""
+
+    def __init__(self, message: str, info: dict[str, Any]) -> None:
+        self.info = info
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return (type(self), (self.args[0], self.info))

@@ -96,7 +96,8 @@ class ServiceRuntime:
             cached = self._pressure[name] = (now, self.rt.pressure(name))
         return cached[1]
 
-    def wait_idle(self, timeout_s: float = 60.0) -> None:
+    def wait_idle(self, timeout_s: float = 60.0, *,
+                  dataflows: Sequence[str] | None = None) -> None:
         with self._pushers_guard:
             pushers = list(self._pushers.values())
         for handle, lock in pushers:
@@ -105,7 +106,7 @@ class ServiceRuntime:
                     handle.flush()  # every pushed batch accepted, then the executors drain
             except Exception as e:  # a refused batch (e.g. cancelled meanwhile): drain the rest
                 log.warning("a pushed batch was not accepted: %s", e)
-        self.rt.wait_idle(timeout_s=timeout_s)
+        self.rt.wait_idle(timeout_s=timeout_s, dataflows=dataflows)
 
 
 def serve(cfg: ServiceConfig) -> int:
@@ -154,8 +155,10 @@ def serve(cfg: ServiceConfig) -> int:
                            delivery=cfg.delivery, admission=cfg.admission,
                            tenant_floor=cfg.tenant_floor == "on", scaling=dict(cfg.scaling))
     try:
+        # The service restores what its run folder kept (a restart, a crash): on purpose.
         rt = Runtime.start(config, pool=cfg.pool, address=None if cfg.embedded else cfg.address,
-                           run_dir=cfg.run_dir, num_cpus=cfg.num_cpus, node_ip=cfg.node_ip)
+                           run_dir=cfg.run_dir, num_cpus=cfg.num_cpus, node_ip=cfg.node_ip,
+                           resume=True)
     except (ConnectionError, RuntimeError, ValueError) as e:
         log.error("cannot start or join Ray (address %s): %s. Fix: check --address / "
                   "RAY_ADDRESS and that Ray's token (~/.ray/auth_token or RAY_AUTH_TOKEN) "

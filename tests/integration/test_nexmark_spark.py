@@ -1,5 +1,6 @@
 """Nexmark through the Spark tier: the shared stream as JSON files in, Parquet out, equal
-to the DuckDB reference (as in-process and on Ray, tests/integration/test_nexmark.py).
+to the DuckDB reference (as in-process and on Ray, tests/integration/test_nexmark.py),
+while another tenant keeps the pool busy, with the default `SparkConfig`.
 
 The stream is written as files of 500 events (about 17 s of event time each) that Spark
 reads one per micro-batch, in the order they were written (`maxFilesPerTrigger` 1, the
@@ -17,11 +18,15 @@ import itertools
 import json
 import os
 import shutil
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+from cameo_actors import Dataflow, count
 from cameo_actors.dataflow.spec import ConnectorSpec, DataflowSpec, SinkStep, SourceStep
 from cameo_actors.nexmark.generator import SCHEMA
 from cameo_actors.nexmark.queries import QUERIES
@@ -30,6 +35,8 @@ from spark_ingest.results import read_results
 from spark_ingest.tier import SparkTier
 from tests.integration.conftest import RUN_DIR
 from tests.shared.nexmark import assert_matches, stream
+from tests.shared.zoo import SCHEMA as ZOO_SCHEMA
+from tests.shared.zoo import events
 
 pytestmark = pytest.mark.integration
 FILE_EVENTS = 500
@@ -67,13 +74,58 @@ def with_connectors(spec: DataflowSpec, data: str, out: str) -> DataflowSpec:
     return dataclasses.replace(spec, steps=tuple(connect(s) for s in spec.steps))
 
 
-def test_queries_through_spark_equal_the_reference(pools: Any, spark: Any) -> None:
+@contextmanager
+def busy_pool(rt: Any) -> Iterator[None]:
+    """Another tenant keeps the pool's executors busy meanwhile: a keyed window on both
+    executors, pushed flat out (and read, so that it never waits for a reader)."""
+    busy = (Dataflow("busy-beside", latency_target_ms=1000, tenant="neighbour")
+            .source("s", schema=ZOO_SCHEMA, event_time="ts").key_by("key")
+            .window(tumbling_ms=100, parallelism=2).aggregate(n=count()).sink("o"))
+    rt.deploy(busy)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def feed() -> None:
+        h, data, shift = rt.handle(), events(10_000, seed=9, keys=500), 0
+        try:
+            while not stop.is_set():
+                h.push(busy.name, "s", [{**e, "ts": e["ts"] + shift} for e in data])
+                shift += 5_000
+                h.results(busy.name)
+        except BaseException as e:  # reported by the test
+            failures.append(e)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        feeder.join(60)
+        rt.cancel(busy.name)
+    assert not failures, failures
+    assert rt.describe(busy.name)["final"]["events_in"] > 0
+
+
+def test_queries_through_spark_beside_a_busy_pool_equal_the_reference(pools: Any,
+                                                                       spark: Any) -> None:
     base = f"nexmark-spark-{next(_names)}"
     data = folder("data", base)
     write_stream(data)
-    tier = SparkTier(pools["cameo2"], spark)
+    tier = SparkTier(pools["cameo2"], spark)  # the default SparkConfig (the session's)
     outs = {q: folder("out", base, q) for q in SPARK_QUERIES}
     names = []
+    with busy_pool(pools["cameo2"]):
+        run_queries(tier, base, data, outs, names)
+    for q in SPARK_QUERIES:
+        rows = read_results(outs[q])
+        # A step whose output fields are unknown (a user function's) is one JSON column.
+        rows = [r["event"] if set(r) == {"event"} else r for r in rows]
+        assert_matches(q, rows)
+
+
+def run_queries(tier: SparkTier, base: str, data: str, outs: dict[str, str],
+                names: list[str]) -> None:
     try:
         for q in SPARK_QUERIES:
             spec = QUERIES[q](name=f"{base}-{q}", parallelism=2).spec
@@ -81,13 +133,9 @@ def test_queries_through_spark_equal_the_reference(pools: Any, spark: Any) -> No
         for name in names:
             tier.drain(name, close=True)
         for q in SPARK_QUERIES:
-            rows = read_results(outs[q])
-            # A step whose output fields are unknown (a user function's) is one JSON column.
-            rows = [r["event"] if set(r) == {"event"} else r for r in rows]
-            assert_matches(q, rows)
-            errors = pools["cameo2"].stats(f"{base}-{q}")["errors"]
+            errors = tier.runtime.stats(f"{base}-{q}")["errors"]
             assert {key.rpartition(":")[2] for key in errors} == {"late"}, errors
     finally:
         tier.stop_all()
         for name in names:
-            pools["cameo2"].cancel(name)
+            tier.runtime.cancel(name)

@@ -209,7 +209,8 @@ class FakeRuntime:
                  "overhead_us_per_message": 3.5, "held": 0, "faults": []}
                 for i in (0,) if i not in self.removed] + gone
 
-    def wait_idle(self, timeout_s: float) -> None:
+    def wait_idle(self, timeout_s: float = 60.0, *,
+                  dataflows: Sequence[str] | None = None) -> None:
         return None
 
     def explain(self, name: str | None = None, *, last_s: float = 60.0) -> dict[str, Any]:

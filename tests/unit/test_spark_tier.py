@@ -402,42 +402,53 @@ def test_a_whole_task_table_is_planned_like_a_batch() -> None:
 
 
 PRIORITY_CHILD = """
-import os, sys, threading
-go = threading.Event()
-threading.Thread(target=go.wait).start()       # a thread that exists before the change
-print(threading.get_native_id(), flush=True)
-sys.stdin.readline()                            # the parent lowers our priority meanwhile
-seen = []
-later = threading.Thread(target=lambda: seen.append(os.getpriority(os.PRIO_PROCESS, 0)))
-later.start(); later.join()                     # a thread started after the change
-print(seen[0], os.getpriority(os.PRIO_PROCESS, 0), flush=True)
-go.set()
+import sys, threading
+named = threading.Event()
+def named_thread(name):
+    with open("/proc/thread-self/comm", "w") as f:
+        f.write(name)
+    print(threading.get_native_id(), flush=True)
+    named.set()
+    sys.stdin.readline()
+for name in ("Executor task launch worker-0", "stream execution thread for q"):
+    named.clear()
+    threading.Thread(target=named_thread, args=(name,)).start()
+    named.wait()
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
-def test_lower_priority_reaches_every_thread_and_what_they_start() -> None:
+def test_only_sparks_work_goes_below_the_executors_and_a_query_once_started() -> None:
     import os
 
-    from spark_ingest.session import lower_priority
+    from spark_ingest.session import QUERY_START_S, lower_spark_threads
 
     child = subprocess.Popen([sys.executable, "-c", PRIORITY_CHILD], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
+
+    def nice() -> dict[int, int]:
+        return {t: os.getpriority(os.PRIO_PROCESS, t)
+                for t in map(int, os.listdir(f"/proc/{child.pid}/task"))}
+
     try:
-        child.stdout.readline()
-        lower_priority(child.pid, 7)
-        tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
-        assert len(tids) >= 2 and {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {7}
-        lower_priority(child.pid, 3)  # never raises a priority back (that needs privileges)
-        assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {7}
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert child.stdout.readline().split() == ["7", "7"]  # new thread, main thread
+        task, query = int(child.stdout.readline()), int(child.stdout.readline())
+        seen: dict[int, float] = {}
+        assert lower_spark_threads(child.pid, 7, seen, now=100.0)
+        # The task thread goes low at once; the query's thread keeps its priority while it
+        # starts (it starts the Python processes that must connect back in time); the
+        # others (the driver's) keep theirs.
+        assert nice() == {t: 7 if t == task else 0 for t in nice()}
+        assert seen[query] == 100.0 and seen[task] == -1.0
+        assert lower_spark_threads(child.pid, 7, seen, now=100.0 + QUERY_START_S)
+        assert nice() == {t: 7 if t in (task, query) else 0 for t in nice()}
+        assert lower_spark_threads(child.pid, 3, {}, now=0.0)  # never raises a priority back
+        assert nice()[task] == 7
     finally:
-        child.stdin.close()  # the child's readline returns: it ends either way
+        child.stdin.close()  # the children's readline returns: it ends either way
         child.stdout.read()
     assert child.wait() == 0  # a blocking wait: no polling sleep
+    assert not lower_spark_threads(child.pid, 7, {}, now=0.0)  # gone
 
 
 def test_spark_niceness_is_checked() -> None:
@@ -748,8 +759,8 @@ class _Runtime:
     def close(self, name: str) -> None:
         self.calls.append(f"close {name}")
 
-    def wait_idle(self, timeout_s: float = 60.0) -> None:
-        self.calls.append("wait_idle")
+    def wait_idle(self, timeout_s: float = 60.0, *, dataflows: Any = None) -> None:
+        self.calls.append(f"wait_idle {' '.join(dataflows or [])}".strip())
 
     def cancel(self, name: str) -> dict[str, Any]:
         self.calls.append(f"cancel {name}")
@@ -810,8 +821,61 @@ def test_drain_and_stop_report_a_dead_output_after_stopping_the_rest() -> None:
 
     tier = _tier({"s": _Query("cameo-in-d-s")}, {"o": _Query("cameo-out-d-o")})
     tier.drain("d", close=True)  # all well: close, wait, then the outputs drain
-    assert tier.runtime.calls == ["close d", "wait_idle"]
+    assert tier.runtime.calls == ["close d", "wait_idle d"]
 
     tier = _tier({"s": _Query("cameo-in-d-s", "boom")}, {})
     answer = tier.cancel("d")  # ends it anyway; the failure is in the answer
     assert answer["state"] == "cancelled" and "boom" in answer["spark_failures"][0]
+
+
+def test_a_query_that_died_for_a_transient_reason_starts_again() -> None:
+    from spark_ingest.exceptions import SparkQueryFailed
+    from spark_ingest.session import SparkConfig
+    from spark_ingest.tier import transient
+
+    assert transient("Python worker failed to connect back.")
+    assert transient("[CANNOT_OPEN_SOCKET] Can not open socket: ['... timed out'].")
+    assert not transient("[PATH_NOT_FOUND] Path does not exist: /in")
+    spec = (Dataflow("d", latency_target_ms=100)
+            .source("s", schema={"ts": "int"}, connector={"format": "json", "path": "/in"})
+            .sink("o", connector={"format": "parquet", "path": "/out"})).spec.to_dict()
+    worker_late = "Python worker failed to connect back."
+    tier = _tier({"s": _Query("cameo-in-d-s", worker_late)}, {"o": _Query("cameo-out-d-o")})
+    tier.config = SparkConfig(restarts=2)
+    tier.runtime.describe = lambda name: {"spec": spec}
+    started: list[tuple[str, str]] = []
+
+    def start_query(spec: Any, role: str, step: str, location: str | None = None) -> _Query:
+        started.append((role, step))  # dies again until the second restart
+        return _Query(f"cameo-in-d-{step}", worker_late if len(started) < 2 else None)
+
+    tier._start_query = start_query
+    tier.drain("d", close=True)  # restarted twice (within its budget), then drained
+    assert started == [("input", "s"), ("input", "s")]
+    assert tier.runtime.calls == ["close d", "wait_idle d"]
+
+    tier = _tier({"s": _Query("cameo-in-d-s", worker_late)}, {"o": _Query("cameo-out-d-o")})
+    tier.config = SparkConfig(restarts=1)
+    tier.runtime.describe = lambda name: {"spec": spec}
+    tier._start_query = lambda spec, role, step, location=None: _Query("x", worker_late)
+    with pytest.raises(SparkQueryFailed, match="failed to connect back"):
+        tier.drain("d", close=True)  # over its budget: reported, the dataflow left open
+    assert tier.runtime.calls == []
+
+    tier = _tier({"s": _Query("cameo-in-d-s", "[PATH_NOT_FOUND] /in")}, {})
+    tier._start_query = lambda *a, **k: pytest.fail("a lasting failure must not restart")
+    with pytest.raises(SparkQueryFailed, match="PATH_NOT_FOUND"):
+        tier.raise_if_failed()
+
+
+def test_a_local_master_retries_tasks() -> None:
+    from spark_ingest.session import PYTHON_CONNECT_TIMEOUT_S, SparkConfig
+
+    assert SparkConfig().settings()["spark.master"] == "local[*,4]"
+    assert SparkConfig(master="local[2]", task_attempts=2).spark_master == "local[2,2]"
+    assert SparkConfig(master="local[2,3]").spark_master == "local[2,3]"
+    assert SparkConfig(master="spark://h:7077").spark_master == "spark://h:7077"
+    assert SparkConfig().settings()["spark.python.authenticate.socketTimeout"] == \
+        f"{PYTHON_CONNECT_TIMEOUT_S}s"
+    with pytest.raises(ValueError, match="task_attempts >= 1"):
+        SparkConfig(task_attempts=0)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cameo_actors.runtime._private.wire import (
+    MSG_CONTEXT,
     MSG_PAYLOAD,
     MSG_UPSTREAM,
     Ack,
@@ -53,6 +54,9 @@ class Channels:
         self._out_acks: dict[int, list[Ack]] = {}
         self.seq_out: Counter[int] = Counter()  # batches sent per executor
         self.seq_in: Counter[int] = Counter()  # batches applied per sender
+        #: (executor, dataflow) -> the last batch sent there that carried the dataflow's
+        #: messages: once the receiver applied it, none of them is in flight (`in_flight`)
+        self.last_with: dict[tuple[int, str], int] = {}
         self._parked: dict[int, dict[int, tuple[list[Any], list[Any]]]] = {}
         #: this executor's incarnation, and the one of each peer it links to
         self.incarnation = ""
@@ -64,6 +68,8 @@ class Channels:
         self.peers[peer] = incarnation
         self.seq_out[peer] = 0
         self.seq_in[peer] = 0
+        for key in [k for k in self.last_with if k[0] == peer]:
+            del self.last_with[key]
         self._parked.pop(peer, None)
         self._out_msgs.pop(peer, None)
         self._out_acks.pop(peer, None)
@@ -104,6 +110,8 @@ class Channels:
                 blob = pack_link(self.link(host, seq), self._sendable(messages), acks)
             # Numbered only once packed: a batch that failed would leave a gap the
             # receiver waits on forever.
+            for dataflow in {m[MSG_CONTEXT][0] for m in messages}:
+                self.last_with[(host, dataflow)] = seq
             self.seq_out[host] += 1
             self._send(host, blob)
             sent += 1
@@ -135,3 +143,18 @@ class Channels:
     def idle(self) -> bool:
         """Nothing collected to send and nothing parked waiting for an earlier call."""
         return not self._out_msgs and not self._out_acks and not any(self._parked.values())
+
+    def sent_of(self, dataflow: str) -> dict[int, int]:
+        """executor -> the last batch to it with messages of `dataflow` (the next one, if
+        some are collected and not sent yet). Nothing of the dataflow is in flight to an
+        executor once it applied more batches from here than that (its `seq_in`)."""
+        out = {host: seq for (host, df), seq in self.last_with.items() if df == dataflow}
+        for host, messages in self._out_msgs.items():
+            if any(m[MSG_CONTEXT][0] == dataflow for m in messages):
+                out[host] = self.seq_out[host]  # the next batch
+        return out
+
+    def forget(self, dataflow: str) -> None:
+        """The dataflow no longer runs here: its marks go."""
+        for key in [k for k in self.last_with if k[1] == dataflow]:
+            del self.last_with[key]

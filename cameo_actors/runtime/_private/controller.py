@@ -48,6 +48,7 @@ from cameo_actors.dataflow.validate import check_live_settings, check_pool_limit
 from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError
 from cameo_actors.operators.lease import can_lease
 from cameo_actors.runtime._private.autoscale import AutoScaling
+from cameo_actors.runtime._private.autoscale import logger as autoscale_logger
 from cameo_actors.runtime._private.checkpoint import interval_s
 from cameo_actors.runtime._private.cluster import (
     NAMESPACE,
@@ -110,6 +111,18 @@ CHECKPOINT_TIMEOUT_S = 60.0
 CHECKPOINT_THREADS = 4
 
 
+class QuietWhenStopped(logging.Filter):
+    """Drops what the controller's own threads (named "cameo-...") log once the pool is
+    shutting down: executors going away then is the plan, not news."""
+
+    def __init__(self, stopped: threading.Event) -> None:
+        super().__init__()
+        self.stopped = stopped
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.stopped.is_set() and (record.threadName or "").startswith("cameo-"))
+
+
 def short_cause(e: BaseException) -> str:
     """The first line of an error (Ray's death notices run to many lines)."""
     text = str(e).strip().splitlines()
@@ -118,8 +131,11 @@ def short_cause(e: BaseException) -> str:
 
 @ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
 class Controller:
-    def __init__(self, pool: str, config: dict[str, Any]) -> None:
+    def __init__(self, pool: str, config: dict[str, Any], resumable: bool = False) -> None:
         self.pool = pool
+        #: the registry says a next start may restore it (`Runtime.start(resume=True)`,
+        #: `cameo serve`): a start afresh then refuses to delete it
+        self.resumable = resumable
         self.config = RuntimeConfig.from_dict(config)
         self.storage = CheckpointStorage(self.config.checkpoint_url) \
             if self.config.checkpoint_url else None
@@ -137,6 +153,8 @@ class Controller:
         self.dead: dict[int, str] = {}
         #: executors being emptied before they are removed: no new work goes there
         self.draining: set[int] = set()
+        #: executor index -> why its last removal failed (it stays in the pool)
+        self.kept: dict[int, str] = {}
         #: where each kept dataflow's instances run, and its routing tables
         self.placements: dict[str, Placement] = {}
         #: reconfigurations by id (oldest first), and the one under way per dataflow
@@ -150,6 +168,8 @@ class Controller:
         self._lock = threading.RLock()
         self._adding = threading.Lock()
         self._stopped = threading.Event()
+        for name in (__name__, autoscale_logger.name):
+            logging.getLogger(name).addFilter(QuietWhenStopped(self._stopped))
         #: dataflows with a checkpoint under way, and when each one's next is due
         self._checkpointing: set[str] = set()
         self._due: dict[str, float] = {}
@@ -192,7 +212,8 @@ class Controller:
         if self.storage is None:
             return
         with self._lock:
-            data = {"pool": self.pool, "executors": len(self.executors),
+            data = {"pool": self.pool, "resumable": self.resumable,
+                    "executors": len(self.executors),
                     "incarnations": {str(i): inc for i, inc in self.incarnations.items()},
                     "dead": {str(i): why for i, why in self.dead.items()},
                     "dataflows": dict(self.dataflows),
@@ -237,7 +258,7 @@ class Controller:
             self._mark_recovering(self.dataflows[name], "the pool restarted")
         if hit:
             threading.Thread(target=self._recover_all, args=(hit, "the pool restarted"),
-                             daemon=True).start()
+                             name="cameo-resume", daemon=True).start()
 
     # -- deploy and end ----------------------------------------------------------------
     def deploy(self, spec_dict: dict[str, Any]) -> dict[str, Any]:
@@ -648,8 +669,10 @@ class Controller:
                 raise ReconfigConflict(f"executor {index}", "no migration under way of the "
                                        "dataflows it hosts", busy, "wait for them and retry")
             self.draining.add(index)
+            self.kept.pop(index, None)
             moving = [(n, a) for n, p in self.placements.items() for a in p.on(index)]
-        threading.Thread(target=self._drain, args=(index, moving, strategy), daemon=True).start()
+        threading.Thread(target=self._drain, args=(index, moving, strategy),
+                         name=f"cameo-drain-{index}", daemon=True).start()
         return {"executor": index, "state": "draining", "moving": [str(a) for _, a in moving]}
 
     def _drain(self, index: int, moving: builtins.list[tuple[str, Any]], strategy: str) -> None:
@@ -663,8 +686,9 @@ class Controller:
                 self._wait(started["id"])
                 if self.migrations[started["id"]].state != "done":
                     raise CameoError(f"moving {aid} failed: {self.migrations[started['id']].error}")
-        except Exception:  # the executor stays: something could not move
+        except Exception as e:  # the executor stays: something could not move
             logger.exception("removing executor %d failed", index)
+            self.kept[index] = short_cause(e)
             self.draining.discard(index)
             return
         get_each([self.executors[index].stop.remote()])
@@ -677,6 +701,16 @@ class Controller:
         deadline = time.time() + (timeout_s or 10 * self.config.epoch_timeout_s)
         while self.migrations[mid].state == "running" and time.time() < deadline:
             time.sleep(0.01)
+
+    def wait_removed(self, index: int, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Block until the removal of executor `index` ended (or `timeout_s` passed):
+        {"executor", "state": "removed" | "draining" | "kept", "error"}."""
+        deadline = time.monotonic() + timeout_s
+        while index in self.draining and time.monotonic() < deadline:
+            time.sleep(0.01)
+        state = "removed" if index in self.dead else "draining" if index in self.draining \
+            else "kept"
+        return {"executor": index, "state": state, "error": self.kept.get(index)}
 
     def wait_migration(self, mid: str, timeout_s: float = 120.0) -> dict[str, Any]:
         if mid not in self.migrations:
@@ -890,6 +924,24 @@ class Controller:
                  "ended_at": d["ended_at"]}
                 for n, d in list(self.dataflows.items()) if not states or d["state"] in states]
 
+    def settling(self, names: Sequence[str] | None = None) -> dict[str, Any]:
+        """What a client waiting for `names` (None: every live or finished dataflow whose
+        results are kept) must know of the pool: each one's state, cause, executors and
+        the migration under way, and the executors restarting or gone."""
+        with self._lock:
+            if names is None:
+                names = [n for n, d in self.dataflows.items()
+                         if d["state"] in LIVE_STATES or not d["released"]]
+            dataflows = {}
+            for name in names:
+                info = self._record(name)
+                dataflows[name] = {"state": info["state"], "cause": info["cause"],
+                                   "released": info["released"],
+                                   "executors": list(info["executors"]),
+                                   "migration": self.migrating.get(name)}
+            return {"dataflows": dataflows, "restarting": sorted(self.restarting),
+                    "dead": sorted(self.dead)}
+
     def lifecycle_counts(self) -> tuple[builtins.list[tuple[str, str, int]], dict[str, int]]:
         """(transitions per (tenant, state) since the pool started, dataflows per state now)."""
         now = Counter(d["state"] for d in list(self.dataflows.values()))
@@ -923,6 +975,9 @@ class Controller:
             for info in list(self.dataflows.values()):
                 self._drop_storage(info)
             self.storage.save_registry({})
+        elif not forget:  # kept on purpose: a start afresh must not delete it
+            self.resumable = True
+            self._save()
 
     def _drop_storage(self, info: DataflowInfo) -> None:
         """Delete a dataflow's checkpoints (a part still being written may be in the way

@@ -42,7 +42,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 from urllib.parse import quote
 
 import msgpack
@@ -85,6 +85,28 @@ RESTORING = "restoring"
 #: Hands a complete checkpoint part to storage: (dataflow, checkpoint, activation, blob,
 #: a source's positions at the barrier).
 Persist = Callable[[str, int, str, bytes, dict[str, int]], None]
+
+
+class DataflowWork(TypedDict):
+    """What an executor still has to do for one dataflow (see `ExecutorCore.unsettled`):
+    messages queued in its mailboxes, ingest calls parked until an earlier one came,
+    instances in a migration epoch, activations held (credits, a full result log), the
+    last batch sent to each other executor with its messages, and result rows waiting
+    for a checkpoint before a reader sees them."""
+
+    queued: int
+    parked: int
+    moving: int
+    held: list[str]
+    sent: dict[int, int]
+    awaiting_checkpoint: int
+
+
+class Unsettled(TypedDict):
+    """An executor's `DataflowWork` per dataflow, and the batches it applied per sender."""
+
+    dataflows: dict[str, DataflowWork]
+    applied: dict[int, int]
 
 
 class DataflowScoped(Protocol):
@@ -168,6 +190,7 @@ class ExecutorCore:
         dropped = sum(len(self.sched.remove_activation(aid)) for aid in hosted.ids)
         for part in self._scoped:
             part.close(dataflow, hosted.ids)
+        self.channels.forget(dataflow)
         for aid in hosted.ids:
             log = self.ingress_logs.pop(aid, None)
             if log is not None:
@@ -794,6 +817,25 @@ class ExecutorCore:
                              max(0, act.events_arrived - act.events_in),
                              act.events_arrived, act.results, act.within, at]
         return out
+
+    def unsettled(self, names: list[str] | None = None) -> Unsettled:
+        """What this executor still has to do for each dataflow of `names` hosted here
+        (None: every one), so that a client can wait until every result of the events it
+        pushed is readable (`Runtime.wait_idle`). Runs on the worker thread, after the
+        work handed over before it (ingest calls, batches from other executors)."""
+        work: dict[str, DataflowWork] = {}
+        for name in self.hosting.dataflows if names is None else names:
+            if name not in self.hosting.dataflows:
+                continue
+            acts = [self.hosting.activations[a] for a in self.hosting.ids(name)]
+            work[name] = {
+                "queued": sum(self.sched.pending(a.id) for a in acts),
+                "parked": sum(len(calls) for a in acts for calls in a.parked.values()),
+                "moving": sum(1 for a in acts if a.epoch is not None),
+                "held": self.flow.held_among(a.id for a in acts),
+                "sent": self.channels.sent_of(name),
+                "awaiting_checkpoint": self.egress.awaiting_checkpoint(name)}
+        return {"dataflows": work, "applied": dict(self.channels.seq_in)}
 
     def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:
         """(nothing to do here, batches sent per executor, batches applied per sender)."""

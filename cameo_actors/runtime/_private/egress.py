@@ -282,6 +282,11 @@ class Egress:
         """"step:kind" -> records."""
         return {f"{s}:{k}": n for (s, k), n in self.dataflows[dataflow].errors.counts.items()}
 
+    def awaiting_checkpoint(self, dataflow: str) -> int:
+        """Result rows of `dataflow` here that a reader cannot see before the next checkpoint."""
+        out = self.dataflows.get(dataflow)
+        return sum(log.end_offset - log.readable_end for log in out.results.values()) if out else 0
+
     def held_full(self, dataflow: str) -> list[str]:
         """The sinks of `dataflow` here whose log is full, counting the rows that wait for a
         checkpoint too: a client is refused more events by these (the sink itself is held

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.runtime._private.core import ExecutorCore
+from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.storage import CheckpointStorage
@@ -364,6 +364,9 @@ class Executor:
 
     def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:
         return self._call(self.core.idle)
+
+    def unsettled(self, names: list[str] | None = None) -> Unsettled:
+        return self._call(self.core.unsettled, names)
 
     def stop(self) -> None:
         self._stopped = True

@@ -346,6 +346,16 @@ class CheckpointStorage:
                               f"corrupt: a JSON {type(data).__name__}, not an object", fix)
         return data
 
+    def discard_registry(self) -> list[str]:
+        """Forget the registry and delete the checkpoints of every dataflow it lists (an
+        earlier run of the pool that nobody asked to resume); the dataflows' names."""
+        registry = self.load_registry() or {}
+        names = sorted(registry.get("dataflows", {}))
+        for name in names:
+            self.drop(name)
+        self.save_registry({})
+        return names
+
     # -- helpers of the API ----------------------------------------------------
 
     @staticmethod

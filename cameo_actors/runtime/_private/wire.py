@@ -17,8 +17,9 @@ from cameo_actors.scheduling import Message, PriorityContext
 Ack = tuple[str, str, int, float]
 
 
-#: Where the payload and the sending activation are in an encoded message.
-MSG_PAYLOAD, MSG_UPSTREAM = 3, 5
+#: Where the payload, the priority context (its dataflow first) and the sending
+#: activation are in an encoded message.
+MSG_PAYLOAD, MSG_CONTEXT, MSG_UPSTREAM = 3, 4, 5
 
 
 def packable(obj: Any) -> bool:
