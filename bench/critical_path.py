@@ -21,6 +21,7 @@ Run: `python -m bench.critical_path [--quick] [--json FILE]`
 from __future__ import annotations
 
 import argparse
+import math
 import threading
 import time
 from typing import Any
@@ -64,6 +65,9 @@ def overhead_round(rt: Any, feeders: list[Any], seconds: float, warmup: float,
         for t in threads:
             t.start()
         time.sleep(warmup)
+        deadline = time.monotonic() + 60.0  # a loaded machine: wait for the load to arrive
+        while rt.stats("bulk")["events_in"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
         since_ms = time.time() * 1000
         n0 = rt.stats("bulk")["events_in"]
         time.sleep(seconds)
@@ -142,7 +146,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # their median.
         out["tracing_overhead"] = {}
         for m in ("traced", "read"):
-            ratios = sorted(x[m]["bulk_eps"] / x["untraced"]["bulk_eps"] for x in out["rounds"])
+            ratios = sorted(x[m]["bulk_eps"] / x["untraced"]["bulk_eps"] for x in out["rounds"]
+                            if x["untraced"]["bulk_eps"]) or [math.nan]
             p99s = sorted(x[m]["alerts"]["p99_ms"] / x["untraced"]["alerts"]["p99_ms"]
                           for x in out["rounds"] if x[m]["alerts"].get("results")
                           and x["untraced"]["alerts"].get("results"))

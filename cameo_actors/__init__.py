@@ -8,7 +8,7 @@ What a user may import is exported here (and documented in the README):
 - run them on a pool: `Runtime`, `RuntimeConfig` (Ray), or through the service: `Client`;
 - the errors: `CameoError` (the root), `UserError` and its `SpecError`, the runtime's
   `DataflowNotFound`, `DataflowExists`, `PoolNotFound`, `RuntimeUnavailable`,
-  `ReconfigFailed`, and the
+  `ReconfigFailed`, `PoolKept`, `PoolInUse`, and the
   service's `ServiceError`.
 
 Everything else is internal (`cameo_actors.runtime._private`, and modules not named
@@ -39,6 +39,8 @@ from cameo_actors.runtime import (
     DataflowEnded,
     DataflowExists,
     DataflowNotFound,
+    PoolInUse,
+    PoolKept,
     PoolNotFound,
     ReconfigFailed,
     RuntimeConfig,
@@ -48,7 +50,7 @@ from cameo_actors.testing import TestingSink, TestingSource, Watermark, run_loca
 
 __all__ = [
     "CameoError", "Client", "Clock", "ConnectorSpec", "Dataflow", "DataflowEnded", "DataflowExists",
-    "DataflowNotFound", "DataflowSpec", "ErrorRecord", "FakeClock", "KeyedProcess", "PoolNotFound",
+    "DataflowNotFound", "DataflowSpec", "ErrorRecord", "FakeClock", "KeyedProcess", "PoolInUse", "PoolKept", "PoolNotFound",
     "ReconfigFailed", "Runtime", "RuntimeConfig", "RuntimeUnavailable", "ServiceError", "SpecError", "Stream",
     "SystemClock", "TestingSink", "TestingSource", "UserError", "Watermark", "avg", "count", "max_",
     "max_by", "min_", "run_local", "sum_", "top",

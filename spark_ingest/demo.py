@@ -146,7 +146,7 @@ def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0
               + shares.render())
         summary["other_cores_busy"] = other
         summary["cores"] = shares.cores()
-        summary["dataflows"] = _report(spark, rt, flows, out, other)
+        summary["dataflows"] = _report(spark, rt, flows, out, other, summary["cores"])
         print(goals(summary["dataflows"]["alerts"]))
         print(micro_batches(queries))
         for ex in rt.executor_stats():
@@ -253,26 +253,28 @@ def cores_busy(sample_s: float = 1.0) -> float | None:
 
 
 def over_target_note(runtime: dict[str, Any], target_ms: float, other: float | None,
-                     cores: int | None = None) -> str:
-    """Why a dataflow missed its target in the demo, with the numbers (the runtime alone
-    keeps it: the time is spent waiting for a core that Spark or other work holds).
+                     cores: dict[str, float] | None = None) -> str:
+    """Why a dataflow missed its target in the demo, with the numbers: the runtime alone
+    keeps it, so the time went to waiting for a core that Spark or other work held
+    (`other`: cores busy before the demo started; `cores`: each part's share over the run).
 
-    >>> over_target_note({"p50_ms": 12.0, "p99_ms": 180.0}, 50, 0.8, cores=2)[:57]
+    >>> over_target_note({"p50_ms": 12.0, "p99_ms": 180.0}, 50, 0.8)[:57]
     'over target: runtime p50 12 ms, p99 180 ms against 50 ms.'
     """
-    cores = cores or os.cpu_count() or 1
-    busy = f"{cores} cores" + ("" if other is None else
-                               f", {other:.2f} of them busy with other work when it started")
+    n = os.cpu_count() or 1
+    held = ", ".join(f"{part} {used:.2f}" for part, used in (cores or {}).items() if used >= 0.01)
     return (f"over target: runtime p50 {runtime['p50_ms']:.0f} ms, p99 {runtime['p99_ms']:.0f} ms "
             f"against {target_ms:g} ms. Without Spark (`python -m cameo_actors.demo`) the runtime "
-            f"keeps it (p99 ~6 ms): here its executors waited for a core ({busy}). Spark's five "
-            f"queries take 1.2-1.5 of 2 cores while files land, at a lower priority than the "
-            f"executors (SparkConfig.niceness); other work on the machine does not yield. "
-            f"Run it on an idle machine.")
+            f"keeps it (p99 ~6 ms): here its executors waited for a core of {n}"
+            + ("" if other is None else f" ({other:.2f} busy with other work when it started)")
+            + (f"; cores used while files landed: {held}" if held else "")
+            + ". Spark's work runs below the executors (SparkConfig.niceness), its driver "
+            "and other processes do not.")
 
 
 def _report(spark: Any, rt: Any, flows: list[Dataflow], out: str,
-            other: float | None = None) -> dict[str, Any]:
+            other: float | None = None, cores: dict[str, float] | None = None
+            ) -> dict[str, Any]:
     report: dict[str, Any] = {}
     for df in flows:
         spec = df.spec
@@ -287,7 +289,8 @@ def _report(spark: Any, rt: Any, flows: list[Dataflow], out: str,
               f"{stats['events_in']} events; target {spec.latency_target_ms:g} ms, "
               f"{100 * within:.1f}% within it in the runtime")
         if within < 0.99 and stages.get("runtime", {}).get("n"):
-            print("   " + over_target_note(stages["runtime"], spec.latency_target_ms, other))
+            print("   " + over_target_note(stages["runtime"], spec.latency_target_ms, other,
+                                             cores))
         for stage, label in LEGS:
             if stage in stages:
                 print(f"   {label} {format_summary(stages[stage])}")

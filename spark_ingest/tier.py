@@ -62,8 +62,7 @@ SUPERVISE_S = 1.0
 #: or settings: a Python worker that did not start (or answer) in time on a loaded
 #: machine, a worker or a pool that went away. Such a query is started again.
 TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET", "Python worker exited unexpectedly",
-             "crashed", "Connection reset", "Broken pipe", "RuntimeUnavailable",
-             "the pool did not answer")
+             "Connection reset", "Broken pipe", "RuntimeUnavailable", "the pool did not answer")
 #: Formats whose PERMISSIVE mode keeps unparsable records in a corrupt-record column.
 PERMISSIVE_FORMATS = ("json", "csv")
 CORRUPT_COLUMN = "_corrupt_record"
@@ -432,6 +431,7 @@ class SparkTier:
         tier has no queries left)."""
         with self._lock:
             if self._supervisor is None or not self._supervisor.is_alive():
+                self._closed.clear()
                 self._supervisor = threading.Thread(target=self._watch, daemon=True,
                                                     name="cameo-spark-supervisor")
                 self._supervisor.start()
@@ -477,7 +477,9 @@ class SparkTier:
         return answer
 
     def stop_all(self) -> None:
-        """Stop every dataflow's queries; raise the first failure once all are stopped."""
+        """Stop every dataflow's queries (and the supervisor); raise the first failure
+        once all are stopped."""
+        self._closed.set()
         failed: list[SparkQueryFailed] = []
         for name in list(self.queries):
             try:

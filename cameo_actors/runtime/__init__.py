@@ -26,6 +26,8 @@ from cameo_actors.runtime.exceptions import (
     DataflowEnded,
     DataflowExists,
     DataflowNotFound,
+    PoolInUse,
+    PoolKept,
     PoolNotFound,
     ReconfigFailed,
     RuntimeUnavailable,
@@ -33,7 +35,7 @@ from cameo_actors.runtime.exceptions import (
 
 __all__ = [
     "ActivationId", "DataflowEnded", "DataflowExists", "DataflowInfo", "DataflowNotFound", "DataflowStats",
-    "DataflowSummary", "ExecutorStats", "MigrationInfo", "PoolNotFound", "PoolSnapshot", "ReconfigFailed", "Rejected", "Runtime", "RuntimeConfig", "RuntimeLike",
+    "DataflowSummary", "ExecutorStats", "MigrationInfo", "PoolInUse", "PoolKept", "PoolNotFound", "PoolSnapshot", "ReconfigFailed", "Rejected", "Runtime", "RuntimeConfig", "RuntimeLike",
     "RuntimeUnavailable", "start_local_ray",
 ]
 

@@ -24,6 +24,7 @@ import itertools
 import logging
 import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -64,6 +65,7 @@ from cameo_actors.runtime.boundary import (
 from cameo_actors.runtime.config import RuntimeConfig, default_run_dir
 from cameo_actors.runtime.exceptions import (
     DataflowEnded,
+    PoolInUse,
     PoolKept,
     PoolNotFound,
     ReconfigFailed,
@@ -104,6 +106,13 @@ def _start_afresh(storage: CheckpointStorage, config: RuntimeConfig, pool: str) 
     if not registry:
         return
     names = sorted(registry.get("dataflows", {}))
+    owner = registry.get("owner") or {}
+    if owner.get("host") == socket.gethostname() and _is_controller(owner.get("pid")):
+        raise PoolInUse(
+            f"pool {pool!r} in {config.checkpoint_url} is in use: its controller runs in "
+            f"process {owner['pid']} on this machine (another script or service). Fix: "
+            "give this pool another name (Runtime.start(pool=...)) or run folder (run_dir=), "
+            "or stop that one first")
     if registry.get("resumable"):
         raise PoolKept(
             f"pool {pool!r} was kept to be restored with {len(names)} dataflow(s) "
@@ -117,6 +126,15 @@ def _start_afresh(storage: CheckpointStorage, config: RuntimeConfig, pool: str) 
     logger.info("pool %r starts empty: %d dataflow(s) of an earlier run deleted (%s); "
                 "Runtime.start(resume=True) would have restored them", pool, len(names),
                 ", ".join(names))
+
+
+def _is_controller(pid: Any) -> bool:
+    """Whether process `pid` on this machine is a pool's controller (a Ray actor)."""
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            return f.read().startswith(b"ray::Controller")
+    except (OSError, TypeError, ValueError):  # gone, or no /proc: nobody to protect
+        return False
 
 
 def _spec_dict(dataflow: Any) -> dict[str, Any]:
@@ -195,6 +213,8 @@ class Runtime:
 
         Raises:
             PoolKept: not `resume`, and the storage holds a pool kept to be restored.
+            PoolInUse: not `resume`, and a process on this machine runs the pool whose
+                storage this is (another script with the same pool name and run folder).
         """
         config = config or RuntimeConfig()
         # Checkpoints and ingress logs under the run folder unless the config says where.

@@ -49,6 +49,11 @@ class PoolKept(CameoError, RuntimeError):
     `resume=True`); nothing was started and nothing of them changed."""
 
 
+class PoolInUse(CameoError, RuntimeError):
+    """A pool started afresh found the storage of a pool of that name that a process on
+    this machine still runs (another script, another service): nothing of it was touched."""
+
+
 class RuntimeUnavailable(CameoError, TimeoutError):
     """The pool did not answer in time (an executor died or is overloaded)."""
 

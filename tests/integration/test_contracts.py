@@ -77,6 +77,32 @@ def test_a_kept_pool_is_restored_only_when_asked(tmp_path: Path) -> None:
     assert again.returncode == 0 and again.stdout.strip() == "['kept']", again.stderr[-3000:]
 
 
+HOLD = """
+import sys
+from cameo_actors import Dataflow, Runtime
+rt = Runtime.start()
+rt.deploy(Dataflow("held", latency_target_ms=50)
+          .source("s", schema={"ts": "int"}, event_time="ts").sink("o"))
+print("up", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_pool_in_use_is_left_alone_by_another_start(tmp_path: Path) -> None:
+    (tmp_path / "hold.py").write_text(HOLD)
+    holder = subprocess.Popen([sys.executable, "hold.py"], cwd=tmp_path, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        second = run_script(tmp_path, "from cameo_actors import Runtime\nRuntime.start()\n")
+        assert second.returncode == 1
+        assert "PoolInUse" in second.stderr and "pool=" in second.stderr, second.stderr[-2000:]
+    finally:
+        holder.stdin.close()
+    assert holder.wait(120) == 0, holder.stderr.read()[-2000:] if holder.stderr else ""
+
+
 # -- waits ------------------------------------------------------------------------------------
 def sliding(name: str) -> Dataflow:
     """A keyed sliding window over out-of-order events (the shape that found the bug)."""

@@ -122,14 +122,15 @@ def test_an_instance_moves_to_an_added_executor_which_is_then_removed(pools: Any
     with streaming(rt, "rc-pool", data, "alerts"):
         [added] = rt.add_executors(1)
         assert added == 2 and [e["alive"] for e in rt.executor_stats()][added]
-        moved = done(rt, rt.migrate("rc-pool", WINDOW, instance=0, to_executor=added))
+        moved = rt.migrate("rc-pool", WINDOW, instance=0, to_executor=added, wait=True)
+        assert moved["state"] == "done"
         assert moved["kind"] == "move_instance" and moved["bins_moved"] == 256
         assert list(instances(rt, "rc-pool").values()) == [added]
-        for m in rt.rebalance():  # whatever the measured load asks for must keep results
-            done(rt, m)
-        answer = rt.remove_executor(added)
-        assert answer["state"] == "draining"
-        wait_for(lambda: not rt.executor_stats()[added]["alive"], "executor removed", 60)
+        # Whatever the measured load asks for must keep results.
+        assert all(m["state"] == "done" for m in rt.rebalance(wait=True))
+        answer = rt.remove_executor(added, wait=True)  # returns once it is gone
+        assert answer["state"] == "removed" and answer["error"] is None
+        assert not rt.executor_stats()[added]["alive"]
         assert added not in instances(rt, "rc-pool").values()
         assert "removed" in rt.executor_stats()[added]["faults"][0]
     assert canon(rt.results("rc-pool")) == expected(flow, "s", data)

@@ -463,10 +463,12 @@ def test_spark_niceness_is_checked() -> None:
 def test_the_demo_explains_a_missed_target_with_its_numbers() -> None:
     from spark_ingest.demo import alerts, over_target_note
 
-    note = over_target_note({"p50_ms": 12.0, "p99_ms": 180.4}, 50, 0.8, cores=2)
+    note = over_target_note({"p50_ms": 12.0, "p99_ms": 180.4}, 50, 0.8,
+                            {"executors": 0.06, "spark jvm": 0.6, "driver": 0.001})
     assert note.startswith("over target: runtime p50 12 ms, p99 180 ms against 50 ms.")
-    assert "2 cores, 0.80 of them busy with other work" in note
-    assert "(2 cores)" in over_target_note({"p50_ms": 1.0, "p99_ms": 99.0}, 50, None, cores=2)
+    assert "(0.80 busy with other work when it started)" in note
+    assert "cores used while files landed: executors 0.06, spark jvm 0.60." in note
+    assert "(0.80" not in over_target_note({"p50_ms": 1.0, "p99_ms": 99.0}, 50, None)
     assert "SparkConfig.niceness" in note and "python -m cameo_actors.demo" in note
     # An input micro-batch holds at most one trigger's worth of files (no burst of backlog).
     source = alerts("/in", "/out", max_files=10).spec.steps[0].connector

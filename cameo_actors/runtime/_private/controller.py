@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import builtins
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
@@ -213,6 +215,7 @@ class Controller:
             return
         with self._lock:
             data = {"pool": self.pool, "resumable": self.resumable,
+                    "owner": {"host": socket.gethostname(), "pid": os.getpid()},
                     "executors": len(self.executors),
                     "incarnations": {str(i): inc for i, inc in self.incarnations.items()},
                     "dead": {str(i): why for i, why in self.dead.items()},
