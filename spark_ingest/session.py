@@ -46,12 +46,13 @@ class SparkConfig:
         arrow_batch_rows: rows per Arrow batch handed to the Python writer.
         python: the Python of Spark's Python workers (default: this interpreter).
         conf: any other Spark settings, as (key, value) pairs.
-        niceness: with a local master, the OS priority the embedded Spark (its JVM and the
-            Python workers it starts) runs at, 0..19: Spark's micro-batches take the CPU
-            that the runtime's executors leave, instead of delaying urgent messages on a
-            machine both share (in the demo on 2 cores, Spark used 1.2-1.5 of them while
-            files landed; the alerts' runtime p99 was 105-607 ms at the same priority,
-            24-36 ms at nice 10: docs/spark.md). 0 keeps Spark at the caller's priority.
+        niceness: with a local master, the OS priority (0..19) of Spark's work: its task
+            threads and task workers, JIT and GC threads, and each query's thread once
+            started (`keep_tasks_low`). Spark's micro-batches then take the CPU that the
+            runtime's executors leave, instead of delaying urgent messages on a machine
+            both share (at the same priority the demo's alerts measured 28-76% within
+            50 ms: docs/spark.md). Its driver keeps the caller's priority, so that a busy
+            machine never starves it into failing a query. 0: all at the caller's.
         task_attempts: with a local master, the attempts of a task before its query fails
             (Spark's `local[N,F]`; a local master gives a failed task no retry by default):
             a task whose Python worker did not start in time on a loaded machine runs again.
