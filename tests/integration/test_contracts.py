@@ -55,6 +55,24 @@ def test_the_readme_example_runs_twice_with_the_same_output(tmp_path: Path) -> N
     results = [re.sub(r"\] [0-9.]+$", "]", run.stdout.strip()) for run in runs]
     assert results[0] == results[1] == \
         "[{'ts': 1, 'level': 'ERROR', 'key': 'a', 'value': 99.0}]", runs[0].stdout
+    # The pool's processes (its private Ray keeps its files under the folder) ended with it.
+    deadline = time.monotonic() + 10.0
+    while processes_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_under(tmp_path) == []
+
+
+def processes_under(folder: Path) -> list[str]:
+    """Command lines of the processes that name `folder` (Ray's name their session dir)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # ended meanwhile
+            continue
+        if str(folder) in cmd and int(pid) != os.getpid():
+            found.append(cmd[:200])
+    return found
 
 
 KEEP = """
