@@ -87,7 +87,7 @@ def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0
             folder under <run_dir>/demo, which holds its input, output and checkpoints.
     """
     from cameo_actors.runtime import Runtime, RuntimeConfig
-    from spark_ingest.session import SparkConfig, build_session
+    from spark_ingest.session import SparkConfig, build_session, jvm_pid
     from spark_ingest.tier import SparkTier
 
     root = run_dir or default_run_dir()
@@ -129,7 +129,7 @@ def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0
             inp, files, rows, interval_s=interval_ms / 1000.0, bad_rows=2)), daemon=True)
         executors = [e["pid"] for e in rt.executor_stats() if e.get("pid")]
         queries = [q for df in flows for q in tier.queries[df.name].all()]
-        with CoreShares(spark_pid(spark), executors) as shares:
+        with CoreShares(jvm_pid(spark), executors) as shares:
             t1 = time.monotonic()
             writer.start()
             while writer.is_alive():
@@ -198,12 +198,6 @@ def micro_batches(queries: list[Any]) -> str:
                           if v >= 5)
         lines.append(f"   {q.name}: {len(batches)} batches with data; ms per batch: {parts}")
     return "Spark's micro-batches:\n" + "\n".join(lines)
-
-
-def spark_pid(spark: Any) -> int | None:
-    """The process id of a local Spark's JVM (None under Spark Connect)."""
-    jvm = spark._jvm
-    return None if jvm is None else int(jvm.java.lang.ProcessHandle.current().pid())
 
 
 #: What `make run` is held to: file landed -> Parquet (ms), and the alerts' share of results

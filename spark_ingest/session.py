@@ -170,11 +170,17 @@ def build_session(config: SparkConfig | None = None) -> Any:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(config.log_level)
-    jvm = spark._jvm  # None only in Spark Connect, where no local JVM runs
-    if config.local and config.niceness and jvm is not None:
-        keep_tasks_low(int(jvm.java.lang.ProcessHandle.current().pid()), config.niceness)
+    pid = jvm_pid(spark)
+    if config.local and config.niceness and pid is not None:
+        keep_tasks_low(pid, config.niceness)
     register(spark)
     return spark
+
+
+def jvm_pid(spark: Any) -> int | None:
+    """The process id of the session's local JVM (None under Spark Connect, which has none)."""
+    jvm = spark._jvm
+    return None if jvm is None else int(jvm.java.lang.ProcessHandle.current().pid())
 
 
 #: How often the JVM's threads are looked for (new ones start at its priority).

@@ -120,7 +120,7 @@ def _start_afresh(storage: CheckpointStorage, config: RuntimeConfig, pool: str) 
             f"{config.checkpoint_url}. Fix: Runtime.start(resume=True) (or `cameo serve`) "
             "restores them; Runtime.start(pool=...) with another name starts a pool beside "
             "it; deleting that folder drops them")
-    storage.discard_registry()
+    storage.discard_registry(names)
     if config.ingress_log_dir:
         shutil.rmtree(config.ingress_log_dir, ignore_errors=True)
     logger.info("pool %r starts empty: %d dataflow(s) of an earlier run deleted (%s); "

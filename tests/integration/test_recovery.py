@@ -366,6 +366,44 @@ def test_a_bystander_keeps_producing_results_during_a_recovery(pools: Any) -> No
             rt.cancel(n)
 
 
+# -- 2b. a loss during a restore ------------------------------------------------------------
+def test_an_executor_killed_while_the_other_is_restored_is_waited_for(pools: Any) -> None:
+    """Both executors of a dataflow SIGKILLed a moment apart: the restore that the first
+    death starts meets the second one dead, waits for it, and tries again (it failed the
+    dataflow before)."""
+    rt = pools["phoenix2"]
+    flow = keyed_window("rr-twice")
+    data = events(12_000, seed=31)
+    rt.deploy(flow)
+    try:
+        assert sorted(rt.describe("rr-twice", refresh=True)["executors"]) == [0, 1]
+        got: Rows = []
+        rt.push("rr-twice", "s", data[:6_000])
+        rt.flush()
+        wait_for(lambda: got.extend(rt.results("rr-twice")) or bool(got), "results")
+        pids = [pid_of(rt, 0), pid_of(rt, 1)]
+        at = time.time()
+        kill_executor(rt, 0)
+        wait_for(lambda: state_of(rt, "rr-twice") == RECOVERING, "recovering", 30)
+        kill_executor(rt, 1)
+
+        def back() -> bool:
+            got.extend(rt.results("rr-twice"))
+            now = [pid_of(rt, 0), pid_of(rt, 1)]
+            return None not in now and not set(now) & set(pids) and \
+                recovered_since(rt, "rr-twice", at)
+        try:
+            wait_for(back, "both executors restarted and rr-twice restored", 90)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {status(rt, 'rr-twice', at)}") from None
+        rt.push("rr-twice", "s", data[6_000:])
+        rt.close("rr-twice")
+        drain_until_finished(rt, "rr-twice", got)
+        assert canon(got) == expected(flow, {"s": data}), diff(got, expected(flow, {"s": data}))
+    finally:
+        rt.cancel("rr-twice")
+
+
 # -- 3. no checkpoints ------------------------------------------------------------------------
 def test_a_dataflow_without_checkpoints_fails_with_its_executor(pools: Any) -> None:
     rt = pools["doomed3"]

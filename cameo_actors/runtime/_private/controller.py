@@ -91,6 +91,7 @@ from cameo_actors.runtime.exceptions import (
     DataflowEnded,
     DataflowExists,
     DataflowNotFound,
+    RuntimeUnavailable,
 )
 from cameo_actors.scaling import ScalingConfigError, settings_from_dict
 from cameo_actors.scheduling.admission import Prediction, predict
@@ -148,6 +149,10 @@ class Controller:
         self.incarnations: dict[int, str] = {}
         #: executors lost and waited for (Ray restarts them)
         self.restarting: set[int] = set()
+        #: dataflows a thread restores now; how many times each lost a part (a loss during
+        #: a restore makes it try again)
+        self.restoring: set[str] = set()
+        self.losses: Counter[str] = Counter()
         #: every dataflow, live or ended (kept for `ended_retention_s`)
         self.dataflows: dict[str, DataflowInfo] = {}
         self.load: dict[int, int] = {}
@@ -1243,6 +1248,7 @@ class Controller:
 
     def _mark_recovering(self, info: DataflowInfo, why: str) -> None:
         info["cause"] = why  # first: a reader never sees `recovering` without its cause
+        self.losses[info["name"]] += 1
         if info["state"] != RECOVERING:
             info["resume_state"] = info["state"]
             self._enter(info, RECOVERING, why)
@@ -1276,34 +1282,63 @@ class Controller:
         self._recover_all(hit, why)
 
     def _recover_all(self, names: builtins.list[str], why: str) -> None:
+        """Restore each of `names`. A part of the pool that dies meanwhile (a second
+        executor killed during the restore) is waited for and the restore tried again,
+        until `recovery_timeout_s`; one thread restores a dataflow at a time."""
+        deadline = time.time() + self.config.recovery_timeout_s
         for name in names:
+            with self._lock:
+                if name in self.restoring:
+                    continue  # that thread tries again once the pool is whole
+                self.restoring.add(name)
             try:
-                self._recover(name, why)
+                attempt = 0
+                while not self._recover(name, why, again=attempt > 0):
+                    attempt += 1
+                    if not self._await_pool(deadline):
+                        raise RuntimeUnavailable(f"a part of the pool died again during "
+                                                 f"the restore, {attempt} times")
             except Exception as e:
                 logger.exception("recovering %s failed", name)
                 self.fail(name, f"{why}; restoring it failed: {short_cause(e)}", lost=True)
+            finally:
+                with self._lock:
+                    self.restoring.discard(name)
 
-    def _recover(self, name: str, why: str) -> None:
+    def _await_pool(self, deadline: float) -> bool:
+        """Wait until no executor is restarting, noticing restarts the monitor has not
+        noticed yet; False at `deadline`."""
+        while time.time() < deadline and not self._stopped.is_set():
+            self._check_executors()
+            with self._lock:
+                if not self.restarting:
+                    return True
+            time.sleep(0.2)
+        return False
+
+    def _recover(self, name: str, why: str, again: bool = False) -> bool:
         """Restore `name` on its executors from its last completed checkpoint, its inputs
-        replayed from the sources' ingress logs after it."""
+        replayed from the sources' ingress logs after it. False if a part of the pool
+        died meanwhile (`again`: the same loss, tried once more)."""
         info = self.dataflows[name]
         if info["state"] != RECOVERING:
-            return
+            return True
+        losses = self.losses[name]
         spec = DataflowSpec.from_dict(info["spec"])
         manifest = self.storage.latest(name, info["deployment"]) \
             if self.storage is not None and interval_s(spec, self.config) > 0 else None
         if manifest is None:
             self.fail(name, f"{why}; it has no checkpoint to restore (checkpoints off: "
                             "fault_tolerance.checkpoint_interval_ms is 0)", lost=True)
-            return
-        info["recoveries"] += 1
-        in_a_row = info["recoveries_in_a_row"] = info["recoveries_in_a_row"] + 1
+            return True
+        info["recoveries"] += 1  # also the restore's generation: a new one per attempt
+        in_a_row = info["recoveries_in_a_row"] = info["recoveries_in_a_row"] + (not again)
         if in_a_row > self.config.max_recoveries:
             self.fail(name, f"{why}; it was restored {in_a_row - 1} times in a row without a "
                             "checkpoint completing in between (an event that crashes its "
                             "executor?). Fix: see its error output and exceptions, then "
                             "deploy it again", lost=True)
-            return
+            return True
         # The checkpoint's steps (their parallelism) and placement, today's target and weight.
         restored = {**manifest["spec"], "latency_target_ms": info["spec"]["latency_target_ms"],
                     "scheduling": info["spec"]["scheduling"]}
@@ -1314,11 +1349,17 @@ class Controller:
                   if i not in self.dead])
         involved = sorted(placement.executors())
         timeout = self.config.recovery_timeout_s
-        get([self.executors[i].restore.remote(restored, placement, info["deployment"],
-                                              manifest["parts"], info["recoveries"])
-             for i in involved], timeout_s=timeout)
-        get([self.executors[i].resume.remote(name) for i in involved], timeout_s=timeout)
+        try:
+            get([self.executors[i].restore.remote(restored, placement, info["deployment"],
+                                                  manifest["parts"], info["recoveries"])
+                 for i in involved], timeout_s=timeout)
+            get([self.executors[i].resume.remote(name) for i in involved], timeout_s=timeout)
+        except RuntimeUnavailable as e:
+            logger.warning("restoring %s: %s; trying again once the pool is whole", name, e)
+            return False
         with self._lock:
+            if self.losses[name] != losses:  # an executor of it died after its restore
+                return False
             self._placed(info, placement)
             info["spec"] = restored
             if info["state"] == RECOVERING:
@@ -1326,6 +1367,7 @@ class Controller:
                 self._enter(info, back, f"restored from checkpoint {manifest['checkpoint']}")
                 info["cause"] = None
         logger.warning("dataflow %s restored from checkpoint %s", name, manifest["checkpoint"])
+        return True
 
     def _check_finishing(self) -> None:
         finishing = [d for d in list(self.dataflows.values()) if d["state"] == FINISHING]

@@ -362,9 +362,6 @@ class Executor:
     def usage(self) -> dict[str, dict[str, float]]:
         return self._call(self.core.usage)
 
-    def idle(self) -> tuple[bool, dict[int, int], dict[int, int]]:
-        return self._call(self.core.idle)
-
     def unsettled(self, names: list[str] | None = None) -> Unsettled:
         return self._call(self.core.unsettled, names)
 

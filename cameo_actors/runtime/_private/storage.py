@@ -19,6 +19,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -346,15 +347,12 @@ class CheckpointStorage:
                               f"corrupt: a JSON {type(data).__name__}, not an object", fix)
         return data
 
-    def discard_registry(self) -> list[str]:
-        """Forget the registry and delete the checkpoints of every dataflow it lists (an
-        earlier run of the pool that nobody asked to resume); the dataflows' names."""
-        registry = self.load_registry() or {}
-        names = sorted(registry.get("dataflows", {}))
-        for name in names:
+    def discard_registry(self, dataflows: Iterable[str]) -> None:
+        """Delete the checkpoints of `dataflows` and empty the registry that lists them
+        (an earlier run of the pool that nobody asked to resume)."""
+        for name in dataflows:
             self.drop(name)
         self.save_registry({})
-        return names
 
     # -- helpers of the API ----------------------------------------------------
 
