@@ -10,8 +10,10 @@ to finish one before it starts the next (see `migration.py`).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from cameo_actors.runtime._private.routing import Placement, RoutingTable
@@ -59,6 +61,19 @@ def epochs_of(moves: dict[int, tuple[int, int]], strategy: str, batch_bins: int 
     return [dict(items[i:i + size]) for i in range(0, len(items), size)]
 
 
+class MigrationKind(StrEnum):
+    SCALE = "scale"
+    MIGRATE = "migrate"  # bins to another instance
+    MOVE_INSTANCE = "move_instance"  # an instance (all its bins) to another executor
+    LEASE = "lease"  # lessees added or given back (Dirigo)
+
+
+class MigrationState(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
 @dataclass
 class Migration:
     """One reconfiguration of one keyed step of one dataflow, and its progress."""
@@ -66,7 +81,7 @@ class Migration:
     id: str
     dataflow: str
     step: str
-    kind: str  # "scale", "migrate", "move_instance", "rebalance", "drain", "lease"
+    kind: MigrationKind
     strategy: str
     placement: Placement  # the placement as it will be once new instances exist
     epochs: list[dict[int, tuple[int, int]]]
@@ -74,13 +89,15 @@ class Migration:
     retire: list[int]  # instance numbers gone after the last epoch
     from_parallelism: int
     to_parallelism: int
-    state: str = "running"  # "running", "done", "failed"
+    state: MigrationState = MigrationState.RUNNING
     epochs_done: int = 0
     bins_moved: int = 0
     bytes_moved: int = 0
     error: str | None = None
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
+    #: set once it is over (done or failed): what a client waiting for it waits on
+    over: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     @property
     def table(self) -> RoutingTable:
@@ -109,17 +126,18 @@ class Migration:
                        retired=self.placement.retired | gone, lessees=self.placement.lessees - gone)
 
     def finish(self, error: str | None = None) -> None:
-        self.state = "failed" if error else "done"
+        self.state = MigrationState.FAILED if error else MigrationState.DONE
         self.error = error
         self.ended_at = time.time()
         if not error:
             self.placement = self.final_placement()
+        self.over.set()
 
     def info(self) -> dict[str, Any]:
         """What a client sees (a `MigrationInfo`)."""
         end = self.ended_at or time.time()
-        return {"id": self.id, "dataflow": self.dataflow, "step": self.step, "kind": self.kind,
-                "strategy": self.strategy, "state": self.state,
+        return {"id": self.id, "dataflow": self.dataflow, "step": self.step, "kind": str(self.kind),
+                "strategy": self.strategy, "state": str(self.state),
                 "from_parallelism": self.from_parallelism, "to_parallelism": self.to_parallelism,
                 "bins_total": sum(len(e) for e in self.epochs), "bins_moved": self.bins_moved,
                 "epochs_total": len(self.epochs), "epochs_done": self.epochs_done,
@@ -128,7 +146,7 @@ class Migration:
                 "error": self.error}
 
 
-def plan(mid: str, kind: str, placement: Placement, dataflow: str, step: str, owners: list[int],
+def plan(mid: str, kind: MigrationKind, placement: Placement, dataflow: str, step: str, owners: list[int],
          new: dict[int, int], retire: list[int], strategy: str, batch_bins: int | None) -> Migration:
     """A migration of `step` from its current table to `owners`, creating `new` first."""
     table = placement.tables[step]
@@ -170,5 +188,5 @@ def scale_plan(mid: str, placement: Placement, dataflow: str, step: str, paralle
     else:
         retire = sorted(current)[parallelism:]
         after = sorted(current)[:parallelism]
-    return plan(mid, "scale", placement, dataflow, step, balanced_owners(table.owners, after),
+    return plan(mid, MigrationKind.SCALE, placement, dataflow, step, balanced_owners(table.owners, after),
                 new, retire, strategy, batch_bins)

@@ -25,16 +25,22 @@ from dataclasses import replace
 from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.runtime._private.cluster import get_each
+from cameo_actors.runtime._private.control.pool import Pool
+from cameo_actors.runtime._private.control.reconfig import Reconfiguration
+from cameo_actors.runtime._private.control.registry import Registry
+from cameo_actors.runtime._private.rescale import MigrationState
 from cameo_actors.runtime._private.routing import Placement, is_keyed_step
 from cameo_actors.runtime.boundary import RUNNING
+from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scaling import (
     DataflowMeasure,
     Plan,
     Scaler,
+    ScalingConfigError,
     ScalingSettings,
     SourceMeasure,
     StepMeasure,
+    settings_from_dict,
 )
 
 logger = logging.getLogger(__name__)
@@ -186,9 +192,10 @@ class RateTracker:
 class AutoScaling:
     """The loop that measures, decides and acts, for one controller."""
 
-    def __init__(self, controller: Any, settings: ScalingSettings) -> None:
-        # `controller` is the `Controller` that owns this loop (its operations act).
-        self.c = controller
+    def __init__(self, config: RuntimeConfig, pool: Pool, registry: Registry,
+                 reconfig: Reconfiguration) -> None:
+        self.config, self.pool, self.registry, self.reconfig = config, pool, registry, reconfig
+        settings = settings_from_dict(config.scaling)
         self.interval_s = settings.interval_s
         self.scaler = Scaler(settings)
         self.rates = RateTracker(settings.rate_window_s)
@@ -215,6 +222,38 @@ class AutoScaling:
         with self._lock:
             self.scaler.set_dataflow(name, settings)
 
+    def configure(self, name: str, settings: dict[str, Any] | None = None,
+                  pin: dict[str, int | None] | None = None) -> dict[str, Any]:
+        """A dataflow's own scaling settings (None without pins: the pool's again), and
+        steps pinned to a parallelism by an operator (a step mapped to None is unpinned;
+        pins alone keep the dataflow's settings)."""
+        info = self.registry.live(name)
+        spec = DataflowSpec.from_dict(info["spec"])
+        own = None if settings is None else settings_from_dict(
+            {**self.config.scaling, **settings}, where=f"dataflow {name!r}: scaling")
+        ids = [s.id for s in spec.steps if is_keyed_step(spec, s)]
+        bins = self.config.bins
+        for step, p in (pin or {}).items():
+            if step not in ids:
+                raise ScalingConfigError(f"dataflow {name!r}: pin", f"one of its scalable "
+                                         f"steps {ids}", step, "pin a keyed window, join or "
+                                         "process step")
+            if p is not None and (type(p) is not int or not 1 <= p <= bins):
+                raise ScalingConfigError(f"dataflow {name!r}: pin {step!r}", "a parallelism "
+                                         f"from 1 to {bins}", p, "give a whole number of "
+                                         "instances, or null to unpin")
+        if settings is not None or not pin:  # pins alone keep the dataflow's settings
+            self.set_dataflow(name, own)
+        for step, p in (pin or {}).items():
+            self.scaler.pin(name, step, p)
+        return self.status(name)
+
+    def report_backlog(self, name: str, source: str, events: float) -> None:
+        """Events a writer holds for `source` that it could not send yet (its lag): the
+        policies count it as backlog, and its growth as offered rate."""
+        if name in self.registry.dataflows and isinstance(events, (int, float)) and events >= 0:
+            self.rates.report_backlog(time.time(), name, source, float(events))
+
     def forget(self, name: str) -> None:
         with self._lock:
             self.acting.pop(name, None)
@@ -232,42 +271,42 @@ class AutoScaling:
 
     # -- one round -----------------------------------------------------------------------
     def once(self, now: float) -> Plan | None:
-        c = self.c
-        live = c._usable()
+        registry, reconfig = self.registry, self.reconfig
+        live = self.pool.usable()
         counters: dict[str, dict[str, list[float]]] = {}
-        for part in get_each([c.executors[i].counters.remote() for i in live], timeout_s=10.0):
+        for part in self.pool.gateway.call_each(live, "counters", timeout_s=10.0):
             for name, acts in (part or {}).items():
                 counters.setdefault(name, {}).update(acts)
         with self._lock:
             self.rates.observe(now, counters)
             for name, mid in list(self.acting.items()):
-                m = c.migrations.get(mid)
-                if m is not None and m.state == "running":
+                mig = reconfig.migrations.get(mid)
+                if mig is not None and mig.state is MigrationState.RUNNING:
                     continue
                 del self.acting[name]
                 self.scaler.applied(now, name)  # the warm-up starts (a failure retries after it)
-                if m is not None and m.state == "failed":
-                    self._error(name, f"scaling migration {mid} failed: {m.error}; the dataflow "
-                                      "runs on its current plan and the action is retried")
+                if mig is not None and mig.state is MigrationState.FAILED:
+                    self._error(name, f"scaling migration {mid} failed: {mig.error}; the "
+                                      "dataflow runs on its current plan and the action is "
+                                      "retried")
             measures = []
-            for name, info in list(c.dataflows.items()):
-                if info["state"] != RUNNING:
-                    continue
+            for info in registry.named((RUNNING,)):
+                name = info["name"]
                 spec = DataflowSpec.from_dict(info["spec"])
-                placement = c.placements[name]
-                m = self.rates.measure(now, spec, placement, c.lessees_of(name))
-                hold = name in c.migrating or name in self.acting \
+                placement = registry.placements[name]
+                m = self.rates.measure(now, spec, placement, registry.lessees_of(name))
+                hold = name in reconfig.migrating or name in self.acting \
                     or not self.rates.steady(spec, placement)
                 self.measures[name] = m = replace(m, hold=hold)
                 measures.append(m)
-            for gone in [n for n in self.measures if n not in c.dataflows]:
+            for gone in [n for n in self.measures if n not in registry.dataflows]:
                 del self.measures[gone]
             plan = self.plan = self.scaler.decide(now, measures, len(live))
         self._act(now, plan, live)
         return plan
 
     def _act(self, now: float, plan: Plan, live: list[int]) -> None:
-        c = self.c
+        c, lessees_of = self.reconfig, self.registry.lessees_of
         if self.sizes_pool and plan.executors > len(live):
             try:
                 c.add_executors(plan.executors - len(live))
@@ -279,7 +318,7 @@ class AutoScaling:
             if d.kind != "parallelism" or d.dataflow in self.acting or d.dataflow in c.migrating:
                 continue  # lessees: below
             try:
-                if c.lessees_of(d.dataflow).get(d.step):  # no bins move while lessees lend
+                if lessees_of(d.dataflow).get(d.step):  # no bins move while lessees lend
                     started = c.lease(d.dataflow, d.step, 0)
                 else:
                     # One epoch: under overload every marker waits behind the step's queue.
@@ -295,7 +334,7 @@ class AutoScaling:
             for step, n in steps.items():
                 if name in self.acting or name in c.migrating:
                     continue
-                if len(c.lessees_of(name).get(step, ())) == n:
+                if len(lessees_of(name).get(step, ())) == n:
                     continue
                 try:
                     self.acting[name] = c.lease(name, step, n)["id"]
@@ -307,8 +346,9 @@ class AutoScaling:
 
     def _shrink(self, now: float, plan: Plan, live: list[int]) -> None:
         """One executor back when the plan has wanted fewer for a whole scale-down window."""
-        c = self.c
-        if not self.sizes_pool or plan.executors >= len(live) or c.migrating or c.draining:
+        c = self.reconfig
+        if not self.sizes_pool or plan.executors >= len(live) or c.migrating \
+                or self.pool.draining:
             self._shrink_since = None
             return
         if self._shrink_since is None:
@@ -318,7 +358,7 @@ class AutoScaling:
         movable = [i for i in live if c.only_keyed_on(i)]
         if not movable:
             return
-        index = min(movable, key=lambda i: (c.load.get(i, 0), -i))
+        index = min(movable, key=lambda i: (self.pool.load.get(i, 0), -i))
         try:
             c.remove_executor(index)
             self._shrink_since = None
@@ -333,7 +373,7 @@ class AutoScaling:
 
     # -- what clients see ----------------------------------------------------------------
     def status(self, name: str | None = None) -> dict[str, Any]:
-        c = self.c
+        placements = self.registry.placements
         with self._lock:
             flows = {}
             for df, m in self.measures.items():
@@ -346,14 +386,14 @@ class AutoScaling:
                                          "backlog_growth_eps": s.backlog_growth_eps}
                                 for s in m.sources},
                     "within_target": m.within_target,
-                    "instances": {s.step: self.rates.instance_rates(c.placements[df], s.step)
-                                  for s in m.steps if s.scalable and df in c.placements},
+                    "instances": {s.step: self.rates.instance_rates(placements[df], s.step)
+                                  for s in m.steps if s.scalable and df in placements},
                 }
             plan = self.plan
             return {
                 "policy": self.settings.policy,
                 "enabled": self.enabled(),
-                "executors": len(c._usable()),
+                "executors": len(self.pool.usable()),
                 "wanted_executors": plan.executors if plan else None,
                 "bounds": {"min_executors": self.settings.bounds.min_executors,
                            "max_executors": self.settings.bounds.max_executors,

@@ -1,0 +1,225 @@
+"""Recovery: executors watched, and what a lost one hosted restored.
+
+An executor that died is restarted by the platform as a new incarnation; the
+dataflows it hosted are `recovering` meanwhile (the others never stop) and are then
+restored from their last completed checkpoints, their inputs replayed from the
+sources' ingress logs. An executor that dies during a restore is waited for and the
+restore tried again. One that does not come back within `recovery_timeout_s` fails
+its dataflows. A controller that restarts adopts the executors that live.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.errors import CameoError
+from cameo_actors.runtime._private.checkpoint import interval_s
+from cameo_actors.runtime._private.control.gateway import Spawn, in_thread
+from cameo_actors.runtime._private.control.pool import Pool
+from cameo_actors.runtime._private.control.registry import Registry
+from cameo_actors.runtime._private.routing import Placement
+from cameo_actors.runtime.boundary import LIVE_STATES, RECOVERING
+from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.exceptions import RuntimeUnavailable
+
+logger = logging.getLogger(__name__)
+#: How long one liveness round waits for the executors' answers.
+PING_WAIT_S = 10.0
+
+
+def short_cause(e: BaseException) -> str:
+    """The first line of an error (the platform's death notices run to many lines)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+class Recovery:
+    def __init__(self, config: RuntimeConfig, pool: Pool, registry: Registry,
+                 stopped: threading.Event, spawn: Spawn = in_thread) -> None:
+        self.config, self.pool, self.registry, self.stopped = config, pool, registry, stopped
+        self.spawn = spawn
+        self.lock = pool.lock
+        #: dataflows a thread restores now; how many times each lost a part (a loss during
+        #: a restore makes it try again)
+        self.restoring: set[str] = set()
+        self.losses: Counter[str] = Counter()
+
+    # -- watching --------------------------------------------------------------------------
+    def check_executors(self) -> None:
+        """Ask every executor that should answer; one gone or restarted is lost."""
+        pool, gateway = self.pool, self.pool.gateway
+        asked = pool.answering()
+        answers = gateway.poll([gateway.send(i, "ping") for i in asked], PING_WAIT_S)
+        for i, answer in zip(asked, answers, strict=True):
+            if isinstance(answer, BaseException):
+                self.lost(i, short_cause(answer))
+            elif answer is not None and answer[1] != pool.incarnations.get(i):
+                self.lost(i, "it was restarted")
+
+    def lost(self, index: int, cause: str) -> None:
+        """Executor `index` died: its dataflows are `recovering` until it was restarted
+        and they are restored there from their last checkpoints."""
+        why = f"executor {index} died: {cause}"
+        with self.lock:
+            if index in self.pool.restarting:
+                return
+            self.pool.restarting.add(index)
+            logger.error("%s", why)
+            hit = [d["name"] for d in self.registry.named(LIVE_STATES)
+                   if not d["released"] and index in d["executors"]]
+            for name in hit:
+                self.mark(name, why)
+        self.spawn(f"cameo-restart-{index}", self._restart, index, why, hit)
+
+    def mark(self, name: str, why: str) -> None:
+        self.losses[name] += 1
+        self.registry.mark_recovering(self.registry.dataflows[name], why)
+
+    def _restart(self, index: int, why: str, hit: list[str]) -> None:
+        """Wait for executor `index` to be restarted (on any node with room), link it to
+        the others, then restore the dataflows it hosted; fail them if it never comes."""
+        pool, gateway = self.pool, self.pool.gateway
+        deadline = time.time() + self.config.recovery_timeout_s
+        incarnation = None
+        while incarnation is None and time.time() < deadline and not self.stopped.is_set():
+            answer = gateway.poll([gateway.send(index, "ping")], 5.0)[0]
+            if answer is None or isinstance(answer, BaseException):  # still restarting
+                time.sleep(0.1)
+            else:
+                incarnation = answer[1]
+        if incarnation is None:
+            with self.lock:
+                pool.dead[index] = f"{why}; it was not restarted within " \
+                                   f"{self.config.recovery_timeout_s:g} s"
+                pool.restarting.discard(index)
+            for name in hit:
+                self.registry.fail(name, pool.dead[index], lost=True)
+            return
+        with self.lock:
+            pool.incarnations[index] = incarnation
+            others = [i for i in pool.live() if i != index]
+            gateway.link([index], pool.incarnations)
+            gateway.relink(others, index, incarnation)
+            pool.restarting.discard(index)
+        self.recover_all(hit, why)
+
+    # -- restoring -------------------------------------------------------------------------
+    def recover_all(self, names: list[str], why: str) -> None:
+        """Restore each of `names`. A part of the pool that dies meanwhile (a second
+        executor killed during the restore) is waited for and the restore tried again,
+        until `recovery_timeout_s`; one thread restores a dataflow at a time."""
+        deadline = time.time() + self.config.recovery_timeout_s
+        for name in names:
+            with self.lock:
+                if name in self.restoring:
+                    continue  # that thread tries again once the pool is whole
+                self.restoring.add(name)
+            try:
+                attempt = 0
+                while not self._recover(name, why, again=attempt > 0):
+                    attempt += 1
+                    if not self._await_pool(deadline):
+                        raise RuntimeUnavailable(f"a part of the pool died again during "
+                                                 f"the restore, {attempt} times")
+            except Exception as e:
+                logger.exception("recovering %s failed", name)
+                self.registry.fail(name, f"{why}; restoring it failed: {short_cause(e)}",
+                                   lost=True)
+            finally:
+                with self.lock:
+                    self.restoring.discard(name)
+
+    def _await_pool(self, deadline: float) -> bool:
+        """Wait until no executor is restarting, noticing restarts the watch has not
+        noticed yet; False at `deadline`."""
+        while time.time() < deadline and not self.stopped.is_set():
+            self.check_executors()
+            with self.lock:
+                if not self.pool.restarting:
+                    return True
+            time.sleep(0.2)
+        return False
+
+    def _recover(self, name: str, why: str, again: bool = False) -> bool:
+        """Restore `name` on its executors from its last completed checkpoint, its inputs
+        replayed from the sources' ingress logs after it. False if a part of the pool
+        died meanwhile (`again`: the same loss, tried once more)."""
+        registry, gateway = self.registry, self.pool.gateway
+        info = registry.dataflows[name]
+        if info["state"] != RECOVERING:
+            return True
+        losses = self.losses[name]
+        spec = DataflowSpec.from_dict(info["spec"])
+        manifest = registry.storage.latest(name, info["deployment"]) \
+            if registry.storage is not None and interval_s(spec, self.config) > 0 else None
+        if manifest is None:
+            registry.fail(name, f"{why}; it has no checkpoint to restore (checkpoints off: "
+                                "fault_tolerance.checkpoint_interval_ms is 0)", lost=True)
+            return True
+        info["recoveries"] += 1  # also the restore's generation: a new one per attempt
+        in_a_row = info["recoveries_in_a_row"] = info["recoveries_in_a_row"] + (not again)
+        if in_a_row > self.config.max_recoveries:
+            registry.fail(name, f"{why}; it was restored {in_a_row - 1} times in a row "
+                                "without a checkpoint completing in between (an event that "
+                                "crashes its executor?). Fix: see its error output and "
+                                "exceptions, then deploy it again", lost=True)
+            return True
+        # The checkpoint's steps (their parallelism) and placement, today's target and weight.
+        restored = {**manifest["spec"], "latency_target_ms": info["spec"]["latency_target_ms"],
+                    "scheduling": info["spec"]["scheduling"]}
+        placement = Placement.from_dict(manifest["placement"])
+        before = registry.placements.get(name)
+        left = set(before.executors()) - placement.executors() if before else set()
+        gateway.call_each([i for i in sorted(left) if i not in self.pool.dead], "cancel", name)
+        involved = sorted(placement.executors())
+        timeout = self.config.recovery_timeout_s
+        try:
+            gateway.call(involved, "restore", restored, placement, info["deployment"],
+                         manifest["parts"], info["recoveries"], timeout_s=timeout)
+            gateway.call(involved, "resume", name, timeout_s=timeout)
+        except RuntimeUnavailable as e:
+            logger.warning("restoring %s: %s; trying again once the pool is whole", name, e)
+            return False
+        with self.lock:
+            if self.losses[name] != losses:  # an executor of it died after its restore
+                return False
+            registry.restored(info, restored, placement, manifest["checkpoint"])
+        logger.warning("dataflow %s restored from checkpoint %s", name, manifest["checkpoint"])
+        return True
+
+    # -- a controller that restarts ------------------------------------------------------
+    def resume(self, saved: dict[str, Any]) -> None:
+        """Go on from a saved registry: adopt the executors that live (their dataflows keep
+        running), start new ones for those gone, and restore the dataflows that ran there."""
+        pool, gateway, registry = self.pool, self.pool.gateway, self.registry
+        registry.load(saved)
+        known = {int(i): inc for i, inc in saved["incarnations"].items()}
+        gone: set[int] = set()
+        for i in range(saved["executors"]):
+            inc = None
+            if i in pool.dead:
+                gateway.forget(i)
+            elif gateway.adopt(i):
+                try:
+                    inc = gateway.call([i], "ping", timeout_s=10.0)[0][1]
+                except CameoError:
+                    inc = None
+            if inc is None:
+                if i not in pool.dead:
+                    gateway.start([i])
+                gone.add(i)
+            elif inc != known.get(i):
+                gone.add(i)  # restarted meanwhile: empty
+        pool.link()
+        hit = [d["name"] for d in registry.named(LIVE_STATES) if set(d["executors"]) & gone]
+        logger.warning("controller resumed pool %s: %d dataflow(s), %d to restore",
+                       registry.pool_name, len(registry.dataflows), len(hit))
+        for name in hit:
+            self.mark(name, "the pool restarted")
+        if hit:
+            self.spawn("cameo-resume", self.recover_all, hit, "the pool restarted")
