@@ -53,12 +53,15 @@ class Recovery:
     def check_executors(self) -> None:
         """Ask every executor that should answer; one gone or restarted is lost."""
         pool, gateway = self.pool, self.pool.gateway
-        asked = pool.answering()
+        with self.lock:
+            asked = {i: pool.incarnations[i] for i in pool.answering()}
         answers = gateway.poll([gateway.send(i, "ping") for i in asked], PING_WAIT_S)
-        for i, answer in zip(asked, answers, strict=True):
+        for (i, known), answer in zip(asked.items(), answers, strict=True):
+            if pool.incarnations.get(i) != known or i in pool.restarting:
+                continue  # lost and restarted meanwhile (an answer of before is stale)
             if isinstance(answer, BaseException):
                 self.lost(i, short_cause(answer))
-            elif answer is not None and answer[1] != pool.incarnations.get(i):
+            elif answer is not None and answer[1] != known:
                 self.lost(i, "it was restarted")
 
     def lost(self, index: int, cause: str) -> None:

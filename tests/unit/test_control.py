@@ -1,0 +1,149 @@
+"""The controller's managers, driven without Ray (`tests/shared/gateway.py`): the
+same code that runs in the controller actor, its executors in-process cores, its
+failures on demand. A recovery and a migration run end to end and their results equal
+run_local's; a second executor lost during a restore is waited for; a reconfiguration
+pauses the dataflow's checkpoints; the pool's load follows placements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cameo_actors import Dataflow, count, sum_
+from cameo_actors.errors import ReconfigConflict
+from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.runtime._private.control.checkpoints import CheckpointPhase
+from cameo_actors.runtime.boundary import CANCELLED, RUNNING
+from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.testing import run_local
+from tests.shared.gateway import ControlPlane
+from tests.shared.zoo import SCHEMA, canon, events
+
+
+def config(folder: Path) -> RuntimeConfig:
+    """Checkpoints on, exactly-once delivery (results readable once checkpointed)."""
+    return RuntimeConfig(checkpoint_interval_s=1.0, checkpoint_url=str(folder / "checkpoints"),
+                         ingress_log_dir=str(folder / "ingress"), bins=64)
+
+
+def keyed(name: str, parallelism: int) -> Dataflow:
+    d = Dataflow(name, latency_target_ms=1000)
+    (d.source("s", schema=SCHEMA, event_time="ts", allowed_lateness_ms=40)
+     .key_by("key").window(tumbling_ms=50, parallelism=parallelism, id="win")
+     .aggregate(n=count(), total=sum_("value")).sink("o"))
+    return d
+
+
+def feed(plane: ControlPlane, name: str, data: list[dict[str, Any]], end: bool = False) -> None:
+    for i in range(0, len(data), 50):
+        plane.push(name, "s", [data[i:i + 50]])
+        for _ in range(5):
+            plane.cluster.step()
+    if end:
+        plane.push(name, "s", [END_OF_STREAM])
+    plane.gateway.pump()
+
+
+def finished(plane: ControlPlane, flow: Dataflow, data: list[dict[str, Any]]) -> None:
+    """The last checkpoint makes every result readable: exactly run_local's."""
+    assert plane.checkpoints.take(flow.name)
+    want = canon(run_local(flow, {"s": data}).sinks["o"])
+    assert want and canon(plane.results(flow.name)) == want
+
+
+def test_an_executor_restarted_is_noticed_and_its_dataflow_restored(tmp_path: Path) -> None:
+    plane = ControlPlane(2, config(tmp_path))
+    flow, data = keyed("rc", 2), events(600, seed=3)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    assert plane.registry.record("rc")["executors"] == [0, 1]
+    feed(plane, "rc", data[:300])
+    assert plane.checkpoints.take("rc")
+    feed(plane, "rc", data[300:450])  # after the checkpoint: replayed from the ingress log
+    plane.cluster.restart_core(1)  # it died and the platform started it again, empty
+    plane.recovery.check_executors()
+    info = plane.registry.record("rc")
+    assert info["state"] == RUNNING and info["recoveries"] == 1
+    assert [h["state"] for h in info["history"]] == ["running", "recovering", "running"]
+    assert "executor 1 died: it was restarted" in info["history"][1]["reason"]
+    feed(plane, "rc", data[450:], end=True)
+    finished(plane, flow, data)
+
+
+def test_an_executor_lost_during_a_restore_is_waited_for_and_the_restore_tried_again(
+        tmp_path: Path) -> None:
+    plane = ControlPlane(2, config(tmp_path))
+    flow, data = keyed("rr", 2), events(600, seed=4)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "rr", data[:300])
+    assert plane.checkpoints.take("rr")
+    hit: list[int] = []
+
+    def second_loss(index: int, method: str) -> None:
+        if method == "restore" and index == 0 and not hit:
+            hit.append(1)
+            plane.gateway.fail(1)  # down while executor 0 is being restored
+
+    plane.gateway.before = second_loss
+    plane.cluster.restart_core(0)
+    plane.recovery.check_executors()
+    info = plane.registry.record("rr")
+    assert hit and info["state"] == RUNNING, info["history"]
+    # Two restores (a generation each), one loss in a row: the second did not count.
+    assert info["recoveries"] == 2 and info["recoveries_in_a_row"] == 1
+    assert [h["state"] for h in info["history"]] == ["running", "recovering", "running"]
+    assert not plane.pool.restarting and not plane.recovery.restoring
+    feed(plane, "rr", data[300:], end=True)
+    finished(plane, flow, data)
+
+
+def test_a_scale_up_runs_epoch_by_epoch_and_results_equal_run_local(tmp_path: Path) -> None:
+    plane = ControlPlane(2, config(tmp_path))
+    flow, data = keyed("mg", 1), events(900, seed=5)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "mg", data[:300])
+    started = plane.reconfig.scale("mg", "win", 2, "batched")  # carried out at once here
+    m = plane.reconfig.wait_migration(started["id"], 0)
+    assert m["state"] == "done" and m["kind"] == "scale", m
+    assert m["to_parallelism"] == 2 and m["epochs_done"] == m["epochs_total"] > 1
+    assert m["bins_moved"] == 32
+    info = plane.registry.record("mg")
+    assert next(s for s in info["spec"]["steps"] if s["id"] == "win")["parallelism"] == 2
+    assert plane.checkpoints.phase("mg") is CheckpointPhase.WAITING
+    assert plane.checkpoints.due["mg"] == 0.0  # the new placement's checkpoint: at once
+    assert sum(plane.pool.load.values()) == len(plane.registry.placements["mg"].instances)
+    feed(plane, "mg", data[300:], end=True)
+    finished(plane, flow, data)
+
+
+def test_a_reconfiguration_pauses_the_checkpoints_of_its_dataflow(tmp_path: Path) -> None:
+    later: list[tuple[Any, tuple[Any, ...]]] = []
+    plane = ControlPlane(2, config(tmp_path),
+                         spawn=lambda name, fn, *args: later.append((fn, args)))
+    flow, data = keyed("pz", 1), events(300, seed=6)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "pz", data)
+    plane.reconfig.scale("pz", "win", 2)
+    assert plane.checkpoints.phase("pz") is CheckpointPhase.PAUSED
+    assert plane.checkpoints.now(["pz"]) == {"pz": False}
+    with pytest.raises(ReconfigConflict):
+        plane.reconfig.scale("pz", "win", 1)
+    fn, args = later.pop()
+    fn(*args)
+    assert plane.checkpoints.phase("pz") is CheckpointPhase.WAITING
+    assert plane.checkpoints.now(["pz"]) == {"pz": True}
+
+
+def test_the_pools_load_follows_deploys_cancels_and_expiry(tmp_path: Path) -> None:
+    plane = ControlPlane(2, config(tmp_path))
+    plane.lifecycle.deploy(keyed("a", 2).spec.to_dict())
+    plane.lifecycle.deploy(keyed("b", 1).spec.to_dict())
+    total = sum(len(p.instances) for p in plane.registry.placements.values())
+    assert sum(plane.pool.load.values()) == total
+    assert plane.lifecycle.cancel("a")["state"] == CANCELLED
+    assert sum(plane.pool.load.values()) == len(plane.registry.placements["b"].instances)
+    plane.registry.expire(kept=0, retention_s=3600.0)
+    assert sorted(plane.registry.dataflows) == ["b"]
+    assert plane.lifecycle.cancel("b")["ended_before"] is False
+    assert sum(plane.pool.load.values()) == 0
