@@ -22,10 +22,12 @@ from cameo_actors.runtime._private.control.admission import Admission
 from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.control.gateway import ExecutorGateway
 from cameo_actors.runtime._private.control.lifecycle import Lifecycle
+from cameo_actors.runtime._private.control.monitor import Monitor
 from cameo_actors.runtime._private.control.pool import Pool
 from cameo_actors.runtime._private.control.reconfig import Reconfiguration
 from cameo_actors.runtime._private.control.recovery import Recovery
 from cameo_actors.runtime._private.control.registry import Registry
+from cameo_actors.runtime._private.control.scaling import AutoScaling
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime.config import RuntimeConfig
@@ -287,7 +289,10 @@ class ControlPlane:
                                         spawn)
         self.lifecycle = Lifecycle(config, self.pool, self.registry, self.admission,
                                    self.checkpoints, self.reconfig)
-        self.registry.on_release.append(self.checkpoints.forget)
+        self.scaling = AutoScaling(config, self.pool, self.registry, self.reconfig)
+        self.monitor = Monitor(config, self.pool, self.registry, self.admission,
+                               self.checkpoints, self.recovery)
+        self.registry.on_release += [self.scaling.forget, self.checkpoints.forget]
         self.pool.link()
 
     def push(self, name: str, source: str, items: list[Any], client: str = "client") -> None:

@@ -147,3 +147,38 @@ def test_the_pools_load_follows_deploys_cancels_and_expiry(tmp_path: Path) -> No
     assert sorted(plane.registry.dataflows) == ["b"]
     assert plane.lifecycle.cancel("b")["ended_before"] is False
     assert sum(plane.pool.load.values()) == 0
+
+
+def test_the_monitor_finishes_a_drained_dataflow_with_a_last_checkpoint(tmp_path: Path) -> None:
+    plane = ControlPlane(2, config(tmp_path))
+    flow, data = keyed("fin", 2), events(300, seed=7)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "fin", data, end=True)
+    assert plane.results("fin") == []  # exactly-once: nothing readable before a checkpoint
+    plane.lifecycle.closing("fin")
+    plane.monitor.once()
+    info = plane.registry.record("fin")
+    assert info["state"] == "finished" and info["checkpoints"]["completed"] == 1
+    assert canon(plane.results("fin")) == canon(run_local(flow, {"s": data}).sinks["o"])
+
+
+def test_an_isolated_pool_places_each_dataflow_on_executors_of_its_own(tmp_path: Path) -> None:
+    cfg = RuntimeConfig(checkpoint_url=str(tmp_path / "checkpoints"), bins=64,
+                        ingress_log_dir=str(tmp_path / "ingress"), isolation="isolated")
+    plane = ControlPlane(2, cfg)
+    plane.lifecycle.deploy(keyed("i1", 1).spec.to_dict())
+    plane.lifecycle.deploy(keyed("i2", 1).spec.to_dict())
+    assert {tuple(plane.registry.record(n)["executors"]) for n in ("i1", "i2")} == {(0,), (1,)}
+    with pytest.raises(Exception, match="isolated mode: dataflow 'i3' needs 1 dedicated"):
+        plane.lifecycle.deploy(keyed("i3", 1).spec.to_dict())
+    assert "i3" not in plane.registry.dataflows  # refused: nothing changed
+
+
+def test_the_scaling_loop_measures_each_running_dataflow(tmp_path: Path) -> None:
+    plane = ControlPlane(2, config(tmp_path))
+    plane.lifecycle.deploy(keyed("sc", 2).spec.to_dict())
+    feed(plane, "sc", events(300, seed=8))
+    plan = plane.scaling.once(1000.0)
+    assert plan is not None and not plan.decisions  # the pool's policy is off
+    status = plane.scaling.status("sc")
+    assert status["executors"] == 2 and set(status["dataflows"]["sc"]["steps"]) >= {"win"}
