@@ -42,7 +42,8 @@ class StoredCluster(InProcessCluster):
     """An in-process cluster whose cores write their checkpoint parts to real storage."""
 
     def __init__(self, n: int, config: RuntimeConfig, seed: int) -> None:
-        self.storage = CheckpointStorage(str(config.checkpoint_url))
+        self.storage = CheckpointStorage(config.checkpoint_url) if config.checkpoint_url \
+            else None
         #: (executor, dataflow, checkpoint) -> its parts written there
         self.written: dict[tuple[int, str, int], Written] = {}
         super().__init__(n, config, seed)
@@ -50,6 +51,7 @@ class StoredCluster(InProcessCluster):
     def _persist(self, dataflow: str, ckpt: int, aid: str, blob: bytes,
                  positions: dict[str, int]) -> None:
         super()._persist(dataflow, ckpt, aid, blob, positions)
+        assert self.storage is not None, "parts come only with checkpoints on"
         host = next(c.index for c in self.cores if aid in c.hosting.activations)
         deployment = self.cores[host].hosting.dataflows[dataflow].deployment
         path = self.storage.write_part(dataflow, deployment, ckpt, aid, blob)
@@ -192,8 +194,9 @@ class InProcessGateway(ExecutorGateway):
     def _restore(self, core: Any, spec: dict[str, Any], placement: Placement, deployment: str,
                  parts: dict[str, str], generation: int) -> list[str]:
         mine = {str(a) for a in placement.on(core.index)}
-        blobs = {aid: self.cluster.storage.read_part(path) for aid, path in parts.items()
-                 if aid in mine}
+        storage = self.cluster.storage
+        blobs = {aid: storage.read_part(path) for aid, path in parts.items()
+                 if aid in mine and storage is not None}
         return list(core.restore(DataflowSpec.from_dict(spec), placement, deployment, blobs,
                                  generation))
 

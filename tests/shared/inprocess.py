@@ -1,6 +1,7 @@
 """Executor cores wired in-process, without Ray: a transport that reorders batches
-(as Ray may), and drivers that play the controller's part in live migrations and in
-checkpoints and restores."""
+(as Ray may), and a checkpoint storage that outlives the cores. The controller's own
+managers drive them through `gateway.py`; the barrier-level checkpoint tests still
+start and complete checkpoints here by hand (`checkpoint`, `complete`, `restore`)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ from cameo_actors.clock import FakeClock
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.runtime._private.core import ExecutorCore
 from cameo_actors.runtime._private.ingest import unpack_ingest
-from cameo_actors.runtime._private.rescale import Migration
 from cameo_actors.runtime._private.routing import Placement, place
 from cameo_actors.runtime._private.wire import pack_events
-from cameo_actors.runtime.boundary import ActivationId
 from cameo_actors.runtime.config import RuntimeConfig
 
 #: A persisted part of a checkpoint: (blob, a source's positions at its barrier).
@@ -216,43 +215,3 @@ class InProcessCluster:
             c.resume(spec.name)
         self._placed(spec, placement, deployment)
         return placement.hosts
-
-    # -- playing the controller's part in a migration ------------------------------------
-    def start(self, spec: DataflowSpec, m: Migration) -> None:
-        """Create the migration's new instances, then switch to its first epoch."""
-        if m.new:
-            new = [str(ActivationId(m.dataflow, m.step, i)) for i in m.new]
-            for c in self.cores:
-                c.add_instances(spec, m.placement, new)
-        self._switch(m)
-
-    def _switch(self, m: Migration) -> None:
-        if m.epochs_done < len(m.epochs):
-            table = m.next_table()
-            moves = m.epochs[m.epochs_done]
-            for c in self.cores:
-                c.prepare(m.dataflow, m.step, table.version, moves)
-            for c in self.cores:
-                c.reroute(m.dataflow, m.step, table.version, list(table.owners), m.instances())
-
-    def advance(self, m: Migration) -> bool:
-        """If every instance finished the current epoch: the next one (or retire at the
-        end). Returns whether the migration is over."""
-        if m.state != "running":
-            return True
-        if m.epochs_done < len(m.epochs):
-            version = m.table.version + 1
-            done = [d["done"] for c in self.cores for d in c.epochs(m.dataflow, m.step).values()]
-            if min(done) < version:
-                return False
-            m.epoch_done(m.next_table(), len(m.epochs[m.epochs_done]))
-            if m.epochs_done < len(m.epochs):
-                self._switch(m)
-                return False
-        gone = [str(ActivationId(m.dataflow, m.step, i)) for i in m.retire]
-        for c in self.cores:
-            c.retire(m.dataflow, gone)
-            c.end_migration(m.dataflow, m.step)
-        m.finish()
-        self.placements[m.dataflow] = m.placement
-        return True

@@ -1,6 +1,7 @@
-"""Live migration on the in-process cluster (no Ray): keyed steps scaled and their bins
-moved at random points while events, watermarks and acks are reordered; results
-must equal run_local's exactly, for every operator kind."""
+"""Live migration without Ray: the controller's reconfiguration (`control/reconfig.py`,
+`control/migrations.py`) on in-process cores; keyed steps scaled and their bins moved
+at random points while events, watermarks and acks are reordered; results must equal
+run_local's exactly, for every operator kind."""
 
 from __future__ import annotations
 
@@ -13,77 +14,67 @@ from hypothesis import strategies as st
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import END_OF_STREAM
-from cameo_actors.runtime._private.rescale import (
-    STRATEGIES,
-    Migration,
-    balanced_owners,
-    epochs_of,
-    plan,
-    scale_plan,
-)
+from cameo_actors.runtime._private.rescale import STRATEGIES, balanced_owners, epochs_of
 from cameo_actors.runtime._private.routing import RoutingTable, even_owners, is_keyed_step
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.testing import run_local
-from tests.shared.inprocess import InProcessCluster
+from tests.shared.gateway import ControlPlane
 from tests.shared.zoo import canon, events, flows
 
 
-def random_plan(rng: random.Random, cluster: InProcessCluster, spec: DataflowSpec, step: str,
-                strategy: str, mid: str) -> Migration:
-    """Either scale the step to 1..4 instances, or move random bins to a random instance."""
-    placement = cluster.placements[spec.name]
-    n = len(cluster.cores)
+def random_change(rng: random.Random, plane: ControlPlane, spec: DataflowSpec, step: str,
+                  strategy: str) -> dict[str, Any]:
+    """Either scale the step to 1..4 instances, or move random bins to a random instance;
+    carried out by the controller's own reconfiguration (at once, on this thread)."""
     if rng.random() < 0.6:
-        return scale_plan(mid, placement, spec.name, step, rng.randint(1, 4), list(range(n)), {},
-                          strategy, rng.choice([None, 1, 3]))
-    owners = list(placement.tables[step].owners)
-    instances = [a.instance for a in placement.of_step(step)]
-    to = rng.choice(instances)
-    for b in rng.sample(range(len(owners)), rng.randint(1, len(owners))):
-        owners[b] = to
-    return plan(mid, "migrate", placement, spec.name, step, owners, {}, [], strategy, 2)
+        return plane.reconfig.scale(spec.name, step, rng.randint(1, 4), strategy,
+                                    rng.choice([None, 1, 3]))
+    placement = plane.registry.placements[spec.name]
+    to = rng.choice([a.instance for a in placement.of_step(step)])
+    bins = rng.sample(range(placement.bins), rng.randint(1, placement.bins))
+    return plane.reconfig.migrate(spec.name, step, bins=bins, to_instance=to,
+                                  strategy=strategy, batch_bins=2)
 
 
 def run_with_migrations(spec: DataflowSpec, data: list[dict[str, Any]], n: int, seed: int,
                         credits: int, bins: int, strategy: str, migrations: int
-                        ) -> tuple[InProcessCluster, list[Migration]]:
+                        ) -> tuple[ControlPlane, list[dict[str, Any]]]:
+    """Feed `data` while `migrations` random reconfigurations run. The client's calls go
+    on during each one: some are made while the controller's calls to the executors
+    travel, so bins move under a stream of events, watermarks and acks in random order."""
     rng = random.Random(seed)
-    cluster = InProcessCluster(n, RuntimeConfig(credit_events=credits, policy="cameo"), seed)
-    hosts = cluster.deploy(spec, bins)
+    plane = ControlPlane(n, RuntimeConfig(credit_events=credits, policy="cameo", bins=bins),
+                         seed, steps_per_call=rng.randrange(1, 8))
+    plane.lifecycle.deploy(spec.to_dict())
+    hosts = plane.registry.placements[spec.name].hosts
     keyed = [s.id for s in spec.steps if is_keyed_step(spec, s)]
     chunks = [data[i:i + 37] for i in range(0, len(data), 37)]
-    starts = sorted(rng.sample(range(len(chunks) + 1), migrations))
-    current: Migration | None = None
-    done: list[Migration] = []
-
-    def maybe_start(k: int) -> None:
-        nonlocal current
-        if current is None and len(done) < len(starts) and k >= starts[len(done)]:
-            current = random_plan(rng, cluster, spec, rng.choice(keyed), strategy, f"m{len(done)}")
-            done.append(current)
-            cluster.start(spec, current)
-
+    calls = []
     for source in spec.sources:
         targets = [f"{spec.name}/{source.id}/{i}" for i in range(source.parallelism)]
-        for k, chunk in enumerate(chunks):
-            maybe_start(k)
-            cluster.ingest(hosts, targets[k % len(targets)], [chunk])
+        calls += [(targets[k % len(targets)], [chunk]) for k, chunk in enumerate(chunks)]
+        calls += [(t, [END_OF_STREAM]) for t in targets]
+    starts = sorted(rng.sample(range(len(calls) + 1), migrations))
+    fed = [0]
+
+    def feed_one() -> None:
+        if fed[0] < len(calls):
+            target, items = calls[fed[0]]
+            fed[0] += 1
+            plane.cluster.ingest(hosts, target, items)
             for _ in range(rng.randrange(60)):  # a little processing between inputs
-                cluster.step()
-            if current is not None and cluster.advance(current):
-                current = None
-        for t in targets:
-            cluster.ingest(hosts, t, [END_OF_STREAM])
-    while True:
-        cluster.run()
-        if current is not None and not cluster.advance(current):
-            continue
-        current = None
-        if len(done) < len(starts):
-            maybe_start(len(chunks))
-            continue
-        cluster.run()
-        return cluster, done
+                plane.cluster.step()
+
+    plane.gateway.before = lambda index, method: feed_one() if rng.random() < 0.3 else None
+    done: list[dict[str, Any]] = []
+    while fed[0] < len(calls) or len(done) < migrations:
+        if len(done) < migrations and fed[0] >= starts[len(done)]:
+            started = random_change(rng, plane, spec, rng.choice(keyed), strategy)
+            done.append(plane.reconfig.wait_migration(started["id"], 0))
+        else:
+            feed_one()
+    plane.gateway.pump()
+    return plane, done
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -98,14 +89,14 @@ def test_migrations_keep_results_equal_run_local(n: int, p: int, seed: int, cred
         if not any(is_keyed_step(spec, s) for s in spec.steps):
             continue
         expected = run_local(d, {s.id: data for s in spec.sources}).sinks["o"]
-        cluster, done = run_with_migrations(spec, data, n, seed, credits, bins, strategy,
-                                            migrations)
-        assert canon(cluster.results(d.name)) == canon(expected), (d.name, n, p, bins, strategy)
-        assert [m.state for m in done] == ["done"] * migrations
-        assert [m.epochs_done for m in done] == [len(m.epochs) for m in done]
-        for c in cluster.cores:
+        plane, done = run_with_migrations(spec, data, n, seed, credits, bins, strategy,
+                                          migrations)
+        assert canon(plane.results(d.name)) == canon(expected), (d.name, n, p, bins, strategy)
+        assert [m["state"] for m in done] == ["done"] * migrations
+        assert [m["epochs_done"] for m in done] == [m["epochs_total"] for m in done]
+        for c in plane.cluster.cores:
             assert not c.flow.held, "every held sender was released"
-            for aid in c.hosting.ids(d.name):
+            for aid in c.hosting.ids(d.name) if d.name in c.hosting.dataflows else []:
                 act = c.hosting.activations[aid]
                 assert act.epoch is None and not act.plans, f"{aid} finished every epoch"
 
