@@ -1,7 +1,6 @@
 """Executor cores wired in-process, without Ray: a transport that reorders batches
-(as Ray may), and a checkpoint storage that outlives the cores. The controller's own
-managers drive them through `gateway.py`; the barrier-level checkpoint tests still
-start and complete checkpoints here by hand (`checkpoint`, `complete`, `restore`)."""
+(as Ray may), and the checkpoint parts they persist, which outlive them. The
+controller's own managers drive them through `gateway.py`."""
 
 from __future__ import annotations
 
@@ -23,8 +22,8 @@ StoredPart = tuple[bytes, dict[str, int]]
 class InProcessCluster:
     """Cores that call each other directly; batches in transit are delivered in a random order.
 
-    The checkpoint storage (`parts`, `completed`) outlives the cores: `crash` hands it to
-    a fresh cluster, as the ingress logs on disk (under `config.ingress_log_dir`) do.
+    The parts persisted (`parts`) outlive the cores: `crash` hands them to a fresh
+    cluster, as the ingress logs on disk (under `config.ingress_log_dir`) do.
     """
 
     def __init__(self, n: int, config: RuntimeConfig, seed: int) -> None:
@@ -40,14 +39,11 @@ class InProcessCluster:
         self.seq: dict[tuple[str, str], int] = {}
         self.specs: dict[str, DataflowSpec] = {}
         self.placements: dict[str, Placement] = {}
-        self.generation = 0  # restores so far
         self.deployments: dict[str, str] = {}
         #: checkpoint storage: (dataflow, ckpt) -> activation -> its part
         self.parts: dict[tuple[str, int], dict[str, StoredPart]] = {}
         #: every persist call, in order: (dataflow, ckpt, activation)
         self.persisted: list[tuple[str, int, str]] = []
-        #: dataflow -> its last completed checkpoint
-        self.completed: dict[str, int] = {}
         self.restarts = 0  # cores restarted (`restart_core`)
 
     def _send(self, host: int, blob: bytes) -> None:
@@ -144,36 +140,6 @@ class InProcessCluster:
         spec, placement = self.specs[dataflow], self.placements[dataflow]
         return [str(a) for s in spec.sources for a in placement.of_step(s.id)]
 
-    def complete(self, dataflow: str, ckpt: int, expected: set[str] | None = None) -> bool:
-        """If every part of checkpoint `ckpt` (of every activation, or of `expected`) is
-        in: it completed (the manifest), and every core hears of it. Returns whether."""
-        expected = set(self.placements[dataflow].hosts) if expected is None else expected
-        got = self.parts.get((dataflow, ckpt), {})
-        if not expected <= set(got):
-            return False
-        positions = {aid: got[aid][1] for aid in self.sources(dataflow)}
-        self.completed[dataflow] = ckpt
-        for c in self.cores:
-            c.checkpointed(dataflow, ckpt, positions)
-        return True
-
-    def run_until_complete(self, dataflow: str, ckpt: int) -> None:
-        """Step until every part of `ckpt` is in, then complete it."""
-        for _ in range(1_000_000):
-            if self.complete(dataflow, ckpt):
-                return
-            if not self.step():
-                break
-        raise AssertionError(f"checkpoint {ckpt} of {dataflow} did not complete: parts of "
-                             f"{sorted(self.parts.get((dataflow, ckpt), {}))}")
-
-    def latest(self, dataflow: str) -> dict[str, bytes]:
-        """The parts of the last completed checkpoint ({}: none completed)."""
-        ckpt = self.completed.get(dataflow)
-        if ckpt is None:
-            return {}
-        return {aid: blob for aid, (blob, _) in self.parts[(dataflow, ckpt)].items()}
-
     def crash(self, seed: int | None = None) -> InProcessCluster:
         """Every process dies: what was in memory and in transit is lost; the ingress
         logs (closed: their files stay) and the checkpoint storage survive, and so do the
@@ -181,11 +147,10 @@ class InProcessCluster:
         for c in self.cores:
             for log in c.ingress_logs.values():
                 log.close()
-        fresh = InProcessCluster(len(self.cores), self.config,
-                                 self.seed + 1 if seed is None else seed)
+        fresh = type(self)(len(self.cores), self.config, self.seed + 1 if seed is None else seed)
         fresh.clock.set(self.clock.now_ms())
         fresh.seq = self.seq
-        fresh.parts, fresh.persisted, fresh.completed = self.parts, self.persisted, self.completed
+        fresh.parts, fresh.persisted = self.parts, self.persisted
         return fresh
 
     def restart_core(self, i: int) -> None:
@@ -203,15 +168,3 @@ class InProcessCluster:
         for c in self.cores:
             if c.index != i:
                 c.channels.relink(i, core.channels.incarnation)
-
-    def restore(self, spec: DataflowSpec, placement: Placement, deployment: str,
-                parts: dict[str, bytes]) -> dict[str, int]:
-        """Restore `spec` on every core from `parts` (activation -> blob; {}: from nothing,
-        all inputs replayed from the ingress logs), then let it run."""
-        self.generation += 1  # as the controller counts a dataflow's restores
-        for c in self.cores:
-            c.restore(spec, placement, deployment, parts, self.generation)
-        for c in self.cores:
-            c.resume(spec.name)
-        self._placed(spec, placement, deployment)
-        return placement.hosts

@@ -33,11 +33,13 @@ from hypothesis import strategies as st
 from cameo_actors import Dataflow
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.checkpoint import CHECKPOINT, unpack_part
+from cameo_actors.runtime._private.control.checkpoints import CHECKPOINT_TIMEOUT_S, Cut
 from cameo_actors.runtime._private.routing import Placement, place
 from cameo_actors.runtime._private.wire import decode_message, unpack_link
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scheduling import Message
 from cameo_actors.testing import run_local
+from tests.shared.gateway import ControlPlane, StoredCluster
 from tests.shared.inprocess import InProcessCluster
 from tests.shared.zoo import events, flows
 
@@ -70,6 +72,19 @@ def assert_persisted_once(cluster: InProcessCluster) -> None:
 
 
 # == 1. the barrier protocol ===========================================================
+def complete(cluster: InProcessCluster, dataflow: str, ckpt: int) -> bool:
+    """A checkpoint's last step, played by hand in these barrier-level tests (the
+    checkpoint coordinator's `commit` in a running pool): if every activation's part is
+    in, every core hears that `ckpt` completed (the results before it become readable)."""
+    got = cluster.parts.get((dataflow, ckpt), {})
+    if not set(cluster.placements[dataflow].hosts) <= set(got):
+        return False
+    positions = {aid: got[aid][1] for aid in cluster.sources(dataflow)}
+    for c in cluster.cores:
+        c.checkpointed(dataflow, ckpt, positions)
+    return True
+
+
 def run_core(cluster: InProcessCluster, i: int) -> None:
     """Core `i` alone runs until it has nothing to do; what it sends stays in transit."""
     core = cluster.cores[i]
@@ -144,7 +159,7 @@ def test_the_first_barrier_snapshots_and_goes_on_to_every_target(tmp_path: Path)
     assert (name, 1) in cluster.parts and sink not in cluster.parts[(name, 1)]
     deliver(cluster, sent)
     cluster.run()
-    assert cluster.complete(name, 1)
+    assert complete(cluster, name, 1)
     assert_persisted_once(cluster)
 
 
@@ -165,7 +180,7 @@ def test_messages_before_a_channels_barrier_are_recorded_in_flight(tmp_path: Pat
     assert "u/union_1/0" not in cluster.parts[("u", 1)], "still waiting for b's barrier"
     cluster.cores[1].checkpoint("u", 1)
     cluster.run()
-    assert cluster.complete("u", 1)
+    assert complete(cluster, "u", 1)
     got = part(cluster, "u", 1, "u/union_1/0")
     assert got["inflight"] == [[1, "u/b/0", False, [ev(3)]], [1, "u/b/0", True, 3.0]]
     # The state is the union's at its first barrier: a's watermark in, b's not yet.
@@ -196,7 +211,7 @@ def test_a_channel_at_its_end_counts_as_done(tmp_path: Path) -> None:
         [1, "u/b/0", False, [ev(2)]], [1, "u/b/0", True, 2.0], [1, "u/b/0", True, END_OF_STREAM]]
     cluster.cores[1].checkpoint("u", 1)  # b's barrier comes all the same: nothing changes
     cluster.run()
-    assert cluster.complete("u", 1)
+    assert complete(cluster, "u", 1)
     assert_persisted_once(cluster)
     # A channel at its end before the first barrier is not waited for at all.
     cluster.cores[0].checkpoint("u", 2)
@@ -218,7 +233,8 @@ def test_a_sources_part_holds_the_positions_given_at_injection(tmp_path: Path) -
     cluster.ingest(hosts, source, [data[25:]], client="y")  # after the cut
     act = cluster.cores[0].hosting.activations[source]
     assert act.positions == {"x": 2, "y": 2}
-    cluster.run_until_complete(d.name, 1)
+    cluster.run()
+    assert complete(cluster, d.name, 1)
     blob, positions = cluster.parts[(d.name, 1)][source]
     assert positions == {"x": 2, "y": 1}
     assert unpack_part(blob)["state"]["positions"] == {"x": 2, "y": 1}
@@ -228,25 +244,38 @@ def test_a_sources_part_holds_the_positions_given_at_injection(tmp_path: Path) -
 
 # == 2. restoring every operator kind ===================================================
 class Driver:
-    """One dataflow on an in-process cluster, a client pushing to it, a reader reading
-    its sinks with offsets, and the controller's part: checkpoints, crashes, restores."""
+    """One dataflow run by the controller's own managers on in-process cores
+    (`tests/shared/gateway.py`), a client pushing to it and a reader reading its sinks
+    with offsets. Checkpoints are begun, completed (once their parts are in) or abandoned
+    by the checkpoint coordinator; a failure of one executor is noticed and handled by
+    recovery, a failure of every process by a new controller that resumes the registry."""
 
     def __init__(self, d: Dataflow, folder: Path, n: int, seed: int, bins: int = 16,
                  credits: int = 10_000, max_steps: int = 40) -> None:
         self.spec = d.spec
         self.name = d.name
+        self.seed = seed
         self.rng = random.Random(seed)
         self.max_steps = max_steps
-        self.cluster = InProcessCluster(n, config(folder, credits), seed)
-        self.deployment = f"dep-{seed}"
-        self.hosts = self.cluster.deploy(self.spec, bins, self.deployment)
-        self.placement = self.cluster.placements[self.name]
+        # Failures may follow each other with no checkpoint between (the crash-loop guard,
+        # max_recoveries, is not what these tests are about).
+        self.plane = ControlPlane(n, config(folder, credits, bins=bins, max_recoveries=10),
+                                  seed, steps_per_call=0)
+        self.plane.lifecycle.deploy(self.spec.to_dict())
         self.offsets: dict[str, int] = {}
         self.rows: list[dict[str, Any]] = []
-        self.ckpt = 0  # numbers never repeat, not across crashes either
-        self.pending: int | None = None  # the checkpoint under way
-        self.restored_from: list[int | None] = []  # per crash: the checkpoint restored
-        self.read_at_crash: list[int] = []  # per crash: rows read before it
+        self.pending: Cut | None = None  # the checkpoint under way
+        self.completed: list[int] = []  # the checkpoints completed, in order
+        self.restored_from: list[int | None] = []  # per failure: the checkpoint restored
+        self.read_at_crash: list[int] = []  # per failure: rows read before it
+
+    @property
+    def cluster(self) -> StoredCluster:
+        return self.plane.cluster
+
+    @property
+    def hosts(self) -> dict[str, int]:
+        return self.plane.registry.placements[self.name].hosts
 
     def calls(self, data: list[dict[str, Any]], sizes: list[int], turn: int = 1
               ) -> list[tuple[str, list[Any]]]:
@@ -254,7 +283,8 @@ class Driver:
         batches to each in turn, then the end of every source's stream. (Results do not
         depend on how the sources interleave: the data is never later than the allowed
         lateness at its own source.)"""
-        targets = self.cluster.sources(self.name)
+        placement = self.plane.registry.placements[self.name]
+        targets = [str(a) for s in self.spec.sources for a in placement.of_step(s.id)]
         batches, i, k = [], 0, 0
         while i < len(data):
             batches.append(data[i:i + sizes[k % len(sizes)]])
@@ -272,11 +302,19 @@ class Driver:
         for _ in range(steps):
             self.cluster.step()
 
+    def last(self) -> int | None:
+        """The last checkpoint completed (the storage's manifest; 0 is the deploy's)."""
+        storage = self.cluster.storage
+        assert storage is not None
+        info = self.plane.registry.record(self.name)
+        manifest = storage.latest(self.name, info["deployment"])
+        return manifest["checkpoint"] or None if manifest else None
+
     def read(self) -> None:
         """The reader's next rows; never past where its sink's log ended at its barrier of
         the last completed checkpoint (exactly once: what no failure can take back)."""
         self.rows += self.cluster.read(self.name, self.offsets)
-        done = self.cluster.completed.get(self.name)
+        done = self.last()
         for aid, offset in self.offsets.items():
             cut = 0
             if done is not None:
@@ -286,9 +324,7 @@ class Driver:
 
     def start(self) -> None:
         if self.pending is None:
-            self.ckpt += 1
-            self.pending = self.ckpt
-            self.cluster.checkpoint(self.name, self.ckpt)
+            self.pending = self.plane.checkpoints.begin(self.name)
 
     def abandon(self) -> None:
         """The checkpoint under way timed out (its barriers may still be on their way):
@@ -297,37 +333,49 @@ class Driver:
         self.start()
 
     def try_complete(self) -> None:
-        if self.pending is not None and self.cluster.complete(self.name, self.pending):
-            self.pending = None
-            self.read()
+        """Complete the checkpoint under way if its parts are in now."""
+        if self.pending is not None:
+            written = self.plane.checkpoints.collect(self.pending, 0.0)
+            if set(written) == set(self.pending.placement.hosts):
+                self._commit(written)
 
     def finish(self) -> None:
         """Step until the checkpoint under way completes."""
         if self.pending is not None:
-            self.cluster.run_until_complete(self.name, self.pending)
-            self.pending = None
-            self.read()
+            self._commit(self.plane.checkpoints.collect(self.pending, CHECKPOINT_TIMEOUT_S))
+
+    def _commit(self, written: dict[str, Any]) -> None:
+        assert self.pending is not None
+        assert self.plane.checkpoints.commit(self.pending, written), \
+            f"checkpoint {self.pending.ckpt}: parts of {sorted(written)}"
+        self.completed.append(self.pending.ckpt)
+        self.pending = None
+        self.read()
 
     def crash(self) -> None:
+        """Every process dies; a new controller reads the registry and restores."""
         self.read()
         self.read_at_crash.append(len(self.rows))
         assert_persisted_once(self.cluster)
-        self.cluster = self.cluster.crash()
+        self.restored_from.append(self.last())
+        storage = self.cluster.storage
+        assert storage is not None
+        fresh = self.cluster.crash()
+        assert isinstance(fresh, StoredCluster)
+        self.plane = ControlPlane(len(fresh.cores), fresh.config, steps_per_call=0,
+                                  cluster=fresh)
+        self.plane.recovery.resume(storage.load_registry() or {})
         self.pending = None  # abandoned
-        self.restored_from.append(self.cluster.completed.get(self.name))
-        self.hosts = self.cluster.restore(self.spec, self.placement, self.deployment,
-                                          self.cluster.latest(self.name))
 
     def fail_one(self) -> None:
         """One core dies and comes back empty; the others survive with what they hold
-        (batches in transit between them too). The dataflow is restored on every core."""
+        (batches in transit between them too). Recovery notices and restores."""
         self.read()
         self.read_at_crash.append(len(self.rows))
+        self.restored_from.append(self.last())
         self.cluster.restart_core(self.rng.randrange(len(self.cluster.cores)))
+        self.plane.recovery.check_executors()
         self.pending = None  # abandoned
-        self.restored_from.append(self.cluster.completed.get(self.name))
-        self.hosts = self.cluster.restore(self.spec, self.placement, self.deployment,
-                                          self.cluster.latest(self.name))
 
     def end(self) -> list[dict[str, Any]]:
         """Run to the end, then a last checkpoint: every result readable; what was read."""
@@ -338,9 +386,11 @@ class Driver:
         self.cluster.run()  # barriers still on their way after the last part was written
         self.read()
         assert_persisted_once(self.cluster)
+        assert self.plane.registry.record(self.name)["state"] == "running"
         for c in self.cluster.cores:
             assert c.idle()[0] and not c.flow.held
-            assert c.ended(self.name)
+            if self.name in c.hosting.dataflows:
+                assert c.ended(self.name)
         return self.rows
 
 
@@ -365,7 +415,7 @@ def test_every_operator_kind_is_restored_exactly_once(kind: str, tmp_path: Path)
         run.push(target, items, steps=0 if k >= half else None)
     run.start()
     run.finish()
-    parts = [unpack_part(blob) for blob in run.cluster.latest(d.name).values()]
+    parts = [unpack_part(blob) for blob, _ in run.cluster.parts[(d.name, run.completed[-1])].values()]
     if len(d.spec.sources) > 1:
         assert any(not wm for p in parts for _, _, wm, _ in p["inflight"]), "events in flight"
     cut = half + len(burst)
@@ -374,7 +424,7 @@ def test_every_operator_kind_is_restored_exactly_once(kind: str, tmp_path: Path)
     run.read()
     before = len(run.rows)
     run.crash()
-    assert run.restored_from == [1]
+    assert run.restored_from == run.completed[:1]
     for target, items in calls[cut + 4:]:
         run.push(target, items)
     assert canon(run.end()) == expected_rows(d, data), kind
@@ -413,24 +463,25 @@ def test_crashes_after_checkpoints_resume_where_the_reader_left_off(tmp_path: Pa
             run.crash()
         else:
             run.push(target, items)
-    assert run.restored_from == [1, 2]
+    assert run.restored_from == run.completed[:2]
     assert canon(run.end()) == expected_rows(d, data)
 
 
 def test_a_batch_between_survivors_sent_before_the_restore_is_not_applied(
         tmp_path: Path) -> None:
-    """One executor dies; the dataflow is restored on every executor involved, the two
-    survivors too, while a batch one survivor sent the other before the restore is still
-    in transit. It belongs to the lost run and must be dropped: applied to the restored
-    window, its events would count twice (they are replayed from the ingress log too)."""
+    """One executor dies; recovery restores the dataflow on every executor involved, the
+    two survivors too, while a batch one survivor sent the other before the restore is
+    still in transit. It belongs to the lost run and must be dropped: applied to the
+    restored window, its events would count twice (they are replayed from the ingress
+    log too)."""
     d = flow("tumbling", "sv", 3)
     data = events(300, seed=1)
-    cluster = InProcessCluster(3, config(tmp_path), seed=1)
-    hosts = cluster.deploy(d.spec, 16, "dep")
-    source = f"{d.name}/s/0"
+    plane = ControlPlane(3, config(tmp_path, bins=16), seed=1, steps_per_call=0)
+    plane.lifecycle.deploy(d.spec.to_dict())
+    cluster, source = plane.cluster, f"{d.name}/s/0"
+    hosts = plane.registry.placements[d.name].hosts
     cluster.ingest(hosts, source, [data[:150]])
-    cluster.checkpoint(d.name, 1)
-    cluster.run_until_complete(d.name, 1)
+    assert plane.checkpoints.take(d.name)
     cluster.run()
     offsets: dict[str, int] = {}
     rows = cluster.read(d.name, offsets)
@@ -438,11 +489,11 @@ def test_a_batch_between_survivors_sent_before_the_restore_is_not_applied(
     run_core(cluster, 0)  # the key_by's output to windows 1 and 2 is on its way
     assert {host for host, _ in cluster.in_transit} == {1, 2}
     cluster.restart_core(2)
-    cluster.restore(d.spec, cluster.placements[d.name], "dep", cluster.latest(d.name))
+    plane.recovery.check_executors()
+    assert plane.registry.record(d.name)["recoveries"] == 1
     cluster.ingest(hosts, source, [data[200:], END_OF_STREAM])
     cluster.run()
-    cluster.checkpoint(d.name, 2)
-    cluster.run_until_complete(d.name, 2)
+    assert plane.checkpoints.take(d.name)
     cluster.run()
     rows += cluster.read(d.name, offsets)
     assert canon(rows) == expected_rows(d, data)
@@ -488,12 +539,14 @@ def test_any_checkpoints_and_crashes_give_each_result_exactly_once(
 
 
 # == 4. each client's calls once, in order ===============================================
-def plain(tmp_path: Path | None) -> tuple[InProcessCluster, dict[str, int], str]:
+def plain(tmp_path: Path | None) -> tuple[StoredCluster, dict[str, int], str]:
+    """A source into a sink on one executor, deployed by the controller's lifecycle."""
     d = Dataflow("once", latency_target_ms=100)
     d.source("s", schema={"ts": "int", "v": "int"}, event_time="ts").sink("o")
     cfg = config(tmp_path) if tmp_path is not None else RuntimeConfig()
-    cluster = InProcessCluster(1, cfg, seed=0)
-    return cluster, cluster.deploy(d.spec, deployment="o1"), "once/s/0"
+    plane = ControlPlane(1, cfg, steps_per_call=0)
+    plane.lifecycle.deploy(d.spec.to_dict())
+    return plane.cluster, plane.registry.placements["once"].hosts, "once/s/0"
 
 
 @pytest.mark.parametrize("logged", [False, True])
@@ -528,14 +581,14 @@ def test_a_resent_call_is_applied_once_and_an_early_one_waits(tmp_path: Path,
     # The log holds every call as it came, resends too; a replay applies each once.
     log = [(c, s) for c, s, _ in core.ingress_logs[source].records()]
     assert log == [("c", 0), ("c", 0), ("c", 2), ("c", 2), ("d", 0), ("c", 1)]
-    placement, spec = cluster.placements["once"], cluster.specs["once"]
-    fresh = cluster.crash()
-    fresh.restore(spec, placement, "o1", {})  # from nothing: the whole log again
-    fresh.run()
-    again = fresh.cores[0].hosting.activations[source]
+    # Every process dies; a new controller restores it from nothing (no checkpoint yet):
+    # the whole log again.
+    plane = ControlPlane(1, cluster.config, steps_per_call=0, cluster=cluster.crash())
+    plane.recovery.resume(plane.cluster.storage.load_registry() or {})
+    plane.cluster.run()
+    again = plane.cluster.cores[0].hosting.activations[source]
     assert again.positions == {"c": 3, "d": 1} and again.parked == {}
-    fresh.checkpoint("once", 1)
-    fresh.run_until_complete("once", 1)
-    assert [e["ts"] for e in fresh.results("once")] == [1, 10, 2, 3]
+    assert plane.checkpoints.take("once")
+    assert [e["ts"] for e in plane.results("once")] == [1, 10, 2, 3]
     # The completed checkpoint covers every call: the log's segments are retired.
-    assert list(fresh.cores[0].ingress_logs[source].records()) == []
+    assert list(plane.cluster.cores[0].ingress_logs[source].records()) == []

@@ -1,11 +1,10 @@
-"""Lessees inside the executor cores, without Ray: a keyed window with lessees on other
-cores, fed a hot key through a transport that reorders batches, gives run_local's
+"""Lessees without Ray, lent and given back by the controller's own reconfiguration on
+in-process cores: a keyed window with lessees on other cores, fed a hot key through a transport that reorders batches, gives run_local's
 results, with lessees added before or while events flow and given back while they flow."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,8 +12,8 @@ import pytest
 from cameo_actors import Dataflow, count, max_, run_local, sum_
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.routing import even_owners, stable_hash
-from cameo_actors.runtime.boundary import ActivationId
 from cameo_actors.runtime.config import RuntimeConfig
+from tests.shared.gateway import ControlPlane
 from tests.shared.inprocess import InProcessCluster
 from tests.shared.zoo import canon
 
@@ -35,32 +34,16 @@ def flow(name: str, parallelism: int) -> Dataflow:
 
 def lessees_took(cluster: InProcessCluster, name: str) -> int:
     return sum(c.hosting.activations[a].events_in for c in cluster.cores
-               for a in c.hosting.ids(name) if c.hosting.activations[a].lessee)
+               if name in c.hosting.dataflows for a in c.hosting.ids(name)
+               if c.hosting.activations[a].lessee)
 
 
-def lease(cluster: InProcessCluster, name: str, lessees: dict[int, int]) -> None:
-    """What the controller does for `Runtime.lease`: lessees (instance -> core) hosted,
-    then lent to."""
-    spec, placement = cluster.specs[name], cluster.placements[name]
-    added = {ActivationId(name, "w", i): core for i, core in lessees.items()}
-    placement = replace(placement, instances={**placement.instances, **added},
-                        lessees=placement.lessees | set(added))
-    cluster.placements[name] = placement
-    for c in cluster.cores:
-        c.add_lessees(spec, placement, "w", [str(a) for a in added])
-
-
-def unlease(cluster: InProcessCluster, name: str) -> None:
-    """Lessees given back: ends sent in-band, then, once they ended, dropped."""
-    gone = [str(a) for a in cluster.placements[name].lessees]
-    for c in cluster.cores:
-        c.unlease(name, "w", gone)
-    for _ in range(100_000):
-        if all(c.lessees_ended(name, gone) for c in cluster.cores):
-            break
-        cluster.step()
-    for c in cluster.cores:
-        c.drop_lessees(name, gone)
+def lend(plane: ControlPlane, name: str, lessees: int) -> None:
+    """`Runtime.lease` as the controller carries it out (at once here): lessees hosted on
+    the executors without an instance of the window, then lent to; or given back (ends
+    sent in-band, then, once they ended, dropped)."""
+    started = plane.reconfig.lease(name, "w", lessees)
+    assert plane.reconfig.wait_migration(started["id"], 0)["state"] == "done"
 
 
 @pytest.mark.parametrize("when", ["before", "while", "given back"])
@@ -77,19 +60,21 @@ def run(seed: int, when: str) -> int:
     hot = remote_key(2, 16)
     data = [{"ts": i // 3, "k": hot if rng.random() < 0.7 else rng.randrange(1, 12),
              "v": rng.randrange(50)} for i in range(1500)]
-    cluster = InProcessCluster(3, RuntimeConfig(credit_events=rng.choice([60, 200])), seed)
-    hosts = cluster.deploy(d.spec, bins=16)
+    plane = ControlPlane(3, RuntimeConfig(credit_events=rng.choice([60, 200]), bins=16), seed,
+                         steps_per_call=0)
+    plane.lifecycle.deploy(d.spec.to_dict())
+    cluster, hosts = plane.cluster, plane.registry.placements[d.name].hosts
     if when == "before":
-        lease(cluster, d.name, {10: 2})
+        lend(plane, d.name, 1)
     # Bursts of five messages: the key_by has some queued, so the hot key's owner is
     # behind and the lessees take part of it.
     bursts = [data[i:i + 150] for i in range(0, len(data), 150)]
     for k, burst in enumerate(bursts):
         if k == len(bursts) // 3 and when != "before":
-            lease(cluster, d.name, {10: 2, 11: 1})
+            lend(plane, d.name, 2)
         if k == 2 * len(bursts) // 3 and when == "given back":
             lent = lessees_took(cluster, d.name)
-            unlease(cluster, d.name)
+            lend(plane, d.name, 0)
         chunks: list[Any] = [burst[i:i + 30] for i in range(0, len(burst), 30)]
         cluster.ingest(hosts, f"{d.name}/s/0", [*chunks, burst[-1]["ts"] - 5])
         for _ in range(rng.randrange(40)):
@@ -114,8 +99,7 @@ def test_lessees_restored_after_a_crash_give_each_result_exactly_once(
     data = [{"ts": i // 3, "k": hot if rng.random() < 0.7 else rng.randrange(1, 12),
              "v": rng.randrange(50)} for i in range(1200)]
     run = Driver(d, tmp_path_factory.mktemp("lease"), n=3, seed=seed, credits=200)
-    lease(run.cluster, d.name, {10: 2, 11: 1})
-    run.placement = run.cluster.placements[d.name]
+    lend(run.plane, d.name, 2)
     source = f"{d.name}/s/0"
     bursts = [data[i:i + 150] for i in range(0, len(data), 150)]
     crash_at = rng.randrange(2, len(bursts))

@@ -818,7 +818,7 @@ def test_builder_join_takes_exactly_one_shape() -> None:
     assert cameo_actors.KeyedProcess is KeyedProcess
 
 
-# == the runtime's live migration (in-process cluster): bins of the new steps move ==========
+# == the runtime's live migration (the controller's, in-process): bins of the new steps move ==
 def migrating_flows(name: str, p: int) -> list[Dataflow]:
     def df(suffix: str) -> Dataflow:
         return Dataflow(f"{name}-{suffix}", latency_target_ms=200)
@@ -849,9 +849,9 @@ def test_migrations_of_the_new_steps_keep_results_equal_run_local(
     for d in migrating_flows(f"nx{seed}", p):
         expected = run_local(d, {s.id: data for s in d.spec.sources}).sinks["o"]
         assert expected
-        cluster, done = run_with_migrations(d.spec, data, n, seed, 10, bins, strategy, 2)
-        assert canon(cluster.results(d.name)) == canon(expected), (d.name, n, p, bins, strategy)
-        assert [m.state for m in done] == ["done", "done"]
+        plane, done = run_with_migrations(d.spec, data, n, seed, 10, bins, strategy, 2)
+        assert canon(plane.results(d.name)) == canon(expected), (d.name, n, p, bins, strategy)
+        assert [m["state"] for m in done] == ["done", "done"]
 
 
 # == run_local: one dataflow per new step ==========================================================

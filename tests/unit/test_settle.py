@@ -4,6 +4,7 @@ themselves. A wait that ends must mean that nothing more comes out."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.settle import executor_reasons, pool_reasons
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import DataflowEnded
+from tests.shared.gateway import ControlPlane
 from tests.shared.inprocess import InProcessCluster
 from tests.shared.zoo import SCHEMA, canon, events
 
@@ -71,19 +73,19 @@ def test_in_flight_batches_and_queued_messages_are_reasons() -> None:
     assert reasons(cluster, "fl") == ([], [])
 
 
-def test_exactly_once_results_wait_for_a_checkpoint() -> None:
-    config = RuntimeConfig(checkpoint_url="file:///unused", checkpoint_interval_s=2.0)
-    cluster = InProcessCluster(2, config, seed=3)
-    hosts = cluster.deploy(sliding("eo").spec)
-    cluster.ingest(hosts, "eo/s/0", [events(300, seed=4), END_OF_STREAM])
-    cluster.run()
-    assert reasons(cluster, "eo") == ([], ["eo"])  # settled, but not readable yet
-    assert cluster.results("eo") == []
-    cluster.checkpoint("eo", 1)
-    cluster.run_until_complete("eo", 1)
-    cluster.run()
-    assert reasons(cluster, "eo") == ([], [])
-    assert cluster.results("eo")
+def test_exactly_once_results_wait_for_a_checkpoint(tmp_path: Path) -> None:
+    config = RuntimeConfig(checkpoint_url=str(tmp_path / "ck"), checkpoint_interval_s=2.0,
+                           ingress_log_dir=str(tmp_path / "in"))
+    plane = ControlPlane(2, config, seed=3)
+    plane.lifecycle.deploy(sliding("eo").spec.to_dict())
+    plane.push("eo", "s", [events(300, seed=4), END_OF_STREAM])
+    plane.cluster.run()
+    assert reasons(plane.cluster, "eo") == ([], ["eo"])  # settled, but not readable yet
+    assert plane.results("eo") == []
+    assert plane.checkpoints.take("eo")
+    plane.cluster.run()
+    assert reasons(plane.cluster, "eo") == ([], [])
+    assert plane.results("eo")
 
 
 def pool(**dataflow: Any) -> dict[str, Any]:

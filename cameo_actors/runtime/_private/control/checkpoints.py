@@ -14,11 +14,13 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from enum import Enum
 
 from cameo_actors.errors import CameoError
 from cameo_actors.runtime._private.control.pool import Pool
 from cameo_actors.runtime._private.control.registry import Registry
+from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime.boundary import FINISHING, RUNNING
 from cameo_actors.runtime.config import RuntimeConfig
 
@@ -29,6 +31,22 @@ CHECKPOINT_TIMEOUT_S = 60.0
 CHECKPOINT_THREADS = 4
 #: How often the coordinator looks for checkpoints that are due.
 TICK_S = 0.05
+
+
+#: One activation's written part: (path in storage, a source's positions, bytes).
+Part = tuple[str, dict[str, int], int]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A checkpoint begun: its barriers are on their way through the dataflow."""
+
+    dataflow: str
+    ckpt: int
+    placement: Placement
+    by_executor: dict[int, list[str]]  # executor -> the activations it writes parts of
+    sources: set[str]
+    started: float  # monotonic
 
 
 class CheckpointPhase(Enum):
@@ -94,40 +112,57 @@ class CheckpointCoordinator:
         """Checkpoint `name` now: barriers at its sources, wait for every activation's
         part, then the manifest (the checkpoint counts from then on) and the news to the
         executors (results before it readable, ingress logs trimmed). True if completed."""
-        registry, gateway = self.registry, self.pool.gateway
-        info = registry.dataflows[name]
-        placement = registry.placements[name]
-        counts = info["checkpoints"]
+        cut = self.begin(name)
+        return self.commit(cut, self.collect(cut, CHECKPOINT_TIMEOUT_S))
+
+    def begin(self, name: str) -> Cut:
+        """Put the barriers of a new checkpoint of `name` into its sources."""
+        info = self.registry.dataflows[name]
+        placement = self.registry.placements[name]
         # Numbers never repeat, not even across a controller's restart: a barrier of an
         # abandoned checkpoint still in flight must not count for a new one.
-        ckpt = max((counts["last"] or 0) + 1, int(time.time() * 1000))
-        started = time.monotonic()
+        ckpt = max((info["checkpoints"]["last"] or 0) + 1, int(time.time() * 1000))
         by_executor: dict[int, list[str]] = {}
         for aid, ex in placement.hosts.items():
             by_executor.setdefault(ex, []).append(aid)
         sources = {str(a) for s in info["spec"]["steps"] if s["op"] == "source"
                    for a in placement.of_step(s["id"])}
-        gateway.call(sorted({placement.hosts[a] for a in sources}), "checkpoint", name, ckpt)
+        cut = Cut(name, ckpt, placement, by_executor, sources, time.monotonic())
+        self.pool.gateway.call(sorted({placement.hosts[a] for a in sources}), "checkpoint",
+                               name, ckpt)
+        return cut
+
+    def collect(self, cut: Cut, timeout_s: float) -> dict[str, Part]:
+        """The parts of `cut` written so far, once all are or after `timeout_s`."""
+        gateway = self.pool.gateway
         answers = gateway.gather_each(
-            [gateway.send(i, "await_checkpoint", name, ckpt, ids, CHECKPOINT_TIMEOUT_S)
-             for i, ids in sorted(by_executor.items())], timeout_s=CHECKPOINT_TIMEOUT_S + 30.0)
-        written: dict[str, tuple[str, dict[str, int], int]] = {}
+            [gateway.send(i, "await_checkpoint", cut.dataflow, cut.ckpt, ids, timeout_s)
+             for i, ids in sorted(cut.by_executor.items())], timeout_s=timeout_s + 30.0)
+        written: dict[str, Part] = {}
         for part in answers:
             written.update(part or {})
+        return written
+
+    def commit(self, cut: Cut, written: dict[str, Part]) -> bool:
+        """Complete `cut` if every part of it is written and the dataflow still runs on
+        its placement: its manifest, then the news to the executors. False otherwise."""
+        registry, name, placement = self.registry, cut.dataflow, cut.placement
+        info = registry.dataflows[name]
         storage = registry.storage
         if set(written) != set(placement.hosts) or info["state"] not in (RUNNING, FINISHING) \
                 or info["released"] or registry.placements.get(name) is not placement \
                 or storage is None:
             registry.checkpoint_failed(name)
             return False
-        positions = {a: pos for a, (_, pos, _) in written.items() if a in sources}
+        positions = {a: pos for a, (_, pos, _) in written.items() if a in cut.sources}
         size = sum(n for _, _, n in written.values())
-        storage.commit(name, info["deployment"], ckpt, {
+        storage.commit(name, info["deployment"], cut.ckpt, {
             "parts": {a: path for a, (path, _, _) in written.items()}, "positions": positions,
             "placement": placement.to_dict(), "spec": info["spec"], "bytes": size})
-        gateway.call_each(sorted(by_executor), "checkpointed", name, ckpt, positions)
+        self.pool.gateway.call_each(sorted(cut.by_executor), "checkpointed", name, cut.ckpt,
+                                    positions)
         storage.retire(name, info["deployment"], self.config.checkpoints_kept)
-        registry.checkpointed(name, ckpt, size, time.monotonic() - started)
+        registry.checkpointed(name, cut.ckpt, size, time.monotonic() - cut.started)
         return True
 
     def now(self, names: Sequence[str] | None = None) -> dict[str, bool]:
