@@ -1,0 +1,212 @@
+"""The executor's side of checkpoints (`checkpoint.py`): its parts taken at barriers,
+its sources' ingress logs, and restoring a dataflow from a checkpoint.
+
+- *Start* (`checkpoint`): a barrier into each source's mailbox, with its
+  positions; its ingress log starts a new segment.
+- *Take* (`on_barrier`, `record`): at each activation, the first barrier snapshots
+  it and goes on to every target; the messages of channels whose barrier is
+  still to come are recorded; once every channel's barrier came (or its end of
+  stream), the part goes to storage (`Persist`).
+- *Complete* (`checkpointed`): results before it become readable, and the ingress
+  log segments it covers go.
+- *Restore* (`restore`, on activations just deployed again, then `resume`): each
+  gets its state and its recorded messages first, each source its ingress log
+  after its positions; all are held until every executor restored its part.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import msgpack
+
+from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.runtime._private.checkpoint import CHECKPOINT, Part, interval_s, unpack_part
+from cameo_actors.runtime._private.ingest import unpack_ingest
+from cameo_actors.runtime._private.ingress_log import IngressLog
+from cameo_actors.runtime._private.migration import MERGE, is_control
+from cameo_actors.scheduling import Message
+
+if TYPE_CHECKING:
+    from cameo_actors.dataflow.spec import DataflowSpec
+    from cameo_actors.runtime._private.activation import Activation
+    from cameo_actors.runtime._private.egress import DataflowOutputs, Egress
+    from cameo_actors.runtime._private.flow import FlowControl
+    from cameo_actors.runtime._private.hosting import Hosting
+    from cameo_actors.runtime._private.ingress import Ingress
+    from cameo_actors.runtime._private.parts import MessagePath
+    from cameo_actors.runtime.config import RuntimeConfig
+    from cameo_actors.scheduling import Scheduler
+
+#: Why a restored activation is held until every executor restored its part.
+RESTORING = "restoring"
+#: Hands a complete checkpoint part to storage: (dataflow, checkpoint, activation, blob,
+#: a source's positions at the barrier).
+Persist = Callable[[str, int, str, bytes, dict[str, int]], None]
+
+
+class Checkpointing:
+    """Checkpoint parts and ingress logs of one executor.
+
+    Args:
+        config: the pool's (checkpoint interval, ingress log folder, fsync).
+        hosting, sched, flow, egress: the executor's parts this one reads and feeds (a
+            sink's result log joins its part; restored activations are held).
+        ingress: where a restore replays a source's ingress log.
+        now_ms: the time now.
+        path: the message path (the core), for barriers.
+        persist: where a complete part goes; None: nowhere (a core alone in a test).
+    """
+
+    def __init__(self, config: RuntimeConfig, hosting: Hosting, sched: Scheduler,
+                 flow: FlowControl, egress: Egress, ingress: Ingress,
+                 now_ms: Callable[[], float], path: MessagePath,
+                 persist: Persist | None = None) -> None:
+        self.config = config
+        self.hosting = hosting
+        self.sched = sched
+        self.flow = flow
+        self.egress = egress
+        self.ingress = ingress
+        self.now_ms = now_ms
+        self.path = path
+        self.persist = persist
+        #: source activation -> its write-ahead log (dataflows with checkpoints)
+        self.ingress_logs: dict[str, IngressLog] = {}
+
+    # -- ingress logs -----------------------------------------------------------------------
+    def open_logs(self, spec: DataflowSpec, built: list[Activation], deployment: str) -> None:
+        """An ingress log for each source of `built`, if the dataflow takes checkpoints."""
+        folder = self.config.ingress_log_dir
+        if folder and interval_s(spec, self.config) > 0:
+            for act in built:
+                if act.is_source:
+                    self.ingress_logs[act.id] = IngressLog(
+                        os.path.join(folder, spec.name, deployment or "_", quote(act.id, safe="")),
+                        fsync=self.config.ingress_fsync)
+
+    def close_logs(self, ids: list[str], keep: bool) -> None:
+        """The activations `ids` are gone: their logs close, and are deleted unless `keep`
+        (the dataflow is being restored from them)."""
+        for aid in ids:
+            log = self.ingress_logs.pop(aid, None)
+            if log is not None:
+                log.close() if keep else log.drop()
+
+    # -- taking a checkpoint ------------------------------------------------------------------
+    def checkpoint(self, dataflow: str, ckpt: int) -> int:
+        """Start checkpoint `ckpt` at the sources of `dataflow` hosted here: a barrier in
+        each one's mailbox with its positions now. Returns how many."""
+        hosted = self.hosting.dataflows.get(dataflow)
+        if hosted is None:
+            return 0
+        now = self.now_ms()
+        n = 0
+        for aid in hosted.ids:
+            act = self.hosting.activations[aid]
+            if act.is_source:
+                self.path.control(hosted.spec, aid, [CHECKPOINT, ckpt, dict(act.positions)], now)
+                log = self.ingress_logs.get(aid)
+                if log is not None:  # the calls before this cut can go once it completes
+                    log.roll()
+                n += 1
+        return n
+
+    def on_barrier(self, act: Activation, msg: Message) -> None:
+        """A checkpoint barrier on one input channel (the first one: snapshot, and the
+        barrier on to every target)."""
+        ckpt = msg.payload[1]
+        part = act.part
+        channel = (msg.port, msg.upstream)
+        if part is None or part.ckpt < ckpt:
+            state = msgpack.packb(act.snapshot(msg.payload[2] if act.is_source else {}),
+                                  use_bin_type=True)
+            part = act.part = Part(ckpt, state, act.input_channels() - {channel},
+                                   positions=dict(msg.payload[2]) if act.is_source else {})
+            if act.is_sink:
+                part.results = self.egress.dataflows[act.dataflow].results[act.id].snapshot(ckpt)
+            now = self.now_ms()
+            for target, port in act.watermark_targets():
+                self.path.route(act.id, self.sched.derive(msg, target, [CHECKPOINT, ckpt], now,
+                                                          port=port, is_watermark=True))
+        elif part.ckpt == ckpt:
+            part.pending.discard(channel)
+        self._part_done(act)
+
+    def record(self, act: Activation, msg: Message) -> None:
+        """`msg`, about to run at `act` whose part has channels still to bring their
+        barrier: recorded with the part if it came on one of those channels."""
+        part = act.part
+        if part is None or (msg.port, msg.upstream) not in part.pending:
+            return
+        if msg.is_watermark and is_control(msg.payload) and msg.payload[0] != MERGE:
+            return  # a lessee's partials change state, like events; other control does not
+        part.inflight.append((msg.port, msg.upstream, msg.is_watermark, msg.payload))
+        if msg.is_watermark and not is_control(msg.payload) and msg.payload >= END_OF_STREAM:
+            # no barrier will follow
+            part.pending.discard((msg.port, msg.upstream))
+            self._part_done(act)
+
+    def _part_done(self, act: Activation) -> None:
+        part = act.part
+        if part is not None and not part.pending and not part.written:
+            part.written = True
+            if self.persist is not None:
+                self.persist(act.dataflow, part.ckpt, act.id, part.blob(), part.positions)
+            part.state, part.inflight, part.results = b"", [], None  # handed over
+
+    def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]]) -> None:
+        """Checkpoint `ckpt` of `dataflow` completed: results before it become readable,
+        and the ingress log segments it covers go (`positions`: source -> positions)."""
+        self.egress.checkpointed(dataflow, ckpt)
+        for aid, pos in positions.items():
+            log = self.ingress_logs.get(aid)
+            if log is not None:
+                log.retire(pos)
+
+    # -- restoring ----------------------------------------------------------------------------
+    def restore(self, spec: DataflowSpec, ids: list[str], parts: dict[str, bytes],
+                old: DataflowOutputs | None) -> None:
+        """Activations `ids` of `spec`, just deployed again, as checkpoint `parts`
+        (activation -> its part) has them, held until `resume`: their recorded in-flight
+        messages first in each mailbox, then each source's ingress log after its positions.
+        `old`: the dataflow's outputs here before (its error output is kept, and commits
+        made since the checkpoint)."""
+        if old is not None:
+            out = self.egress.dataflows[spec.name]
+            out.errors, out.error_log, out.error_log_dropped = \
+                old.errors, old.error_log, old.error_log_dropped
+        now = self.now_ms()
+        for aid in ids:
+            act = self.hosting.activations[aid]
+            self.flow.hold(aid, RESTORING)
+            blob = parts.get(aid)
+            if blob is None:
+                continue
+            part = unpack_part(blob)
+            act.restore(part["state"])
+            if part["results"] is not None:
+                results = self.egress.dataflows[spec.name].results[aid]
+                results.restore(*part["results"])
+                if old is not None and aid in old.results:  # commits made since the checkpoint
+                    results.commit(min(old.results[aid].committed_offset, results.end_offset))
+            for port, upstream, is_wm, payload in part["inflight"]:
+                # Size 0: the credits of these were returned before the failure.
+                msg = Message.ingress(aid, payload, dataflow=spec.name, tenant=spec.tenant,
+                                      ingest_ms=now, port=port, is_watermark=is_wm, size=0)
+                msg.upstream = upstream
+                self.sched.enqueue(msg, now)
+        for aid in ids:
+            log = self.ingress_logs.get(aid)
+            act = self.hosting.activations[aid]
+            if log is not None:
+                for client, seq, blob in log.records():
+                    self.ingress.ingest(client, seq, aid, unpack_ingest(blob, act.step.id), now)
+
+    def resume(self, dataflow: str) -> None:
+        """Every executor restored its part of `dataflow`: its activations run again."""
+        for aid in self.hosting.ids(dataflow) if dataflow in self.hosting.dataflows else []:
+            self.flow.release(aid, RESTORING)

@@ -1,0 +1,122 @@
+"""The intake of sources: a client's ingest calls applied in its order, once.
+
+Each call of a client to a source carries a sequence number (`positions`: the
+next one expected per client). A call that comes early (Ray may reorder calls)
+is parked until the ones before it came; a call applied already (resent after
+a failure, or replayed from the ingress log by a restore) is dropped. An
+applied call becomes messages in the source's mailbox: its events in messages
+of at most `max_message_events`, its watermarks, and its refused events'
+error records to the dataflow's error output (see `ingest.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from cameo_actors.runtime._private.ingest import error_records
+from cameo_actors.scheduling import Message
+from cameo_actors.tracing.records import FROM_CLIENT
+
+if TYPE_CHECKING:
+    from cameo_actors.runtime._private.activation import Activation
+    from cameo_actors.runtime._private.egress import Egress
+    from cameo_actors.runtime._private.flow import FlowControl
+    from cameo_actors.runtime._private.hosting import Hosting
+    from cameo_actors.runtime._private.stats import Statistics
+    from cameo_actors.runtime._private.tracing import Tracer
+    from cameo_actors.scheduling import Scheduler
+
+
+class Ingress:
+    """Ingest calls at the sources of one executor.
+
+    Args:
+        max_message_events: the most events of one message.
+        hosting, sched, flow, egress, stats: the executor's parts an applied call feeds
+            (its messages; a source's backpressure; error records; events in).
+        tracer: samples the messages it makes for tracing (None: tracing is off).
+        now_ms: the time now.
+    """
+
+    def __init__(self, max_message_events: int, hosting: Hosting, sched: Scheduler,
+                 flow: FlowControl, egress: Egress, stats: Statistics, tracer: Tracer | None,
+                 now_ms: Callable[[], float]) -> None:
+        self.max_message_events = max_message_events
+        self.hosting = hosting
+        self.sched = sched
+        self.flow = flow
+        self.egress = egress
+        self.stats = stats
+        self.tracer = tracer
+        self.now_ms = now_ms
+
+    def ingest(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float,
+               deser_ms: float = 0.0) -> None:
+        """Events (lists), watermarks (numbers) and the error records of events refused at
+        the edge ({"errors": [...]}, see `ingest.py`) from a client's call `seq` to source
+        `target`: applied in the client's order, once (a call resent after a failure, or
+        replayed from the ingress log, that was applied already is dropped)."""
+        act = self.hosting.activations.get(target)
+        if act is None:
+            return  # cancelled meanwhile
+        act.deser_ms += deser_ms
+        nxt = act.positions.get(client, 0)
+        if seq != nxt:
+            if seq > nxt:  # early: Ray may reorder calls
+                act.parked.setdefault(client, {})[seq] = (items, ingest_ms)
+            return
+        self._ingest_now(act, items, ingest_ms)
+        seq += 1
+        parked = act.parked.get(client)
+        while parked and seq in parked:
+            self._ingest_now(act, *parked.pop(seq))
+            seq += 1
+        if parked is not None and not parked:
+            del act.parked[client]
+        act.positions[client] = seq
+
+    def _ingest_now(self, act: Activation, items: list[Any], ingest_ms: float) -> None:
+        target = act.id
+        spec = self.hosting.dataflows[act.dataflow].spec
+        counters = self.stats.dataflows[act.dataflow]
+        tf = getattr(act.operator, "event_time", None)  # sources know their event-time field
+        now = self.now_ms()
+        cut = self.max_message_events
+        tracer = self.tracer
+        for item in items:
+            if isinstance(item, dict):  # events msgpack could not carry: the error output
+                self.egress.errors(act.dataflow, error_records(item), ingest_ms, now)
+                continue
+            if not isinstance(item, list):  # a watermark
+                wm = Message.ingress(target, float(item), dataflow=spec.name, tenant=spec.tenant,
+                                     ingest_ms=ingest_ms, is_watermark=True)
+                if tracer is not None and tracer.sampled():
+                    wm.trace = FROM_CLIENT
+                self.sched.enqueue(wm, now)
+                continue
+            for i in range(0, len(item), cut):
+                part = item[i:i + cut]
+                msg = Message.ingress(target, part, dataflow=spec.name, tenant=spec.tenant,
+                                      ingest_ms=ingest_ms, event_ms=_max_time(part, tf), size=len(part))
+                if tracer is not None and tracer.sampled():
+                    msg.trace = FROM_CLIENT
+                counters.events_in += len(part)
+                act.events_arrived += len(part)
+                self.flow.admitted(target, len(part))
+                self.sched.enqueue(msg, now)
+
+
+def _max_time(events: list[Any], field_name: str | None) -> float:
+    if not field_name:
+        return -math.inf
+    best = -math.inf
+    for e in events:
+        try:
+            t = e[field_name]
+        except (KeyError, TypeError):
+            continue
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and t > best:
+            best = t
+    return float(best)
