@@ -31,8 +31,8 @@ unit: $(STAMP)  ## unit tests only (no Ray, no Spark, no sleeps)
 	$(PY) -m pytest -q tests/unit
 
 lint: $(STAMP)  ## ruff, mypy, and the architecture's import contracts (import-linter)
-	$(PY) -m ruff check cameo_actors spark_ingest tests bench
-	$(PY) -m mypy cameo_actors spark_ingest
+	$(PY) -m ruff check cameo_actors spark_ingest tests bench corpora
+	$(PY) -m mypy cameo_actors spark_ingest corpora
 	$(VENV)/bin/lint-imports --no-logo
 
 serve: $(STAMP)  ## the service: embedded Ray, API and /metrics on 127.0.0.1:8470 (docs/service.md)

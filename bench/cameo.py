@@ -5,7 +5,7 @@ Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,all} [-
 
 - single: bulk alone (source -> burn map -> key_by -> 250 ms tumbling count,
   parallelism 2, target 1 s) at 85% of the pool's calibrated capacity.
-- multi: bench/multitenant.py's setup: alerts (50 ms, 1,000 ev/s) + bulk
+- multi: bench/multitenant.py's setup (bench/harness/tenants.py): alerts (50 ms, 1,000 ev/s) + bulk
   (1 s windows) at 85%.
 - spike: alerts + bulk at 60%, bulk offered 4x for 1 s every 6 s; p99 of
   alerts per second.
@@ -21,7 +21,7 @@ Modes: fifo, cameo (deadline order alone) and floor (deadline order within each 
 guaranteed floor, the default) share two executors; isolated gives each dataflow its own
 (same total). Capacity is measured once, at the start (bulk alone, flat out).
 Ratios: p99 of the latency-sensitive dataflows (max over them), fifo / cameo,
-floor / cameo and isolated / cameo. Inputs come from bench/workload.py, seeded.
+floor / cameo and isolated / cameo. Inputs come from bench/harness/workload.py, seeded.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ import time
 from typing import Any
 
 from bench import scenarios
-from bench.multitenant import calibrate_capacity
-from bench.output import save_json
+from bench.harness.cluster import ensure_ray
+from bench.harness.output import save_json
+from bench.harness.tenants import calibrate_capacity
 
 SCENARIOS = ("single", "multi", "spike", "fair", "overload")
 
@@ -51,18 +52,6 @@ def run_scenario(name: str, capacity: float, warmup: float, seconds: float, quic
         return scenarios.overload(capacity, warmup, seconds,
                                   levels=(0.9, 1.5) if quick else (0.9, 1.2, 1.5), log=log)
     raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
-
-
-def ensure_ray() -> bool:
-    """A private loopback Ray, unless Ray is already up; True if this call started it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    from cameo_actors.runtime import start_local_ray
-
-    start_local_ray(num_cpus=16, log_to_driver=False)
-    return True
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -111,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ray.shutdown()
     save_json(args.json, results)
     if args.plots:
-        from bench import plots
+        from bench.harness import plots
 
         for path in plots.write_all(results, args.plots):
             print("wrote", path)

@@ -26,8 +26,11 @@ import threading
 import time
 from typing import Any
 
-from bench.multitenant import CONFIG, alerts, bulk, generate, summarize
-from bench.output import save_json
+from bench.harness.cluster import ensure_ray
+from bench.harness.feeds import generate
+from bench.harness.output import save_json
+from bench.harness.stats import summarize
+from bench.harness.tenants import CONFIG, alerts, bulk
 from cameo_actors import Dataflow
 
 SCHEMA = {"ts": "int", "key": "str", "value": "float"}
@@ -39,7 +42,7 @@ def straggler_chain(name: str, slow: str) -> Dataflow:
     d = Dataflow(name, latency_target_ms=500, tenant=name).source("s", schema=SCHEMA,
                                                                   event_time="ts")
     for step in STEPS:
-        d = d.map(function="bench.work:burn_3x" if step == slow else "bench.work:burn", id=step)
+        d = d.map(function="bench.harness.work:burn_3x" if step == slow else "bench.harness.work:burn", id=step)
     return d.sink("o")
 
 
@@ -88,7 +91,7 @@ def overhead_round(rt: Any, feeders: list[Any], seconds: float, warmup: float,
         if reader else None
     rt.cancel("alerts")
     rt.cancel("bulk")
-    return {"bulk_eps": (n1 - n0) / elapsed, "alerts": summarize(rows, since_ms, 50, seconds),
+    return {"bulk_eps": (n1 - n0) / elapsed, "alerts": summarize(rows, since_ms, 50),
             "traced_per_s": traced}
 
 
@@ -127,7 +130,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from bench.cameo import ensure_ray
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
     started = ensure_ray()

@@ -82,16 +82,19 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from bench.output import save_json
+from bench.harness.cluster import ensure_ray, process_memory_mb, wait_finished
+from bench.harness.feeds import ALERTS, AlertFeed
+from bench.harness.fingerprint import Fingerprint
+from bench.harness.output import format_ms, save_json
+from bench.harness.plots import pyplot
+from bench.harness.stats import quantile
+from bench.harness.threads import check_threads
 from cameo_actors import Dataflow, count
 from cameo_actors.examples import alerts_dataflow
 
 STRATEGIES = ("all_at_once", "batched", "fluid", "stop_the_world")
 COUNTS, STEP, SOURCE, SINK = "counts", "counts", "events", "out"
-ALERTS, ALERTS_SOURCE = "alerts", "logs"
 SCHEMA = {"ts": "int", "key": "str"}
-#: The hash of a result multiset: a sum of row hashes modulo 2**64.
-MASK = (1 << 64) - 1
 #: Events per push call of the generator (the runtime sends them as one ingest call).
 PUSH_EVENTS = 2_000
 
@@ -219,64 +222,6 @@ class CountFeed(threading.Thread):
             self.error = e
 
 
-class AlertFeed(threading.Thread):
-    """A steady light stream into alerts: every 10 ms, `alerts_eps / 100` log events, half
-    of them ERROR and half of those above 90 (alerts), ts = now."""
-
-    def __init__(self, rt: Any, s: Setup) -> None:
-        super().__init__(daemon=True, name="alert-feed")
-        self.rt, self.s = rt, s
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        rng = random.Random(self.s.seed + 1)
-        per = max(1, int(self.s.alerts_eps / 100))
-        next_t = time.monotonic()
-        try:
-            while not self.stop.is_set():
-                now = int(time.time() * 1000)
-                self.rt.push(ALERTS, ALERTS_SOURCE, [
-                    {"ts": now, "level": "ERROR" if rng.random() < 0.5 else "INFO",
-                     "key": f"h{rng.randrange(64)}", "value": 80.0 + 20.0 * rng.random()}
-                    for _ in range(per)])
-                next_t += 0.01
-                self.stop.wait(max(0.0, next_t - time.monotonic()))
-        except BaseException as e:
-            self.error = e
-
-
-class Fingerprint:
-    """A multiset of (key, window_start, n) rows, in O(windows) memory: rows, the sum
-    of row hashes mod 2**64, and rows and events counted per window."""
-
-    def __init__(self) -> None:
-        self.rows = 0
-        self.hash = 0
-        self.windows: dict[int, list[int]] = {}
-
-    def add(self, ev: dict[str, Any]) -> None:
-        ws, n = ev["window_start"], ev["n"]
-        self.rows += 1
-        self.hash = (self.hash + hash((ev["key"], ws, n))) & MASK
-        w = self.windows.get(ws)
-        if w is None:
-            self.windows[ws] = [1, n]
-        else:
-            w[0] += 1
-            w[1] += n
-
-    def differing_windows(self, other: Fingerprint) -> list[int]:
-        return sorted(ws for ws in set(self.windows) | set(other.windows)
-                      if self.windows.get(ws) != other.windows.get(ws))
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Fingerprint) and self.rows == other.rows
-                and self.hash == other.hash and self.windows == other.windows)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
 class Samples:
     """(egress ms, latency ms, runtime latency ms, computable-at ms) per result."""
 
@@ -308,7 +253,7 @@ class Reader(threading.Thread):
         super().__init__(daemon=True, name="reader")
         self.rt, self.s, self.with_counts = rt, s, counts
         self.counts, self.alerts = Samples(), Samples()
-        self.fingerprint = Fingerprint()
+        self.fingerprint = counts_fingerprint()
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
@@ -320,7 +265,7 @@ class Reader(threading.Thread):
             for ev, ing, eg in rows:
                 at = ev["window_end"] + late
                 self.counts.add(eg, eg - at, eg - ing, at)
-                self.fingerprint.add(ev)
+                self.fingerprint.add(SINK, ev)
             got += len(rows)
         rows = self.rt.result_rows(ALERTS, commit=True)
         for ev, ing, eg in rows:
@@ -336,51 +281,18 @@ class Reader(threading.Thread):
             self.error = e
 
 
-def pct(values: list[float], q: float) -> float | None:
-    """The q-quantile (nearest rank) of `values`; None when there are none."""
-    if not values:
-        return None
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * len(v)))]
-
-
-def _ensure_ray() -> bool:
-    """A private loopback Ray, unless Ray is up already; True if this call started it
-    (as bench.cameo does)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    from cameo_actors.runtime import start_local_ray
-
-    start_local_ray(num_cpus=16, log_to_driver=False)
-    return True
-
-
-def _check(*threads: Any) -> None:
-    for t in threads:
-        if t.error is not None:
-            raise RuntimeError(f"{t.name} failed: {t.error!r}") from t.error
-
-
-def _wait_finished(rt: Any, name: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while rt.describe(name, refresh=True)["state"] != "finished":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{name} not finished {timeout_s:g} s after close")
-        time.sleep(0.1)
+def counts_fingerprint() -> Fingerprint:
+    """The counts' results as a multiset of (key, window_start, n) rows, with rows and
+    events counted per window to say which windows differ."""
+    return Fingerprint(fields=("key", "window_start", "n"), per_window="n")
 
 
 def _peak_rss_mb(rt: Any) -> list[float]:
-    """VmHWM (peak resident set) of each executor's process, MB."""
+    """VmHWM (peak resident set) of each executor's process, MB (nan: not readable)."""
     out = []
     for e in sorted(rt.executor_stats(), key=lambda e: e["executor"]):
-        try:
-            with open(f"/proc/{e['pid']}/status") as f:
-                kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-            out.append(kb / 1024)
-        except (OSError, StopIteration):
-            out.append(float("nan"))
+        mb = process_memory_mb(e["pid"], "VmHWM")
+        out.append(float("nan") if mb is None else mb)
     return out
 
 
@@ -391,24 +303,24 @@ def reference(s: Setup, times: array[int]) -> Fingerprint:
 
     engine = LocalEngine(counts_dataflow(s).spec)
     rng = random.Random(s.seed)
-    fp = Fingerprint()
+    fp = counts_fingerprint()
     out = engine.result.sinks[SINK]
     for first in range(0, len(times), 20_000):
         engine.push(SOURCE, make_events(rng, s, times[first:first + 20_000].tolist()))
         for ev in out:
-            fp.add(ev)
+            fp.add(SINK, ev)
         out.clear()
     engine.finish()
     for ev in out:
-        fp.add(ev)
+        fp.add(SINK, ev)
     return fp
 
 
 def _stats(samples: Samples, idx: list[int]) -> dict[str, Any]:
     lat = [samples.latency[i] for i in idx]
     rtl = [samples.runtime[i] for i in idx]
-    return {"n": len(idx), "p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
-            "max": max(lat) if lat else None, "p99_runtime": pct(rtl, 0.99),
+    return {"n": len(idx), "p50": quantile(lat, 0.5), "p99": quantile(lat, 0.99),
+            "max": max(lat) if lat else None, "p99_runtime": quantile(rtl, 0.99),
             "max_runtime": max(rtl) if rtl else None}
 
 
@@ -445,11 +357,11 @@ def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = pri
         alerts_on = sorted(set(rt.describe(ALERTS, refresh=True)["hosts"].values()))
         fill = s.fill_eps if capacity is None else s.load * capacity
         feed, reader, alerts = CountFeed(rt.handle(), s, fill), Reader(rt.handle(), s), \
-            AlertFeed(rt.handle(), s)
+            AlertFeed(rt.handle(), s.alerts_eps, s.seed)
         for t in (feed, reader, alerts):
             t.start()
         time.sleep((s.lateness_ms + s.window_ms) / 1000 + 1.0)  # the state fills
-        _check(feed, reader, alerts)
+        check_threads(feed, reader, alerts)
         if capacity is None:  # flat out for a while: what the pool sustains
             feed.set_rate(None)
             time.sleep(0.5)
@@ -462,11 +374,11 @@ def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = pri
         rate = round(s.load * capacity, -2)
         feed.set_rate(rate)
         time.sleep(s.warmup_s)
-        _check(feed, reader, alerts)
+        check_threads(feed, reader, alerts)
         steady0 = time.time() * 1000
         busy = [_busy(rt)]
         time.sleep(s.steady_s)
-        _check(feed, reader, alerts)
+        check_threads(feed, reader, alerts)
 
         m0 = time.time() * 1000
         busy.append(_busy(rt))
@@ -496,21 +408,21 @@ def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = pri
         if info["state"] == "failed":
             raise RuntimeError(f"{strategy}: the migration failed: {info['error']}")
         time.sleep(s.after_s)
-        _check(feed, reader, alerts)
+        check_threads(feed, reader, alerts)
         feed.stop.set()
         feed.join(120)
         stop_ms = time.time() * 1000
-        _check(feed)
+        check_threads(feed)
         hosts_after = rt.describe(COUNTS, refresh=True)["hosts"]
         rss = _peak_rss_mb(rt)  # before the close, whose flush of every open window is no move
 
         note = None
         if completed:
             feed.rt.close(COUNTS)
-            _wait_finished(rt, COUNTS, 600)
+            wait_finished(rt, COUNTS, 600)
             reader.stop.set()
             reader.join(120)
-            _check(reader)
+            check_threads(reader)
             while reader.read_once():  # the last results
                 pass
         else:
@@ -523,11 +435,11 @@ def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = pri
                     "results unchecked")
             reader.stop.set()
             reader.join(120)
-            _check(reader)
+            check_threads(reader)
             rt.cancel(COUNTS)
         alerts.stop.set()
         alerts.join(60)
-        _check(alerts)
+        check_threads(alerts)
     finally:
         rt.shutdown(stop_ray=False)
 
@@ -536,10 +448,10 @@ def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = pri
         expected = reference(s, feed.times)
         match: bool | None = reader.fingerprint == expected
         differing = reader.fingerprint.differing_windows(expected)
-        log(f"  reference: {expected.rows:,} rows from {len(feed.times):,} events in "
+        log(f"  reference: {expected.total:,} rows from {len(feed.times):,} events in "
             f"{time.monotonic() - began:.1f} s")
     else:
-        expected, match, differing = Fingerprint(), None, []
+        expected, match, differing = counts_fingerprint(), None, []
 
     hi = m1 + s.settle_s * 1000
     c, a = reader.counts, reader.alerts
@@ -573,7 +485,7 @@ def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = pri
         "generator_lag_migration_max_ms": _max_lag(feed, m0, hi),
         "alerts_steady_p99_ms": a_steady["p99"],
         "alerts_p99_ms": a_during["p99"], "alerts_max_ms": a_during["max"],
-        "alerts_p99_from_gen_ms": pct(a_gen, 0.99),
+        "alerts_p99_from_gen_ms": quantile(a_gen, 0.99),
         "alerts_within_target": a_during["p99"] is not None and a_during["p99"] <= target,
         "alerts_share_within_target": (sum(1 for i in a_idx if a.latency[i] <= target)
                                        / len(a_idx) if a_idx else None),
@@ -581,8 +493,8 @@ def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = pri
         "peak_rss_mb": sum(rss), "peak_rss_mb_per_executor": rss,
         "executor_busy_steady": _busy_share(busy[0], busy[1]),
         "executor_busy_migration": _busy_share(busy[1], busy[2]),
-        "results_match": match, "result_rows": reader.fingerprint.rows,
-        "expected_rows": expected.rows if completed else None,
+        "results_match": match, "result_rows": reader.fingerprint.total,
+        "expected_rows": expected.total if completed else None,
         "windows_differing": differing[:10], "events": feed.pushed,
         "keys_in_state_est": _keys_in_state(s, rate),
         "hosts_before": hosts, "hosts_after": hosts_after, "alerts_executors": alerts_on,
@@ -604,7 +516,7 @@ def _buckets(samples: Samples, m0: float, lo: float, hi: float) -> list[list[flo
         eg = samples.egress[i]
         if lo <= eg < hi and samples.at[i] <= hi:
             by.setdefault(int((eg - m0) // BUCKET_MS), []).append(samples.latency[i])
-    return [[b * BUCKET_MS / 1000, len(v), pct(v, 0.5) or 0.0, pct(v, 0.99) or 0.0, max(v)]
+    return [[b * BUCKET_MS / 1000, len(v), quantile(v, 0.5) or 0.0, quantile(v, 0.99) or 0.0, max(v)]
             for b, v in sorted(by.items())]
 
 
@@ -614,10 +526,6 @@ def _keys_in_state(s: Setup, rate: float) -> int:
 
     per_window = s.keys_per_window * (1 - math.exp(-rate * s.window_ms / 1000 / s.keys_per_window))
     return int(per_window * s.open_windows)
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f} ms"
 
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:
@@ -647,11 +555,9 @@ def write_plots(series: dict[str, dict[str, Any]], out_dir: str) -> list[str]:
                     f.write(f"{strategy},{flow},{t:.1f},{n},{p50:.1f},{p99:.1f},{top:.1f},"
                             f"{ser['migration_s']:.3f}\n")
     try:
-        import matplotlib
+        plt = pyplot()
     except ImportError:
         return [csv_path]
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     names = list(series)
     fig, axes = plt.subplots(len(names), 1, figsize=(8, 2.6 * len(names)), sharex=True,
@@ -718,7 +624,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown:
         parser.error(f"unknown strategies {sorted(unknown)}; expected some of {STRATEGIES}")
 
-    started = _ensure_ray()
+    started = ensure_ray()
     t0 = time.monotonic()
     results: dict[str, Any] = {}
     series: dict[str, dict[str, Any]] = {}
@@ -734,10 +640,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             save_json(args.json, _figures(s, capacity, args.capacity is None, results))
             print(f"  {'done' if r['completed'] else 'NOT done'} in {r['duration_s']:.2f} s, "
                   f"{r['bytes_moved'] / 1e6:,.1f} MB, {r['bins_moved']} bins, "
-                  f"{r['epochs_done']} epochs; p99 steady {_ms(r['steady_p99_ms'])}, during "
-                  f"{_ms(r['migration_p99_ms'])} (max {_ms(r['migration_max_ms'])}), after "
-                  f"{_ms(r['after_p99_ms'])}; alerts "
-                  f"p99 {_ms(r['alerts_p99_ms'])}; peak RSS {r['peak_rss_mb']:,.0f} MB; "
+                  f"{r['epochs_done']} epochs; p99 steady {format_ms(r['steady_p99_ms'])}, during "
+                  f"{format_ms(r['migration_p99_ms'])} (max {format_ms(r['migration_max_ms'])}), after "
+                  f"{format_ms(r['after_p99_ms'])}; alerts "
+                  f"p99 {format_ms(r['alerts_p99_ms'])}; peak RSS {r['peak_rss_mb']:,.0f} MB; "
                   f"results match: {r['results_match']}")
         print(f"done in {time.monotonic() - t0:.0f} s")
     finally:

@@ -24,87 +24,17 @@ import threading
 import time
 from typing import Any
 
-from bench.output import save_json
-from cameo_actors import Dataflow, count
+from bench.harness.cluster import ensure_ray
+from bench.harness.feeds import generate
+from bench.harness.output import save_json
+from bench.harness.stats import summarize
+from bench.harness.tenants import CONFIG, alerts, bulk, calibrate_capacity
 
-SCHEMA = {"ts": "int", "key": "str", "value": "float"}
-#: The same for every mode: ingress cut into messages of ~5 ms of bulk work.
-CONFIG = dict(max_message_events=100)
 MODES = {
     "fifo": dict(policy="fifo", isolation="shared"),
     "cameo": dict(policy="cameo", isolation="shared"),
     "isolated": dict(policy="fifo", isolation="isolated"),
 }
-
-
-def alerts() -> Dataflow:
-    return (Dataflow("alerts", latency_target_ms=50, tenant="ops")
-            .source("s", schema=SCHEMA, event_time="ts")
-            .filter("value >= 0").sink("o"))
-
-
-def bulk(name: str = "bulk", tenant: str = "analytics", weight: float = 1.0,
-         window_ms: int = 1000, target_ms: float = 1000) -> Dataflow:
-    """source -> burn map -> key_by -> tumbling count, parallelism 2, target 1 s."""
-    return (Dataflow(name, latency_target_ms=target_ms, tenant=tenant, weight=weight)
-            .source("s", schema=SCHEMA, event_time="ts", parallelism=2)
-            .map(function="bench.work:burn", parallelism=2)
-            .key_by("key").window(tumbling_ms=window_ms, parallelism=2).aggregate(n=count())
-            .sink("o"))
-
-
-def calibrate_capacity(seconds: float) -> float:
-    """Bulk events/s the shared pool sustains alone, flat out (backpressure-limited)."""
-    from cameo_actors.runtime import Runtime, RuntimeConfig
-
-    rt = Runtime.start(RuntimeConfig(num_executors=2, **CONFIG), pool="mt-calibrate")
-    feeder = Runtime.connect(pool="mt-calibrate", address=None)
-    try:
-        rt.deploy(bulk())
-        stop = threading.Event()
-        t = threading.Thread(target=generate, args=(feeder, "bulk", 1e9, 0.005, stop, 200, 1000))
-        t.start()
-        time.sleep(2.0)
-        n0 = rt.stats("bulk")["events_in"]
-        time.sleep(seconds)
-        n1 = rt.stats("bulk")["events_in"]
-        stop.set()
-        t.join()
-        return (n1 - n0) / seconds
-    finally:
-        rt.shutdown(stop_ray=False)
-
-
-def generate(rt: Any, name: str, rate: float, period_s: float, stop: threading.Event,
-             keys: int, max_batch: int = 1_000_000) -> None:
-    """Push `rate` events/s to `name`, a batch every `period_s`, event time = now."""
-    n = max(1, min(max_batch, int(rate * period_s)))
-    i = 0
-    next_t = time.monotonic()
-    while not stop.is_set():
-        now_ms = int(time.time() * 1000)
-        batch = [{"ts": now_ms, "key": f"k{(i + j) % keys}", "value": float((i + j) % 97)}
-                 for j in range(n)]
-        i += n
-        rt.push(name, "s", batch, batch_size=n)
-        next_t += period_s
-        time.sleep(max(0.0, next_t - time.monotonic()))
-
-
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def summarize(rows: list[tuple[dict[str, Any], float, float]], since_ms: float, target: float,
-              seconds: float) -> dict[str, Any]:
-    lat = [eg - ing for _, ing, eg in rows if ing >= since_ms]
-    if not lat:
-        return {"results": 0}
-    return {"results": len(lat), "p50_ms": percentile(lat, 0.5), "p95_ms": percentile(lat, 0.95),
-            "p99_ms": percentile(lat, 0.99), "max_ms": max(lat),
-            "within_target": sum(1 for x in lat if x <= target) / len(lat),
-            "target_ms": target}
 
 
 def run_mode(mode: str, seconds: float, warmup: float, bulk_rate: float) -> dict[str, Any]:
@@ -134,8 +64,8 @@ def run_mode(mode: str, seconds: float, warmup: float, bulk_rate: float) -> dict
         rt.close("bulk")
         rt.wait_idle(timeout_s=120)
         out = {
-            "alerts": summarize(rt.result_rows("alerts"), since_ms, 50, seconds),
-            "bulk": summarize(rt.result_rows("bulk"), since_ms, 1000, seconds),
+            "alerts": summarize(rt.result_rows("alerts"), since_ms, 50),
+            "bulk": summarize(rt.result_rows("bulk"), since_ms, 1000),
             "utilization": {ex: (busy1[ex] - busy0[ex]) / (seconds * 1000) for ex in busy1},
             "bulk_ingested_eps": (bulk_in1 - bulk_in0) / seconds,
         }
@@ -157,9 +87,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from cameo_actors.runtime import start_local_ray
-
-    start_local_ray(num_cpus=16, log_to_driver=False)
+    started = ensure_ray()
     capacity = calibrate_capacity(args.calibrate)
     bulk_rate = args.load * capacity
     print(f"the shared pool sustains {capacity:,.0f} bulk events/s alone; offering {bulk_rate:,.0f}/s "
@@ -181,7 +109,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              for k in m if k != "cameo"}
         print("alerts p99 ratios:", {k: round(v, 2) for k, v in results["ratios"].items()})
     save_json(args.json, results)
-    ray.shutdown()
+    if started:
+        ray.shutdown()
     return results
 
 

@@ -15,7 +15,7 @@ second of event time, up to 500 ms out of order, the queries allowing 2 s):
 - `ray_busy`: the same run counted per second the executor was busy running operators
   (its worker thread's own rate, without the idle time it spent waiting for the driver).
 
-Every run's results are compared with the DuckDB reference (bench/nexmark_reference.py);
+Every run's results are compared with the DuckDB reference (cameo_actors/nexmark/reference.py);
 a mismatch fails the benchmark (exit status 1) before any figure is printed.
 
 How cores are counted: `in_process` runs on one core (one thread). `ray` counts the
@@ -53,10 +53,10 @@ import sys
 import time
 from typing import Any
 
-from bench.nexmark_reference import difference, reference
-from bench.output import save_json
+from bench.harness.output import save_json
 from cameo_actors.nexmark.generator import NexmarkConfig, NexmarkStream, generate
 from cameo_actors.nexmark.queries import QUERIES, SINK, SOURCE
+from cameo_actors.nexmark.reference import difference, reference
 
 BATCH = 2_000
 #: Events pushed between two reads of the results.
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = False
     try:
         if not args.no_ray:
-            from bench.cameo import ensure_ray
+            from bench.harness.cluster import ensure_ray
             from cameo_actors.runtime import Runtime, RuntimeConfig
 
             started = ensure_ray()

@@ -83,14 +83,16 @@ from array import array
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.cameo import ensure_ray
-from bench.migration import AlertFeed, _check, pct
-from bench.output import save_json
+from bench.harness.cluster import ensure_ray, process_memory_mb
+from bench.harness.feeds import ALERTS, AlertFeed
+from bench.harness.fingerprint import Fingerprint
+from bench.harness.output import save_json
+from bench.harness.results import Latencies, Reader
+from bench.harness.threads import check_threads
 from cameo_actors import Dataflow, avg, count, max_, min_, sum_
 from cameo_actors.examples import alerts_dataflow
 
 BULK_SOURCE, STATE_STEP, STATE_SINK, TICK_SINK = "events", "state", "totals", "ticks"
-ALERTS = "alerts"
 SCHEMA = {"ts": "int", "key": "str", "g": "int", "value": "float", "size": "int"}
 EVENTS_PER_MS = 50  # event time: ts = i // EVENTS_PER_MS
 TICK_MS = 100
@@ -98,7 +100,6 @@ GROUPS = 4
 DAY_MS = 86_400_000
 #: Events per push call (the runtime sends them as one ingest call).
 PUSH_EVENTS = 2_000
-MASK = (1 << 64) - 1
 #: What is measured (`--parts`).
 PARTS = ("throughput", "alerts", "recovery")
 #: The goals (reported, not asserted).
@@ -209,89 +210,6 @@ class BulkFeed(threading.Thread):
         return self.log_n[i - 1] if i else 0
 
 
-class Fingerprint:
-    """A multiset of (sink, row): rows per sink and the sum of row hashes mod 2**64."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, int] = {}
-        self.hash = 0
-
-    def add(self, sink: str, row: dict[str, Any]) -> None:
-        self.rows[sink] = self.rows.get(sink, 0) + 1
-        canon = tuple(sorted((k, round(v, 6) if isinstance(v, float) else v) for k, v in row.items()))
-        self.hash = (self.hash + hash((sink, canon))) & MASK
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Fingerprint) and (self.rows, self.hash) == (other.rows, other.hash)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-class Reader(threading.Thread):
-    """Reads and commits a dataflow's results continuously; `on_rows(sink, rows)` per read.
-
-    A read that reaches the killed executor's new process before the controller noticed
-    the death gets a bare KeyError (the new process does not know the dataflow, and
-    `Runtime` passes the KeyError on while the dataflow is still listed running): such
-    reads are counted (`key_errors`) and tried again, for up to a minute in a row."""
-
-    def __init__(self, rt: Any, name: str, sinks: tuple[str, ...], on_rows: Any,
-                 idle_s: float = 0.02) -> None:
-        super().__init__(daemon=True, name=f"reader-{name}")
-        self.rt, self.flow, self.sinks, self.on_rows = rt, name, sinks, on_rows
-        self.idle_s = idle_s  # pause when a read found nothing (each read is Ray calls)
-        self.key_errors = 0
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def read_once(self) -> int:
-        got = 0
-        for sink in self.sinks:
-            rows = self.rt.result_rows(self.flow, sink, commit=True)
-            if rows:
-                self.on_rows(sink, rows)
-            got += len(rows)
-        return got
-
-    def run(self) -> None:
-        failing_since: float | None = None
-        try:
-            while not self.stop.is_set():
-                try:
-                    got = self.read_once()
-                except KeyError:
-                    self.key_errors += 1
-                    now = time.monotonic()
-                    failing_since = failing_since or now
-                    if now - failing_since > 60.0:
-                        raise
-                    time.sleep(0.05)
-                    continue
-                failing_since = None
-                if not got:
-                    time.sleep(self.idle_s)
-        except BaseException as e:
-            self.error = e
-
-
-class Latencies:
-    """Alerts' (ingest ms, egress ms) per result, appended by a Reader."""
-
-    def __init__(self) -> None:
-        self.ingest, self.egress = array("d"), array("d")
-
-    def add(self, _sink: str, rows: list[Any]) -> None:
-        for _, ing, eg in rows:
-            self.ingest.append(ing)
-            self.egress.append(eg)
-
-    def p99(self, lo_ms: float, hi_ms: float) -> tuple[float | None, int]:
-        """p99 of egress - ingest of the results ingested in [lo, hi), and their number."""
-        lat = [self.egress[i] - self.ingest[i] for i in range(len(self.ingest))
-               if lo_ms <= self.ingest[i] < hi_ms]
-        return pct(lat, 0.99), len(lat)
-
-
 def _ckpt(info: dict[str, Any]) -> dict[str, Any]:
     c = info["checkpoints"]
     return {"completed": c["completed"], "failed": c["failed"],
@@ -369,7 +287,7 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
     rt.deploy(alerts_flow())
     lat = Latencies()
     reader = Reader(rt.handle(), ALERTS, ("alerts",), lat.add)
-    feed_a = AlertFeed(rt.handle(), s)
+    feed_a = AlertFeed(rt.handle(), s.alerts_eps, s.seed)
     reader.start()
     feed_a.start()
     p99s: dict[float, list[float]] = {iv: [] for iv in _arms(s.intervals_s)}
@@ -380,7 +298,7 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
         m0 = time.time() * 1000
         time.sleep(s.measure_s)
         time.sleep(0.5)
-        _check(reader, feed_a)
+        check_threads(reader, feed_a)
         alone, alone_n = lat.p99(m0, m0 + s.measure_s * 1000)
         for r in range(s.alerts_repeats):
             for iv in _arms(s.intervals_s):
@@ -389,12 +307,12 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
                 feed.start()
                 try:
                     _wait_events_in(rt, name, keys, 600)
-                    _check(feed, reader, feed_a)
+                    check_threads(feed, reader, feed_a)
                     time.sleep(1.0)  # the fill's queues drain
                     m0 = time.time() * 1000
                     time.sleep(s.measure_s)
                     m1 = time.time() * 1000
-                    _check(feed, reader, feed_a)
+                    check_threads(feed, reader, feed_a)
                     if iv:
                         ckpts[iv].append(_ckpt(rt.describe(name, refresh=True)))
                 finally:
@@ -415,7 +333,7 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
         reader.stop.set()
         reader.join(60)
         rt.cancel(ALERTS)
-    _check(feed_a, reader)
+    check_threads(feed_a, reader)
     off = _median(p99s[0.0])
     log(f"  alerts p99 alone (no bulk): {alone if alone is None else round(alone, 1)} ms")
     return {"bulk_rate_eps": rate, "alone_p99_ms": alone, "alone_alerts": alone_n,
@@ -529,7 +447,7 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
         reader = Reader(rt.handle(), name, (STATE_SINK, TICK_SINK), on_bulk, idle_s=0.01)
         reader_a = Reader(rt.handle(), ALERTS, ("alerts",), lat.add)
         feed = BulkFeed(rt.handle(), name, keys, keys, rate)
-        feed_a = AlertFeed(rt.handle(), s)
+        feed_a = AlertFeed(rt.handle(), s.alerts_eps, s.seed)
         threads = [reader, reader_a, feed, feed_a]
         for t in threads:
             t.start()
@@ -539,7 +457,7 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
         # interval more: the kill falls between checkpoints.
         deadline = time.monotonic() + 300
         while True:
-            _check(reader, reader_a, feed, feed_a)
+            check_threads(reader, reader_a, feed, feed_a)
             c = rt.describe(name, refresh=True)["checkpoints"]
             if c["last_at"] is not None and c["last_at"] - (c["last_duration_s"] or 0) > filled:
                 break
@@ -564,7 +482,7 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
 
         deadline = time.monotonic() + s.recovery_timeout_s
         while not first_new:
-            _check(reader, reader_a, feed, feed_a)
+            check_threads(reader, reader_a, feed, feed_a)
             if time.monotonic() > deadline:
                 info = rt.describe(name, refresh=True)
                 raise TimeoutError(f"{name}: no new result {s.recovery_timeout_s:g} s after the "
@@ -586,12 +504,12 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
         log(f"  first new result {fig['recovery_s']:.2f} s after the kill (made at "
             f"{fig['first_egress_s']:.2f} s; detected {fig['detect_s']} s, restore {fig['restore_s']} s)")
         time.sleep(s.after_s)
-        _check(reader, reader_a, feed, feed_a)
+        check_threads(reader, reader_a, feed, feed_a)
         feed.stop.set()
         feed.join(300)
         feed_a.stop.set()
         feed_a.join(60)
-        _check(feed, feed_a)
+        check_threads(feed, feed_a)
         fig["events"] = feed.pushed
         fig["alerts_kept_running"] = {h["state"] for h in rt.describe(ALERTS, refresh=True)["history"]
                                       if h["at"] >= kill_t} <= {"running"}
@@ -600,12 +518,12 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
         _wait_finished_logged(rt, name, 900, lambda: sum(got.rows.values()), log)
         reader.stop.set()
         reader.join(300)
-        _check(reader)
+        check_threads(reader)
         while reader.read_once():  # the last results
             pass
         reader_a.stop.set()
         reader_a.join(60)
-        _check(reader_a)
+        check_threads(reader_a)
         final = rt.describe(name, refresh=True)
         fig.update({
             "checkpoints_failed": final["checkpoints"]["failed"],
@@ -645,11 +563,7 @@ def _rss_mb(rt: Any, executor: int) -> float | None:
     """VmRSS of an executor's (new) process, MB."""
     for e in rt.executor_stats():
         if e["executor"] == executor:
-            try:
-                with open(f"/proc/{e['pid']}/status") as f:
-                    return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
-            except (OSError, StopIteration):
-                return None
+            return process_memory_mb(e["pid"], "VmRSS")
     return None
 
 

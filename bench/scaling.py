@@ -25,7 +25,7 @@ on its auction, prices price, price + 1, price + 2) -> key_by(auction) -> a 1 s 
 window `w` (bids = count, volume = sum of price) -> sink "out". Auctions are uniform over
 1,000. Next to it, on the same pool, the latency-sensitive "alerts"
 (`cameo_actors.examples.alerts_dataflow`: filter + map, target 50 ms, tenant ops) gets a
-steady 500 events/s from `bench.migration.AlertFeed` all the time.
+steady 500 events/s from `bench.harness.feeds.AlertFeed` all the time.
 
 Scenario 1, "steps" (per policy, ds2 then threshold, each on a fresh pool of 2 executors,
 `Runtime.start` ... `shutdown`): the window starts at 1 instance; bounds 1-5 executors
@@ -50,8 +50,8 @@ offered rate even while the source is held back). Watermarks follow event time (
 lateness 0). At the end scaling is switched off for bids (`set_scaling(..., {"policy":
 "off"})`, any migration finished), the input is closed, every result read and compared
 with `run_local`'s engine (`cameo_actors.testing.LocalEngine`) on the same events: equal
-as multisets of rows (row count and an order-independent hash, `bench.recovery.
-Fingerprint`). A mismatch is printed loudly and the command exits 1.
+as multisets of rows (row count and an order-independent hash, `bench.harness.
+fingerprint.Fingerprint`). A mismatch is printed loudly and the command exits 1.
 
 Samples every 0.5 s (`timeline`): `t_s` (from the start of the trace), `offered_eps` (the
 trace's rate), `parallelism` (instances of `w` in `describe()["hosts"]`, lessees left
@@ -121,10 +121,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from bench.cameo import ensure_ray
-from bench.migration import AlertFeed, _check, _ms, _wait_finished, pct
-from bench.output import save_json
-from bench.recovery import Fingerprint, Latencies, Reader
+from bench.harness.cluster import ensure_ray, wait_finished
+from bench.harness.feeds import AlertFeed
+from bench.harness.fingerprint import Fingerprint
+from bench.harness.output import format_ms, save_json
+from bench.harness.results import Latencies, Reader
+from bench.harness.stats import quantile
+from bench.harness.threads import check_threads, stop_threads
 from cameo_actors import Dataflow, count, sum_
 from cameo_actors.examples import alerts_dataflow
 
@@ -411,7 +414,7 @@ def per_second(egress_s: Sequence[float], values: Sequence[float], q: float = 0.
     by: dict[int, list[float]] = {}
     for t, v in zip(egress_s, values, strict=True):
         by.setdefault(math.floor(t), []).append(v)
-    return [[s, pct(v, q)] for s, v in sorted(by.items())]  # type: ignore[misc]
+    return [[s, quantile(v, q)] for s, v in sorted(by.items())]  # type: ignore[misc]
 
 
 # -- input --------------------------------------------------------------------------------------
@@ -529,21 +532,12 @@ def reference(feed: Feed) -> Fingerprint:
     return fp
 
 
-def _stop(timeout_s: float, *threads: Any) -> None:
-    """Stop `threads` (each has a `stop` event), wait for them, raise what one raised."""
-    for th in threads:
-        th.stop.set()
-    for th in threads:
-        th.join(timeout_s)
-    _check(*threads)
-
-
 def _close_and_read(rt: Any, feed: Feed, reader: Reader, timeout_s: float) -> None:
     """Close bids from the feed's handle (after its pushes), wait until it finished, then
     read its last results."""
     feed.rt.close(BIDS)
-    _wait_finished(rt, BIDS, timeout_s)
-    _stop(timeout_s, reader)
+    wait_finished(rt, BIDS, timeout_s)
+    stop_threads(timeout_s, reader)
     while reader.read_once():
         pass
 
@@ -596,7 +590,7 @@ class Sampler:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the generator did not finish its trace by the deadline "
                                    f"(lag {self.feed.lag_events:,} events)")
-            _check(*threads)
+            check_threads(*threads)
             self.sample()
             next_at += SAMPLE_S
             time.sleep(max(0.0, next_at - time.monotonic()))
@@ -622,21 +616,21 @@ def run_policy(s: Setup, policy: str, log: Callable[[str], None] = print) -> dic
         bids, alerts = BidResults(), Latencies()
         reader = Reader(rt.handle(), BIDS, (SINK,), bids.add)
         alerts_reader = Reader(rt.handle(), ALERTS, (ALERTS_SINK,), alerts.add)
-        alerts_feed = AlertFeed(rt.handle(), s)
+        alerts_feed = AlertFeed(rt.handle(), s.alerts_eps, s.seed)
         threads = (feed, reader, alerts_reader, alerts_feed)
         for th in threads:
             th.start()
         sampler = Sampler(rt, feed, trace)
         sampler.run_until(lambda: not feed.is_alive(),
                           time.monotonic() + trace.seconds + s.drain_timeout_s, *threads)
-        _check(feed)
+        check_threads(feed)
         end = start + trace.seconds
-        _stop(60, alerts_feed)
+        stop_threads(60, alerts_feed)
         status = rt.scaling(BIDS)
         alerts_runtime = rt.stats(ALERTS)["within_target"]
         _quiesce(rt, s.drain_timeout_s)
         _close_and_read(rt, feed, reader, s.drain_timeout_s)
-        _stop(60, alerts_reader)
+        stop_threads(60, alerts_reader)
     finally:
         rt.shutdown(stop_ray=False)
 
@@ -669,9 +663,9 @@ def run_policy(s: Setup, policy: str, log: Callable[[str], None] = print) -> dic
         "executors_max": max((x["executors"] or 0 for x in sampler.samples), default=0),
         "within_target": (sum(1 for v in a_lat if v <= ALERTS_TARGET_MS) / len(a_lat)
                           if a_lat else None),
-        "alerts_results": len(a_lat), "alerts_p99_ms": pct(a_lat, 0.99),
+        "alerts_results": len(a_lat), "alerts_p99_ms": quantile(a_lat, 0.99),
         "alerts_within_target_runtime": alerts_runtime,
-        "p99_ms": pct(list(bids.latency), 0.99),
+        "p99_ms": quantile(list(bids.latency), 0.99),
         "p99_ms_per_s": per_second([t - start for t in bids.egress], bids.latency),
         "results_equal": equal, "result_rows": sum(bids.fingerprint.rows.values()),
         "expected_rows": sum(expected.rows.values()), "events": feed.pushed,
@@ -710,9 +704,9 @@ def run_hot(s: Setup, lessee: bool) -> dict[str, Any]:
         for th in (feed, reader):
             th.start()
         while feed.is_alive():
-            _check(feed, reader)
+            check_threads(feed, reader)
             time.sleep(0.05)
-        _check(feed)
+        check_threads(feed)
         pushed = time.time()
         status = rt.scaling(BIDS).get("dataflows", {}).get(BIDS, {}).get("steps", {})
         hosts = rt.describe(BIDS, refresh=True)["hosts"]
@@ -727,7 +721,7 @@ def run_hot(s: Setup, lessee: bool) -> dict[str, Any]:
             "hosts": sorted(a for a in hosts if a.startswith(f"{BIDS}/{STEP}/")),
             "throughput_eps": feed.pushed / took, "seconds": took,
             "push_seconds": pushed - start,
-            "p99_ms": pct(list(bids.latency), 0.99), "results": len(bids.latency),
+            "p99_ms": quantile(list(bids.latency), 0.99), "results": len(bids.latency),
             "results_equal": bids.fingerprint == expected,
             "result_rows": sum(bids.fingerprint.rows.values()),
             "expected_rows": sum(expected.rows.values()), "events": feed.pushed}
@@ -736,14 +730,14 @@ def run_hot(s: Setup, lessee: bool) -> dict[str, Any]:
 def hot_key(s: Setup, log: Callable[[str], None] = print) -> dict[str, Any]:
     plain = run_hot(s, False)
     log(f"  hot key, no lessee: {plain['throughput_eps']:,.0f} events/s, p99 "
-        f"{_ms(plain['p99_ms'])}, results equal: {plain['results_equal']}")
+        f"{format_ms(plain['p99_ms'])}, results equal: {plain['results_equal']}")
     leased = run_hot(s, True)
     if leased.get("lessees") == NOT_AVAILABLE:
         log(f"  hot key, one lessee: {NOT_AVAILABLE}")
         return {"without": plain, "with": leased, "lessees": NOT_AVAILABLE,
                 "lessee_speedup": None}
     log(f"  hot key, one lessee: {leased['throughput_eps']:,.0f} events/s, p99 "
-        f"{_ms(leased['p99_ms'])}, results equal: {leased['results_equal']}")
+        f"{format_ms(leased['p99_ms'])}, results equal: {leased['results_equal']}")
     speedup = (leased["throughput_eps"] / plain["throughput_eps"]
                if plain["throughput_eps"] else None)
     return {"without": plain, "with": leased, "lessee_speedup": speedup}
@@ -792,7 +786,7 @@ def _print_policy(r: Mapping[str, Any], log: Callable[[str], None]) -> None:
         f"converged in {r['seconds_to_converge']} s, overshoot {r['overshoot']}, "
         f"oscillations {r['oscillations']}")
     log(f"  backlog max {r['backlog_max_events']:,} (lag max {r['lag_max_events']:,} events); "
-        f"bids p99 {_ms(r['p99_ms'])}; alerts within target "
+        f"bids p99 {format_ms(r['p99_ms'])}; alerts within target "
         f"{'-' if r['within_target'] is None else format(r['within_target'], '.1%')}; "
         f"results equal: {r['results_equal']} ({r['result_rows']:,} rows)")
     for e in r["scaling_errors"]:
@@ -877,7 +871,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if hot:
         print(f"lessee speedup: {hot.get('lessee_speedup')}")
     if args.plots and results:
-        from bench.plots import scaling_timeline
+        from bench.harness.plots import scaling_timeline
 
         try:
             print("wrote", scaling_timeline(figures, args.plots))

@@ -1,25 +1,22 @@
-"""Scenarios of `python -m bench.cameo`: single, multi, spike and fair, each under several modes.
+"""Scenarios of `python -m bench.cameo`: single, multi, spike, fair and overload, each under
+several modes.
 
-Builds on bench/multitenant.py (its dataflows, `summarize` and
-`calibrate_capacity`) and bench/workload.py (seeded event streams, steady or
-bursty); this module adds a runner for any set of dataflows, each with its own
-workload (started late if asked), and per-second series.
+Builds on the harness: its two-tenant dataflows (`bench.harness.tenants`), seeded event
+streams, steady or bursty (`bench.harness.workload`), and its runner for any set of
+dataflows with their workloads (`bench.harness.runner`); this module adds the scenarios,
+the ratios between modes and the medians over repeated runs.
 """
 
 from __future__ import annotations
 
 import statistics
-import threading
-import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
-from bench.multitenant import CONFIG, SCHEMA, alerts, bulk, percentile, summarize
-from bench.workload import Workload
+from bench.harness.runner import Load, run
+from bench.harness.tenants import SCHEMA, alerts, bulk
+from bench.harness.workload import Workload
 from cameo_actors import Dataflow
 
-NUM_EXECUTORS = 2
 #: mode -> RuntimeConfig keywords: "cameo" is deadline order alone, "floor" adds the tenant
 #: floors (the default). The fair scenario maps its "cameo" slot to fair_share.
 MODES = {
@@ -34,145 +31,6 @@ FAIR_MODES = {
 }
 OVERLOAD_MODES = {m: MODES[m] for m in ("fifo", "cameo", "floor")}
 RATIO_NOTE = "p99 of the latency-sensitive dataflows: the max over them (one in single, multi, spike)"
-
-
-@dataclass
-class Load:
-    """One dataflow and the workload offered to it (played in real time)."""
-
-    flow: Dataflow
-    workload: Workload
-    latency_sensitive: bool = False
-    start_s: float = 0.0  # start pushing this long after the run starts
-    started_ms: list[float] = field(default_factory=list)  # wall ms the workload started, when running
-
-    @property
-    def name(self) -> str:
-        return self.flow.spec.name
-
-    @property
-    def target_ms(self) -> float:
-        return float(self.flow.spec.latency_target_ms)
-
-
-def _push(rt: Any, load: Load, stop: threading.Event) -> None:
-    """Play `load.workload` into `rt` until `stop`, after a late start if asked."""
-    if stop.wait(load.start_s):
-        return
-    load.started_ms.append(time.time() * 1000)
-    load.workload.play(lambda events: rt.push(load.name, "s", events, batch_size=len(events)), stop)
-
-
-def _series(rows: list[tuple[dict[str, Any], float, float]], since_ms: float, seconds: float) -> list[float | None]:
-    """p99 latency (ms) of the results ingested in each 1 s bucket after `since_ms`."""
-    buckets: list[list[float]] = [[] for _ in range(max(1, int(seconds + 0.999)))]
-    for _, ing, eg in rows:
-        i = int((ing - since_ms) // 1000)
-        if 0 <= i < len(buckets):
-            buckets[i].append(eg - ing)
-    return [percentile(b, 0.99) if b else None for b in buckets]
-
-
-def _from_event_time(rows: list[tuple[dict[str, Any], float, float]], since_ms: float,
-                     target_ms: float) -> dict[str, Any]:
-    """p50/p99 and share within target of egress - event time, over results ingested after
-    since_ms; a window's result counts from its window_end (when it could first be due)."""
-    lat = sorted(eg - r.get("window_end", r.get("ts", eg)) for r, ing, eg in rows if ing >= since_ms)
-    if not lat:
-        return {}
-    return {"p50_from_event_ms": percentile(lat, 0.5), "p99_from_event_ms": percentile(lat, 0.99),
-            "within_target_from_event": sum(1 for x in lat if x <= target_ms) / len(lat)}
-
-
-def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, seconds: float,
-        sample_s: float | None = None) -> dict[str, Any]:
-    """Deploy `loads` on a fresh pool, push for warmup + seconds, and summarize the measured part.
-
-    Latency counts results ingested after the warm-up: from the ingest of the
-    message that made the result computable to egress (the Cameo paper's
-    measure), and `*_from_event_ms` from the event time of the result (an
-    event's `ts`, which the workload sets to when it was due to be sent; a
-    window's end) to egress, which also counts time the feeder was held back
-    by backpressure. throughput_eps is events ingested per second over the
-    measured part; utilization is the executors' mean busy share over it.
-    With `sample_s`, also samples each dataflow every `sample_s` seconds from
-    the start: events ingested per second ("throughput_series_eps") and the
-    executor time its operators took ("busy_series_ms").
-    """
-    from cameo_actors.runtime import Runtime, RuntimeConfig
-
-    pool = f"bench-{mode}-{uuid.uuid4().hex[:8]}"
-    per_df = max(1, NUM_EXECUTORS // len(loads)) if config.get("isolation") == "isolated" else 1
-    rt = Runtime.start(RuntimeConfig(num_executors=NUM_EXECUTORS, executors_per_dataflow=per_df,
-                                     **CONFIG, **config), pool=pool)
-    feeders = [Runtime.connect(pool=pool, address=None) for _ in loads]
-    try:
-        for ld in loads:
-            rt.deploy(ld.flow)
-        stop = threading.Event()
-        threads = [threading.Thread(target=_push, args=(f, ld, stop), daemon=True)
-                   for f, ld in zip(feeders, loads, strict=True)]
-        start_ms = time.time() * 1000
-        for t in threads:
-            t.start()
-        samples: list[list[int]] = []
-        sampler = None
-        if sample_s:
-            def sample() -> None:
-                nxt = time.monotonic()
-                while not stop.is_set():
-                    stats = [rt.stats(ld.name) for ld in loads]
-                    samples.append([(st["events_in"], st["busy_ms"]) for st in stats])
-                    nxt += sample_s
-                    stop.wait(max(0.0, nxt - time.monotonic()))
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
-        time.sleep(warmup)
-        since_ms = time.time() * 1000
-        busy0 = {e["executor"]: e["busy_ms"] for e in rt.executor_stats()}
-        in0 = {ld.name: rt.stats(ld.name)["events_in"] for ld in loads}
-        time.sleep(seconds)
-        busy1 = {e["executor"]: e["busy_ms"] for e in rt.executor_stats()}
-        in1 = {ld.name: rt.stats(ld.name)["events_in"] for ld in loads}
-        wall_ms = time.time() * 1000 - since_ms
-        stop.set()
-        for t in threads:
-            t.join()
-        if sampler:
-            sampler.join()
-        for ld in loads:
-            rt.close(ld.name)
-        rt.wait_idle(timeout_s=120)
-        out: dict[str, Any] = {"policy": config["policy"], "isolation": config["isolation"],
-                               "tenant_floor": config.get("tenant_floor", True), "dataflows": {}}
-        for ld in loads:
-            rows = rt.result_rows(ld.name)
-            s = summarize(rows, since_ms, ld.target_ms, seconds)
-            lat = sorted(eg - ing for _, ing, eg in rows if ing >= since_ms)
-            s.update(throughput_eps=(in1[ld.name] - in0[ld.name]) / (wall_ms / 1000),
-                     target_ms=ld.target_ms, latency_sensitive=ld.latency_sensitive,
-                     offered_eps=ld.workload.rate_eps,
-                     cdf_ms=[percentile(lat, q / 100) for q in range(101)] if lat else [])
-            s.update(_from_event_time(rows, since_ms, ld.target_ms))
-            if any(x.workload.profile == "bursty" for x in loads):
-                s["p99_series_ms"] = _series(rows, since_ms, seconds)
-            if ld.workload.bursts() and ld.started_ms:
-                at = (ld.started_ms[0] - since_ms) / 1000
-                s["spikes_s"] = [[round(at + a, 2), round(at + b, 2)] for a, b in ld.workload.bursts()
-                                 if at + b > 0 and at + a < seconds]
-            out["dataflows"][ld.name] = s
-        out["utilization"] = statistics.mean((busy1[e] - busy0[e]) / wall_ms for e in busy1)
-        if samples:
-            out["sample_s"] = sample_s
-            out["sample_offset_s"] = round((since_ms - start_ms) / 1000, 2) if warmup else 0.0
-            pairs = list(zip(samples, samples[1:], strict=False))
-            for j, ld in enumerate(loads):
-                d = out["dataflows"][ld.name]
-                d["throughput_series_eps"] = [(b[j][0] - a[j][0]) / sample_s for a, b in pairs]
-                d["busy_series_ms"] = [b[j][1] - a[j][1] for a, b in pairs]
-        return out
-    finally:
-        rt.shutdown(stop_ray=False)
 
 
 def ratios(modes: dict[str, Any]) -> dict[str, float | None]:

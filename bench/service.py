@@ -12,7 +12,7 @@ in one run:
   results) alone, and again while another tenant's result log is full and that tenant
   keeps pushing (answered 429; it waits the Retry-After it is given, as a writer should);
   reported side by side and as a ratio;
-- **bad input**: the corpus of bad requests (`cameo_actors.service.bad_input`: bodies,
+- **bad input**: the corpus of bad requests (`corpora.bad_input`: bodies,
   specs, updates, paths, tokens) and a set of bad event values, with the share answered
   4xx (bad requests) or written to the error output (bad events), and the dataflows
   harmed (a victim dataflow checked before and after).
@@ -21,7 +21,6 @@ in one run:
 from __future__ import annotations
 
 import argparse
-import statistics
 import threading
 import time
 from typing import Any
@@ -29,9 +28,11 @@ from typing import Any
 import httpx
 import msgpack
 
-from bench.output import save_json
+from bench.harness.output import save_json
+from bench.harness.stats import interpolated_p99
 from cameo_actors import Dataflow
 from cameo_actors.service.testing import ServiceProcess, fresh_dir
+from corpora import bad_input as corpus
 
 SCHEMA = {"ts": "int", "level": "str", "value": "float", "extra": "any"}
 #: A dataflow's state budget: its result logs hold at half of it (a slow reader fills it fast).
@@ -119,10 +120,6 @@ def throughput(svc: ServiceProcess, admin: Tenant, token: str, n: int) -> dict[s
     return out
 
 
-def p99(samples: list[float]) -> float:
-    return statistics.quantiles(samples, n=100)[98] if len(samples) >= 2 else float("nan")
-
-
 def steady_calls(t: Tenant, name: str, seconds: float, start: int) -> list[float]:
     """The tenant's call latencies (ms): push 100 events, read and commit its results."""
     lat: list[float] = []
@@ -169,9 +166,9 @@ def isolation(svc: ServiceProcess, admin: Tenant, tokens: dict[str, str], second
     thread.join(60)
     for name in ("steady", "hoard"):
         admin.call("DELETE", f"/v1/dataflows/{name}")
-    return {"calls_alone": len(alone), "p99_ms_alone": p99(alone),
-            "calls_beside_full_log": len(beside), "p99_ms_beside_full_log": p99(beside),
-            "p99_ratio": p99(beside) / p99(alone), "hoarder_answers": statuses}
+    return {"calls_alone": len(alone), "p99_ms_alone": interpolated_p99(alone),
+            "calls_beside_full_log": len(beside), "p99_ms_beside_full_log": interpolated_p99(beside),
+            "p99_ratio": interpolated_p99(beside) / interpolated_p99(alone), "hoarder_answers": statuses}
 
 
 BAD_EVENTS: list[tuple[str, dict[str, Any]]] = [
@@ -187,8 +184,6 @@ BAD_EVENTS: list[tuple[str, dict[str, Any]]] = [
 
 
 def bad_input(svc: ServiceProcess, admin: Tenant, tokens: dict[str, str]) -> dict[str, Any]:
-    from cameo_actors.service import bad_input as corpus
-
     admin.call("POST", "/v1/dataflows", passthrough("victim", "ops").spec.to_dict())
     requests = corpus.probe(svc.url, svc.admin_token, tokens["bench"], "victim")
     # Bad event values: each pushed beside good events goes to the error output, counted.

@@ -26,8 +26,8 @@ import statistics
 import threading
 from typing import Any
 
-from bench.output import save_json
-from bench.spark_pool import spark_on_pool
+from bench.harness.output import save_json
+from bench.harness.spark import spark_on_pool
 from cameo_actors import Dataflow
 from cameo_actors.examples import SCHEMA as EVENT_SCHEMA
 from cameo_actors.runtime.config import default_run_dir

@@ -22,8 +22,8 @@ import statistics
 import time
 from typing import Any
 
-from bench.output import save_json
-from bench.workload import THROUGHPUT_FILTER
+from bench.harness.output import save_json
+from bench.harness.workload import THROUGHPUT_FILTER
 from cameo_actors import Dataflow, count
 from cameo_actors.operators.base import END_OF_STREAM
 
@@ -41,8 +41,8 @@ def dataflow(name: str, p: int = 1) -> Dataflow:
 
 
 def make_events(n: int, seed: int = 1) -> list[dict[str, Any]]:
-    """The peer comparison's throughput input (bench/workload.py): the same events for every system."""
-    from bench.workload import throughput_workload
+    """The peer comparison's throughput input (bench/harness/workload.py): the same events for every system."""
+    from bench.harness.workload import throughput_workload
 
     return [e for _, batch in throughput_workload(n, seed).batches() for e in batch]
 

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
-from bench.output import save_json
+from bench.harness.output import save_json
 
 SYSTEMS = ("cameo", "spark", "flink", "bytewax")
 MODULES = {"cameo": "bench.peers.ours", "spark": "bench.peers.spark_fair", "flink": "bench.peers.flink",

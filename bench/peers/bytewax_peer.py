@@ -44,9 +44,9 @@ from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from typing import Any
 
-from bench.output import save_json
+from bench.harness.output import save_json
+from bench.harness.workload import THROUGHPUT_EVENTS, throughput_workload
 from bench.peers import common
-from bench.workload import THROUGHPUT_EVENTS, throughput_workload
 
 Event = dict[str, Any]
 Counts = Counter[tuple[str, int]]  # (key, window id = second of event time) -> events

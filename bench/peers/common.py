@@ -2,18 +2,19 @@
 
 Throughput query (per core, bounded input): filter `value > 10` -> map (keep
 ts, key, value) -> key by `key` -> 1 s tumbling count per key, over
-`bench.workload.throughput_workload()` (event time `ts` in ms, 10 events per ms).
+`bench.harness.workload.throughput_workload()` (event time `ts` in ms, 10 events per ms).
 
 Two-tenant latency (live input, one shared machine):
 - alerts: filter `value >= 0` (every event is a result), target 50 ms,
   `alerts_workload()`: 1,000 events/s in batches every 10 ms;
-- bulk: map `bench.work.burn` (a fixed ~45 µs of Python per event) -> key by
+- bulk: map `bench.harness.work.burn` (a fixed ~45 µs of Python per event) -> key by
   `key` -> 1 s tumbling count, target 1 s, `bulk_workload(rate)`.
 Latency of an alert = time its result is visible at the sink - its event time
 (`ts`, the wall clock when it was due to be sent).
 
-Every peer writes a JSON shaped like `result(...)` so `python -m bench.peers`
-can put them in one table.
+Every peer writes a JSON shaped like `result(...)` (latencies summarized by
+`bench.harness.stats.latency_summary`) so `python -m bench.peers` can put them in one
+table.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 import platform
 from typing import Any
 
-from bench.workload import Workload
+from bench.harness.workload import Workload
 
 ALERTS_TARGET_MS = 50.0
 BULK_TARGET_MS = 1000.0
@@ -35,21 +36,6 @@ def alerts_workload(seconds: float, seed: int = 2) -> Workload:
 
 def bulk_workload(rate_eps: float, seconds: float, seed: int = 3) -> Workload:
     return Workload(rate_eps=rate_eps, seconds=seconds, period_s=0.1, keys=200, zipf_s=0.0, seed=seed)
-
-
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def latency_summary(latencies_ms: list[float], target_ms: float) -> dict[str, Any]:
-    """p50/p95/p99/max and the share within target, the fields every scenario reports."""
-    if not latencies_ms:
-        return {"results": 0, "target_ms": target_ms}
-    lat = sorted(latencies_ms)
-    return {"results": len(lat), "p50_ms": percentile(lat, 0.5), "p95_ms": percentile(lat, 0.95),
-            "p99_ms": percentile(lat, 0.99), "max_ms": lat[-1],
-            "within_target": sum(1 for x in lat if x <= target_ms) / len(lat), "target_ms": target_ms}
 
 
 def result(system: str, version: str, *, throughput: dict[str, Any] | None = None,

@@ -25,7 +25,7 @@ Latency (live input): `common.alerts_workload()` played in real time, one JSON-l
 batch (10 ms) into a folder that a `FileSource` monitors (every `--monitor-ms`); alerts are
 filter value >= 0. With `--bulk-rate` > 0, the bulk tenant runs next to it as a second job
 (each tenant its own job and configuration, as on a shared Flink cluster): its own folder (one
-file per 100 ms batch) -> watermarks (bounded out-of-orderness) -> map `bench.work.burn` ->
+file per 100 ms batch) -> watermarks (bounded out-of-orderness) -> map `bench.harness.work.burn` ->
 key_by -> 1 s tumbling count. The sink is the last Python function: it stamps the wall clock
 and appends a line to a file (line-buffered), so latency = sink stamp - `ts` for an alert,
 sink stamp - window end for a bulk window; results of the first `--warmup` seconds are left
@@ -52,9 +52,10 @@ from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
 
-from bench.output import save_json
+from bench.harness.output import save_json
+from bench.harness.stats import latency_summary
+from bench.harness.workload import THROUGHPUT_EVENTS, throughput_workload
 from bench.peers import common
-from bench.workload import THROUGHPUT_EVENTS, throughput_workload
 
 Row3 = tuple[int, str, float]  # (ts, key, value): an event as the jobs see it
 Counts = Counter[tuple[str, int]]  # (key, window start s) -> events
@@ -80,7 +81,7 @@ def start_gateway(loopback: bool = False) -> float:
     # The JVM, the mini-cluster in it, and the Python workers it starts inherit this
     # environment: thread mode's embedded interpreter does not see the venv's site-packages
     # by itself (it fails on `import pemja`), and process-mode workers need `bench` importable
-    # for functions pickled by reference (bench.work.burn).
+    # for functions pickled by reference (bench.harness.work.burn).
     paths = [ROOT, *site.getsitepackages()]
     if os.environ.get("PYTHONPATH"):
         paths.append(os.environ["PYTHONPATH"])
@@ -404,7 +405,7 @@ def bulk_job(env: Any, base: str, monitor_ms: int) -> None:
     """Bulk: read and watermark at parallelism 1, burn and window at the environment's (2)."""
     from pyflink.common import Row
 
-    from bench.work import burn
+    from bench.harness.work import burn
 
     parsed = file_source(env, os.path.join(base, "bulk"), "bulk-files", monitor_ms).map(
         parse, output_type=row_type()).set_parallelism(1)
@@ -469,7 +470,7 @@ def latency(mode: str, seconds: float, warmup: float, bulk_rate: float, monitor_
     alerts_rows = [r for r in read_sink(out, "alerts") if r[1] != "probe"]
     alerts_lat = [float(r[2]) - int(r[0]) for r in alerts_rows if int(r[0]) >= since_ms]
     res: dict[str, Any] = {
-        "mode": mode, "alerts": common.latency_summary(alerts_lat, common.ALERTS_TARGET_MS),
+        "mode": mode, "alerts": latency_summary(alerts_lat, common.ALERTS_TARGET_MS),
         "offered_eps": {"alerts": alerts_w.rate_eps, "bulk": bulk_rate}, "seconds": seconds,
         "warmup_s": warmup, "job_startup_s": startup_s,
         "alerts_sent": sent, "alerts_at_sink": len(alerts_rows)}
@@ -477,7 +478,7 @@ def latency(mode: str, seconds: float, warmup: float, bulk_rate: float, monitor_
         bulk_start = started["bulk"]
         windows = read_sink(out, "bulk")
         bulk_lat = [float(r[2]) - int(r[0]) for r in windows if int(r[0]) - 1000 >= bulk_start + warmup * 1000]
-        res["bulk"] = common.latency_summary(bulk_lat, common.BULK_TARGET_MS)
+        res["bulk"] = latency_summary(bulk_lat, common.BULK_TARGET_MS)
         # Events in the windows that closed vs the events sent for them: the rest came late.
         ends = {int(r[0]) for r in windows}
         sent_in = len([e for _, b in bulk_w.batches(int(bulk_start)) for e in b

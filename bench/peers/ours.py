@@ -6,7 +6,7 @@ Run: `python -m bench.peers.ours [--events N] [--repeat R] [--seconds S] [--warm
 - throughput: bench/throughput.py on `common.throughput_workload()`: one
   executor core in-process, and on Ray with 1 and 2 executors end to end;
 - latency: alerts + bulk (common.py's queries and workloads) on a pool of two
-  executors under `cameo`, then under `fifo`, by bench/scenarios.py's runner.
+  executors under `cameo`, then under `fifo`, by bench/harness/runner.py.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import argparse
 from importlib.metadata import version
 from typing import Any
 
-from bench.output import save_json
+from bench.harness.output import save_json
+from bench.harness.workload import THROUGHPUT_EVENTS
 from bench.peers import common
-from bench.workload import THROUGHPUT_EVENTS
 
 
 def throughput(events: int, repeat: int) -> dict[str, Any]:
@@ -32,8 +32,8 @@ def throughput(events: int, repeat: int) -> dict[str, Any]:
 
 
 def latency(seconds: float, warmup: float, bulk_rate: float, policy: str) -> dict[str, Any]:
-    from bench.multitenant import alerts, bulk
-    from bench.scenarios import Load, run
+    from bench.harness.runner import Load, run
+    from bench.harness.tenants import alerts, bulk
 
     run_s = warmup + seconds + 60  # played until the run stops them
     loads = [Load(alerts(), common.alerts_workload(run_s), latency_sensitive=True),
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import ray
 
-    from bench.cameo import ensure_ray
+    from bench.harness.cluster import ensure_ray
 
     ensure_ray()
     try:

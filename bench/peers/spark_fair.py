@@ -20,7 +20,7 @@ with other loads, load average 4-8: read them for the ranking, not the values):
   latency = wall clock once the rows are in the driver - ts. The clock is read
   after the collect, not on entering foreachBatch: Spark reads the batch's files
   only in that collect's job, so before it the result is not visible anywhere.
-- bulk: map `bench.work.burn` -> watermark 0 s on ts (events come in order) ->
+- bulk: map `bench.harness.work.burn` -> watermark 0 s on ts (events come in order) ->
   (key, 1 s tumbling window) count, append mode -> foreachBatch; latency = wall
   clock when the row is in the driver - window end. The map is a plain `@udf`,
   what a Spark user writes: on Spark 4 it is Arrow-batched by default
@@ -73,6 +73,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.harness.stats import latency_summary
 from bench.peers import common
 from cameo_actors.runtime.config import default_run_dir
 from spark_ingest.events import write_file
@@ -80,7 +81,7 @@ from spark_ingest.session import SparkConfig, build_session
 
 SYSTEM = "spark-fair-pools"
 SCHEMA = "ts LONG, key STRING, value DOUBLE"
-#: The project root, for Spark's Python workers to import bench.work wherever they start.
+#: The project root, for Spark's Python workers to import bench.harness.work wherever they start.
 ROOT = str(Path(__file__).resolve().parents[2])
 POOLS = {"alerts": {"weight": 10, "minShare": 1}, "bulk": {"weight": 1, "minShare": 0}}
 ALERTS_FILE_MS = 100
@@ -239,7 +240,7 @@ def phase(spark: Any, base: str, name: str, seconds: float, warmup: float, bulk_
     """Run the alerts query (and the bulk one if bulk_rate > 0) live for warmup + seconds."""
     from pyspark.sql import functions as F
 
-    from bench.work import burn
+    from bench.harness.work import burn
 
     sc = spark.sparkContext
     folder = os.path.join(base, name)
@@ -327,8 +328,8 @@ def phase(spark: Any, base: str, name: str, seconds: float, warmup: float, bulk_
                                                 if a_sink.collect_ms else None)
     for q in qs:
         q.stop()
-    out = {"alerts": common.latency_summary(a_sink.latencies, common.ALERTS_TARGET_MS),
-           "bulk": common.latency_summary(b_sink.latencies, common.BULK_TARGET_MS),
+    out = {"alerts": latency_summary(a_sink.latencies, common.ALERTS_TARGET_MS),
+           "bulk": latency_summary(b_sink.latencies, common.BULK_TARGET_MS),
            "spark": spark_stats, "drained": drained, "drain_s": round(drain_s, 1),
            "pools_seen": {"alerts": sorted(map(str, a_sink.pools)), "bulk": sorted(map(str, b_sink.pools))}}
     _log_phase(name, out, log)
@@ -370,7 +371,7 @@ def run(seconds: float = 30.0, warmup: float = 10.0, bulk_rate: float = 20_000.0
         with open(alloc, "w") as f:
             f.write(pools_xml())
         conf = (("spark.scheduler.mode", "FAIR"), ("spark.scheduler.allocation.file", alloc),
-                # Spark's Python workers import bench.work (the UDF) from the project root.
+                # Spark's Python workers import bench.harness.work (the UDF) from the project root.
                 ("spark.executorEnv.PYTHONPATH", ROOT),
                 # The file source hands each micro-batch's new files to a file index that, above
                 # 32 paths, runs a Spark job (a task per file) just to stat files Spark has listed
@@ -416,7 +417,7 @@ def run(seconds: float = 30.0, warmup: float = 10.0, bulk_rate: float = 20_000.0
         "task, so an alerts task can wait for a bulk task (burn over a batch's files) to finish",
         "alerts latency: wall clock once foreachBatch has collected the rows - ts; bulk: wall "
         "clock once collected - window end; events of the warm-up not counted",
-        "bulk map: plain @udf (Arrow-batched by default on Spark 4) calling bench.work.burn; "
+        "bulk map: plain @udf (Arrow-batched by default on Spark 4) calling bench.harness.work.burn; "
         "count(value) keeps the map from being pruned",
         FILE_NOTE, TRIGGER_NOTE,
         "spark.sql.sources.parallelPartitionDiscovery.threshold raised: no Spark job (a task per "

@@ -5,10 +5,12 @@
   deliberately late events;
 - `queries`: Q0-Q8 and Q11 as dataflows (`QUERIES`), and their JSON specs in `specs/`
   (`python -m cameo_actors.nexmark` writes them);
-- `functions`: the user functions the queries name by import path.
+- `functions`: the user functions the queries name by import path;
+- `reference`: the queries' independent reference, DuckDB SQL over the same stream, and
+  the comparison of result multisets (DuckDB is an optional extra, `[nexmark]`).
 
-A definition-level package: it never imports Ray or Spark. The DuckDB reference the
-results are checked against is `bench.nexmark_reference`; the benchmark `bench.nexmark`.
+A definition-level package: it never imports Ray or Spark. The benchmark is
+`bench.nexmark`.
 
 >>> from cameo_actors.nexmark import QUERIES, generate
 >>> sorted(QUERIES, key=lambda q: int(q[1:]))[:3], generate(events=50).counts()["bid"]

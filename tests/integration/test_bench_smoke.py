@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from bench import cameo, critical_path, migration, nexmark, recovery, scaling, scenarios
+from bench import critical_path, migration, nexmark, recovery, scaling, scenarios
+from bench.harness.cluster import ensure_ray
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ POLICIES = {"fifo": "fifo", "cameo": "cameo", "floor": "cameo", "isolated": "fif
 
 
 def test_latency_scenarios(ray_session: None) -> None:
-    cameo.ensure_ray()  # Ray is up already: must not start another
+    ensure_ray()  # Ray is up already: must not start another
     for fn in (scenarios.single, scenarios.multi):
         res = fn(CAPACITY, 0.5, 1.5, log=lambda _: None)
         check_modes(res, tuple(POLICIES), POLICIES)

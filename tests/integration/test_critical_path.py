@@ -23,9 +23,9 @@ def chain(name: str) -> Dataflow:
     """Three CPU-bound maps in a row; the middle one is three times slower than the others."""
     return (Dataflow(name, latency_target_ms=500, tenant=name)
             .source("s", schema=SCHEMA, event_time="ts")
-            .map(function="bench.work:burn", id="parse")
-            .map(function="bench.work:burn_3x", id="enrich")
-            .map(function="bench.work:burn", id="score")
+            .map(function="bench.harness.work:burn", id="parse")
+            .map(function="bench.harness.work:burn_3x", id="enrich")
+            .map(function="bench.harness.work:burn", id="score")
             .sink("o"))
 
 
@@ -96,7 +96,7 @@ def test_waiting_behind_a_bulk_dataflow_is_named_under_fifo(pools: Any) -> None:
     rt = pools["tracedfifo1"]
     bulk = (Dataflow("cp-bulk", latency_target_ms=5000, tenant="analytics")
             .source("s", schema=SCHEMA, event_time="ts")
-            .map(function="bench.work:burn")
+            .map(function="bench.harness.work:burn")
             .key_by("key").window(tumbling_ms=1000).aggregate(n=count()).sink("o"))
     alerts = (Dataflow("cp-alerts", latency_target_ms=20, tenant="ops")
               .source("s", schema=SCHEMA, event_time="ts").filter("value >= 0").sink("o"))

@@ -22,7 +22,7 @@ def heavy(name: str, rate: float | None = None) -> Dataflow:
     """source -> CPU-bound map -> 1 s windows: about 50 µs of executor time per event."""
     return (Dataflow(name, latency_target_ms=1000, tenant=name, expected_rate_eps=rate)
             .source("s", schema=SCHEMA, event_time="ts")
-            .map(function="bench.work:burn")
+            .map(function="bench.harness.work:burn")
             .key_by("key").window(tumbling_ms=1000).aggregate(n=count()).sink("o"))
 
 

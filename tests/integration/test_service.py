@@ -25,9 +25,9 @@ import pytest
 import yaml
 
 from cameo_actors import Dataflow, SpecError, count, sum_
-from cameo_actors.service import bad_input
 from cameo_actors.service.client import ServiceError
 from cameo_actors.service.testing import ServiceProcess, free_port, fresh_dir
+from corpora import bad_input
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from bench.nexmark_reference import difference, reference
 from cameo_actors.nexmark.generator import NexmarkConfig, NexmarkStream, generate
+from cameo_actors.nexmark.reference import difference, reference
 
 #: 6,000 events at 30 per second of event time: 200 s, twenty 10 s windows; disorder up to
 #: 1 s (the queries allow 2 s) and 1 % of the events held back past 62 s (late).

@@ -1,4 +1,4 @@
-"""bench/workload.py (seeded event streams) and bench.scenarios.combine (medians over runs)."""
+"""bench/harness/workload.py (seeded event streams) and bench.scenarios.combine (medians over runs)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.workload import Workload
 from bench.scenarios import combine
-from bench.workload import Workload
 
 
 def test_same_seed_same_events_other_seed_other_events() -> None:

@@ -10,7 +10,7 @@ import sys
 import grimp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("cameo_actors", "spark_ingest", "bench")
+PACKAGES = ("cameo_actors", "spark_ingest", "bench", "corpora")
 
 
 def test_import_contracts_are_kept() -> None:

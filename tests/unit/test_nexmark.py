@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from bench import nexmark_reference
 from cameo_actors import DataflowSpec, nexmark
-from cameo_actors.nexmark import functions, generator, queries
+from cameo_actors.nexmark import functions, generator, queries, reference
 from cameo_actors.nexmark.generator import NexmarkConfig, events_in_time_order, generate
 from cameo_actors.nexmark.queries import QUERIES, SINK, SOURCE, STATELESS
 from cameo_actors.testing import TestingSource, run_local
@@ -147,7 +146,7 @@ def test_queries_are_definitions_only() -> None:
 
 
 def test_doctests() -> None:
-    for module in (nexmark, generator, queries, functions, nexmark_reference):
+    for module in (nexmark, generator, queries, functions, reference):
         result = doctest.testmod(module)
         assert result.failed == 0, module.__name__
 
@@ -155,6 +154,6 @@ def test_doctests() -> None:
 def test_canonical_rows_ignore_order_and_float_noise() -> None:
     a: list[dict[str, Any]] = [{"x": 1.0, "y": 0.1 + 0.2}, {"x": 2, "y": "s"}]
     b: list[dict[str, Any]] = [{"y": "s", "x": 2}, {"y": 0.3, "x": 1}]
-    assert nexmark_reference.canonical(a) == nexmark_reference.canonical(b)
-    assert nexmark_reference.difference(a, b) == ""
-    assert "1 missing" in nexmark_reference.difference(a[:1], b)
+    assert reference.canonical(a) == reference.canonical(b)
+    assert reference.difference(a, b) == ""
+    assert "1 missing" in reference.difference(a[:1], b)

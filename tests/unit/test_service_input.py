@@ -18,12 +18,12 @@ from cameo_actors import Dataflow, DataflowSpec, SpecError
 from cameo_actors.dataflow.validate import MAX_NUMBER, check_live_settings, check_pool_limits
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
-from cameo_actors.service import bad_input
 from cameo_actors.service.app import create_app
 from cameo_actors.service.config import ServiceConfig, resolve_service_config
 from cameo_actors.service.errors import ConfigError
 from cameo_actors.service.nesting import deeper_than, json_depth
 from cameo_actors.service.protocol import UpdateRequest
+from corpora import bad_input
 from tests.shared.service_fakes import ADMIN, Service, TestClient, auth, flow
 
 MSGPACK = {**auth(), "Content-Type": "application/msgpack"}
@@ -85,7 +85,7 @@ def test_non_finite_step_numbers_are_refused_by_the_definition_layer(step: int, 
 
 @pytest.mark.parametrize("size", [math.inf, math.nan, 1e300, 10**30, MAX_NUMBER + 1])
 def test_window_sizes_must_be_finite_and_bounded(size: float) -> None:
-    data = bad_input._spec(steps={2: {"size_ms": size}})
+    data = bad_input.broken_spec(steps={2: {"size_ms": size}})
     with pytest.raises(SpecError, match="size_ms > 0 and at most 9007199254740992"):
         DataflowSpec.from_dict(data)
     data["steps"][2]["size_ms"] = MAX_NUMBER  # the bound itself is a (very long) window
@@ -193,7 +193,7 @@ def test_deep_json_is_refused_before_it_is_parsed(svc: Service,
 
 @pytest.mark.parametrize(("raw", "got"), [
     (b"\x91" * 2000 + b"\x90", "more than 1024 levels"),  # msgpack's own stack limit
-    (msgpack.packb(bad_input._nested(70)), "more than 64 levels"),
+    (msgpack.packb(bad_input.nested(70)), "more than 64 levels"),
 ])
 def test_deep_msgpack_is_refused_after_unpacking(svc: Service, raw: bytes, got: str) -> None:
     r = svc.http.post("/v1/dataflows", content=raw, headers=MSGPACK)
@@ -203,13 +203,13 @@ def test_deep_msgpack_is_refused_after_unpacking(svc: Service, raw: bytes, got: 
 def test_the_depth_limit_is_a_service_setting(svc: Service) -> None:
     http = TestClient(create_app(svc.core, svc.tokens, max_json_depth=8))
     svc.client(ADMIN).submit(flow("d"))
-    event = {"ts": 1, "level": "ERROR", "key": "k", "nested": bad_input._nested(6)}  # 8 deep
+    event = {"ts": 1, "level": "ERROR", "key": "k", "nested": bad_input.nested(6)}  # 8 deep
     for body, ctype in ((json.dumps([event]).encode(), "application/json"),
                         (msgpack.packb([event]), "application/msgpack")):
         r = http.post("/v1/dataflows/d/sources/s/events", content=body,
                       headers={**auth(), "Content-Type": ctype})
         assert r.status_code == 202, r.text
-    event["nested"] = bad_input._nested(7)
+    event["nested"] = bad_input.nested(7)
     r = http.post("/v1/dataflows/d/sources/s/events", json=[event], headers=auth())
     assert r.status_code == 400 and r.json()["error"]["got"] == "9 levels"
     assert resolve_service_config({"max_json_depth": "100"}, env={}).max_json_depth == 100
@@ -289,7 +289,7 @@ BUILDER_WORDS = re.compile(r"\.(source|sink|filter|map|key_by|window|join|aggreg
 
 
 def test_a_json_window_without_time_field_is_told_about_time_field() -> None:
-    data = bad_input._spec(steps={0: {"event_time": None}, 2: {"time_field": ...}})
+    data = bad_input.broken_spec(steps={0: {"event_time": None}, 2: {"time_field": ...}})
     with pytest.raises(SpecError) as e:
         DataflowSpec.from_dict(data)
     assert "'time_field' on the window step" in e.value.fix

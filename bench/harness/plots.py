@@ -1,6 +1,8 @@
-"""PNG plots of `python -m bench.cameo` results (matplotlib, imported only here).
+"""PNG plots of the benchmarks' results (matplotlib, imported only when a plot is drawn):
+`python -m bench.cameo`'s scenarios, `python -m bench.scaling`'s timeline, and `pyplot`
+for a suite that draws its own.
 
-Run on a results file: `python -m bench.plots RESULTS.json DIR`.
+Run on a `bench.cameo` results file: `python -m bench.harness.plots RESULTS.json DIR`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 MODES = ("fifo", "cameo", "floor", "isolated")
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files (no display); ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,7 +27,7 @@ def _plt() -> Any:
 
 def latency_cdf(res: dict[str, Any], path: str, title: str) -> str:
     """CDF of result latency per mode, latency-sensitive dataflows solid, others dashed."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, mode in enumerate(m for m in MODES if m in res):
         for name, d in res[mode]["dataflows"].items():
@@ -52,7 +55,7 @@ def _finish(plt: Any, fig: Any, ax: Any, path: str, xlabel: str, ylabel: str, ti
 
 def spike_series(res: dict[str, Any], path: str) -> str:
     """p99 of the latency-sensitive dataflow per 1 s bucket, per mode, spikes shaded."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     shaded = False
     for i, mode in enumerate(m for m in MODES if m in res):
@@ -73,7 +76,7 @@ def spike_series(res: dict[str, Any], path: str) -> str:
 
 def fair_shares(res: dict[str, Any], path: str, title: str = "") -> str:
     """Share of executor time per tenant per second, one panel per mode."""
-    plt = _plt()
+    plt = pyplot()
     modes = [m for m in MODES if m in res]
     fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 4), sharey=True, squeeze=False)
     for ax, mode in zip(axes[0], modes, strict=True):
@@ -101,7 +104,7 @@ def scaling_timeline(res: dict[str, Any], out_dir: str) -> str:
     """`python -m bench.scaling`'s figure, `DIR/scaling.png`: rows sharing the time axis:
     the offered rate, the window's instances per policy with the optimum as a step line,
     and the p99 of bids' result latency per second per policy (log)."""
-    plt = _plt()
+    plt = pyplot()
     policies = res["policies"]
     fig, axes = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True)
     rate_ax, inst_ax, p99_ax = axes

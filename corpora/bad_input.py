@@ -17,6 +17,8 @@ the app over an in-memory runtime, the integration tests against `cameo serve`::
     assert report["non_4xx"] == [] and report["harmed"] == []
 
 This module only builds requests and reads answers (httpx); it imports no server code.
+It is a test corpus, not part of the product: the tests of the service and
+`bench.service` use it.
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ def _mp(data: Any) -> bytes:
     return msgpack.packb(data, use_bin_type=True)
 
 
-def _nested(depth: int, leaf: Any = 1) -> Any:
+def nested(depth: int, leaf: Any = 1) -> Any:
+    """`leaf` inside `depth` lists: a body deeper than a parser should follow."""
     data = leaf
     for _ in range(depth):
         data = [data]
@@ -109,8 +112,8 @@ def _base() -> dict[str, Any]:
             .window(tumbling_ms=1000, id="win").aggregate(n=count()).sink("out")).spec.to_dict()
 
 
-def _spec(change: dict[str, Any] | None = None, drop: tuple[str, ...] = (),
-          steps: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+def broken_spec(change: dict[str, Any] | None = None, drop: tuple[str, ...] = (),
+                steps: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The base spec with top-level fields changed or dropped, and steps' fields changed
     (a value of ... removes the field)."""
     spec = _base()
@@ -128,7 +131,7 @@ def _spec(change: dict[str, Any] | None = None, drop: tuple[str, ...] = (),
 
 def _filter_spec(predicate: Any) -> dict[str, Any]:
     """The base spec's source, a filter with `predicate`, a sink."""
-    return _spec({"steps": [_base()["steps"][0],
+    return broken_spec({"steps": [_base()["steps"][0],
                             {"op": "filter", "id": "f", "inputs": ["src"], "predicate": predicate},
                             {"op": "sink", "id": "out", "inputs": ["f"]}]})
 
@@ -154,7 +157,7 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
                                 chunked=chunked, needle=needle))
 
     # -- malformed bodies ----------------------------------------------------------------------
-    good = _json(_spec())
+    good = _json(broken_spec())
     body("JSON cut short", b'{"name": ', 400)
     body("JSON with trailing garbage", good + b" x", 400)
     body("JSON with single quotes", b"{'name': 'x'}", 400)
@@ -170,14 +173,14 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
     deep = b"[" * 50_000 + b"]" * 50_000
     body("JSON nested 50,000 deep", deep, _sized(deep, max_spec_bytes, 400))
     body("JSON nested 100 deep inside a spec field",
-         _json({**_spec(), "name": _nested(100)}), 400, needle="nest")
+         _json({**broken_spec(), "name": nested(100)}), 400, needle="nest")
     body("JSON nested 65 deep, brackets in strings not counted",
-         _json([_nested(64, "[[[[")]), 400, needle="65 levels")
+         _json([nested(64, "[[[[")]), 400, needle="65 levels")
     body("bytes that are not msgpack", b"\xc1\xc1", 400, ctype=MSGPACK)
-    body("msgpack cut short", _mp(_spec())[:-7], 400, ctype=MSGPACK)
-    body("msgpack with bytes after the object", _mp(_spec()) + b"\x01", 400, ctype=MSGPACK)
+    body("msgpack cut short", _mp(broken_spec())[:-7], 400, ctype=MSGPACK)
+    body("msgpack with bytes after the object", _mp(broken_spec()) + b"\x01", 400, ctype=MSGPACK)
     body("msgpack nested 2000 deep", b"\x91" * 2000 + b"\x90", 400, ctype=MSGPACK)
-    body("msgpack nested 100 deep", _mp(_nested(100)), 400, ctype=MSGPACK)
+    body("msgpack nested 100 deep", _mp(nested(100)), 400, ctype=MSGPACK)
     body("msgpack map with integer keys", _mp({1: 2}), 400, ctype=MSGPACK)
     body("a spec as text/plain", good, 415, ctype="text/plain")
     body("a spec as application/xml", b"<spec/>", 415, ctype="application/xml")
@@ -199,81 +202,81 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
     spec("a list instead of a spec", [], needle="not an object")
     spec("a string instead of a spec", "spec")
     spec("null instead of a spec", None)
-    spec("an unknown top-level field", _spec({"colour": "red"}), needle="colour")
+    spec("an unknown top-level field", broken_spec({"colour": "red"}), needle="colour")
     for field in ("name", "steps", "latency_target_ms"):
-        spec(f"no {field}", _spec(drop=(field,)), needle=field)
-    spec("a number as the name", _spec({"name": 5}))
-    spec("a name with a space", _spec({"name": "a b"}))
-    spec("a name of 200 characters", _spec({"name": "n" * 200}))
-    spec("an empty name", _spec({"name": ""}))
-    spec("a tenant with a slash", _spec({"tenant": "a/b"}))
+        spec(f"no {field}", broken_spec(drop=(field,)), needle=field)
+    spec("a number as the name", broken_spec({"name": 5}))
+    spec("a name with a space", broken_spec({"name": "a b"}))
+    spec("a name of 200 characters", broken_spec({"name": "n" * 200}))
+    spec("an empty name", broken_spec({"name": ""}))
+    spec("a tenant with a slash", broken_spec({"tenant": "a/b"}))
     for value, what in ((0, "0"), (-5, "-5"), ("fast", "a string"), (True, "true"),
                         (None, "null"), (1e9, "over a day"), (10**30, "a 31-digit integer")):
-        spec(f"latency target {what}", _spec({"latency_target_ms": value}),
+        spec(f"latency target {what}", broken_spec({"latency_target_ms": value}),
              needle="latency_target_ms")
     # json.dumps cannot write 1e999: Python's parser reads it as Infinity.
     cases.append(BadRequest("spec", "latency target 1e999 in JSON (read as Infinity)", "POST",
                             spec_path, good.replace(b'"latency_target_ms": 100',
                                                     b'"latency_target_ms": 1e999'),
                             needle="latency_target_ms"))
-    spec("NaN latency target in msgpack", _spec({"latency_target_ms": NAN}), mp=True,
+    spec("NaN latency target in msgpack", broken_spec({"latency_target_ms": NAN}), mp=True,
          needle="latency_target_ms")
-    spec("Infinity latency target in msgpack", _spec({"latency_target_ms": INF}), mp=True,
+    spec("Infinity latency target in msgpack", broken_spec({"latency_target_ms": INF}), mp=True,
          needle="latency_target_ms")
     for value, what, mp in ((NAN, "NaN", True), (INF, "Infinity", True), (0, "0", False),
                             ("heavy", "a string", False), (1e300, "1e300", False)):
-        spec(f"weight {what}", _spec({"scheduling": {"weight": value}}), mp=mp, needle="weight")
-    spec("rate limit -5", _spec({"scheduling": {"rate_limit_eps": -5}}), needle="rate_limit_eps")
-    spec("NaN rate limit in msgpack", _spec({"scheduling": {"rate_limit_eps": NAN}}), mp=True,
+        spec(f"weight {what}", broken_spec({"scheduling": {"weight": value}}), mp=mp, needle="weight")
+    spec("rate limit -5", broken_spec({"scheduling": {"rate_limit_eps": -5}}), needle="rate_limit_eps")
+    spec("NaN rate limit in msgpack", broken_spec({"scheduling": {"rate_limit_eps": NAN}}), mp=True,
          needle="rate_limit_eps")
-    spec("expected rate 0", _spec({"scheduling": {"expected_rate_eps": 0}}),
+    spec("expected rate 0", broken_spec({"scheduling": {"expected_rate_eps": 0}}),
          needle="expected_rate_eps")
-    spec("expected rate as text", _spec({"scheduling": {"expected_rate_eps": "lots"}}),
+    spec("expected rate as text", broken_spec({"scheduling": {"expected_rate_eps": "lots"}}),
          needle="expected_rate_eps")
-    spec("Infinity expected rate in msgpack", _spec({"scheduling": {"expected_rate_eps": INF}}),
+    spec("Infinity expected rate in msgpack", broken_spec({"scheduling": {"expected_rate_eps": INF}}),
          mp=True, needle="expected_rate_eps")
-    spec("scheduling as a string", _spec({"scheduling": "fast"}))
-    spec("an unknown scheduling field", _spec({"scheduling": {"priority": 1}}),
+    spec("scheduling as a string", broken_spec({"scheduling": "fast"}))
+    spec("an unknown scheduling field", broken_spec({"scheduling": {"priority": 1}}),
          needle="priority")
     for value, what in ((-5, "-5"), (50, "50"), ("fast", "a string")):
         spec(f"checkpoint interval {what}",
-             _spec({"fault_tolerance": {"checkpoint_interval_ms": value}}),
+             broken_spec({"fault_tolerance": {"checkpoint_interval_ms": value}}),
              needle="checkpoint_interval_ms")
-    spec("delivery twice", _spec({"fault_tolerance": {"delivery": "twice"}}), needle="delivery")
-    spec("an errors connector with a numeric format", _spec({"errors": {"format": 5}}))
-    spec("spec version 2", _spec({"version": 2}))
-    spec("steps as a string", _spec({"steps": "src"}))
-    spec("an empty list of steps", _spec({"steps": []}))
-    spec("a step that is a number", _spec({"steps": [5]}))
-    spec("a step without op", _spec(steps={1: {"op": ...}}))
-    spec("an unknown op", _spec(steps={1: {"op": "explode"}}), needle="explode")
-    spec("a step without id", _spec(steps={1: {"id": ...}}))
-    spec("two steps with one id", _spec(steps={1: {"id": "src"}}), needle="unique")
-    spec("a step id with a space", _spec(steps={1: {"id": "a b"}}))
-    spec("an unknown field on a step", _spec(steps={2: {"size": 10}}), needle="size")
-    spec("inputs as a string", _spec(steps={1: {"inputs": "src"}}))
-    spec("an input naming no step", _spec(steps={1: {"inputs": ["nowhere"]}}),
+    spec("delivery twice", broken_spec({"fault_tolerance": {"delivery": "twice"}}), needle="delivery")
+    spec("an errors connector with a numeric format", broken_spec({"errors": {"format": 5}}))
+    spec("spec version 2", broken_spec({"version": 2}))
+    spec("steps as a string", broken_spec({"steps": "src"}))
+    spec("an empty list of steps", broken_spec({"steps": []}))
+    spec("a step that is a number", broken_spec({"steps": [5]}))
+    spec("a step without op", broken_spec(steps={1: {"op": ...}}))
+    spec("an unknown op", broken_spec(steps={1: {"op": "explode"}}), needle="explode")
+    spec("a step without id", broken_spec(steps={1: {"id": ...}}))
+    spec("two steps with one id", broken_spec(steps={1: {"id": "src"}}), needle="unique")
+    spec("a step id with a space", broken_spec(steps={1: {"id": "a b"}}))
+    spec("an unknown field on a step", broken_spec(steps={2: {"size": 10}}), needle="size")
+    spec("inputs as a string", broken_spec(steps={1: {"inputs": "src"}}))
+    spec("an input naming no step", broken_spec(steps={1: {"inputs": ["nowhere"]}}),
          needle="nowhere")
-    spec("a cycle", _spec(steps={1: {"inputs": ["win"]}}), needle="cycle")
-    spec("a source with an input", _spec(steps={0: {"inputs": ["out"]}}))
-    spec("a step reading a sink", _spec({"steps": [*_spec()["steps"], {
+    spec("a cycle", broken_spec(steps={1: {"inputs": ["win"]}}), needle="cycle")
+    spec("a source with an input", broken_spec(steps={0: {"inputs": ["out"]}}))
+    spec("a step reading a sink", broken_spec({"steps": [*broken_spec()["steps"], {
         "op": "sink", "id": "after", "inputs": ["out"]}]}), needle="sink")
     for value, what, mp in ((0, "0", False), (5000, "5000", False), ("2", "a string", False),
                             (1.5, "1.5", False), (NAN, "NaN", True)):
-        spec(f"parallelism {what}", _spec(steps={2: {"parallelism": value}}), mp=mp,
+        spec(f"parallelism {what}", broken_spec(steps={2: {"parallelism": value}}), mp=mp,
              needle="parallelism")
-    spec("a schema that is a list", _spec(steps={0: {"schema": ["ts"]}}))
-    spec("a schema type that does not exist", _spec(steps={0: {"schema": {
+    spec("a schema that is a list", broken_spec(steps={0: {"schema": ["ts"]}}))
+    spec("a schema type that does not exist", broken_spec(steps={0: {"schema": {
         **SCHEMA, "when": "datetime"}}}), needle="datetime")
-    spec("a schema type that is a number", _spec(steps={0: {"schema": {**SCHEMA, "x": 5}}}))
-    spec("an empty schema", _spec(steps={0: {"schema": {}}}))
-    spec("event_time not in the schema", _spec(steps={0: {"event_time": "when"}}),
+    spec("a schema type that is a number", broken_spec(steps={0: {"schema": {**SCHEMA, "x": 5}}}))
+    spec("an empty schema", broken_spec(steps={0: {"schema": {}}}))
+    spec("event_time not in the schema", broken_spec(steps={0: {"event_time": "when"}}),
          needle="event_time")
-    spec("event_time of type str", _spec(steps={0: {"event_time": "level"}}),
+    spec("event_time of type str", broken_spec(steps={0: {"event_time": "level"}}),
          needle="event_time")
     for value, what, mp in ((-1, "-1", False), (NAN, "NaN", True), (INF, "Infinity", True),
                             (1e300, "1e300", False)):
-        spec(f"allowed lateness {what}", _spec(steps={0: {"allowed_lateness_ms": value}}),
+        spec(f"allowed lateness {what}", broken_spec(steps={0: {"allowed_lateness_ms": value}}),
              mp=mp, needle="allowed_lateness_ms")
     for predicate, what in (("level ==", "cut short"), ("__import__('os')", "__import__"),
                             ("open('x')", "open()"), ("level.lower() == 'x'", "a method call"),
@@ -281,87 +284,87 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
                                                             "calls nested 150 deep"),
                             (5, "a number"), ("", "empty")):
         spec(f"a filter predicate: {what}", _filter_spec(predicate))
-    spec("a map with both fields and function", _spec(steps={1: {
+    spec("a map with both fields and function", broken_spec(steps={1: {
         "op": "map", "fields": {"key": "key", "ts": "ts"}, "function": "tests.udfs:double",
         "key": ...}}), needle="exactly one")
-    spec("a map function outside the allowed modules", _spec(steps={1: {
+    spec("a map function outside the allowed modules", broken_spec(steps={1: {
         "op": "map", "function": "os:system", "key": ...}}), needle="os:system")
-    spec("a map function path that is not one", _spec(steps={1: {
+    spec("a map function path that is not one", broken_spec(steps={1: {
         "op": "map", "function": "not a path", "key": ...}}))
-    spec("an empty key", _spec(steps={1: {"key": ""}}))
+    spec("an empty key", broken_spec(steps={1: {"key": ""}}))
     window = 2
-    spec("window kind hopping", _spec(steps={window: {"kind": "hopping"}}), needle="hopping")
+    spec("window kind hopping", broken_spec(steps={window: {"kind": "hopping"}}), needle="hopping")
     for value, what, mp in ((0, "0", False), (-1, "-1", False), (NAN, "NaN", True),
                             (INF, "Infinity", True), (1e300, "1e300", False),
                             (10**30, "10**30", False)):
-        spec(f"window size {what}", _spec(steps={window: {"size_ms": value}}), mp=mp,
+        spec(f"window size {what}", broken_spec(steps={window: {"size_ms": value}}), mp=mp,
              needle="size_ms")
-    spec("a sliding window with a slide above its size", _spec(steps={window: {
+    spec("a sliding window with a slide above its size", broken_spec(steps={window: {
         "kind": "sliding", "size_ms": 100, "slide_ms": 200}}), needle="slide_ms")
-    spec("a sliding window with slide 0", _spec(steps={window: {
+    spec("a sliding window with slide 0", broken_spec(steps={window: {
         "kind": "sliding", "size_ms": 100, "slide_ms": 0}}), needle="slide_ms")
-    spec("a sliding window of 10^9 windows per event", _spec(steps={window: {
+    spec("a sliding window of 10^9 windows per event", broken_spec(steps={window: {
         "kind": "sliding", "size_ms": 1_000_000_000, "slide_ms": 1}}), needle="windows")
-    spec("a session gap of 0", _spec(steps={window: {"kind": "session", "size_ms": None,
+    spec("a session gap of 0", broken_spec(steps={window: {"kind": "session", "size_ms": None,
                                                      "gap_ms": 0}}), needle="gap_ms")
-    spec("a NaN session gap in msgpack", _spec(steps={window: {
+    spec("a NaN session gap in msgpack", broken_spec(steps={window: {
         "kind": "session", "size_ms": None, "gap_ms": NAN}}), mp=True, needle="gap_ms")
-    spec("a window without aggregates", _spec(steps={window: {"aggregates": []}}))
-    spec("an aggregate fn median", _spec(steps={window: {"aggregates": [
+    spec("a window without aggregates", broken_spec(steps={window: {"aggregates": []}}))
+    spec("an aggregate fn median", broken_spec(steps={window: {"aggregates": [
         {"name": "m", "fn": "median", "field": "value"}]}}), needle="median")
-    spec("a sum without a field", _spec(steps={window: {"aggregates": [
+    spec("a sum without a field", broken_spec(steps={window: {"aggregates": [
         {"name": "s", "fn": "sum"}]}}))
-    spec("two aggregates of one name", _spec(steps={window: {"aggregates": [
+    spec("two aggregates of one name", broken_spec(steps={window: {"aggregates": [
         {"name": "n", "fn": "count"}, {"name": "n", "fn": "count"}]}}))
-    spec("an aggregate named key", _spec(steps={window: {"aggregates": [
+    spec("an aggregate named key", broken_spec(steps={window: {"aggregates": [
         {"name": "key", "fn": "count"}]}}))
-    spec("a window without time_field (none on the source either)", _spec(steps={
+    spec("a window without time_field (none on the source either)", broken_spec(steps={
         0: {"event_time": None}, window: {"time_field": ...}}), needle="time_field")
-    spec("a parallel window on an unkeyed stream", _spec({"steps": [
-        _spec()["steps"][0], {**_spec()["steps"][window], "inputs": ["src"], "parallelism": 2},
-        {**_spec()["steps"][3]}]}), needle="key_by")
-    src = _spec()["steps"][0]
-    spec("a join of unkeyed inputs", _spec({"steps": [
+    spec("a parallel window on an unkeyed stream", broken_spec({"steps": [
+        broken_spec()["steps"][0], {**broken_spec()["steps"][window], "inputs": ["src"], "parallelism": 2},
+        {**broken_spec()["steps"][3]}]}), needle="key_by")
+    src = broken_spec()["steps"][0]
+    spec("a join of unkeyed inputs", broken_spec({"steps": [
         src, {**src, "id": "src2"},
         {"op": "join", "id": "j", "inputs": ["src", "src2"], "kind": "tumbling",
          "size_ms": 100, "left_time_field": "ts", "right_time_field": "ts"},
         {"op": "sink", "id": "out", "inputs": ["j"]}]}), needle="keyed")
-    spec("a session join", _spec({"steps": [
+    spec("a session join", broken_spec({"steps": [
         src, {**src, "id": "src2"},
         {"op": "key_by", "id": "k1", "inputs": ["src"], "key": "key"},
         {"op": "key_by", "id": "k2", "inputs": ["src2"], "key": "key"},
         {"op": "join", "id": "j", "inputs": ["k1", "k2"], "kind": "session",
          "size_ms": 100, "left_time_field": "ts", "right_time_field": "ts"},
         {"op": "sink", "id": "out", "inputs": ["j"]}]}), needle="session")
-    spec("a union of one input", _spec({"steps": [
+    spec("a union of one input", broken_spec({"steps": [
         src, {"op": "union", "id": "u", "inputs": ["src"]},
         {"op": "sink", "id": "out", "inputs": ["u"]}]}))
-    spec("a source connector with a numeric format", _spec(steps={0: {"connector": {
+    spec("a source connector with a numeric format", broken_spec(steps={0: {"connector": {
         "format": 5}}}))
-    spec("a sink connector with trigger_ms 0", _spec(steps={3: {"connector": {
+    spec("a sink connector with trigger_ms 0", broken_spec(steps={3: {"connector": {
         "format": "json", "trigger_ms": 0}}}), needle="trigger_ms")
-    spec("a NaN trigger_ms in msgpack", _spec(steps={3: {"connector": {
+    spec("a NaN trigger_ms in msgpack", broken_spec(steps={3: {"connector": {
         "format": "json", "trigger_ms": NAN}}}), mp=True, needle="trigger_ms")
-    spec("a step whose output reaches no sink", _spec({"steps": [
-        *_spec()["steps"], {"op": "filter", "id": "lost", "inputs": ["src"],
+    spec("a step whose output reaches no sink", broken_spec({"steps": [
+        *broken_spec()["steps"], {"op": "filter", "id": "lost", "inputs": ["src"],
                             "predicate": "ts > 0"}]}), needle="lost")
-    spec("no sink", _spec({"steps": _spec()["steps"][:3]}), needle="sink")
-    spec("1001 steps", _spec({"steps": [src] + [
+    spec("no sink", broken_spec({"steps": broken_spec()["steps"][:3]}), needle="sink")
+    spec("1001 steps", broken_spec({"steps": [src] + [
         {"op": "filter", "id": f"f{i}", "inputs": [f"f{i - 1}" if i else "src"],
          "predicate": "ts > 0"} for i in range(1000)] + [
         {"op": "sink", "id": "out", "inputs": ["f999"]}]}))
-    spec("a tenant token submitting for another tenant", _spec({"tenant": "someone-else"}), 403,
+    spec("a tenant token submitting for another tenant", broken_spec({"tenant": "someone-else"}), 403,
          auth="tenant")
-    spec("a tenant token submitting under the victim's name", _spec({"name": victim}), 409,
+    spec("a tenant token submitting under the victim's name", broken_spec({"name": victim}), 409,
          auth="tenant")
-    spec("a different spec under the victim's name", _spec({"name": victim}), 409)
-    spec("replace=true over the victim with a NaN target", _spec(
+    spec("a different spec under the victim's name", broken_spec({"name": victim}), 409)
+    spec("replace=true over the victim with a NaN target", broken_spec(
         {"name": victim, "latency_target_ms": NAN}), mp=True, params=(("replace", "true"),),
          needle="latency_target_ms")
     spec("replace=true over the victim with a function outside the allowed modules",
-         _spec({"name": victim}, steps={1: {"op": "map", "function": "os:system", "key": ...}}),
+         broken_spec({"name": victim}, steps={1: {"op": "map", "function": "os:system", "key": ...}}),
          params=(("replace", "true"),), needle="os:system")
-    spec("replace=maybe", _spec(), params=(("replace", "maybe"),), needle="replace")
+    spec("replace=maybe", broken_spec(), params=(("replace", "maybe"),), needle="replace")
 
     # -- bad updates ---------------------------------------------------------------------------
     def update(description: str, raw: bytes, expect: int | None = 422, *, ctype: str = JSON,
@@ -391,7 +394,7 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
     update("an unknown update field", _json({"target": 5}), needle="target")
     update("an update that is a list", _json([{"weight": 2}]))
     update("an update that is not JSON", b"weight=2", 400)
-    update("an update nested 100 deep", _json({"weight": _nested(100)}), 400)
+    update("an update nested 100 deep", _json({"weight": nested(100)}), 400)
     update("an update larger than its limit", _json({"weight": 2, "pad": "x" * max_update_bytes}),
            413)
     update("an update of a dataflow that does not exist", _json({"weight": 2}), 404,
@@ -408,8 +411,8 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
 
     call("path", "an unknown path", "GET", "/v1/nowhere", 404)
     call("path", "an unknown path under the victim", "GET", f"{flow}/nowhere", 404)
-    call("path", "PUT on a dataflow", "PUT", flow, 405, raw=_json(_spec()))
-    call("path", "POST on a dataflow", "POST", flow, 405, raw=_json(_spec()))
+    call("path", "PUT on a dataflow", "PUT", flow, 405, raw=_json(broken_spec()))
+    call("path", "POST on a dataflow", "POST", flow, 405, raw=_json(broken_spec()))
     call("path", "a dataflow name of 300 characters", "GET", "/v1/dataflows/" + "n" * 300, 404)
     call("path", "a dataflow name that is a NUL byte", "GET", "/v1/dataflows/%00", 404)
     call("path", "results with limit=0", "GET", f"{flow}/results", None, params=(("limit", "0"),))
@@ -540,7 +543,7 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
     call("token", "events to the victim with a wrong token", "POST", events, 401, auth="wrong",
          raw=_json([GOOD_EVENT]))
     call("token", "a spec with a wrong token", "POST", spec_path, 401, auth="wrong",
-         raw=_json(_spec()))
+         raw=_json(broken_spec()))
     for method, path, raw in (("GET", "/v1/tokens", None),
                               ("POST", "/v1/tokens", _json({"tenant": "x"})),
                               ("DELETE", "/v1/tokens/nowhere", None),
@@ -566,7 +569,7 @@ def corpus(victim: str, source: str, *, max_spec_bytes: int = 256 * 1024,
     push("events: NaN in JSON", b'[{"ts": 1, "level": "ERROR", "key": "k", "value": NaN}]', 400,
          needle="NaN")
     push("events: Infinity in JSON", b'[{"ts": Infinity}]', 400, needle="Infinity")
-    push("events: nested 100 deep", _json([{"ts": 1, "deep": _nested(100)}]), 400,
+    push("events: nested 100 deep", _json([{"ts": 1, "deep": nested(100)}]), 400,
          needle="levels")
     push("events: an empty body", b"", 400)
     push("events: sent as text/plain", _json([GOOD_EVENT]), 415, ctype="text/plain")

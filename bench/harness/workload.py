@@ -1,13 +1,13 @@
 """Seeded, reproducible event streams for every benchmark and peer: the same events for every system.
 
-    from bench.workload import Workload
+    from bench.harness.workload import Workload
     w = Workload(rate_eps=20_000, seconds=30, profile="bursty", zipf_s=1.1, disorder_ms=50, seed=1)
     for at_s, events in w.batches():        # offsets from the start, and the events due then
         ...
     w.play(push, stop)                      # the same batches in real time, event time = wall clock
     w.write_files("in/")                    # the same batches as JSON-lines files (Spark file input)
 
-    python -m bench.workload OUT_DIR --rate 20000 --seconds 10 --profile bursty   # files, at once
+    python -m bench.harness.workload OUT_DIR --rate 20000 --seconds 10 --profile bursty   # files, at once
 
 Events are `{"ts": int ms, "key": str, "value": float}`. A batch is due every
 `period_s`; its size follows the rate profile:

@@ -1,4 +1,5 @@
-"""Where a benchmark's figures go: a JSON file when one was asked for (`--json F`)."""
+"""Where a benchmark's figures go: a JSON file when one was asked for (`--json F`), and
+the lines it prints."""
 
 from __future__ import annotations
 
@@ -11,3 +12,8 @@ def save_json(path: str | None, figures: Any) -> None:
     if path:
         with open(path, "w") as f:
             json.dump(figures, f, indent=2)
+
+
+def format_ms(v: float | None) -> str:
+    """A latency for a printed line: whole ms, "-" when there is none."""
+    return "-" if v is None else f"{v:,.0f} ms"
