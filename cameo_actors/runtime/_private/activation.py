@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -45,6 +44,7 @@ from cameo_actors.runtime._private.migration import (
     Channel,
     Epoch,
 )
+from cameo_actors.runtime._private.routes import is_forward, lease_to, route_to
 from cameo_actors.runtime._private.routing import Placement, is_keyed_step, stable_hash
 from cameo_actors.runtime.boundary import ActivationId
 from cameo_actors.scheduling import WindowTiming
@@ -52,33 +52,6 @@ from cameo_actors.scheduling import WindowTiming
 NO_WM = -math.inf
 #: A barrier message an activation sends: (target activation, port, watermark or control).
 Barrier = tuple[str, int, Any]
-
-
-@dataclass
-class Route:
-    """Where one output of an activation goes: a downstream step's port and instances.
-
-    A keyed step's route has its routing table as `owners` (bin -> target id);
-    `sole` is the target when one instance owns every bin (no hashing then).
-    Out of a keyed step, events go to `prefer` (the downstream instance of the
-    same number, on the same executor), or round robin for an instance added
-    by scaling; watermarks and markers always go to every target.
-    """
-
-    step: str
-    port: int
-    targets: tuple[str, ...]
-    key_fn: Callable[[Event], Any] | None = None
-    owners: list[str] | None = None
-    sole: str | None = None
-    prefer: str | None = None
-    #: the keyed step's lessees (in `targets` too, for watermarks and barriers): a part
-    #: whose owner is behind goes to the least loaded of them instead
-    lessees: tuple[str, ...] = ()
-
-    def set_table(self, owners: list[str]) -> None:
-        self.owners = owners
-        self.sole = owners[0] if len(set(owners)) == 1 else None
 
 
 class Activation:
@@ -111,8 +84,9 @@ class Activation:
         if not self.lessee:  # the lessees' partials come in on the first port
             self.channels[0].update((str(a), NO_WM) for a in placement.lessees_of(step.id))
         # A lessee's one route is to its own step's instances, by the step's table.
-        self.routes = [self._route(spec, placement, step, 0)] if self.lessee else \
-            [self._route(spec, placement, consumer, port) for consumer, port in spec.consumers(step.id)]
+        self.routes = [route_to(spec, placement, aid, self.lessee, step, 0)] if self.lessee \
+            else [route_to(spec, placement, aid, self.lessee, consumer, port)
+                  for consumer, port in spec.consumers(step.id)]
         self._round_robin = 0
         self.window_timing = frontier_timing(spec, step)
         # Moving bins (keyed steps only): the key of an input event per port, the epoch
@@ -150,23 +124,6 @@ class Activation:
         #: a paced instance's simulated clock (`ExecutorCore._pace`), ms
         self.paced_until = -math.inf
 
-    def _route(self, spec: DataflowSpec, placement: Placement, consumer: Any, port: int) -> Route:
-        instances = placement.of_step(consumer.id)
-        if is_forward(spec, self.step, consumer):
-            return Route(consumer.id, port, (str(ActivationId(spec.name, consumer.id, self.instance)),))
-        targets = tuple(str(a) for a in instances)
-        if self.keyed and consumer.id not in placement.tables:
-            same = str(ActivationId(spec.name, consumer.id, self.instance))
-            return Route(consumer.id, port, targets, prefer=same if same in targets else None)
-        if consumer.id in placement.tables:
-            table = placement.tables[consumer.id]
-            lessees = () if self.lessee else tuple(str(a) for a in placement.lessees_of(consumer.id))
-            key_fn = None if self.lessee else key_function(spec, self.step.id)
-            route = Route(consumer.id, port, targets + lessees, key_fn, lessees=lessees)
-            route.set_table([str(ActivationId(spec.name, consumer.id, i)) for i in table.owners])
-            return route
-        return Route(consumer.id, port, targets)
-
     # -- input -------------------------------------------------------------------
     def on_data(self, events: list[Event], port: int) -> Output:
         epoch = self.epoch
@@ -176,23 +133,9 @@ class Activation:
                 return Output()
             events = mine
         if self.index is not None:
-            self._index_keys(events, port)
+            index_keys(self.index, self.bins - 1, self.key_fns[port],
+                       self.operator.places_of, events, port)  # type: ignore[attr-defined]
         return self.operator.on_batch(events, port)
-
-    def _index_keys(self, events: list[Event], port: int) -> None:
-        index, mask, key_fn = self.index, self.bins - 1, self.key_fns[port]
-        places_of = self.operator.places_of  # type: ignore[attr-defined]
-        assert index is not None and key_fn is not None
-        for e in events:
-            try:
-                k = key_fn(e)
-                b = stable_hash(k) & mask
-                pairs = index.get(b)
-                if pairs is None:
-                    pairs = index[b] = set()
-                pairs.update([(p, k) for p in places_of(e, port)])
-            except Exception:  # no usable key or time: the operator reports the event
-                continue
 
     def on_watermark(self, watermark: float, port: int, channel: str) -> Output:
         """A channel's watermark; the operator sees the port's minimum when it rises."""
@@ -245,16 +188,6 @@ class Activation:
                 self._round_robin = (self._round_robin + 1) % len(route.targets)
                 out.append((route.targets[self._round_robin], route.port, events))
         return out
-
-    def partials(self) -> list[tuple[str, list[Any]]]:
-        """A lessee's partial rows, taken out, by the owner of each row's key."""
-        route, op = self.routes[0], self.operator
-        assert route.owners is not None
-        mask, owners = self.bins - 1, route.owners
-        by_owner: dict[str, list[Any]] = {}
-        for row in op.take_partials():  # type: ignore[attr-defined]
-            by_owner.setdefault(owners[stable_hash(op.key_of_row(row)) & mask], []).append(row)  # type: ignore[attr-defined]
-        return list(by_owner.items())
 
     def saw_end(self) -> bool:
         """Whether the end of the stream arrived on every input channel."""
@@ -521,18 +454,19 @@ class Activation:
         return [(t, r.port, END_OF_STREAM) for r in self.routes for t in r.targets]
 
 
-def lease_to(owner: str, n: int, lessees: tuple[str, ...], waiting: Callable[[str], float]
-             ) -> str:
-    """Dirigo's per-message choice: the owner, unless a lessee can start these `n` events
-    sooner: then that lessee. `waiting`: the events each has before them. The owner is
-    kept unless it is behind by more than the part (no lending for nothing); a lessee's
-    partials merge exactly, so only time is at stake."""
-    best, least = owner, waiting(owner)
-    for lessee in lessees:
-        w = waiting(lessee) + n
-        if w < least:
-            best, least = lessee, w
-    return best
+def index_keys(index: dict[int, set[tuple[Any, Any]]], mask: int, key_fn: Any,
+               places_of: Callable[[Event, int], Any], events: list[Event], port: int) -> None:
+    """Add the (place, key) pairs of `events` to the bins' index of state (`Activation.index`)."""
+    for e in events:
+        try:
+            k = key_fn(e)
+            b = stable_hash(k) & mask
+            pairs = index.get(b)
+            if pairs is None:
+                pairs = index[b] = set()
+            pairs.update([(p, k) for p in places_of(e, port)])
+        except Exception:  # no usable key or time: the operator reports the event
+            continue
 
 
 def _merge(into: Output, out: Output) -> None:
@@ -540,15 +474,6 @@ def _merge(into: Output, out: Output) -> None:
     into.errors.extend(out.errors)
     if out.watermark is not None:
         into.watermark = out.watermark
-
-
-def is_forward(spec: DataflowSpec, upstream: Any, consumer: Any) -> bool:
-    """Instance i feeds only instance i: same parallelism, and neither step keyed (a
-    keyed step's instances change with scaling). Such hops stay on one executor
-    (placement puts instance i of every step together) and keep their order, as
-    Flink's forward edges do."""
-    return upstream.parallelism == consumer.parallelism and not is_keyed_step(spec, consumer) \
-        and not is_keyed_step(spec, upstream)
 
 
 def frontier_timing(spec: DataflowSpec, step: Any) -> WindowTiming | None:

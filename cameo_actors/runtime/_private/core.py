@@ -70,6 +70,7 @@ from cameo_actors.runtime._private.parts import DataflowScoped
 from cameo_actors.runtime._private.plan_changes import PlanChanges
 from cameo_actors.runtime._private.reports import Reports
 from cameo_actors.runtime._private.reports import Unsettled as Unsettled  # its callers' import
+from cameo_actors.runtime._private.routes import partials_by_owner
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.stats import Statistics
 from cameo_actors.runtime._private.tracing import Egressed, make_tracer
@@ -333,7 +334,7 @@ class ExecutorCore:
                 self.route(aid, self.sched.derive(msg, target, events, now, port=port))
         if out.watermark is not None:
             if act.lessee:  # its partials reach the owners before the watermark that fires
-                for target, rows in act.partials():
+                for target, rows in partials_by_owner(act.routes[0], act.bins, act.operator):
                     self.route(aid, self.sched.derive(msg, target, [MERGE, rows], now, port=0,
                                                       is_watermark=True))
             for target, port in act.watermark_targets():
