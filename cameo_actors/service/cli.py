@@ -38,6 +38,7 @@ from typing import Any
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError, SpecError
+from cameo_actors.runtime.boundary import STRATEGIES
 from cameo_actors.service.config import (
     CLIENT_OPTIONS,
     SERVE_OPTIONS,
@@ -721,7 +722,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_results)
 
     reconfig = argparse.ArgumentParser(add_help=False)
-    reconfig.add_argument("--strategy", choices=["all_at_once", "batched", "fluid"],
+    reconfig.add_argument("--strategy", choices=list(STRATEGIES),
                           default="batched",
                           help="how key bins move: in one epoch, in batches (default), or one "
                                "bin per epoch")
