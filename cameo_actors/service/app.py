@@ -255,8 +255,6 @@ async def read_optional_body(request: Request, limit: int, what: str) -> Any:
     return await read_body(request, limit, what)
 
 
-
-
 def _param(prm: Param, kind: Any) -> inspect.Parameter:
     """A FastAPI parameter of an endpoint's signature (a path or query one)."""
     annotation = Annotated[prm.type, kind(**prm.bounds)] if prm.bounds or prm.query \
@@ -311,7 +309,7 @@ def _endpoint(op: Operation, targets: dict[str, Any], limits: dict[str, int]
 def _guarded(op: Operation, handler: Callable[..., Awaitable[Any]]
              ) -> Callable[..., Awaitable[Any]]:
     """`handler` behind the one permission check of the API (`operations.authorize`),
-    made before anything else of the request is read."""
+    made before its body is read or anything is called."""
     if op.permission == PUBLIC:
         return handler
 

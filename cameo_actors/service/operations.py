@@ -242,11 +242,9 @@ OPERATIONS: tuple[Operation, ...] = (
               "The deployment: pool, policy; Ray and executors for the admin",
               response=dict[str, Any], cli="info"),
     # -- dataflows
+    # (a route of its own in app.py: its status says whether it was created, ?replace=true)
     Operation("submit", "POST", "/v1/dataflows", "dataflows", "Submit a spec (idempotent by name)",
               body=_SPEC, status=201, response=SubmitResponse, cli="submit",
-              params=(Param("replace", bool, False, {"description": (
-                  "cancel a running dataflow of the same name and a different spec and start "
-                  "this one")}),),
               responses={200: {"model": SubmitResponse,
                                "description": "the same spec runs already"}}),
     Operation("check", "POST", "/v1/admission", "dataflows",
@@ -282,6 +280,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("cancel", "DELETE", _NAME_DF, "dataflows", "Cancel a dataflow", call="core.cancel",
               response=CancelResponse, cli="cancel"),
     # -- events
+    # (a route of its own in app.py: it refuses before it reads the body)
     Operation("push", "POST", _NAME_DF + "/sources/{source}/events", "events",
               "Push a batch of events to a source; each event enters or is refused alone",
               body=Body(None, None, "events batch", "events: a list of objects",

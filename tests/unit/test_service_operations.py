@@ -7,6 +7,7 @@ In-process (FastAPI's TestClient over the in-memory runtime): no Ray, no sleep.
 
 from __future__ import annotations
 
+import doctest
 import inspect
 import json
 from typing import Any
@@ -199,3 +200,7 @@ def test_service_runtime_adapts_every_call_the_core_makes() -> None:
         assert callable(getattr(adapter, name)), name
     assert not hasattr(adapter, "watermark")  # what the service does not use, it has not
     assert app_module.OPERATIONS is OPERATIONS
+
+
+def test_the_tables_examples_run() -> None:
+    assert doctest.testmod(operations).failed == 0
