@@ -136,9 +136,12 @@ class Param:
     core's keyword it is passed as (after `read`, e.g. a window's text to seconds).
 
     Attributes:
+        type: its Python type (FastAPI checks a value against it: a 422 otherwise).
+        default: a query parameter's default.
         bounds: FastAPI's Path / Query keywords (ge, le, max_length, description).
         query: a query parameter (else a path parameter: named in the row's path).
-        default: a query parameter's default.
+        arg: the core's keyword for it (default: its name).
+        read: turns the checked value into the core's (its refusal is the answer).
     """
 
     name: str
@@ -161,6 +164,7 @@ class Operation:
     Attributes:
         name: its name: the route's (OpenAPI's operationId) and `Client.call`'s.
         method, path: the HTTP route; `{name}` parts are path parameters.
+        tag, summary: its group and line in the OpenAPI document (no summary: its name).
         call: what does it, "core.<ServiceCore method>" or "tokens.<TokenAdmin method>";
             the caller comes first, then the parameters and the body's fields by keyword.
             Empty: the app answers it itself (a route of its own in `app.py`).
