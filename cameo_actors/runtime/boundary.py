@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from cameo_actors.operators.base import ErrorRecord, Event
 
@@ -84,6 +84,16 @@ STATES = (RUNNING, FINISHING, FINISHED, CANCELLED, FAILED, RECOVERING)
 LIVE_STATES = (RUNNING, FINISHING, RECOVERING)
 #: States in which its parts on the executors are freed (nothing to read any more).
 RELEASED_STATES = (CANCELLED, FAILED)
+
+#: How a reconfiguration moves a keyed step's bins: in one epoch, in batches, one bin per
+#: epoch. Callers (the service's requests) take these names; the runtime plans by them.
+Strategy = Literal["all_at_once", "batched", "fluid"]
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+#: The most key bins a keyed step may have (`RuntimeConfig.bins`, a power of two): also
+#: the most instances one step may scale to.
+MAX_BINS = 65536
+#: The most executors one `add_executors` call may start.
+MAX_ADD_EXECUTORS = 64
 
 
 class DataflowSummary(TypedDict):

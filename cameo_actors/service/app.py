@@ -14,9 +14,11 @@ to a worker thread, so a slow push does not stall the event loop.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from anyio import to_thread
@@ -29,64 +31,29 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cameo_actors import __version__
-from cameo_actors.dataflow.validate import NAME_RE
 from cameo_actors.errors import SpecError, UserError
 from cameo_actors.runtime.boundary import PoolSnapshot
 from cameo_actors.service import metrics as prom
-from cameo_actors.service import ui
-from cameo_actors.service.auth import Principal, TokenStore
+from cameo_actors.service import operations, ui
+from cameo_actors.service.auth import Principal, TokenAdmin, TokenStore
 from cameo_actors.service.core import ServiceCore
-from cameo_actors.service.errors import ApiError, TokenLimitError
+from cameo_actors.service.errors import ApiError
 from cameo_actors.service.limits import TenantLimits
-from cameo_actors.service.outputs import DEFAULT_PAGE, MAX_CURSOR_CHARS, MAX_PAGE
+from cameo_actors.service.operations import OPERATIONS, PUBLIC, PUBLIC_PATHS, Operation, Param
 from cameo_actors.service.protocol import (
     DEFAULT_MAX_DEPTH,
     ERROR_RESPONSES,
-    MAX_EXECUTOR_INDEX,
-    MSGPACK_TYPE,
-    AddExecutorsRequest,
-    CancelResponse,
-    CommitRequest,
-    CommitResponse,
-    DataflowList,
-    DataflowStatus,
-    ErrorBody,
-    ErrorsCommitRequest,
-    ErrorsPage,
-    Exceptions,
-    ExecutorRemoval,
-    ExecutorsAdded,
-    Explanation,
-    MigrateRequest,
-    Migration,
-    MigrationList,
-    Prediction,
-    PushResponse,
-    RebalanceRequest,
-    ResultsPage,
-    ScaleRequest,
-    ScalingRequest,
-    ScalingStatus,
-    Strategy,
     SubmitResponse,
-    TokenCreated,
-    TokenInfo,
-    TokenRequest,
-    UpdateRequest,
-    UpdateResponse,
-    WhoAmI,
     check_length,
     decode_body,
     encode_answer,
     json_safe,
     parse_events,
-    parse_last,
     parse_model,
     too_large,
 )
 from cameo_actors.service.scaling import DecisionCounter
 
-PUBLIC_PATHS = frozenset({"/healthz"})
 #: Retry-After (s) of a 503 when the runtime did not answer in time.
 UNAVAILABLE_RETRY_S = 5.0
 #: A body declared larger than its limit is still read and dropped, so the connection stays
@@ -97,58 +64,6 @@ DRAIN_MAX_BYTES = 64 * 1024 * 1024
 log = logging.getLogger("cameo.service")
 #: Worker threads kept for the admin's requests beyond those tenants may use.
 ADMIN_THREADS = 16
-
-STEP_OPS = ["source", "filter", "map", "flat_map", "key_by", "window", "join", "process", "union",
-            "sink"]
-#: The spec's outline for the OpenAPI document; the definition layer checks the rest.
-SPEC_SCHEMA: dict[str, Any] = {
-    "title": "DataflowSpec",
-    "description": "A dataflow spec (docs/spec.md). Checked by the definition layer: an error "
-                   "names the step, what was expected, what arrived and the fix.",
-    "type": "object",
-    "required": ["name", "latency_target_ms", "steps"],
-    "additionalProperties": False,
-    "properties": {
-        "version": {"type": "integer", "enum": [1]},
-        "name": {"type": "string", "pattern": NAME_RE.pattern},
-        "tenant": {"type": "string", "pattern": NAME_RE.pattern, "default": "default"},
-        "latency_target_ms": {"type": "number", "exclusiveMinimum": 0},
-        "scheduling": {"type": "object", "properties": {
-            "weight": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
-            "rate_limit_eps": {"type": ["number", "null"]}}},
-        "errors": {"type": ["object", "null"]},
-        "steps": {"type": "array", "minItems": 2, "items": {
-            "type": "object", "required": ["op", "id"],
-            "properties": {"op": {"type": "string", "enum": STEP_OPS},
-                           "id": {"type": "string", "pattern": NAME_RE.pattern},
-                           "inputs": {"type": "array", "items": {"type": "string"}},
-                           "parallelism": {"type": "integer", "minimum": 1}}}},
-    },
-}
-EVENTS_SCHEMA: dict[str, Any] = {
-    "oneOf": [{"type": "array", "items": {"type": "object"}},
-              {"type": "object", "required": ["events"],
-               "properties": {"events": {"type": "array", "items": {"type": "object"}}}}]}
-#: A commit body: a cursor (one offset per sink instance or executor) and a sink name.
-COMMIT_BODY_BYTES = 2 * MAX_CURSOR_CHARS
-#: A reconfiguration body: a step and a few numbers, or a list of bins (a migrate).
-RECONFIG_BODY_BYTES = 4096
-MIGRATE_BODY_BYTES = 512 * 1024
-PAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"content": {MSGPACK_TYPE: {"schema": {
-        "type": "string", "format": "binary",
-        "description": "the same structure, msgpack-encoded (Accept: application/msgpack); "
-                       "NaN and infinities kept (JSON has them as null)"}}}},
-    410: {"model": ErrorBody, "description": "the dataflow was replaced since the cursor was "
-                                             "made"},
-}
-
-
-def _body(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "description": description, "content": {
-        "application/json": {"schema": schema},
-        MSGPACK_TYPE: {"schema": {"type": "string", "format": "binary",
-                                  "description": "the same structure, msgpack-encoded"}}}}}
 
 
 def _error_response(e: ApiError) -> JSONResponse:
@@ -224,12 +139,14 @@ class _App(FastAPI):
 class BearerAuth:
     """ASGI middleware: resolve the bearer token before routing or reading the body."""
 
-    def __init__(self, app: ASGIApp, tokens: TokenStore) -> None:
+    def __init__(self, app: ASGIApp, tokens: TokenStore,
+                 public: frozenset[str] = PUBLIC_PATHS) -> None:
         self.app = app
         self.tokens = tokens
+        self.public = public  # the paths of the operations anyone may call
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http" or scope["path"] in self.public:
             await self.app(scope, receive, send)
             return
         header = None
@@ -297,9 +214,6 @@ def current(request: Request, _credentials: Annotated[HTTPAuthorizationCredentia
 
 
 Caller = Annotated[Principal, Security(current)]
-#: The window of an explanation: seconds, or a number with a unit (`parse_last` checks it).
-LastQuery = Annotated[str, Query(description="the window explained: seconds "
-                                 "(60) or with a unit (60s, 500ms, 5m, 1h); at most a day")]
 
 
 async def read_body(request: Request, limit: int, what: str) -> Any:
@@ -341,14 +255,81 @@ async def read_optional_body(request: Request, limit: int, what: str) -> Any:
     return await read_body(request, limit, what)
 
 
+def _param(prm: Param, kind: Any) -> inspect.Parameter:
+    """A FastAPI parameter of an endpoint's signature (a path or query one)."""
+    annotation = Annotated[prm.type, kind(**prm.bounds)] if prm.bounds or prm.query \
+        else prm.type
+    default = prm.default if prm.query else inspect.Parameter.empty
+    return inspect.Parameter(prm.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=default)
+
+
+def _answer(op: Operation, request: Request, result: Any) -> Any:
+    """A result as `op` answers it."""
+    if op.wrap:
+        result = {op.wrap: result}
+    if op.answer == "json_safe":
+        return json_safe(result)
+    if op.answer == "negotiated":
+        body, kind = encode_answer(result, request.headers.get("accept"))
+        return Response(body, media_type=kind)
+    return result
+
+
+def _endpoint(op: Operation, targets: dict[str, Any], limits: dict[str, int]
+              ) -> Callable[..., Awaitable[Any]]:
+    """The route of an operation the core (or the token admin) answers: its parameters
+    and body become the call's keyword arguments, the caller comes first."""
+    owner, _, method = op.call.partition(".")
+    target = targets[owner]
+    params = op.path_params() + op.query_params()
+
+    async def endpoint(request: Request, p: Principal, **values: Any) -> Any:
+        args = {prm.keyword: prm.read(values[prm.name]) if prm.read else values[prm.name]
+                for prm in params}
+        body = op.body
+        if body is not None:
+            limit = body.limit if body.limit is not None else limits[body.what]
+            reader = read_optional_body if body.optional else read_body
+            data = await reader(request, limit, body.what)
+            args.update(parse_model(body.model, data, body.model_what or body.what).arguments()
+                        if body.model is not None else {"data": data})
+        call = getattr(target, method)  # at each request, as a method replaced later is
+        return _answer(op, request, await run_in_threadpool(lambda: call(p, **args)))
+
+    kinds = {False: Path, True: Query}
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                           annotation=Request),
+         inspect.Parameter("p", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Caller)]
+        + [_param(prm, kinds[prm.query]) for prm in params])
+    return endpoint
+
+
+def _guarded(op: Operation, handler: Callable[..., Awaitable[Any]]
+             ) -> Callable[..., Awaitable[Any]]:
+    """`handler` behind the one permission check of the API (`operations.authorize`),
+    made before its body is read or anything is called."""
+    if op.permission == PUBLIC:
+        return handler
+
+    @functools.wraps(handler)
+    async def endpoint(*args: Any, **kwargs: Any) -> Any:
+        operations.authorize(op, kwargs["p"])
+        return await handler(*args, **kwargs)
+
+    return endpoint
+
+
 def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 256 * 1024,
                max_body_bytes: int = 16 * 1024 * 1024,
                snapshot: Callable[[], PoolSnapshot] | None = None,
                info: Callable[[], dict[str, Any]] | None = None,
                limits: TenantLimits | None = None,
                max_json_depth: int = DEFAULT_MAX_DEPTH,
-               scaling: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
-    """The FastAPI app of a service.
+               scaling: Callable[[], dict[str, Any]] | None = None,
+               operations_table: tuple[Operation, ...] = OPERATIONS) -> FastAPI:
+    """The FastAPI app of a service: one route per operation of `operations_table`.
 
     Args:
         core: what the routes call.
@@ -361,6 +342,7 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         max_json_depth: deepest nesting of lists and objects a body may have.
         scaling: returns the scaling controller's status (`Runtime.scaling`), pulled once
             at each scrape with the snapshot (None: /metrics has no scaling families).
+        operations_table: the operations served (`operations.OPERATIONS`).
     """
     limits = limits or TenantLimits()
     app = _App(
@@ -370,7 +352,9 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
                     "Every request carries `Authorization: Bearer <token>`.",
         responses=ERROR_RESPONSES)
     app.add_middleware(TenantLimit, limits=limits)  # inside BearerAuth: it needs the caller
-    app.add_middleware(BearerAuth, tokens=tokens)
+    app.add_middleware(BearerAuth, tokens=tokens,
+                       public=frozenset(op.path for op in operations_table
+                                        if op.permission == PUBLIC))
     app.state.max_json_depth = max_json_depth  # read_body's
 
     @app.exception_handler(ApiError)
@@ -407,32 +391,16 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
                                         got=f"{request.method} {request.url.path}",
                                         fix="see GET /openapi.json for the operations"))
 
-    def admin_only(p: Principal, what: str) -> None:
-        if not p.admin:
-            raise ApiError(403, "forbidden", f"{what} is for the admin", expected="the admin token",
-                           got=p.label, fix="ask the service operator")
-
-    @app.get("/healthz", tags=["service"], summary="Liveness (no token needed)")
+    # -- the operations the app answers itself (the others: `_endpoint`) -----------------------
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/v1/whoami", tags=["service"], response_model=WhoAmI)
-    async def whoami(p: Caller) -> dict[str, Any]:
-        return {"tenant": p.tenant, "admin": p.admin, "token_id": p.token_id}
-
-    @app.get("/v1/info", tags=["service"],
-             summary="The deployment: pool, policy; Ray and executors for the admin")
     async def get_info(p: Caller) -> dict[str, Any]:
         facts = {"version": __version__, **(await run_in_threadpool(info) if info else {})}
         if not p.admin:  # the cluster's layout is the operator's business
             facts = {k: v for k, v in facts.items() if k in ("version", "pool", "policy")}
         return facts
 
-    # -- dataflows ---------------------------------------------------------------------------
-    @app.post("/v1/dataflows", tags=["dataflows"], status_code=201, response_model=SubmitResponse,
-              summary="Submit a spec (idempotent by name)",
-              openapi_extra=_body(SPEC_SCHEMA, "the dataflow spec"),
-              responses={200: {"model": SubmitResponse, "description": "the same spec runs already"}})
     async def submit(request: Request, p: Caller, replace: Annotated[bool, Query(
             description="cancel a running dataflow of the same name and a different spec and "
                         "start this one")] = False) -> Any:
@@ -440,67 +408,6 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         status, body = await run_in_threadpool(core.submit, p, data, replace=replace)
         return JSONResponse(SubmitResponse(**body).model_dump(), status_code=status)
 
-    @app.post("/v1/admission", tags=["dataflows"], response_model=Prediction,
-              summary="Would this spec, and every running dataflow, meet its target? "
-                      "(nothing is started)",
-              openapi_extra=_body(SPEC_SCHEMA, "the dataflow spec"))
-    async def check(request: Request, p: Caller) -> Any:
-        data = await read_body(request, max_spec_bytes, "spec")
-        return await run_in_threadpool(core.check, p, data)
-
-    @app.get("/v1/overload", tags=["dataflows"], response_model=Prediction,
-             summary="Who misses or will miss its target, by how much, and whose load causes it")
-    async def overload(p: Caller) -> Any:
-        return await run_in_threadpool(core.overload, p)
-
-    @app.get("/v1/explain", tags=["dataflows"], response_model=Explanation,
-             summary="Why targets were missed, pool-wide: the critical path over the last "
-                     "seconds (a tenant sees other tenants' dataflows unnamed)")
-    async def explain_pool(p: Caller, last: LastQuery = "60s") -> Any:
-        seconds = parse_last(last)
-        return json_safe(await run_in_threadpool(lambda: core.explain(p, None, last_s=seconds)))
-
-    @app.get("/v1/dataflows", tags=["dataflows"], response_model=DataflowList,
-             summary="The dataflows this token may see, live and ended (kept for a while)")
-    async def list_dataflows(p: Caller, state: Annotated[list[str] | None, Query(
-            description="only dataflows in these states (repeat the parameter)")] = None
-            ) -> dict[str, Any]:
-        return {"dataflows": await run_in_threadpool(core.list, p, state)}
-
-    @app.get("/v1/dataflows/{name}", tags=["dataflows"], response_model=DataflowStatus,
-             summary="State, throughput, latency percentiles vs target, backlog, errors")
-    async def status(name: str, p: Caller) -> dict[str, Any]:
-        return await run_in_threadpool(core.status, p, name)
-
-    @app.get("/v1/dataflows/{name}/explain", tags=["dataflows"], response_model=Explanation,
-             summary="Why it missed (or met) its target: its critical path over the last "
-                     "seconds, ranked, in words")
-    async def explain(name: str, p: Caller, last: LastQuery = "60s") -> Any:
-        seconds = parse_last(last)
-        return json_safe(await run_in_threadpool(lambda: core.explain(p, name, last_s=seconds)))
-
-    @app.get("/v1/dataflows/{name}/exceptions", tags=["dataflows"], response_model=Exceptions,
-             summary="Why it failed, and its last operator failures")
-    async def exceptions(name: str, p: Caller) -> dict[str, Any]:
-        return await run_in_threadpool(core.exceptions, p, name)
-
-    @app.patch("/v1/dataflows/{name}", tags=["dataflows"], response_model=UpdateResponse,
-               summary="Change the latency target or tenant weight while it runs",
-               openapi_extra=_body(UpdateRequest.model_json_schema(), "what to change"))
-    async def update(name: str, request: Request, p: Caller) -> Any:
-        req = parse_model(UpdateRequest, await read_body(request, 4096, "update"), "update")
-        return await run_in_threadpool(lambda: core.update(
-            p, name, latency_target_ms=req.latency_target_ms, weight=req.weight))
-
-    @app.delete("/v1/dataflows/{name}", tags=["dataflows"], response_model=CancelResponse,
-                summary="Cancel a dataflow")
-    async def cancel(name: str, p: Caller) -> dict[str, Any]:
-        return await run_in_threadpool(core.cancel, p, name)
-
-    @app.post("/v1/dataflows/{name}/sources/{source}/events", tags=["events"], status_code=202,
-              response_model=PushResponse,
-              summary="Push a batch of events to a source; each event enters or is refused alone",
-              openapi_extra=_body(EVENTS_SCHEMA, "events: a list of objects"))
     async def push(name: str, source: str, request: Request,
                    p: Caller) -> dict[str, Any]:
         """An event that cannot be carried (an integer beyond 64 bits, text with a lone
@@ -513,206 +420,8 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         events = parse_events(await read_body(request, max_body_bytes, "events batch"))
         return await run_in_threadpool(lambda: core.push(p, name, source, events, admitted=True))
 
-    @app.post("/v1/dataflows/{name}/close", tags=["events"],
-              summary="End every source: windows fire, no more events are expected")
-    async def close(name: str, p: Caller) -> dict[str, str]:
-        await run_in_threadpool(core.close, p, name)
-        return {"name": name, "state": "sources closed"}
-
-    # -- outputs: pages after a cursor; a commit frees what was read ---------------------------
-    def answer(request: Request, data: Any) -> Response:
-        body, kind = encode_answer(data, request.headers.get("accept"))
-        return Response(body, media_type=kind)
-
-    @app.get("/v1/dataflows/{name}/results", tags=["outputs"], response_model=ResultsPage,
-             summary="A page of results after a cursor (reading commits nothing)",
-             responses={**PAGE_RESPONSES, 409: {"model": ErrorBody, "description":
-                        "rows before the cursor were committed already"}})
-    async def results(name: str, request: Request, p: Caller,
-                      sink: Annotated[str | None, Query(
-                          description="the sink (optional when there is one, or with a cursor)")
-                      ] = None,
-                      cursor: Annotated[str | None, Query(
-                          description="from the last answer; none: from the committed rows",
-                          max_length=MAX_CURSOR_CHARS)] = None,
-                      limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="rows at most")
-                                       ] = DEFAULT_PAGE) -> Response:
-        page = await run_in_threadpool(lambda: core.read_results(p, name, sink=sink,
-                                                                 cursor=cursor, limit=limit))
-        return answer(request, page)
-
-    @app.post("/v1/dataflows/{name}/results/commit", tags=["outputs"],
-              response_model=CommitResponse, responses=PAGE_RESPONSES,
-              summary="Free the results before a cursor (a sink held on a full log resumes)",
-              openapi_extra=_body(CommitRequest.model_json_schema(), "the cursor"))
-    async def commit_results(name: str, request: Request, p: Caller) -> Response:
-        req = parse_model(CommitRequest, await read_body(request, COMMIT_BODY_BYTES, "commit"),
-                          "commit")
-        done = await run_in_threadpool(lambda: core.commit_results(p, name, cursor=req.cursor,
-                                                                   sink=req.sink))
-        return answer(request, done)
-
-    @app.get("/v1/dataflows/{name}/errors", tags=["outputs"], response_model=ErrorsPage,
-             responses=PAGE_RESPONSES,
-             summary="A page of the error output after a cursor (reading commits nothing)")
-    async def errors(name: str, request: Request, p: Caller,
-                     cursor: Annotated[str | None, Query(
-                         description="from the last answer; none: from the committed records",
-                         max_length=MAX_CURSOR_CHARS)] = None,
-                     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="rows at most")
-                                      ] = DEFAULT_PAGE) -> Response:
-        page = await run_in_threadpool(lambda: core.read_errors(p, name, cursor=cursor,
-                                                                limit=limit))
-        return answer(request, page)
-
-    @app.post("/v1/dataflows/{name}/errors/commit", tags=["outputs"],
-              response_model=CommitResponse, responses=PAGE_RESPONSES,
-              summary="Free the error-output records before a cursor",
-              openapi_extra=_body(ErrorsCommitRequest.model_json_schema(), "the cursor"))
-    async def commit_errors(name: str, request: Request, p: Caller) -> Response:
-        req = parse_model(ErrorsCommitRequest,
-                          await read_body(request, COMMIT_BODY_BYTES, "commit"), "commit")
-        done = await run_in_threadpool(lambda: core.commit_errors(p, name, cursor=req.cursor))
-        return answer(request, done)
-
-    @app.get("/v1/executors", tags=["service"], summary="Per-executor scheduler counters (admin)")
-    async def executors(p: Caller) -> dict[str, Any]:
-        return {"executors": await run_in_threadpool(core.executors, p)}
-
-    # -- live reconfiguration: each answers 202 with the migration started (see its progress
-    # in GET /v1/migrations); 409 while another migration of the dataflow is under way ---------
-    @app.post("/v1/dataflows/{name}/scale", tags=["reconfiguration"], status_code=202,
-              response_model=Migration,
-              summary="Change the parallelism of a keyed step while it runs",
-              openapi_extra=_body(ScaleRequest.model_json_schema(), "the step and parallelism"))
-    async def scale(name: str, request: Request, p: Caller) -> Any:
-        req = parse_model(ScaleRequest, await read_body(request, RECONFIG_BODY_BYTES, "scale"),
-                          "scale")
-        return await run_in_threadpool(lambda: core.scale(
-            p, name, req.step, req.parallelism, strategy=req.strategy,
-            batch_bins=req.batch_bins))
-
-    @app.post("/v1/dataflows/{name}/migrate", tags=["reconfiguration"], status_code=202,
-              response_model=Migration,
-              summary="Move key bins of a keyed step to an instance, or an instance to an "
-                      "executor",
-              openapi_extra=_body(MigrateRequest.model_json_schema(), "what moves where"))
-    async def migrate(name: str, request: Request, p: Caller) -> Any:
-        req = parse_model(MigrateRequest, await read_body(request, MIGRATE_BODY_BYTES,
-                                                          "migrate"), "migrate")
-        return await run_in_threadpool(lambda: core.migrate(
-            p, name, req.step, bins=req.bins, to_instance=req.to_instance,
-            instance=req.instance, to_executor=req.to_executor, strategy=req.strategy,
-            batch_bins=req.batch_bins))
-
-    @app.get("/v1/dataflows/{name}/migrations", tags=["reconfiguration"],
-             response_model=MigrationList,
-             summary="A dataflow's reconfigurations, running and recent, with their progress")
-    async def dataflow_migrations(name: str, p: Caller) -> dict[str, Any]:
-        return {"migrations": await run_in_threadpool(core.migrations, p, name)}
-
-    @app.get("/v1/migrations", tags=["reconfiguration"], response_model=MigrationList,
-             summary="Reconfigurations of the dataflows this token may see (admin: all)")
-    async def all_migrations(p: Caller) -> dict[str, Any]:
-        return {"migrations": await run_in_threadpool(core.migrations, p)}
-
-    @app.post("/v1/pool/rebalance", tags=["reconfiguration"], status_code=202,
-              response_model=MigrationList,
-              summary="Even out the executors' load: instances and bins move (admin)",
-              openapi_extra=_body(RebalanceRequest.model_json_schema(),
-                                  "the strategy (optional: no body is batched)"))
-    async def rebalance(request: Request, p: Caller) -> dict[str, Any]:
-        admin_only(p, "rebalancing the pool")
-        req = parse_model(RebalanceRequest, await read_optional_body(
-            request, RECONFIG_BODY_BYTES, "rebalance"), "rebalance")
-        return {"migrations": await run_in_threadpool(
-            lambda: core.rebalance(p, strategy=req.strategy))}
-
-    @app.post("/v1/pool/executors", tags=["reconfiguration"], status_code=201,
-              response_model=ExecutorsAdded, summary="Start executors (admin)",
-              openapi_extra=_body(AddExecutorsRequest.model_json_schema(),
-                                  "how many (optional: no body is one)"))
-    async def add_executors(request: Request, p: Caller) -> dict[str, Any]:
-        admin_only(p, "adding executors")
-        req = parse_model(AddExecutorsRequest, await read_optional_body(
-            request, RECONFIG_BODY_BYTES, "executors request"), "executors")
-        return {"added": await run_in_threadpool(core.add_executors, p, req.count)}
-
-    @app.delete("/v1/pool/executors/{index}", tags=["reconfiguration"], status_code=202,
-                response_model=ExecutorRemoval,
-                summary="Drain an executor: its instances move elsewhere, then it stops (admin)")
-    async def remove_executor(
-            p: Caller,
-            index: Annotated[int, Path(ge=0, le=MAX_EXECUTOR_INDEX,
-                                       description="the executor's index")],
-            strategy: Annotated[Strategy, Query(description="how its instances' bins move")
-                                ] = "batched") -> Any:
-        admin_only(p, "removing executors")
-        return await run_in_threadpool(lambda: core.remove_executor(p, index,
-                                                                    strategy=strategy))
-
-    # -- self-scaling: the controller's view; a dataflow's own settings and pins ----------------
-    @app.get("/v1/scaling", tags=["scaling"], response_model=ScalingStatus,
-             summary="The scaling controller: each dataflow's steps (parallelism, lessees, "
-                     "true rates, busy share), its last decisions and why, misses, failures "
-                     "(a tenant sees its own dataflows)")
-    async def scaling_status(p: Caller) -> Any:
-        return json_safe(await run_in_threadpool(core.scaling, p, None))
-
-    @app.get("/v1/dataflows/{name}/scaling", tags=["scaling"], response_model=ScalingStatus,
-             summary="The scaling controller's view of one dataflow")
-    async def dataflow_scaling(name: str, p: Caller) -> Any:
-        return json_safe(await run_in_threadpool(core.scaling, p, name))
-
-    @app.put("/v1/dataflows/{name}/scaling", tags=["scaling"], response_model=ScalingStatus,
-             summary="Set a dataflow's own scaling settings (over the pool's; null: the "
-                     "pool's) and pin steps to a parallelism",
-             openapi_extra=_body(ScalingRequest.model_json_schema(),
-                                 "the settings (required, null for the pool's) and the pins"))
-    async def set_scaling(name: str, request: Request, p: Caller) -> Any:
-        req = parse_model(ScalingRequest, await read_body(request, RECONFIG_BODY_BYTES,
-                                                          "scaling request"), "scaling")
-        settings = None if req.settings is None else req.settings.given()
-        return json_safe(await run_in_threadpool(lambda: core.set_scaling(
-            p, name, settings, dict(req.pin))))
-
-    # -- tokens --------------------------------------------------------------------------------
-    @app.post("/v1/tokens", tags=["tokens"], status_code=201, response_model=TokenCreated,
-              summary="Create a tenant token (admin)",
-              openapi_extra=_body(TokenRequest.model_json_schema(), "the tenant"))
-    async def create_token(request: Request, p: Caller) -> dict[str, Any]:
-        admin_only(p, "creating tokens")
-        req = parse_model(TokenRequest, await read_body(request, 4096, "token request"), "token")
-        try:
-            token, record = tokens.create(req.tenant)
-        except TokenLimitError as e:  # 409: the request is fine, the tenant's token set is full
-            raise ApiError(409, "token_limit", f"no new token for tenant {req.tenant!r}: "
-                           f"{e.subject} holds as many tokens as allowed",
-                           expected=e.expected, got=e.got, fix=e.fix) from None
-        return {**record, "token": token}
-
-    @app.get("/v1/tokens", tags=["tokens"], response_model=list[TokenInfo],
-             summary="Tenant tokens (ids, not secrets; admin)")
-    async def list_tokens(p: Caller) -> list[dict[str, Any]]:
-        admin_only(p, "listing tokens")
-        return tokens.list()
-
-    @app.delete("/v1/tokens/{token_id}", tags=["tokens"], summary="Revoke a tenant token (admin)")
-    async def revoke_token(token_id: str, p: Caller) -> dict[str, Any]:
-        admin_only(p, "revoking tokens")
-        if not tokens.revoke(token_id):
-            raise ApiError(404, "not_found", f"no tenant token with id {token_id!r}",
-                           expected="an id from GET /v1/tokens", got=token_id,
-                           fix="list the tokens with `cameo token list`")
-        return {"id": token_id, "revoked": True}
-
-    ui.add_routes(app, core, tokens)
-
-    # -- metrics -------------------------------------------------------------------------------
     decisions = DecisionCounter()  # cameo_scaling_decisions_total, counted across scrapes
 
-    @app.get("/metrics", tags=["service"], response_class=Response,
-             summary="Prometheus metrics of the whole cluster (a tenant token sees its own)")
     async def metrics(p: Caller) -> Response:
         def snap() -> PoolSnapshot:
             return snapshot() if snapshot else {"dataflows": [], "executors": []}
@@ -722,4 +431,23 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
                                        scaling_fn=scaling, decisions=decisions)
         return Response(text, media_type=prom.CONTENT_TYPE)
 
+    own: dict[str, Callable[..., Awaitable[Any]]] = {
+        "healthz": healthz, "get_info": get_info, "submit": submit, "push": push,
+        "metrics": metrics}
+    targets = {"core": core, "tokens": TokenAdmin(tokens)}
+    body_limits = {"spec": max_spec_bytes, "events batch": max_body_bytes}
+    for op in operations_table:
+        if not op.call and op.name not in own:
+            raise ValueError(f"operation {op.name!r}: expected a call (core.METHOD) or a route "
+                             "of the app's own, got neither; fix: name the ServiceCore method "
+                             "that does it")
+        handler = own[op.name] if not op.call else _endpoint(op, targets, body_limits)
+        extra = op.body.openapi() if op.body is not None else None
+        text: dict[str, Any] = {"response_class": Response} if op.answer == "text" else {}
+        app.add_api_route(op.path, _guarded(op, handler), methods=[op.method], name=op.name,
+                          tags=[op.tag], summary=op.summary, status_code=op.status,
+                          response_model=op.response, responses=op.responses,
+                          openapi_extra=extra, **text)
+
+    ui.add_routes(app, core, tokens)
     return app

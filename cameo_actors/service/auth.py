@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cameo_actors.service.errors import ConfigError, TokenLimitError
+from cameo_actors.service.errors import ApiError, ConfigError, TokenLimitError
 
 TOKEN_PREFIX = "cameo_"
 #: Defaults of the service's --max-tokens-per-tenant and --max-tokens: each token is checked
@@ -210,3 +210,31 @@ class TokenStore:
     def _save(self) -> None:
         if self._file:
             write_private(self._file, json.dumps({"tokens": self._tenants}, indent=1))
+
+
+class TokenAdmin:
+    """The token operations of the API over a `TokenStore`, with their refusals as the API
+    says them. Only the admin reaches them (`operations.authorize`)."""
+
+    def __init__(self, tokens: TokenStore) -> None:
+        self.tokens = tokens
+
+    def create(self, principal: Principal, tenant: str) -> dict[str, Any]:
+        """A new token for `tenant`: its public record and, this once, the secret."""
+        try:
+            token, record = self.tokens.create(tenant)
+        except TokenLimitError as e:  # 409: the request is fine, the tenant's token set is full
+            raise ApiError(409, "token_limit", f"no new token for tenant {tenant!r}: "
+                           f"{e.subject} holds as many tokens as allowed",
+                           expected=e.expected, got=e.got, fix=e.fix) from None
+        return {**record, "token": token}
+
+    def list(self, principal: Principal) -> list[dict[str, Any]]:
+        return self.tokens.list()
+
+    def revoke(self, principal: Principal, token_id: str) -> dict[str, Any]:
+        if not self.tokens.revoke(token_id):
+            raise ApiError(404, "not_found", f"no tenant token with id {token_id!r}",
+                           expected="an id from GET /v1/tokens", got=token_id,
+                           fix="list the tokens with `cameo token list`")
+        return {"id": token_id, "revoked": True}

@@ -28,6 +28,7 @@ and send the token of --token / CAMEO_TOKEN / --token-file / CAMEO_TOKEN_FILE
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import runpy
 import sys
@@ -38,6 +39,7 @@ from typing import Any
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError, SpecError
+from cameo_actors.runtime.boundary import STRATEGIES
 from cameo_actors.service.config import (
     CLIENT_OPTIONS,
     SERVE_OPTIONS,
@@ -47,6 +49,7 @@ from cameo_actors.service.config import (
     resolve_service_config,
 )
 from cameo_actors.service.errors import ConfigError
+from cameo_actors.service.operations import OPERATIONS, Operation
 from cameo_actors.service.view import iso_time
 
 
@@ -624,7 +627,46 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+# -- operations without a command of their own ---------------------------------------------------
+def _value(text: str) -> Any:
+    """A value from the command line: JSON (a number, true, a list) or else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def cmd_operation(op: Operation, args: argparse.Namespace) -> int:
+    """An operation of the table that has no command of its own: its answer, as JSON."""
+    body = {name.removeprefix("body_"): _value(v) for name, v in vars(args).items()
+            if name.startswith("body_") and v is not None}
+    params = {prm.name: getattr(args, "query_" + prm.name) for prm in op.query_params()
+              if getattr(args, "query_" + prm.name) is not None}
+    path = {name: getattr(args, name) for name in op.path_names}
+    answer = _client(args).call(op, body=body if op.body is not None else None,
+                                params=params or None, **path)
+    print(answer) if isinstance(answer, str) else _print_json(answer)
+    return 0
+
+
+def add_operation_command(sub: Any, parents: list[argparse.ArgumentParser],
+                          op: Operation) -> None:
+    """`cameo VERB PATH-PARAMS... [--FIELD VALUE]...` for an operation of the table: its
+    path parameters in order, its body's fields and its query parameters as options."""
+    p = sub.add_parser(op.cli, parents=parents, help=op.summary or op.name.replace("_", " "))
+    for name in op.path_names:
+        p.add_argument(name)
+    fields = op.body.model.model_fields if op.body is not None and op.body.model else {}
+    for name, info in fields.items():
+        p.add_argument("--" + name.replace("_", "-"), dest="body_" + name, default=None,
+                       metavar="VALUE", help=info.description or "JSON or text")
+    for prm in op.query_params():
+        p.add_argument("--" + prm.name.replace("_", "-"), dest="query_" + prm.name,
+                       default=None, help=prm.bounds.get("description"))
+    p.set_defaults(func=functools.partial(cmd_operation, op))
+
+
+def build_parser(operations: tuple[Operation, ...] = OPERATIONS) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cameo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -721,7 +763,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_results)
 
     reconfig = argparse.ArgumentParser(add_help=False)
-    reconfig.add_argument("--strategy", choices=["all_at_once", "batched", "fluid"],
+    reconfig.add_argument("--strategy", choices=list(STRATEGIES),
                           default="batched",
                           help="how key bins move: in one epoch, in batches (default), or one "
                                "bin per epoch")
@@ -818,6 +860,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", parents=[client_opts], help="who you are, and the deployment")
     p.set_defaults(func=cmd_info)
+
+    for op in operations:  # a one-word verb no command above has: the generic command
+        if op.cli and " " not in op.cli and op.cli not in sub.choices:
+            add_operation_command(sub, [client_opts], op)
     return parser
 
 

@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import msgpack
@@ -35,6 +34,7 @@ from cameo_actors.errors import SpecError
 from cameo_actors.runtime.boundary import CANCELLED, FAILED, FINISHED, MigrationInfo
 from cameo_actors.service.config import DEFAULT_URL, ClientConfig
 from cameo_actors.service.errors import ApiError
+from cameo_actors.service.operations import OPERATION, Operation
 from cameo_actors.service.outputs import DEFAULT_PAGE
 
 #: Events per HTTP request when pushing: big enough to amortise a round trip.
@@ -86,11 +86,6 @@ class Pushed(int):
 
     def __str__(self) -> str:  # the number, as an int prints
         return str(int(self))
-
-
-def _df(name: str) -> str:
-    """The URL path of a dataflow (names are URL-safe by the spec's rules; quoted anyway)."""
-    return "/v1/dataflows/" + quote(name, safe="")
 
 
 def service_url(config: ClientConfig | None = None, run_dir: str | None = None) -> str:
@@ -158,6 +153,24 @@ class Client:
         self.http.close()
 
     # -- transport ---------------------------------------------------------------------------
+    def call(self, operation: str | Operation, *, body: Any = None,
+             params: dict[str, Any] | None = None, use_msgpack: bool = False,
+             accept_msgpack: bool = False, **path: Any) -> Any:
+        """Send one operation of the service (`operations.OPERATIONS`, by name) and return
+        its answer: the methods below are this with their arguments; an operation without
+        a method of its own is called the same way.
+
+        >>> client.call("status", name="alerts")["state"]          # doctest: +SKIP
+        'running'
+        """
+        op = operation if isinstance(operation, Operation) else OPERATION.get(operation)
+        if op is None:
+            raise ValueError(f"Client.call: expected an operation of the service, one of "
+                             f"{sorted(OPERATION)}, got {operation!r}")
+        return self._request(op.method, op.url(**path), body=body, params=params,
+                             use_msgpack=use_msgpack, raw=op.answer == "text",
+                             accept_msgpack=accept_msgpack)
+
     def _request(self, method: str, path: str, *, body: Any = None, use_msgpack: bool = False,
                  params: dict[str, Any] | None = None, raw: bool = False,
                  accept_msgpack: bool = False) -> Any:
@@ -204,19 +217,18 @@ class Client:
     def submit(self, dataflow: Dataflow | DataflowSpec | dict[str, Any] | str | bytes, *,
                replace: bool = False, use_msgpack: bool = False) -> dict[str, Any]:
         """Submit a dataflow; idempotent by name. Returns {"id", "created", "replaced", ...}."""
-        return self._request("POST", "/v1/dataflows", body=spec_dict(dataflow),  # type: ignore[no-any-return]
-                             use_msgpack=use_msgpack,
-                             params={"replace": "true"} if replace else None)
+        return self.call("submit", body=spec_dict(dataflow), use_msgpack=use_msgpack,  # type: ignore[no-any-return]
+                         params={"replace": "true"} if replace else None)
 
     def check(self, dataflow: Dataflow | DataflowSpec | dict[str, Any] | str | bytes
               ) -> dict[str, Any]:
         """Admission control's prediction for a dataflow, without starting it: whether it
         and every running dataflow would meet their targets, and what would be needed."""
-        return self._request("POST", "/v1/admission", body=spec_dict(dataflow))  # type: ignore[no-any-return]
+        return self.call("check", body=spec_dict(dataflow))  # type: ignore[no-any-return]
 
     def overload(self) -> dict[str, Any]:
         """Who misses or will miss its target now, by how much, and whose load causes it."""
-        return self._request("GET", "/v1/overload")  # type: ignore[no-any-return]
+        return self.call("overload")  # type: ignore[no-any-return]
 
     def explain(self, name: str | None = None, last_s: float = 60.0) -> dict[str, Any]:
         """Why a dataflow (None: the pool) missed or met its target over the last `last_s`
@@ -227,29 +239,31 @@ class Client:
         >>> Client("http://127.0.0.1:8470", "t").explain("alerts")["words"][0]  # doctest: +SKIP
         'alerts: 97% within its 50 ms target; ...'
         """
-        path = "/v1/explain" if name is None else f"{_df(name)}/explain"
-        return self._request("GET", path, params={"last": f"{last_s!r}"})  # type: ignore[no-any-return]
+        params = {"last": f"{last_s!r}"}
+        if name is None:
+            return self.call("explain_pool", params=params)  # type: ignore[no-any-return]
+        return self.call("explain", params=params, name=name)  # type: ignore[no-any-return]
 
     def list(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The dataflows this token may see, live and ended (or only those in `states`)."""
         params = {"state": list(states)} if states else None
-        return self._request("GET", "/v1/dataflows", params=params)["dataflows"]  # type: ignore[no-any-return]
+        return self.call("list_dataflows", params=params)["dataflows"]  # type: ignore[no-any-return]
 
     def exceptions(self, name: str) -> dict[str, Any]:
         """Why a dataflow failed, and its last operator failures."""
-        return self._request("GET", f"{_df(name)}/exceptions")  # type: ignore[no-any-return]
+        return self.call("exceptions", name=name)  # type: ignore[no-any-return]
 
     def status(self, name: str) -> dict[str, Any]:
-        return self._request("GET", _df(name))  # type: ignore[no-any-return]
+        return self.call("status", name=name)  # type: ignore[no-any-return]
 
     def update(self, name: str, *, latency_target_ms: float | None = None,
                weight: float | None = None) -> dict[str, Any]:
         body = {k: v for k, v in (("latency_target_ms", latency_target_ms), ("weight", weight))
                 if v is not None}
-        return self._request("PATCH", _df(name), body=body)  # type: ignore[no-any-return]
+        return self.call("update", body=body, name=name)  # type: ignore[no-any-return]
 
     def cancel(self, name: str) -> dict[str, Any]:
-        return self._request("DELETE", _df(name))  # type: ignore[no-any-return]
+        return self.call("cancel", name=name)  # type: ignore[no-any-return]
 
     def push(self, name: str, source: str, events: Sequence[dict[str, Any]], *,
              batch_size: int = PUSH_BATCH, use_msgpack: bool = True) -> Pushed:
@@ -265,8 +279,8 @@ class Client:
         accepted = rejected = 0
         shown: list[dict[str, Any]] = []
         for i in range(0, len(events), batch_size):
-            got = self._request("POST", f"{_df(name)}/sources/{quote(source, safe='')}/events",
-                                body=list(events[i:i + batch_size]), use_msgpack=use_msgpack)
+            got = self.call("push", body=list(events[i:i + batch_size]),
+                            use_msgpack=use_msgpack, name=name, source=source)
             accepted += int(got["accepted"])
             rejected += int(got.get("rejected", 0))
             # The service counts indexes in its request: count them in `events`.
@@ -276,7 +290,7 @@ class Client:
 
     def close(self, name: str) -> dict[str, Any]:
         """End every source of the dataflow (windows fire)."""
-        return self._request("POST", f"{_df(name)}/close")  # type: ignore[no-any-return]
+        return self.call("close", name=name)  # type: ignore[no-any-return]
 
     # -- outputs: results and the error output, one HTTP round trip per page ------------------
     def results(self, name: str, sink: str | None = None, cursor: str | None = None,
@@ -290,14 +304,13 @@ class Client:
         """
         params = {k: v for k, v in (("sink", sink), ("cursor", cursor), ("limit", limit))
                   if v is not None}
-        return self._request("GET", f"{_df(name)}/results", params=params,  # type: ignore[no-any-return]
-                             accept_msgpack=True)
+        return self.call("results", params=params, accept_msgpack=True, name=name)  # type: ignore[no-any-return]
 
     def commit_results(self, name: str, cursor: str, sink: str | None = None) -> dict[str, Any]:
         """Let the service forget the results before `cursor` (a sink held on a full log
         resumes). Returns {"cursor", "freed", "pending"}."""
         body = {"cursor": cursor} if sink is None else {"cursor": cursor, "sink": sink}
-        return self._request("POST", f"{_df(name)}/results/commit", body=body)  # type: ignore[no-any-return]
+        return self.call("commit_results", body=body, name=name)  # type: ignore[no-any-return]
 
     def errors(self, name: str, cursor: str | None = None, limit: int = DEFAULT_PAGE
                ) -> dict[str, Any]:
@@ -306,13 +319,11 @@ class Client:
         "cursor", "pending", "skipped", "dropped"} (skipped: records before this page the
         service dropped unread; dropped: all it dropped so far)."""
         params = {k: v for k, v in (("cursor", cursor), ("limit", limit)) if v is not None}
-        return self._request("GET", f"{_df(name)}/errors", params=params,  # type: ignore[no-any-return]
-                             accept_msgpack=True)
+        return self.call("errors", params=params, accept_msgpack=True, name=name)  # type: ignore[no-any-return]
 
     def commit_errors(self, name: str, cursor: str) -> dict[str, Any]:
         """Let the service forget the error-output records before `cursor`."""
-        return self._request("POST", f"{_df(name)}/errors/commit",  # type: ignore[no-any-return]
-                             body={"cursor": cursor})
+        return self.call("commit_errors", body={"cursor": cursor}, name=name)  # type: ignore[no-any-return]
 
     def follow(self, name: str, sink: str | None = None, *, errors: bool = False,
                cursor: str | None = None, limit: int = DEFAULT_PAGE, poll_s: float = 0.5,
@@ -391,7 +402,7 @@ class Client:
         body: dict[str, Any] = {"step": step, "parallelism": parallelism, "strategy": strategy}
         if batch_bins is not None:
             body["batch_bins"] = batch_bins
-        return self._request("POST", f"{_df(name)}/scale", body=body)  # type: ignore[no-any-return]
+        return self.call("scale", body=body, name=name)  # type: ignore[no-any-return]
 
     def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
                 to_instance: int | None = None, instance: int | None = None,
@@ -405,12 +416,13 @@ class Client:
                            ("to_executor", to_executor), ("batch_bins", batch_bins)):
             if value is not None:
                 body[key] = value
-        return self._request("POST", f"{_df(name)}/migrate", body=body)  # type: ignore[no-any-return]
+        return self.call("migrate", body=body, name=name)  # type: ignore[no-any-return]
 
     def migrations(self, name: str | None = None) -> builtins.list[MigrationInfo]:
         """Reconfigurations, running and recent: of one dataflow, or of all you may see."""
-        path = "/v1/migrations" if name is None else f"{_df(name)}/migrations"
-        return self._request("GET", path)["migrations"]  # type: ignore[no-any-return]
+        if name is None:
+            return self.call("all_migrations")["migrations"]  # type: ignore[no-any-return]
+        return self.call("dataflow_migrations", name=name)["migrations"]  # type: ignore[no-any-return]
 
     def wait_migration(self, migration_id: str, timeout_s: float = 120.0, poll_s: float = 0.2,
                        *, sleep: Callable[[float], None] | None = None,
@@ -440,20 +452,17 @@ class Client:
 
     def rebalance(self, strategy: str = "batched") -> builtins.list[MigrationInfo]:
         """Even out the executors' load (admin). Returns the migrations started."""
-        return self._request("POST", "/v1/pool/rebalance",  # type: ignore[no-any-return]
-                             body={"strategy": strategy})["migrations"]
+        return self.call("rebalance", body={"strategy": strategy})["migrations"]  # type: ignore[no-any-return]
 
     def add_executors(self, count: int = 1) -> builtins.list[int]:
         """Start `count` executors (admin). Returns their indices."""
-        return self._request("POST", "/v1/pool/executors",  # type: ignore[no-any-return]
-                             body={"count": count})["added"]
+        return self.call("add_executors", body={"count": count})["added"]  # type: ignore[no-any-return]
 
     def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]:
         """Drain executor `index` (admin): its instances move elsewhere, then it stops.
         Returns {"executor", "moving": [instances], "state": "draining"}."""
         params = None if strategy == "batched" else {"strategy": strategy}
-        return self._request("DELETE", f"/v1/pool/executors/{int(index)}",  # type: ignore[no-any-return]
-                             params=params)
+        return self.call("remove_executor", params=params, index=int(index))  # type: ignore[no-any-return]
 
     # -- self-scaling ------------------------------------------------------------------------
     def scaling(self, name: str | None = None) -> dict[str, Any]:
@@ -466,8 +475,9 @@ class Client:
         >>> c.scaling("alerts")["dataflows"]["alerts"]["steps"]["win"]["parallelism"]  # doctest: +SKIP
         4
         """
-        path = "/v1/scaling" if name is None else f"{_df(name)}/scaling"
-        return self._request("GET", path)  # type: ignore[no-any-return]
+        if name is None:
+            return self.call("scaling_status")  # type: ignore[no-any-return]
+        return self.call("dataflow_scaling", name=name)  # type: ignore[no-any-return]
 
     def set_scaling(self, name: str, settings: dict[str, Any] | None = None,
                     pin: dict[str, int | None] | None = None) -> dict[str, Any]:
@@ -484,26 +494,26 @@ class Client:
         """
         body = {"settings": None if settings is None else dict(settings),
                 "pin": dict(pin or {})}
-        return self._request("PUT", f"{_df(name)}/scaling", body=body)  # type: ignore[no-any-return]
+        return self.call("set_scaling", body=body, name=name)  # type: ignore[no-any-return]
 
     # -- service -----------------------------------------------------------------------------
     def whoami(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/whoami")  # type: ignore[no-any-return]
+        return self.call("whoami")  # type: ignore[no-any-return]
 
     def info(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/info")  # type: ignore[no-any-return]
+        return self.call("get_info")  # type: ignore[no-any-return]
 
     def executors(self) -> builtins.list[dict[str, Any]]:
-        return self._request("GET", "/v1/executors")["executors"]  # type: ignore[no-any-return]
+        return self.call("executors")["executors"]  # type: ignore[no-any-return]
 
     def metrics(self) -> str:
-        return self._request("GET", "/metrics", raw=True)  # type: ignore[no-any-return]
+        return self.call("metrics")  # type: ignore[no-any-return]
 
     def create_token(self, tenant: str) -> dict[str, Any]:
-        return self._request("POST", "/v1/tokens", body={"tenant": tenant})  # type: ignore[no-any-return]
+        return self.call("create_token", body={"tenant": tenant})  # type: ignore[no-any-return]
 
     def tokens(self) -> builtins.list[dict[str, Any]]:
-        return self._request("GET", "/v1/tokens")  # type: ignore[no-any-return]
+        return self.call("list_tokens")  # type: ignore[no-any-return]
 
     def revoke_token(self, token_id: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/tokens/{quote(token_id, safe='')}")  # type: ignore[no-any-return]
+        return self.call("revoke_token", token_id=token_id)  # type: ignore[no-any-return]

@@ -16,11 +16,11 @@ import json
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from cameo_actors.errors import UserError
-from cameo_actors.runtime.config import ADMISSION_MODES, DELIVERY_MODES
+from cameo_actors.runtime.config import ADMISSION_MODES, DELIVERY_MODES, RuntimeConfig
 from cameo_actors.scaling import settings_from_dict
 from cameo_actors.service.auth import MAX_TOKENS, MAX_TOKENS_PER_TENANT
 from cameo_actors.service.errors import ConfigError
@@ -32,6 +32,15 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 #: Deepest nesting of lists and objects a request body may have (specs nest about 5 deep).
 DEFAULT_MAX_JSON_DEPTH = 64
 MAX_JSON_DEPTH_RANGE = (8, 512)  # msgpack's unpacker stops at 1024 by itself
+#: A new pool's settings by default: the runtime's own (`RuntimeConfig`'s field defaults),
+#: so that the service's defaults and its --help cannot drift from them.
+POOL_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RuntimeConfig)
+                                 if f.default is not MISSING}
+
+
+def _pool_factory(name: str) -> Any:
+    """The default factory of a `RuntimeConfig` field (a mutable default, as `scaling`)."""
+    return next(f.default_factory for f in fields(RuntimeConfig) if f.name == name)
 
 
 @dataclass(frozen=True)
@@ -96,29 +105,30 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("pool", "--pool", ("CAMEO_POOL",), "executor pool name (default 'default')"),
     Option("policy", "--policy", ("CAMEO_POLICY",),
            "scheduling policy of a new pool: cameo, fifo, edf, sjf, fair_share, token_bucket "
-           "(default cameo)"),
+           f"(default {POOL_DEFAULTS['policy']})"),
     Option("executors", "--executors", ("CAMEO_EXECUTORS",),
            "executors in a new pool (default: one per core, embedded; one per CPU, joined)", _int),
     Option("max_windows_per_event", "--max-windows-per-event", ("CAMEO_MAX_WINDOWS_PER_EVENT",),
            "most windows one event may open in a new pool (a sliding window's size / slide); "
-           "specs asking more are refused (default 1000)", _int),
+           f"specs asking more are refused (default {POOL_DEFAULTS['max_windows_per_event']})", _int),
     Option("bins", "--bins", ("CAMEO_BINS",),
            "key bins of every keyed step in a new pool: the unit of scaling and migration, "
-           "a power of two (default 4096)", _int),
+           f"a power of two (default {POOL_DEFAULTS['bins']})", _int),
     Option("checkpoint_url", "--checkpoint-url", ("CAMEO_CHECKPOINT_URL",),
            "where a new pool keeps its checkpoints and registry: a folder, or a URL pyarrow.fs "
            "understands (s3://, gs://, hdfs://) (default: <run-dir>/checkpoints/<pool>)"),
     Option("checkpoint_interval_s", "--checkpoint-interval", ("CAMEO_CHECKPOINT_INTERVAL_S",),
            "seconds between checkpoints of each dataflow in a new pool, unless its spec says "
-           "otherwise; 0: none, a dataflow then fails with its executor (default 2)", _float),
+           f"otherwise; 0: none, a dataflow then fails with its executor "
+           f"(default {POOL_DEFAULTS['checkpoint_interval_s']:g})", _float),
     Option("delivery", "--delivery", ("CAMEO_DELIVERY",),
            "results of a new pool's dataflows, unless a spec says otherwise: exactly_once "
            "(readable once the checkpoint after them completed) or at_least_once (at once, "
-           "with ids) (default exactly_once)"),
+           f"with ids) (default {POOL_DEFAULTS['delivery']})"),
     Option("admission", "--admission", ("CAMEO_ADMISSION",),
            "what a submit predicted to make a dataflow miss its target gets in a new pool: "
            "admit (the prediction is only reported), warn (admitted, with warnings) or refuse "
-           "(409 with the reasons) (default warn)"),
+           f"(409 with the reasons) (default {POOL_DEFAULTS['admission']})"),
     Option("scaling", "--scaling", ("CAMEO_SCALING",),
            "the scaling controller of a new pool, as KEY=VALUE: policy (off, ds2, threshold), "
            "min_executors, max_executors, max_parallelism, interval_s, rate_window_s, warmup_s, "
@@ -129,19 +139,20 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("tenant_floor", "--tenant-floor", ("CAMEO_TENANT_FLOOR",),
            "on: under overload every tenant gets at least its weighted share of each "
            "executor, deadline order within the spare capacity; off: deadline order alone "
-           "(default on)"),
+           f"(default {'on' if POOL_DEFAULTS['tenant_floor'] else 'off'})"),
     Option("state_budget_bytes", "--state-budget-bytes", ("CAMEO_STATE_BUDGET_BYTES",),
            "a dataflow's operator state and unread results in a new pool, when its spec sets "
-           "no limits.state_bytes; over it the dataflow fails (default 536870912)", _int),
+           f"no limits.state_bytes; over it the dataflow fails "
+           f"(default {POOL_DEFAULTS['state_budget_bytes']})", _int),
     Option("max_state_bytes", "--max-state-bytes", ("CAMEO_MAX_STATE_BYTES",),
            "the largest limits.state_bytes a spec may ask for in a new pool "
-           "(default 4294967296)", _int),
+           f"(default {POOL_DEFAULTS['max_state_bytes']})", _int),
     Option("keep_ended_s", "--keep-ended", ("CAMEO_KEEP_ENDED_S",),
            "seconds a new pool keeps ended dataflows (finished, cancelled, failed) to be "
-           "seen, a finished one with its results (default 3600)", _float),
+           f"seen, a finished one with its results (default {POOL_DEFAULTS['ended_retention_s']:g})", _float),
     Option("max_string_chars", "--max-string-chars", ("CAMEO_MAX_STRING_CHARS",),
            "longest str field value an event may carry in a new pool; longer ones go to the "
-           "error output (default 1048576)", _int),
+           f"error output (default {POOL_DEFAULTS['max_string_chars']})", _int),
     Option("tenant_max_concurrent", "--tenant-max-concurrent", ("CAMEO_TENANT_MAX_CONCURRENT",),
            "requests one tenant may have in flight; more get 429 (default 8)", _int),
     Option("tenant_rate", "--tenant-rate", ("CAMEO_TENANT_RATE",),
@@ -191,20 +202,21 @@ class ServiceConfig:
     node_ip: str = "127.0.0.1"
     num_cpus: int | None = None
     pool: str = "default"
-    policy: str = "cameo"
-    executors: int | None = None
-    max_windows_per_event: int = 1_000
-    bins: int = 4096
-    checkpoint_url: str | None = None
-    checkpoint_interval_s: float = 2.0
-    delivery: str = "exactly_once"
-    admission: str = "warn"
-    tenant_floor: str = "on"
-    scaling: dict[str, Any] = field(default_factory=dict)
-    state_budget_bytes: int = 512 * 1024 * 1024
-    max_state_bytes: int = 4 * 1024 * 1024 * 1024
-    keep_ended_s: float = 3600.0
-    max_string_chars: int = 1 << 20
+    # A new pool's settings: the runtime's defaults (`POOL_DEFAULTS`), under the service's names.
+    policy: str = POOL_DEFAULTS["policy"]
+    executors: int | None = None  # None: one per core (embedded) or per CPU (joined)
+    max_windows_per_event: int = POOL_DEFAULTS["max_windows_per_event"]
+    bins: int = POOL_DEFAULTS["bins"]
+    checkpoint_url: str | None = POOL_DEFAULTS["checkpoint_url"]
+    checkpoint_interval_s: float = POOL_DEFAULTS["checkpoint_interval_s"]
+    delivery: str = POOL_DEFAULTS["delivery"]
+    admission: str = POOL_DEFAULTS["admission"]
+    tenant_floor: str = "on" if POOL_DEFAULTS["tenant_floor"] else "off"
+    scaling: dict[str, Any] = field(default_factory=_pool_factory("scaling"))
+    state_budget_bytes: int = POOL_DEFAULTS["state_budget_bytes"]
+    max_state_bytes: int = POOL_DEFAULTS["max_state_bytes"]
+    keep_ended_s: float = POOL_DEFAULTS["ended_retention_s"]
+    max_string_chars: int = POOL_DEFAULTS["max_string_chars"]
     tenant_max_concurrent: int = 8
     tenant_rate: float = 200.0
     allowed_modules: tuple[str, ...] = ()

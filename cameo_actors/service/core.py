@@ -1,9 +1,11 @@
 """What the service does, without HTTP and without Ray: tenancy, idempotent
 submit, status with throughput, graceful stop.
 
-`ServiceCore` drives any `RuntimeLike` (the runtime's one protocol): the Ray
-runtime behind `cameo serve` (see `server.ServiceRuntime`), or an in-memory
-fake in unit tests. Every refusal is an `ApiError` raised before anything changed.
+`ServiceCore` drives any `CoreRuntime` (the part of the runtime's one protocol,
+`RuntimeLike`, that the service calls): the Ray runtime behind `cameo serve` (through
+`server.ServiceRuntime`), or an in-memory fake in unit tests. Every refusal is an `ApiError` raised before anything changed.
+Who may call which method (a tenant, the admin) is the operations table's to say
+(`operations.authorize`, before the call); the core keeps each tenant to its own dataflows.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import heapq
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from cameo_actors.clock import Clock, SystemClock
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError, ReconfigError, SpecError, UserError
+from cameo_actors.operators.base import Event
 from cameo_actors.runtime.boundary import (
     LIVE_STATES,
     RECOVERING,
@@ -28,9 +31,13 @@ from cameo_actors.runtime.boundary import (
     DataflowInfo,
     DataflowStats,
     DataflowSummary,
+    ErrorLogOffsets,
     ExecutorStats,
+    LogOffsets,
     MigrationInfo,
-    RuntimeLike,
+    Pressure,
+    Rejected,
+    ResultRow,
 )
 from cameo_actors.runtime.exceptions import (
     AdmissionRefused,
@@ -63,6 +70,53 @@ RATE_MIN_SPAN_MS = 500.0
 REJECTIONS_SHOWN = 10
 #: A dataflow's reconfigurations its status shows (the most recent).
 MIGRATIONS_SHOWN = 20
+
+
+class CoreRuntime(Protocol):
+    """The runtime's calls the service makes: a part of `RuntimeLike`, with the same
+    signatures (and `scaling.ScalingRuntime`'s two, where the runtime has them). What
+    `server.ServiceRuntime` adapts, and what a test's fake implements."""
+
+    # -- control
+    def deploy(self, dataflow: Any) -> str: ...
+    def predict(self, dataflow: Any = None) -> dict[str, Any]: ...
+    def cancel(self, name: str) -> dict[str, Any]: ...
+    def update(self, name: str, *, latency_target_ms: float | None = None,
+               weight: float | None = None) -> dict[str, Any]: ...
+    def list(self, states: Sequence[str] | None = None) -> builtins.list[DataflowSummary]: ...
+    def describe(self, name: str, *, refresh: bool = False) -> DataflowInfo: ...
+    def stats(self, name: str) -> DataflowStats: ...
+    def executor_stats(self) -> builtins.list[ExecutorStats]: ...
+    def wait_idle(self, timeout_s: float = 60.0, *,
+                  dataflows: Sequence[str] | None = None) -> None: ...
+    def explain(self, name: str | None = None, *, last_s: float = 60.0) -> dict[str, Any]: ...
+
+    # -- live reconfiguration
+    def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
+              batch_bins: int | None = None) -> MigrationInfo: ...
+    def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
+                to_instance: int | None = None, instance: int | None = None,
+                to_executor: int | None = None, strategy: str = "batched",
+                batch_bins: int | None = None) -> MigrationInfo: ...
+    def migrations(self, name: str | None = None) -> builtins.list[MigrationInfo]: ...
+    def rebalance(self, *, strategy: str = "batched") -> builtins.list[MigrationInfo]: ...
+    def add_executors(self, n: int = 1) -> builtins.list[int]: ...
+    def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]: ...
+
+    # -- input
+    def pressure(self, name: str) -> Pressure: ...
+    def push(self, name: str, source: str, events: Sequence[Event]) -> builtins.list[Rejected]: ...
+    def close(self, name: str) -> None: ...
+
+    # -- outputs
+    def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]: ...
+    def read_results(self, name: str, sink_activation: str, start: int,
+                     end: int | None = None) -> builtins.list[ResultRow]: ...
+    def commit_results(self, name: str, sink_activation: str, offset: int) -> None: ...
+    def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]: ...
+    def read_errors(self, name: str, log: str, start: int, end: int | None = None
+                    ) -> tuple[int, builtins.list[ResultRow]]: ...
+    def commit_errors(self, name: str, log: str, offset: int) -> None: ...
 
 
 def normalize(spec: dict[str, Any]) -> dict[str, Any]:
@@ -100,13 +154,13 @@ class ServiceCore:
     """Tenancy, idempotency and bookkeeping around a runtime; safe to call from many threads.
 
     Args:
-        runtime: the runtime (`RuntimeLike`).
+        runtime: the runtime (`CoreRuntime`).
         clock: physical time, for throughput.
         allowed_modules: module prefixes specs' functions may come from (None: any);
             checked before a replace cancels the running dataflow.
     """
 
-    def __init__(self, runtime: RuntimeLike, *, clock: Clock | None = None,
+    def __init__(self, runtime: CoreRuntime, *, clock: Clock | None = None,
                  allowed_modules: tuple[str, ...] | None = None) -> None:
         self.rt = runtime
         self.clock = clock or SystemClock()
@@ -466,11 +520,12 @@ class ServiceCore:
         with self._ending(name):
             self._refuse_when_full(name)
 
-    def close(self, principal: Principal, name: str) -> None:
+    def close(self, principal: Principal, name: str) -> dict[str, str]:
         """End every source of the dataflow: its windows fire, nothing more is expected."""
         self._describe_visible(principal, name)
         with self._ending(name), self.flow_lock(name):
             self.rt.close(name)
+        return {"name": name, "state": "sources closed"}
 
     @contextlib.contextmanager
     def _ending(self, name: str) -> Iterator[None]:
@@ -532,18 +587,16 @@ class ServiceCore:
                            fix="push to one of the dataflow's sources")
 
     def executors(self, principal: Principal) -> builtins.list[ExecutorStats]:
-        self._admin_only(principal, "executor statistics are")
         return self.rt.executor_stats()
 
     @staticmethod
-    def _admin_only(principal: Principal, what: str) -> None:
-        if not principal.admin:
-            raise ApiError(403, "forbidden", f"{what} for the admin",
-                           expected="the admin token", got=principal.label,
-                           fix="ask the service operator")
+    def whoami(principal: Principal) -> dict[str, Any]:
+        return {"tenant": principal.tenant, "admin": principal.admin,
+                "token_id": principal.token_id}
 
     # -- live reconfiguration: asynchronous, each answers with the migration(s) started ------
-    # A tenant reconfigures its own dataflows; the pool (rebalance, executors) is the admin's.
+    # A tenant reconfigures its own dataflows; the pool (rebalance, executors) is the admin's:
+    # `operations.authorize` refuses a tenant before these are called.
     def scale(self, principal: Principal, name: str, step: str, parallelism: int, *,
               strategy: str = "batched", batch_bins: int | None = None) -> MigrationInfo:
         """Change the parallelism of a keyed step while it runs; its key bins move to the
@@ -588,7 +641,6 @@ class ServiceCore:
     def rebalance(self, principal: Principal, *, strategy: str = "batched"
                   ) -> builtins.list[MigrationInfo]:
         """Even out the pool: instances and bins move to the executors with the least load."""
-        self._admin_only(principal, "rebalancing the pool is")
         self._refuse_while_stopping()
         with self._reconfiguring(None):
             return builtins.list(self.rt.rebalance(strategy=strategy))
@@ -596,7 +648,6 @@ class ServiceCore:
     def add_executors(self, principal: Principal, count: int = 1) -> builtins.list[int]:
         """Start `count` executors; returns their indices (nothing moves to them until a
         rebalance, a migrate or a new dataflow)."""
-        self._admin_only(principal, "adding executors is")
         self._refuse_while_stopping()
         with self._reconfiguring(None):
             return builtins.list(self.rt.add_executors(count))
@@ -605,7 +656,6 @@ class ServiceCore:
                         ) -> dict[str, Any]:
         """Drain an executor: its instances move elsewhere, then it stops. Returns
         {"executor", "moving": [instances], "state": "draining"}."""
-        self._admin_only(principal, "removing executors is")
         self._refuse_while_stopping()
         with self._reconfiguring(None):
             return self.rt.remove_executor(index, strategy=strategy)

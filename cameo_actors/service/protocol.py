@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cameo_actors.dataflow.validate import MAX_LATENCY_TARGET_MS, MAX_NUMBER, NAME_RE
+from cameo_actors.runtime.boundary import MAX_ADD_EXECUTORS, MAX_BINS, Strategy
 from cameo_actors.service.config import DEFAULT_MAX_JSON_DEPTH
 from cameo_actors.service.errors import ApiError
 from cameo_actors.service.nesting import deeper_than, json_depth
@@ -233,9 +234,47 @@ def parse_last(value: str | None, param: str = "last") -> float:
     return seconds
 
 
+# -- the schemas of bodies checked elsewhere (OpenAPI) --------------------------------------
+STEP_OPS = ["source", "filter", "map", "flat_map", "key_by", "window", "join", "process", "union",
+            "sink"]
+#: The spec's outline for the OpenAPI document; the definition layer checks the rest.
+SPEC_SCHEMA: dict[str, Any] = {
+    "title": "DataflowSpec",
+    "description": "A dataflow spec (docs/spec.md). Checked by the definition layer: an error "
+                   "names the step, what was expected, what arrived and the fix.",
+    "type": "object",
+    "required": ["name", "latency_target_ms", "steps"],
+    "additionalProperties": False,
+    "properties": {
+        "version": {"type": "integer", "enum": [1]},
+        "name": {"type": "string", "pattern": NAME_RE.pattern},
+        "tenant": {"type": "string", "pattern": NAME_RE.pattern, "default": "default"},
+        "latency_target_ms": {"type": "number", "exclusiveMinimum": 0},
+        "scheduling": {"type": "object", "properties": {
+            "weight": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
+            "rate_limit_eps": {"type": ["number", "null"]}}},
+        "errors": {"type": ["object", "null"]},
+        "steps": {"type": "array", "minItems": 2, "items": {
+            "type": "object", "required": ["op", "id"],
+            "properties": {"op": {"type": "string", "enum": STEP_OPS},
+                           "id": {"type": "string", "pattern": NAME_RE.pattern},
+                           "inputs": {"type": "array", "items": {"type": "string"}},
+                           "parallelism": {"type": "integer", "minimum": 1}}}},
+    },
+}
+EVENTS_SCHEMA: dict[str, Any] = {
+    "oneOf": [{"type": "array", "items": {"type": "object"}},
+              {"type": "object", "required": ["events"],
+               "properties": {"events": {"type": "array", "items": {"type": "object"}}}}]}
+
+
 # -- request models --------------------------------------------------------------------------
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    def arguments(self) -> dict[str, Any]:
+        """The core's keyword arguments: one per field, as parsed."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
 
 
 class UpdateRequest(_Strict):
@@ -256,16 +295,11 @@ class UpdateRequest(_Strict):
         return self
 
 
-#: How a reconfiguration moves a step's key bins: in one epoch, in batches, one bin per epoch.
-STRATEGIES = ("all_at_once", "batched", "fluid")
-Strategy = Literal["all_at_once", "batched", "fluid"]
 #: Bounds of the numbers a reconfiguration names (the runtime checks its own, finer ones):
-#: instances and bins of a step (a step has 4096 key bins by default), executors.
+#: instances of a step (a step has 4096 key bins by default), executors. The strategies,
+#: the most bins of a step and the most executors one request adds are the runtime's.
 MAX_INSTANCES = 4096
-MAX_BINS = 65536
 MAX_EXECUTOR_INDEX = 65535
-#: Executors one request may add.
-MAX_ADD_EXECUTORS = 64
 _STEP = Field(..., min_length=1, max_length=128, pattern=NAME_RE.pattern, strict=True,
               description="the keyed step (a window or join after key_by)")
 _STRATEGY_DOC = ("all_at_once: one epoch; batched: batch_bins bins per epoch; fluid: one bin "
@@ -383,6 +417,12 @@ class ScalingRequest(_Strict):
         default_factory=dict, max_length=MAX_PINS,
         description="step -> the parallelism the policy keeps it at (null: unpinned); "
                     "steps not named keep their pins")
+
+    def arguments(self) -> dict[str, Any]:
+        """The settings given (none: the pool's) and the pins, as `ServiceCore.set_scaling`
+        takes them."""
+        return {"settings": None if self.settings is None else self.settings.given(),
+                "pin": dict(self.pin)}
 
 
 class TokenRequest(_Strict):

@@ -45,11 +45,17 @@ PRESSURE_TTL_S = 0.1
 
 
 class ServiceRuntime:
-    """The runtime as the service drives it: a `Runtime`, with one handle per dataflow
-    for its events. A handle's batches are applied in order per executor, so a shared
-    handle would let one dataflow's backpressure hold back every other dataflow on the
-    same executor. A push is answered once its events are in their sources' ingress logs
-    (it survives a failure from then on); one dataflow's pushes go one at a time."""
+    """The runtime as the service drives it (`core.CoreRuntime`): a `Runtime`, with one
+    handle per dataflow for its events. A handle's batches are applied in order per
+    executor, so a shared handle would let one dataflow's backpressure hold back every
+    other dataflow on the same executor. A push is answered once its events are in their
+    sources' ingress logs (it survives a failure from then on); one dataflow's pushes go
+    one at a time.
+
+    The runtime's calls that the service makes unchanged are bound below, one by one (a
+    new one is added here and to `CoreRuntime`); cancel, push, close, pressure and
+    wait_idle change how they go, and are this class's own methods.
+    """
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -57,9 +63,20 @@ class ServiceRuntime:
         self._pushers: dict[str, tuple[Runtime, threading.Lock]] = {}
         self._pushers_guard = threading.Lock()
         self._pressure: dict[str, tuple[float, Pressure]] = {}
-
-    def __getattr__(self, name: str) -> Any:  # everything else is the runtime's own
-        return getattr(self.rt, name)
+        # control
+        self.deploy, self.predict, self.update = rt.deploy, rt.predict, rt.update
+        self.list, self.describe, self.stats = rt.list, rt.describe, rt.stats
+        self.executor_stats, self.explain = rt.executor_stats, rt.explain
+        # live reconfiguration, and the scaling controller (`scaling.ScalingRuntime`)
+        self.scale, self.migrate, self.migrations = rt.scale, rt.migrate, rt.migrations
+        self.rebalance = rt.rebalance
+        self.add_executors, self.remove_executor = rt.add_executors, rt.remove_executor
+        self.scaling, self.set_scaling = rt.scaling, rt.set_scaling
+        # outputs: read with offsets, committed by their readers
+        self.result_offsets, self.read_results = rt.result_offsets, rt.read_results
+        self.commit_results = rt.commit_results
+        self.error_offsets, self.read_errors = rt.error_offsets, rt.read_errors
+        self.commit_errors = rt.commit_errors
 
     def _pusher(self, name: str) -> tuple[Runtime, threading.Lock]:
         with self._pushers_guard:

@@ -14,7 +14,7 @@ from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.runtime._private.ingest import pack_ingest
-from cameo_actors.runtime.boundary import LIVE_STATES, MigrationInfo, Rejected
+from cameo_actors.runtime.boundary import LIVE_STATES, STRATEGIES, MigrationInfo, Rejected
 from cameo_actors.runtime.exceptions import (
     AdmissionRefused,
     DataflowEnded,
@@ -36,7 +36,6 @@ ADMIN = "admin-token-for-tests"
 SCHEMA = {"ts": "int", "level": "str", "key": "str"}
 #: Key bins of a keyed step in the fake (the runtime's default).
 BINS = 4096
-STRATEGIES = ("all_at_once", "batched", "fluid")
 
 
 class FakeLog:

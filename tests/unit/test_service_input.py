@@ -228,7 +228,7 @@ def test_huge_integers_in_json_are_a_400_not_a_500(svc: Service) -> None:
 # -- no 5xx for client input; unexpected failures are a JSON 500 ---------------------------------
 def test_an_unexpected_exception_is_a_json_500_logged_with_its_traceback(
         svc: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    def broken(*_args: object) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(svc.core, "list", broken)
@@ -248,7 +248,7 @@ def test_an_unexpected_exception_is_a_json_500_logged_with_its_traceback(
 def test_an_unavailable_runtime_is_a_503_with_retry_after(svc: Service,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           error: Exception) -> None:
-    def stuck(*_args: object) -> None:
+    def stuck(*_args: object, **_kwargs: object) -> None:
         raise error
 
     monkeypatch.setattr(svc.core, "list", stuck)

@@ -17,9 +17,8 @@ from enum import StrEnum
 from typing import Any
 
 from cameo_actors.runtime._private.routing import Placement, RoutingTable
-from cameo_actors.runtime.boundary import ActivationId
+from cameo_actors.runtime.boundary import STRATEGIES, ActivationId
 
-STRATEGIES = ("all_at_once", "batched", "fluid")
 #: Epochs a batched migration aims for when no batch size is given.
 BATCHED_EPOCHS = 8
 
