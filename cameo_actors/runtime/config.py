@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
+from cameo_actors.runtime.boundary import MAX_BINS
 from cameo_actors.scaling import settings_from_dict
 
 ISOLATION_MODES = ("shared", "isolated")
@@ -167,8 +168,8 @@ class RuntimeConfig:
                      "max_state_bytes", "ended_kept", "monitor_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
-        if type(self.bins) is not int or not 1 <= self.bins <= 65536 or self.bins & (self.bins - 1):
-            raise ValueError(f"RuntimeConfig.bins: expected a power of two from 1 to 65536, "
+        if type(self.bins) is not int or not 1 <= self.bins <= MAX_BINS or self.bins & (self.bins - 1):
+            raise ValueError(f"RuntimeConfig.bins: expected a power of two from 1 to {MAX_BINS}, "
                              f"got {self.bins!r}")
         if not self.epoch_timeout_s > 0:
             raise ValueError(f"RuntimeConfig.epoch_timeout_s: expected > 0, got {self.epoch_timeout_s}")

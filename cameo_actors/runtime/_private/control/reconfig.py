@@ -23,7 +23,6 @@ from cameo_actors.runtime._private.control.pool import Pool
 from cameo_actors.runtime._private.control.recovery import short_cause
 from cameo_actors.runtime._private.control.registry import Registry
 from cameo_actors.runtime._private.rescale import (
-    STRATEGIES,
     Migration,
     MigrationKind,
     MigrationState,
@@ -32,7 +31,13 @@ from cameo_actors.runtime._private.rescale import (
     scale_plan,
 )
 from cameo_actors.runtime._private.routing import Placement, is_keyed_step
-from cameo_actors.runtime.boundary import LIVE_STATES, ActivationId, DataflowInfo
+from cameo_actors.runtime.boundary import (
+    LIVE_STATES,
+    MAX_ADD_EXECUTORS,
+    STRATEGIES,
+    ActivationId,
+    DataflowInfo,
+)
 from cameo_actors.runtime.config import RuntimeConfig
 
 logger = logging.getLogger(__name__)
@@ -40,8 +45,6 @@ logger = logging.getLogger(__name__)
 MIGRATIONS_KEPT = 200
 #: Lessees one keyed window may have.
 MAX_LESSEES = 8
-#: Executors `add_executors` adds in one call at most.
-MAX_ADD = 64
 
 
 class Reconfiguration:
@@ -264,8 +267,8 @@ class Reconfiguration:
     def add_executors(self, n: int = 1) -> list[int]:
         """Add `n` executors to the pool (on a multi-node cluster, the autoscaler is asked
         for the CPUs first); new dataflows and moved instances may go there."""
-        if type(n) is not int or not 1 <= n <= MAX_ADD:
-            raise ReconfigError("pool", f"a count of executors from 1 to {MAX_ADD}", n,
+        if type(n) is not int or not 1 <= n <= MAX_ADD_EXECUTORS:
+            raise ReconfigError("pool", f"a count of executors from 1 to {MAX_ADD_EXECUTORS}", n,
                                 "add fewer executors per call")
         gateway = self.pool.gateway
         with self._adding:  # one at a time: new executors are named by their index
