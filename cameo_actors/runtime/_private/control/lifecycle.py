@@ -16,7 +16,7 @@ from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordina
 from cameo_actors.runtime._private.control.pool import Pool
 from cameo_actors.runtime._private.control.reconfig import Reconfiguration
 from cameo_actors.runtime._private.control.registry import Registry
-from cameo_actors.runtime.boundary import CANCELLED, FINISHING, LIVE_STATES, RECOVERING, RUNNING
+from cameo_actors.runtime.boundary import CANCELLED, LIVE_STATES
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import DataflowExists
 
@@ -84,11 +84,7 @@ class Lifecycle:
     def closing(self, name: str) -> None:
         """A client closed the dataflow's sources: it drains, then it is finished."""
         with self.pool.lock:
-            info = self.registry.live(name)
-            if info["state"] == RUNNING:
-                self.registry.enter(info, FINISHING, "sources closed")
-            elif info["state"] == RECOVERING:  # finishing once restored
-                info["resume_state"] = FINISHING
+            self.registry.closing(self.registry.live(name))
 
     def update(self, name: str, latency_target_ms: float | None = None,
                weight: float | None = None) -> dict[str, Any]:
@@ -97,10 +93,7 @@ class Lifecycle:
         # Infinity in, and a target no submit could set.
         check_live_settings(latency_target_ms, weight)
         self.pool.gateway.call(info["executors"], "update", name, latency_target_ms, weight)
-        if latency_target_ms is not None:
-            info["spec"]["latency_target_ms"] = latency_target_ms
-        if weight is not None:
-            info["spec"]["scheduling"]["weight"] = weight
+        self.registry.retarget(info, latency_target_ms, weight)
         return {"name": name, "latency_target_ms": info["spec"]["latency_target_ms"],
                 "weight": info["spec"]["scheduling"]["weight"]}
 

@@ -88,7 +88,7 @@ class MigrationRunner:
             m.bytes_moved = self._await_epoch(info, m, on_step, table.version) - base
             m.epoch_done(table, len(moves))
             with self.pool.lock:
-                self.registry.placements[name] = m.placement
+                self.registry.switched(name, m.placement)
         if m.retire:
             self.gateway.call(hosts, "retire", name, [f"{name}/{step}/{i}" for i in m.retire])
 

@@ -73,7 +73,7 @@ class Monitor:
             info = self.registry.dataflows.get(name)
             if info is None or info["released"]:
                 continue
-            info["state_bytes"] = used
+            self.registry.measured(info, used)
             budget = info["spec"].get("limits", {}).get("state_bytes") or default
             if used > budget and info["state"] in LIVE_STATES:
                 self.registry.fail(name, f"over its state budget: about {used} bytes of "

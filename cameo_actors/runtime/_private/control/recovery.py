@@ -164,8 +164,7 @@ class Recovery:
             registry.fail(name, f"{why}; it has no checkpoint to restore (checkpoints off: "
                                 "fault_tolerance.checkpoint_interval_ms is 0)", lost=True)
             return True
-        info["recoveries"] += 1  # also the restore's generation: a new one per attempt
-        in_a_row = info["recoveries_in_a_row"] = info["recoveries_in_a_row"] + (not again)
+        generation, in_a_row = registry.restore_started(info, again)  # a new one per attempt
         if in_a_row > self.config.max_recoveries:
             registry.fail(name, f"{why}; it was restored {in_a_row - 1} times in a row "
                                 "without a checkpoint completing in between (an event that "
@@ -183,7 +182,7 @@ class Recovery:
         timeout = self.config.recovery_timeout_s
         try:
             gateway.call(involved, "restore", restored, placement, info["deployment"],
-                         manifest["parts"], info["recoveries"], timeout_s=timeout)
+                         manifest["parts"], generation, timeout_s=timeout)
             gateway.call(involved, "resume", name, timeout_s=timeout)
         except RuntimeUnavailable as e:
             logger.warning("restoring %s: %s; trying again once the pool is whole", name, e)

@@ -19,6 +19,7 @@ from cameo_actors.runtime._private.storage import CheckpointStorage, StorageErro
 from cameo_actors.runtime.boundary import (
     FAILED,
     FINISHED,
+    FINISHING,
     LIVE_STATES,
     RECOVERING,
     RUNNING,
@@ -219,6 +220,32 @@ class Registry:
                 info["lost"] = lost
                 self.end(info, FAILED, cause)
 
+    def closing(self, info: DataflowInfo) -> None:
+        """Its sources were closed: it drains (finishing), now or once restored."""
+        if info["state"] == RUNNING:
+            self.enter(info, FINISHING, "sources closed")
+        elif info["state"] == RECOVERING:
+            info["resume_state"] = FINISHING
+
+    def retarget(self, info: DataflowInfo, latency_target_ms: float | None,
+                 weight: float | None) -> None:
+        """New live settings (None: unchanged)."""
+        if latency_target_ms is not None:
+            info["spec"]["latency_target_ms"] = latency_target_ms
+        if weight is not None:
+            info["spec"]["scheduling"]["weight"] = weight
+
+    def measured(self, info: DataflowInfo, state_bytes: int) -> None:
+        """Its operator state and unread results, as the executors last reported."""
+        info["state_bytes"] = state_bytes
+
+    def restore_started(self, info: DataflowInfo, again: bool) -> tuple[int, int]:
+        """A restore begins: (its generation, losses in a row without a checkpoint
+        completing; a retry of the same loss does not count)."""
+        info["recoveries"] += 1
+        info["recoveries_in_a_row"] += not again
+        return info["recoveries"], info["recoveries_in_a_row"]
+
     def mark_recovering(self, info: DataflowInfo, why: str) -> None:
         info["cause"] = why  # first: a reader never sees `recovering` without its cause
         if info["state"] != RECOVERING:
@@ -241,6 +268,10 @@ class Registry:
         self.placements[info["name"]] = placement
         info["hosts"] = placement.hosts
         info["executors"] = sorted(placement.executors())
+
+    def switched(self, name: str, placement: Placement) -> None:
+        """A migration's epoch is done: the same instances, the step's next table."""
+        self.placements[name] = placement
 
     def rescaled(self, info: DataflowInfo, step: str, parallelism: int) -> None:
         info["spec"]["steps"] = [{**s, "parallelism": parallelism} if s["id"] == step else s
