@@ -368,9 +368,10 @@ def test_a_bystander_keeps_producing_results_during_a_recovery(pools: Any) -> No
 
 # -- 2b. a loss during a restore ------------------------------------------------------------
 def test_an_executor_killed_while_the_other_is_restored_is_waited_for(pools: Any) -> None:
-    """Both executors of a dataflow SIGKILLed a moment apart: the restore that the first
-    death starts meets the second one dead, waits for it, and tries again (it failed the
-    dataflow before)."""
+    """Both executors of a dataflow SIGKILLed back to back: whichever restart comes first
+    begins a restore that meets the other executor dead, restarting or not yet linked;
+    it waits for it and tries again (it failed the dataflow before). The exact order is
+    Ray's; `tests/unit/test_control.py` drives each one without Ray."""
     rt = pools["phoenix2"]
     flow = keyed_window("rr-twice")
     data = events(12_000, seed=31)
@@ -384,8 +385,7 @@ def test_an_executor_killed_while_the_other_is_restored_is_waited_for(pools: Any
         pids = [pid_of(rt, 0), pid_of(rt, 1)]
         at = time.time()
         kill_executor(rt, 0)
-        wait_for(lambda: state_of(rt, "rr-twice") == RECOVERING, "recovering", 30)
-        kill_executor(rt, 1)
+        os.kill(pids[1], signal.SIGKILL)
 
         def back() -> bool:
             got.extend(rt.results("rr-twice"))
