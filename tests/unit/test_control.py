@@ -15,6 +15,7 @@ from cameo_actors import Dataflow, count, sum_
 from cameo_actors.errors import ReconfigConflict
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.control.checkpoints import CheckpointPhase
+from cameo_actors.runtime._private.control.tracing import Tracing
 from cameo_actors.runtime.boundary import CANCELLED, RUNNING
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.testing import run_local
@@ -182,3 +183,19 @@ def test_the_scaling_loop_measures_each_running_dataflow(tmp_path: Path) -> None
     assert plan is not None and not plan.decisions  # the pool's policy is off
     status = plane.scaling.status("sc")
     assert status["executors"] == 2 and set(status["dataflows"]["sc"]["steps"]) >= {"win"}
+
+
+def test_tracing_drains_every_executor_and_a_read_explains_the_dataflow(tmp_path: Path) -> None:
+    cfg = RuntimeConfig(checkpoint_url=str(tmp_path / "checkpoints"), bins=64,
+                        ingress_log_dir=str(tmp_path / "ingress"), trace_sample=1.0,
+                        trace_snapshot_s=0.01)
+    plane = ControlPlane(2, cfg)
+    tracing = Tracing(cfg, plane.pool)
+    plane.lifecycle.deploy(keyed("tr", 2).spec.to_dict())
+    feed(plane, "tr", events(300, seed=9), end=True)
+    now = plane.cluster.clock.now_ms() + 100.0  # the cores' clock: past every activity
+    assert tracing.collect(now) == 0  # nobody reads yet: kept, not analysed
+    assert tracing.collector.collected > 0
+    assert all(c.tracer is not None and not c.tracer.drain()[0] for c in plane.cluster.cores)
+    why = tracing.collector.explain("tr", last_s=600.0, now_ms=now, latency_target_ms=1000.0)
+    assert why["tracing"]["collected"] == tracing.collector.collected and why["activities"]

@@ -28,12 +28,17 @@ class Tracing:
         lower_thread_priority(self.config.trace_niceness)
         while not stopped.wait(self.config.trace_snapshot_s):
             try:
-                asked = [i for i in self.pool.live() if i not in self.pool.restarting]
-                answers = self.pool.gateway.call_each(asked, "traces", timeout_s=10.0)
-                self.collector.tick(time.time() * 1000.0, {
-                    i: a for i, a in zip(asked, answers, strict=True) if a is not None})
+                self.collect(time.time() * 1000.0)
             except Exception:  # a bug here must not stop tracing for good
                 logger.exception("controller: analysing traces failed")
+
+    def collect(self, now_ms: float) -> int:
+        """Drain every answering executor's traced activities into the collector (analysed
+        while someone reads); returns the snapshots made."""
+        asked = [i for i in self.pool.live() if i not in self.pool.restarting]
+        answers = self.pool.gateway.call_each(asked, "traces", timeout_s=10.0)
+        return self.collector.tick(now_ms, {i: a for i, a in zip(asked, answers, strict=True)
+                                            if a is not None})
 
     def explain(self, name: str | None, last_s: float, target_ms: float | None
                 ) -> dict[str, Any]:
