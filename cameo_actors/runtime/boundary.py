@@ -94,6 +94,10 @@ STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 MAX_BINS = 65536
 #: The most executors one `add_executors` call may start.
 MAX_ADD_EXECUTORS = 64
+#: How long a caller waits for the pool's answer to one call. An executor answers a
+#: control call within its own 60 s, and an ingest call blocked by backpressure gives
+#: up after 60 s too; longer than both, so a timeout here means the pool is gone.
+CALL_TIMEOUT_S = 120.0
 
 
 class DataflowSummary(TypedDict):

@@ -28,6 +28,7 @@ from cameo_actors.runtime._private.control.reconfig import Reconfiguration
 from cameo_actors.runtime._private.control.recovery import Recovery
 from cameo_actors.runtime._private.control.registry import Registry
 from cameo_actors.runtime._private.control.scaling import AutoScaling
+from cameo_actors.runtime._private.core import ExecutorCore
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime.config import RuntimeConfig
@@ -127,7 +128,7 @@ class InProcessGateway(ExecutorGateway):
     def start(self, indices: Sequence[int]) -> None:
         for i in indices:
             if i >= len(self.cluster.cores):
-                self.cluster.cores.append(type(self.cluster.cores[0])(
+                self.cluster.cores.append(ExecutorCore(
                     i, self.cluster.config, self.cluster._send, self.cluster.clock,
                     persist=self.cluster._persist))
                 self.cluster.cores[i].channels.incarnation = f"new-{i}"

@@ -15,15 +15,12 @@ from typing import Any
 
 import ray
 
+from cameo_actors.runtime.boundary import CALL_TIMEOUT_S
 from cameo_actors.runtime.config import ray_temp_dir
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
 
 #: The Ray namespace of every cameo actor (controllers, executors).
 NAMESPACE = "cameo"
-#: How long a caller waits for the pool's answer to one call. An executor answers a
-#: control call within its own 60 s, and an ingest call blocked by backpressure gives
-#: up after 60 s too; longer than both, so a timeout here means the pool is gone.
-CALL_TIMEOUT_S = 120.0
 # Ray's switch that makes a single-machine cluster keep the addresses it is given.
 _SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 

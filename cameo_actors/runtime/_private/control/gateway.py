@@ -16,9 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
-#: How long a manager waits for the pool's answer to one call, unless it says.
-#: (The same figure as `cluster.CALL_TIMEOUT_S`: longer than any executor's own wait.)
-CALL_TIMEOUT_S = 120.0
+from cameo_actors.runtime.boundary import CALL_TIMEOUT_S
 
 
 class ExecutorGateway(ABC):
