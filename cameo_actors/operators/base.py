@@ -122,6 +122,25 @@ class Operator:
         self._port_watermarks = list(state["port_watermarks"])
         self.watermark = state["watermark"]
 
+    # -- a checkpoint's snapshot in steps (the runtime's) -------------------------------------
+    def begin_snapshot(self) -> dict[str, Any]:
+        """A checkpoint's cut: the snapshot, but for the state `snapshot_step` packs in
+        bounded steps (copy-on-write: what changes first is packed first). The default
+        is the whole snapshot at once."""
+        return self.snapshot()
+
+    def snapshot_step(self, budget: int) -> bool:
+        """Pack about `budget` more entries of the state at the cut; True once all are."""
+        return True
+
+    def end_snapshot(self, head: dict[str, Any]) -> dict[str, Any]:
+        """The snapshot of the cut: `head` (`begin_snapshot`'s) with what the steps packed;
+        call once `snapshot_step` said True. `restore` takes it as it takes `snapshot`'s."""
+        return head
+
+    def abort_snapshot(self) -> None:
+        """Drop a snapshot under way (a newer checkpoint's barrier came first)."""
+
     # -- helpers -----------------------------------------------------------------
     def error(self, out: Output, kind: str, message: str, event: Any) -> None:
         out.errors.append(ErrorRecord(self.step_id, kind, message, event))

@@ -15,10 +15,10 @@ ports) is late: it goes to the error output as kind "late". An event without
 a valid time, or whose key function raises or returns an unhashable key, is
 "malformed". Both are counted (`late_count`, `malformed_count`).
 
-State is per key (place None in live migration): each side's events in time
-order. A watermark w drops the left events with ``tl + upper_ms < w`` and the
-right ones with ``tr - lower_ms < w``: no event that is not late can match
-them any more.
+State is per key: each side's events in time order, the keys indexed by bin
+(`bins.KeyBins`) as they come and go, for live migration. A watermark w drops
+the left events with ``tl + upper_ms < w`` and the right ones with
+``tr - lower_ms < w``: no event that is not late can match them any more.
 
 >>> op = IntervalJoinOperator("j", lower_ms=0, upper_ms=100,
 ...                           left_key_fn=lambda e: e["id"], right_key_fn=lambda e: e["id"],
@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from cameo_actors.operators.aggregates import is_time
 from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.bins import KeyBins
 from cameo_actors.operators.join import check_sides
 from cameo_actors.operators.windowing import (
     KeyFn,
@@ -45,7 +46,6 @@ from cameo_actors.operators.windowing import (
     decode_key,
     encode_key,
     event_time,
-    keys_by_label,
     time_error,
     unhashable_key_error,
 )
@@ -114,6 +114,7 @@ class IntervalJoinOperator(WindowedOperator):
         self.key_fns = (left_key_fn, right_key_fn)
         self.time_fields = (left_time_field, right_time_field)
         self._keys: dict[Any, _Key] = {}
+        self._index = KeyBins()  # the keys of `_keys`, by bin
         # (time at which the key's earliest event may expire, seq, key): each key with
         # events has an entry at or before its earliest expiry; entries of keys gone or
         # already pruned are stale and skipped.
@@ -154,6 +155,7 @@ class IntervalJoinOperator(WindowedOperator):
             state = keys.get(k)
             if state is None:
                 state = keys[k] = _Key()
+                self._index.add(k)
             # The other side's events that join this one, in time order.
             times, partners = state.times[other], state.events[other]
             if times:
@@ -205,6 +207,7 @@ class IntervalJoinOperator(WindowedOperator):
                 self._push_earliest(k, state)
             else:
                 del keys[k]
+                self._index.discard(k)
 
     def _push_earliest(self, k: Any, state: _Key) -> None:
         lt, rt = state.times
@@ -224,47 +227,44 @@ class IntervalJoinOperator(WindowedOperator):
 
     def _restore_windows(self, state: dict[str, Any]) -> None:
         self._keys, self._expiry, self._seq = {}, [], 0
-        self._load(state["keys"])
+        self._index.clear()
+        self._load(state["keys"], False)
 
-    def _load(self, rows: list[Any]) -> None:
-        """Add rows ``[key, lefts, rights]`` (each side in time order)."""
-        keys = self._keys
+    def _load(self, rows: list[Any], owned: bool) -> None:
+        """Add rows ``[key, lefts, rights]`` (each side in time order); their lists
+        are kept if `owned`, else copied."""
+        keys, index, (ltf, rtf) = self._keys, self._index, self.time_fields
         for k_data, lefts, rights in rows:
+            if not lefts and not rights:
+                continue
             k = decode_key(k_data)
             state = keys[k] = _Key()
-            for port, evs in enumerate((lefts, rights)):
-                tf = self.time_fields[port]
-                state.events[port].extend(evs)
-                state.times[port].extend(e[tf] for e in evs)
-            if state:
-                self._push_earliest(k, state)
-            else:
-                del keys[k]
+            if not (owned and lefts.__class__ is list and rights.__class__ is list):
+                lefts, rights = list(lefts), list(rights)
+            state.events = (lefts, rights)
+            state.times = ([e[ltf] for e in lefts], [e[rtf] for e in rights])
+            self._push_earliest(k, state)
+            index.add(k)
 
     def state_keys(self) -> list[Any]:
         return list(self._keys)
 
-    def state_entries(self) -> list[tuple[Any, list[Any]]]:
-        return [(None, list(self._keys))]
+    def _use_bins(self, bins: int) -> None:
+        self._index = KeyBins(bins)
 
-    def places_of(self, event: Any, port: int) -> list[Any]:
-        return [] if event_time(event, self.time_fields[port]) is None else [None]
+    def state_bins(self) -> list[int]:
+        return self._index.bins()
 
-    def take_state_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
-                      ) -> dict[Any, list[Any]]:
+    def take_bins(self, bins: Iterable[int]) -> tuple[list[Any], int]:
         """Rows ``[key, lefts, rights]`` per key with state (key encoded with
-        `encode_key`; each side's buffered events in time order)."""
+        `encode_key`; each side's buffered events in time order); and how many keys."""
         keys = self._keys
-        out: dict[Any, list[Any]] = {}
-        for label, ks in keys_by_label(pairs, label_of).items():
-            # The popped lists are no longer live here: no copy needed.
-            rows = [[encode_key(k), s.events[0], s.events[1]]
-                    for k in ks if (s := keys.pop(k, None)) is not None]
-            if rows:
-                out[label] = rows
-        return out
+        # The popped lists are no longer live here: no copy needed.
+        rows = [[encode_key(k), s.events[0], s.events[1]]
+                for k in self._index.take(bins) if (s := keys.pop(k, None)) is not None]
+        return rows, len(rows)
 
-    def _put_state(self, rows: list[Any]) -> None:
+    def _put_state(self, rows: list[Any], owned: bool) -> None:
         seen: set[Any] = set()
         for row in rows:  # check everything first: all or nothing
             if not isinstance(row, list) or len(row) != 3:
@@ -273,4 +273,4 @@ class IntervalJoinOperator(WindowedOperator):
             if k in self._keys or k in seen:
                 raise ValueError(f"key {k!r} already has state here")
             seen.add(k)
-        self._load(rows)  # copies the rows' lists
+        self._load(rows, owned)

@@ -25,10 +25,11 @@ envelope are the windowing core's (`windowing`), shared with `windows`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.windowing import (
     RESULT_FIELDS,
     AlignedWindows,
@@ -153,7 +154,8 @@ class WindowJoinOperator(WindowedOperator):
             raise ValueError(f"step {self.step_id!r}: a join has ports 0 (left) and 1 (right), "
                              f"got {port!r}")
         tf, key_fn, wm, rejects = self.time_fields[port], self.key_fns[port], self.watermark, self.rejects
-        windows, open_window = self._state.windows, self._state.open
+        state = self._state
+        windows, open_window, indexed = state.windows, state.open, state.indexed
         open_ends = self._aligned.open_ends
         for ev in events:
             t = event_time(ev, tf)
@@ -175,6 +177,10 @@ class WindowJoinOperator(WindowedOperator):
             if message is not None:
                 rejects.malformed(out, ev, message)
                 continue
+            if state.frozen:  # a checkpoint packs its snapshot: a bin it has not, first
+                b = stable_hash(k) & state.mask
+                if b in state.frozen:
+                    state.save(b)
             for end in ends:
                 w = windows.get(end)
                 if w is None:
@@ -182,6 +188,7 @@ class WindowJoinOperator(WindowedOperator):
                 sides = w.get(k)
                 if sides is None:
                     sides = w[k] = [[], []]
+                    indexed(end, k)
                 sides[port].append(ev)
 
     # -- firing ------------------------------------------------------------------------
@@ -200,26 +207,27 @@ class WindowJoinOperator(WindowedOperator):
         return [self.kind, self.size_ms, self.slide_ms, *self.time_fields]
 
     def _snapshot_windows(self) -> dict[str, Any]:
-        return {"windows": self._state.dump(_copy_sides)}
+        return {"aligned": self._state.dump(lambda sides: [_copy_sides(sides)])}
 
     def _restore_windows(self, state: dict[str, Any]) -> None:
-        self._state.load(state["windows"], _copy_sides)
+        self._state.load(state["aligned"], lambda fields: _copy_sides(fields[0]))
+
+    def _aligned_state(self) -> KeyedWindows[Any] | None:
+        return self._state
+
+    def _use_bins(self, bins: int) -> None:
+        self._state = KeyedWindows(bins)
 
     def state_keys(self) -> list[Any]:
-        return list(self._state.keys())
+        return self._state.keys()
 
-    def state_entries(self) -> list[tuple[Any, list[Any]]]:
-        return self._state.entries()
+    def state_bins(self) -> list[int]:
+        return self._state.bins()
 
-    def places_of(self, event: Any, port: int) -> list[Any]:
-        t = event_time(event, self.time_fields[port])
-        return [] if t is None else self._aligned.open_ends(t, self.watermark)
+    def take_bins(self, bins: Iterable[int]) -> tuple[list[Any], int]:
+        """Rows ``[end, bin, entries]`` per open window and bin: each key's buffered
+        left and right events ``[lefts, rights]`` (see `KeyedWindows.take`)."""
+        return self._state.take(bins)
 
-    def take_state_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
-                      ) -> dict[Any, list[Any]]:
-        """Rows ``[end, [key, [lefts, rights], ...]]`` per open window: each key's
-        buffered left and right events (see `KeyedWindows.take_at`)."""
-        return self._state.take_at(pairs, label_of, lambda sides: sides)
-
-    def _put_state(self, rows: list[Any]) -> None:
-        self._state.put(rows, _copy_sides)
+    def _put_state(self, rows: list[Any], owned: bool) -> None:
+        self._state.put(rows, _copy_sides, owned)

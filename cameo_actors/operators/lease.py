@@ -43,7 +43,7 @@ from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import Output
 from cameo_actors.operators.build import key_function
 from cameo_actors.operators.windowers import AlignedWindower
-from cameo_actors.operators.windowing import KeyedWindows, decode_key, encode_key
+from cameo_actors.operators.windowing import decode_key, encode_key
 from cameo_actors.operators.windows import WindowOperator
 
 __all__ = ["LEASABLE_KINDS", "LesseeWindow", "build_lessee", "can_lease"]
@@ -100,8 +100,11 @@ class LesseeWindow(WindowOperator):
     def take_partials(self) -> list[list[Any]]:
         """Every partial row ``[window_end, key, acc]`` (keys encoded with `encode_key`,
         msgpack-able), by window end, keys in first-seen order; the state is cleared."""
-        windows = self._aligned.state.windows
-        self._aligned.state = KeyedWindows()
+        state = self._aligned.state
+        for b in list(state.frozen):  # a checkpoint's snapshot under way: packed first
+            state.save(b)
+        windows = state.windows
+        state.windows, state.index, state.ends = {}, {}, []
         # The accumulators leave this operator: no copy needed.
         return [[end, encode_key(k), acc] for end in sorted(windows)
                 for k, acc in windows[end].items()]

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -51,13 +51,13 @@ import msgpack
 from cameo_actors.errors import SpecError
 from cameo_actors.operators.aggregates import is_time
 from cameo_actors.operators.base import Event, Output, short_repr
+from cameo_actors.operators.bins import KeyBins
 from cameo_actors.operators.windowing import (
     KeyFn,
     WindowedOperator,
     decode_key,
     encode_key,
     event_time,
-    keys_by_label,
     time_error,
     unhashable_key_error,
 )
@@ -212,6 +212,9 @@ class ProcessOperator(WindowedOperator):
         self._ctx = ProcessContext(self)
         self._states: dict[Any, dict[str, Any]] = {}
         self._timers: dict[Any, set[Any]] = {}
+        # The keys of `_states` and `_timers`, by bin: a key is added when it gets its
+        # first state or timer, discarded when it has neither left.
+        self._index = KeyBins()
         # (time, key order, seq, key) per timer set; cancelled, fired or moved ones are
         # stale: `_timers` is the truth.
         self._heap: list[tuple[Any, bytes, int, Any]] = []
@@ -232,6 +235,8 @@ class ProcessOperator(WindowedOperator):
         ts = self._timers.get(key)
         if ts is None:
             ts = self._timers[key] = set()
+            if key not in self._states:
+                self._index.add(key)
         elif t in ts:
             return
         ts.add(t)
@@ -250,6 +255,8 @@ class ProcessOperator(WindowedOperator):
             ts.discard(t)
             if not ts:
                 del self._timers[key]
+                if key not in self._states:
+                    self._index.discard(key)
 
     # -- calls ---------------------------------------------------------------------------
     def _call(self, out: Output, k: Any, fn: Any, arg: Any, what: str, record: Any) -> None:
@@ -283,8 +290,12 @@ class ProcessOperator(WindowedOperator):
         if state:
             if fresh:
                 states[k] = state
+                if k not in self._timers:
+                    self._index.add(k)
         elif not fresh:
             del states[k]
+            if k not in self._timers:
+                self._index.discard(k)
 
     def _user_error(self, out: Output, message: str, record: Any) -> None:
         self.user_function_count += 1
@@ -316,7 +327,7 @@ class ProcessOperator(WindowedOperator):
 
     def advance_to(self, watermark: float, out: Output) -> None:
         """Fire every timer at or before `watermark` (see the module doc)."""
-        heap, timers, on_timer = self._heap, self._timers, self._on_timer
+        heap, timers, states, on_timer = self._heap, self._timers, self._states, self._on_timer
         if not heap or heap[0][0] > watermark:
             return
         self._advancing, self._fired, self._deferred = watermark, set(), []
@@ -329,6 +340,8 @@ class ProcessOperator(WindowedOperator):
                 ts.discard(t)
                 if not ts:
                     del timers[k]
+                    if k not in states:
+                        self._index.discard(k)
                 self._fired.add((t, k))
                 self._firing = t
                 if on_timer is not None:
@@ -371,6 +384,7 @@ class ProcessOperator(WindowedOperator):
 
     def _restore_windows(self, state: dict[str, Any]) -> None:
         self._states, self._timers, self._heap, self._seq = {}, {}, [], 0
+        self._index.clear()
         self.user_function_count = state["user_function_count"]
         self._load(state["keys"])
 
@@ -379,39 +393,41 @@ class ProcessOperator(WindowedOperator):
             k = decode_key(k_data)
             if blob is not None:
                 self._states[k] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+                self._index.add(k)
             for t in ts:
-                self._set_timer(k, t)
+                self._set_timer(k, t)  # indexes a key with timers only
 
     def state_keys(self) -> list[Any]:
         states = self._states
         return [*states, *(k for k in self._timers if k not in states)]
 
-    def state_entries(self) -> list[tuple[Any, list[Any]]]:
-        return [(None, self.state_keys())]
+    def _use_bins(self, bins: int) -> None:
+        self._index = KeyBins(bins)
 
-    def places_of(self, event: Any, port: int) -> list[Any]:
-        tf = self.time_field
-        return [] if tf is not None and event_time(event, tf) is None else [None]
+    def state_bins(self) -> list[int]:
+        return self._index.bins()
 
-    def take_state_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
-                      ) -> dict[Any, list[Any]]:
+    def take_bins(self, bins: Iterable[int]) -> tuple[list[Any], int]:
         """Rows ``[key, state, timers]`` per key with state or timers: the state as
         msgpack bytes (None when empty), the timers sorted; keys encoded with
-        `encode_key`.
+        `encode_key`; and how many keys.
 
         Raises:
             ValueError: a key's state is not plain data (nothing is taken then).
         """
-        by_label = keys_by_label(pairs, label_of)
-        out = {label: rows for label, ks in by_label.items() if (rows := self._rows(ks))}
+        bins = list(bins)
+        by_bin = self._index.keys
+        keys = [k for b in bins for k in by_bin.get(b, ())]
+        rows = self._rows(keys)  # raises before anything is taken
+        self._index.take(bins)
         states, timers = self._states, self._timers
-        for ks in by_label.values():  # every row packed: now take them
-            for k in ks:
-                states.pop(k, None)
-                timers.pop(k, None)  # its heap entries are stale now
-        return out
+        for k in keys:
+            states.pop(k, None)
+            timers.pop(k, None)  # its heap entries are stale now
+        return rows, len(rows)
 
-    def _put_state(self, rows: list[Any]) -> None:
+    def _put_state(self, rows: list[Any], owned: bool) -> None:
+        # `owned` changes nothing: a state comes out of its msgpack bytes a new dict.
         seen: set[Any] = set()
         for row in rows:  # check everything first: all or nothing
             if not isinstance(row, list) or len(row) != 3:

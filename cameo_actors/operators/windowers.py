@@ -8,7 +8,7 @@ which events are late (from the windower's `slide` and `length`), and turning
 closed windows into results.
 
 - `AlignedWindower`: tumbling and sliding windows, on the `AlignedWindows`
-  grid; state in a `KeyedWindows` (end -> key -> accumulator).
+  grid; state in a `KeyedWindows` (end -> key -> accumulator, keys by bin).
 - `SessionWindower`: per key, sessions of events less than gap apart,
   merged when an event bridges two.
 """
@@ -16,13 +16,12 @@ closed windows into results.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
-
-import msgpack
 
 from cameo_actors.operators.aggregates import CompiledAggregates, MalformedEvent
 from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.bins import KeyBins, stable_hash
 from cameo_actors.operators.windowing import (
     AlignedWindows,
     KeyedWindows,
@@ -82,20 +81,23 @@ class Windower(Protocol):
         """Replace the windows with those of a `snapshot`."""
         ...
 
+    def use_bins(self, bins: int) -> None:
+        """Keep the state in `bins` bins (`WindowedOperator.use_bins`); only while empty."""
+        ...
+
     def state_keys(self) -> list[Any]:
         """Every key with state here (once per window it is in, at most)."""
         ...
 
-    def entries(self) -> list[tuple[Any, list[Any]]]:
-        """(place, keys) per place holding state (`WindowedOperator.state_entries`)."""
+    def bins(self) -> list[int]:
+        """The bins holding state, ascending."""
         ...
 
-    def take_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
-                ) -> dict[Any, list[Any]]:
-        """Remove the state at (place, key) pairs (`WindowedOperator.take_state_at`)."""
+    def take(self, bins: Iterable[int]) -> tuple[list[Any], int]:
+        """Remove the state of `bins` (`WindowedOperator.take_bins`)."""
         ...
 
-    def put(self, rows: list[Any]) -> None:
+    def put(self, rows: list[Any], owned: bool) -> None:
         """Add `take` rows; ValueError if a key has state here already (nothing changed)."""
         ...
 
@@ -125,11 +127,14 @@ class AlignedWindower(AlignedWindows):
 
     def add(self, admitted: Iterable[Admitted], watermark: float, out: Output) -> None:
         size, slide, wm, tumbling = self.size, self.slide, watermark, self.tumbling
-        windows, open_window = self.state.windows, self.state.open
+        state = self.state
+        windows, index, open_window = state.windows, state.index, state.open
+        mask, frozen = state.mask, state.frozen
         count_only, new, add = self.aggs.count_only, self.aggs.new, self.aggs.add
         rejects = self.rejects
         cur_end: Any = None
         w: Any = None  # the window ending at cur_end: key -> accumulator
+        bins: Any = None  # its keys by bin
         for ev, t, k, start, end in admitted:
             i = 0
             # Tumbling: the one window holding t. Sliding: latest window first, down to
@@ -137,6 +142,10 @@ class AlignedWindower(AlignedWindows):
             # can raise (bad value, unhashable key): nothing is half-updated, since
             # `new`/`add` check before they write.
             try:
+                if frozen:  # a checkpoint packs its snapshot: a bin it has not, first
+                    b = stable_hash(k) & mask
+                    if b in frozen:
+                        state.save(b)
                 while tumbling or end > t and end > wm:
                     if end != cur_end:
                         # Batches are mostly in time order: look a tumbling window up
@@ -144,15 +153,21 @@ class AlignedWindower(AlignedWindows):
                         w = windows.get(end)
                         if w is None:
                             w = open_window(end)
+                        bins = index[end]
                         cur_end = end
-                    if count_only:  # ints as accumulators: no allocation per event
-                        w[k] = w.get(k, 0) + 1
-                    else:
-                        acc = w.get(k)
-                        if acc is None:
-                            w[k] = new(ev)
+                    acc = w.get(k)
+                    if acc is None:
+                        w[k] = 1 if count_only else new(ev)
+                        b = stable_hash(k) & mask  # a key new to the window: to its bin
+                        keys = bins.get(b)
+                        if keys is None:
+                            bins[b] = [k]
                         else:
-                            add(acc, ev)
+                            keys.append(k)
+                    elif count_only:  # ints as accumulators: no allocation per event
+                        w[k] = acc + 1
+                    else:
+                        add(acc, ev)
                     if tumbling:
                         break
                     i += 1
@@ -171,40 +186,28 @@ class AlignedWindower(AlignedWindows):
                 yield start, end, k, acc
 
     def snapshot(self) -> dict[str, Any]:
-        windows = self.state.windows
-        if all(type(k) is str or type(k) is int for w in windows.values() for k in w):
-            # Each window packed whole by msgpack's C code: a copy (no live accumulator is
-            # aliased) about eight times faster than rows built in Python, which matters
-            # for a checkpoint of millions of keys, taken in one step.
-            try:
-                return {"packed": [[end, msgpack.packb(windows[end], use_bin_type=True)]
-                                   for end in sorted(windows)]}
-            except (TypeError, ValueError, OverflowError):  # a value msgpack cannot carry
-                pass
         copy_acc = self.aggs.copy
-        return {"windows": self.state.dump(lambda acc: [copy_acc(acc)])}
+        return {"aligned": self.state.dump(lambda acc: [copy_acc(acc)])}
 
     def restore(self, state: dict[str, Any]) -> None:
-        if "packed" in state:
-            self.state.load_packed(state["packed"])
-            return
         copy_acc = self.aggs.copy
-        self.state.load(state["windows"], lambda fields: copy_acc(fields[0]))
+        self.state.load(state["aligned"], lambda fields: copy_acc(fields[0]))
+
+    def use_bins(self, bins: int) -> None:
+        self.state = KeyedWindows(bins)
 
     def state_keys(self) -> list[Any]:
-        return list(self.state.keys())
+        return self.state.keys()
 
-    def entries(self) -> list[tuple[Any, list[Any]]]:
-        return self.state.entries()
+    def bins(self) -> list[int]:
+        return self.state.bins()
 
-    def take_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
-                ) -> dict[Any, list[Any]]:
-        """Rows ``[end, [key, acc, key, acc, ...]]`` per open window."""
-        # The popped accumulators are no longer live here: no copy needed.
-        return self.state.take_at(pairs, label_of, lambda acc: acc)
+    def take(self, bins: Iterable[int]) -> tuple[list[Any], int]:
+        """Rows ``[end, bin, entries]`` per open window (`KeyedWindows.take`)."""
+        return self.state.take(bins)
 
-    def put(self, rows: list[Any]) -> None:
-        self.state.put(rows, self.aggs.copy)
+    def put(self, rows: list[Any], owned: bool) -> None:
+        self.state.put(rows, self.aggs.copy, owned)
 
 
 class _Session:
@@ -225,6 +228,10 @@ class SessionWindower:
     """Session windows: per key, events less than `gap` apart form one session
     ``[first, last + gap)``; an event within gap of two sessions merges them.
 
+    State is per key (its open sessions, its latest fired session's last event
+    time); `index` has the bins of the keys that have either, kept as keys come
+    and go (a hash per key that gains or loses all its state, none per event).
+
     Args:
         gap: inactivity that closes a session, in ms.
         aggs: the compiled aggregates.
@@ -244,6 +251,8 @@ class SessionWindower:
         self.heap: list[tuple[float, int, _Session]] = []
         self.fired_last: dict[Any, float] = {}
         self.seq = 0
+        # The keys of `sessions` and `fired_last`, by bin.
+        self.index = KeyBins()
 
     def first_end(self, t: float) -> float:
         return t + self.gap
@@ -253,7 +262,7 @@ class SessionWindower:
         return end if end > watermark else None
 
     def add(self, admitted: Iterable[Admitted], watermark: float, out: Output) -> None:
-        gap, sessions, rejects = self.gap, self.sessions, self.rejects
+        gap, sessions, rejects, fired_last = self.gap, self.sessions, self.rejects, self.fired_last
         count_only, new, add, merge = (self.aggs.count_only, self.aggs.new, self.aggs.add,
                                        self.aggs.merge)
         for ev, t, k, _start, _end in admitted:
@@ -266,6 +275,8 @@ class SessionWindower:
                 if lst is None:
                     acc = 1 if count_only else new(ev)
                     sessions[k] = [self._open(k, t, acc)]
+                    if k not in fired_last:  # a key with no state until now
+                        self.index.add(k)
                     continue
                 # Sessions of a key are disjoint and >= gap apart: t joins at most two
                 # neighbours, and then bridges them.
@@ -341,8 +352,12 @@ class SessionWindower:
             if last + 2 * gap > watermark:
                 break
             stale.append(k)
-        for k in stale:
-            del fired_last[k]
+        if stale:
+            sessions, discard = self.sessions, self.index.discard
+            for k in stale:
+                del fired_last[k]
+                if k not in sessions:  # its last state
+                    discard(k)
 
     def snapshot(self) -> dict[str, Any]:
         copy_acc = self.aggs.copy
@@ -368,27 +383,25 @@ class SessionWindower:
         heapq.heapify(self.heap)
         self.fired_last = {decode_key(k): last for k, last in state["fired_last"]}
         self.seq = state["seq"]
+        index = self.index
+        index.clear()
+        for k in (*self.sessions, *(k for k in self.fired_last if k not in self.sessions)):
+            index.add(k)
+
+    def use_bins(self, bins: int) -> None:
+        self.index = KeyBins(bins)
 
     def state_keys(self) -> list[Any]:
         return [*self.sessions, *(k for k in self.fired_last if k not in self.sessions)]
 
-    def entries(self) -> list[tuple[Any, list[Any]]]:
-        # A session's state is per key: one place, None.
-        return [(None, self.state_keys())]
+    def bins(self) -> list[int]:
+        return self.index.bins()
 
-    def take_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
-                ) -> dict[Any, list[Any]]:
-        """`take` of the pairs' keys, rows grouped by label."""
-        by_label: dict[Any, dict[Any, None]] = {}
-        for _, k in pairs:
-            by_label.setdefault(label_of[k], {})[k] = None
-        rows = {label: self.take(ks) for label, ks in by_label.items()}
-        return {label: r for label, r in rows.items() if r}
-
-    def take(self, keys: Iterable[Any]) -> list[Any]:
+    def take(self, bins: Iterable[int]) -> tuple[list[Any], int]:
         """Rows ``["session", key, first, last, acc]`` (the open sessions, in
         creation order), then ``["fired", key, last]`` (the last event time of
-        the key's latest fired session, oldest first)."""
+        the key's latest fired session, oldest first); and how many keys."""
+        keys = self.index.take(bins)
         sessions, fired_last = self.sessions, self.fired_last
         moved: list[_Session] = []
         fired: list[list[Any]] = []
@@ -404,9 +417,10 @@ class SessionWindower:
         moved.sort(key=lambda s: s.seq)
         fired.sort(key=lambda row: row[2])
         # The sessions are dead here: their accumulators need no copy.
-        return [["session", encode_key(s.key), s.first, s.last, s.acc] for s in moved] + fired
+        rows = [["session", encode_key(s.key), s.first, s.last, s.acc] for s in moved]
+        return rows + fired, len(keys)
 
-    def put(self, rows: list[Any]) -> None:
+    def put(self, rows: list[Any], owned: bool) -> None:
         sessions, fired_last = self.sessions, self.fired_last
         opened: list[tuple[Any, Any, Any, Any]] = []
         fired: dict[Any, float] = {}
@@ -429,13 +443,18 @@ class SessionWindower:
         copy_acc, gap, heap = self.aggs.copy, self.gap, self.heap
         added: dict[Any, list[_Session]] = {}
         for k, first, last, acc in opened:  # new seqs, in the rows' order
-            s = _Session(k, first, last, copy_acc(acc), self.seq)
+            s = _Session(k, first, last, acc if owned else copy_acc(acc), self.seq)
             self.seq += 1
             heapq.heappush(heap, (last + gap, s.seq, s))
             added.setdefault(k, []).append(s)
+        index = self.index
         for k, lst in added.items():
             lst.sort(key=lambda s: s.first)
             sessions[k] = lst
+            index.add(k)
+        for k in fired:
+            if k not in added:
+                index.add(k)
 
         if fired:
             # `close` prunes fired_last oldest first: merge the rows in by last event

@@ -5,13 +5,13 @@
 - `Rejects`: the error output of a windowed operator with a count per kind
   ("late", "malformed"): the one place those records are made and counted.
 - `AlignedWindows`: where tumbling and sliding windows lie.
-- `KeyedWindows`: the state of aligned windows (window end -> key -> state),
-  fired in end order, snapshotted as rows, moved per key as rows.
+- `KeyedWindows`: the state of aligned windows (window end -> key -> state,
+  and the keys of each bin), fired in end order, snapshotted packed (whole, or
+  bin by bin, copy-on-write, in steps), moved bin by bin.
 - `WindowedOperator`: the base of both operators (and of the interval join
   and the keyed process, whose state is per key): their rejects, the
-  snapshot envelope (configuration check, counters) and the per-key state
-  moves of live migration (`state_keys`, `take_state`, `put_state`);
-  `keys_by_label` groups the keys of a per-key take.
+  snapshot envelope (configuration check, counters) and the interface of
+  state kept by bin (`use_bins`, `state_bins`, `take_bins`, `put_state`).
 
 Windows are half-open ``[start, end)`` in event-time milliseconds, aligned to 0.
 """
@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from itertools import chain
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 import msgpack
 
 from cameo_actors.operators.aggregates import is_number, is_time
 from cameo_actors.operators.base import Event, Operator, Output
+from cameo_actors.operators.bins import DEFAULT_BINS, check_bins, stable_hash
 
 KeyFn = Callable[[Event], Any]
 S = TypeVar("S")
-_ABSENT: Any = object()  # a dict.pop default no state can be
 
 #: Fields every window result carries; aggregates and time fields may not reuse them.
 RESULT_FIELDS = ("key", "window_start", "window_end")
@@ -88,16 +87,6 @@ def unhashable_key_error(key: Any) -> str | None:
         return (f"the key function returned an unhashable {type(key).__name__} {key!r}; "
                 f"return a str, number, None or a tuple of those")
     return None
-
-
-def keys_by_label(pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
-                  ) -> dict[Any, list[Any]]:
-    """The keys of (place, key) pairs grouped by label, each once, in first-seen
-    order: what `take_state_at` of state kept per key (place None) takes."""
-    by_label: dict[Any, dict[Any, None]] = {}
-    for _, k in pairs:
-        by_label.setdefault(label_of[k], {})[k] = None
-    return {label: list(ks) for label, ks in by_label.items()}
 
 
 # -- the error output ------------------------------------------------------------------
@@ -186,109 +175,219 @@ class AlignedWindows:
         return u - u % self.slide + self.slide + self.size
 
 
-class KeyedWindows(Generic[S]):
-    """The state of aligned windows: window end -> key -> per-key state `S`
-    (an aggregate's accumulator, a join's buffered events), and a heap of the
-    ends so that windows fire in end order.
+def _entries(states: dict[Any, Any]) -> Any:
+    """Key -> state as msgpack carries it: the dict itself when every key is a str or an
+    int (packed and unpacked whole by msgpack's C code), else flat ``[key, state, ...]``
+    with keys encoded (`encode_key`)."""
+    if all(k.__class__ is str or k.__class__ is int for k in states):
+        return states
+    return [x for k, s in states.items() for x in (encode_key(k), s)]
 
-    Hot loops read `windows` directly and call `open` only for a window that
-    is not there yet.
+
+def _states(entries: Any) -> dict[Any, Any]:
+    """Undo `_entries` (after a msgpack round trip or not)."""
+    if entries.__class__ is dict:
+        return entries  # type: ignore[no-any-return]
+    return {decode_key(k) if k.__class__ is list else k: s
+            for k, s in zip(entries[::2], entries[1::2], strict=True)}
+
+
+class KeyedWindows(Generic[S]):
+    """The state of aligned windows: window end -> key -> per-key state `S` (an
+    aggregate's accumulator, a join's buffered events), a heap of the ends so that
+    windows fire in end order, and per window the keys of each bin (`bins.py`), added
+    when a key first comes into the window: an event of a key already there costs
+    nothing more, and a bin's state is taken, put and packed without a pass over the
+    rest.
+
+    Hot loops read `windows` and `index` directly, call `open` only for a window that
+    is not there yet, add a key's bin (`stable_hash(key) & mask`) to the window's
+    index when they add the key, and call `save(bin)` before they change a bin in
+    `frozen` (copy-on-write while a checkpoint packs its snapshot in steps: `freeze`,
+    `save_some`, `thaw`).
     """
 
-    __slots__ = ("windows", "ends")
+    __slots__ = ("windows", "index", "ends", "mask", "frozen", "saved")
 
-    def __init__(self) -> None:
+    def __init__(self, bins: int = DEFAULT_BINS) -> None:
         self.windows: dict[float, dict[Any, S]] = {}
+        #: window end -> bin -> its keys in that window
+        self.index: dict[float, dict[int, list[Any]]] = {}
         self.ends: list[float] = []
+        self.mask = check_bins(bins) - 1
+        #: bins whose state at a checkpoint's cut is not packed yet; bin -> packed state
+        self.frozen: set[int] = set()
+        self.saved: dict[int, bytes] = {}
 
     def open(self, end: float) -> dict[Any, S]:
         """Create the (absent) window ending at `end` and schedule it to fire."""
         w: dict[Any, S] = {}
         self.windows[end] = w
+        self.index[end] = {}
         heapq.heappush(self.ends, end)
         return w
 
+    def indexed(self, end: float, key: Any) -> None:
+        """`key` just came into the window ending at `end` (not on the hot paths)."""
+        b = stable_hash(key) & self.mask
+        if self.frozen and b in self.frozen:
+            self.save(b)
+        keys = self.index[end].get(b)
+        if keys is None:
+            self.index[end][b] = [key]
+        else:
+            keys.append(key)
+
     def pop_due(self, watermark: float) -> Iterator[tuple[float, dict[Any, S]]]:
         """Remove and yield (end, key -> state) of each window with end <= watermark, in end order."""
-        ends, windows = self.ends, self.windows
+        ends, windows, index = self.ends, self.windows, self.index
         while ends and ends[0] <= watermark:
             end = heapq.heappop(ends)
+            bins = index.pop(end)
+            if self.frozen:
+                for b in [b for b in bins if b in self.frozen]:
+                    self._save_with(b, end, bins[b], windows[end])
             yield end, windows.pop(end)
 
-    def dump(self, row: Callable[[S], list[Any]]) -> list[Any]:
-        """The state as msgpack-able rows ``[end, [[key, *row(state)], ...]]`` in
-        end order; `row` must copy what is updated in place."""
-        return [[end, [[encode_key(k), *row(s)] for k, s in self.windows[end].items()]]
-                for end in sorted(self.windows)]
+    def keys(self) -> list[Any]:
+        """Every key with state, once per window it is in."""
+        return [k for w in self.windows.values() for k in w]
 
-    def load(self, rows: list[Any], state: Callable[[list[Any]], S]) -> None:
-        """Replace the state with `dump` rows; `state` turns a row's fields after
-        the key back into a state (a copy: `rows` may be a live snapshot)."""
-        self.windows = {end: {decode_key(k): state(fields) for k, *fields in entries}
-                        for end, entries in rows}
+    def bins(self) -> list[int]:
+        """The bins holding state, ascending."""
+        return sorted({b for bins in self.index.values() for b in bins})
+
+    # -- snapshots ----------------------------------------------------------------------
+    def dump(self, row: Callable[[S], list[Any]]) -> dict[str, Any]:
+        """The state as msgpack-able data: each window packed whole by msgpack's C code
+        as bin -> its states (a copy, no live state aliased); a window msgpack cannot
+        carry as rows ``[key, *row(state)]`` (`row` must copy what is updated in place)."""
+        packed: list[Any] = []
+        rows: list[Any] = []
+        for end in sorted(self.windows):
+            w = self.windows[end]
+            try:
+                packed.append([end, msgpack.packb(
+                    {b: _entries({k: w[k] for k in keys}) for b, keys in self.index[end].items()},
+                    use_bin_type=True)])
+            except (TypeError, ValueError, OverflowError):  # a state msgpack cannot carry
+                rows.append([end, [[encode_key(k), *row(s)] for k, s in w.items()]])
+        return {"bins": self.mask + 1, "packed": packed, "windows": rows}
+
+    def load(self, data: dict[str, Any], state: Callable[[list[Any]], S]) -> None:
+        """Replace the state with a `dump`, or with the pieces a stepped snapshot saved
+        (``{"pieces": {bin: packed}}``); `state` turns a row's fields after the key
+        back into a state (a copy: `data` may be a live snapshot)."""
+        self.windows, self.index, self.ends = {}, {}, []
+        self.frozen, self.saved = set(), {}
+        same_bins = data["bins"] == self.mask + 1
+        for end, blob in data.get("packed", ()):
+            bins = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+            self._load(end, ((b, _states(e)) for b, e in bins.items()), same_bins)
+        for b, blob in data.get("pieces", {}).items():
+            for end, entries in msgpack.unpackb(blob, raw=False, strict_map_key=False):
+                self._load(end, [(int(b), _states(entries))], same_bins)
+        for end, entries in data.get("windows", ()):
+            states = {decode_key(k): state(fields) for k, *fields in entries}
+            self._load(end, [(-1, states)], False)
         self.ends = sorted(self.windows)  # a sorted list is a heap
 
-    def load_packed(self, rows: list[Any]) -> None:
-        """Replace the state with windows packed whole (`[end, msgpack of {key: state}]`,
-        str or int keys; the states come out as new objects)."""
-        self.windows = {end: msgpack.unpackb(blob, raw=False, strict_map_key=False)
-                        for end, blob in rows}
-        self.ends = sorted(self.windows)
+    def _load(self, end: float, bins: Iterable[tuple[int, dict[Any, S]]], same_bins: bool) -> None:
+        w = self.windows.get(end)
+        if w is None:
+            w, self.index[end] = {}, {}
+            self.windows[end] = w
+        index, mask = self.index[end], self.mask
+        for b, states in bins:
+            w.update(states)
+            if same_bins:
+                index.setdefault(b, []).extend(states)
+                continue
+            for k in states:  # another bin count than the snapshot's: each key to its bin
+                index.setdefault(stable_hash(k) & mask, []).append(k)
 
-    def keys(self) -> list[Any]:
-        """Every key with state, once per window it is in (no set: a million keys are
-        listed in milliseconds, deduplicated in a quarter of a second)."""
-        return list(chain.from_iterable(self.windows.values()))
+    # -- checkpoints in steps: copy-on-write per bin ----------------------------------------
+    def freeze(self) -> None:
+        """A checkpoint's cut: the state now is what `save_some` and `save` pack, bin by
+        bin, before anything changes it."""
+        self.frozen = set(self.bins())
+        self.saved = {}
 
-    def entries(self) -> list[tuple[Any, list[Any]]]:
-        """(window end, its keys) per open window."""
-        return [(end, list(w)) for end, w in self.windows.items()]
+    def save(self, b: int) -> None:
+        """Pack frozen bin `b` as it is (its state at the cut), before it changes."""
+        self._save_with(b, None, None, None)
 
-    def take_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any],
-                row: Callable[[S], Any]) -> dict[Any, list[Any]]:
-        """Remove the state at each (window end, key) of `pairs` (absent ones skipped),
-        as rows per label of the key: ``[end, [key, row(state), key, row(state), ...]]``
-        per window (keys encoded), flat for cheap packing."""
+    def _save_with(self, b: int, end: Any, keys: Any, w: Any) -> None:
+        # `end` (with its keys and states): a window already out of `windows` (firing).
+        piece = [[e, _entries({k: self.windows[e][k] for k in bins[b]})]
+                 for e, bins in self.index.items() if b in bins]
+        if end is not None:
+            piece.append([end, _entries({k: w[k] for k in keys})])
+        self.saved[b] = msgpack.packb(piece, use_bin_type=True)
+        self.frozen.discard(b)
+
+    def save_some(self, budget: int) -> int:
+        """Pack frozen bins until about `budget` entries are packed; returns how many."""
+        n = 0
+        frozen = self.frozen
+        while frozen and n < budget:
+            b = next(iter(frozen))
+            n += sum(len(bins.get(b, ())) for bins in self.index.values())
+            self.save(b)
+        return n
+
+    def thaw(self) -> dict[int, bytes]:
+        """Every frozen bin saved: bin -> its packed state at the cut (what `load` takes
+        as ``pieces``); the next cut starts afresh."""
+        assert not self.frozen, "thawed before every bin was saved"
+        saved, self.saved = self.saved, {}
+        return saved
+
+    # -- moving bins ----------------------------------------------------------------------
+    def take(self, bins: Iterable[int]) -> tuple[list[Any], int]:
+        """Remove the state of `bins`: rows ``[end, bin, entries]``, entries a dict key ->
+        state when its keys are all str or int (msgpack carries it as it is), else flat
+        ``[key, state, key, state, ...]`` (keys encoded); and how many (window, key)
+        entries they hold. The states are no longer live here."""
+        rows: list[Any] = []
+        n = 0
         windows = self.windows
-        out: dict[Any, dict[Any, list[Any]]] = {}
-        for end, k in pairs:
-            w = windows.get(end)
-            if w is None:
-                continue
-            s = w.pop(k, _ABSENT)
-            if s is _ABSENT:
-                continue
-            by_end = out.get(label_of[k])
-            if by_end is None:
-                by_end = out[label_of[k]] = {}
-            flat = by_end.get(end)
-            if flat is None:
-                flat = by_end[end] = []
-            flat += (encode_key(k), row(s))
-        return {label: [[end, flat] for end, flat in by_end.items()] for label, by_end in out.items()}
+        for b in bins:
+            if self.frozen and b in self.frozen:
+                self.save(b)
+            for end, index in self.index.items():
+                keys = index.pop(b, None)
+                if keys:
+                    w = windows[end]
+                    n += len(keys)
+                    rows.append([end, b, _entries({k: w.pop(k) for k in keys})])
+        return rows, n
 
-    def put(self, rows: list[Any], state: Callable[[Any], S]) -> None:
-        """Add `take_scan` rows, opening windows as needed; `state` turns a row's value
-        into a state (a copy: the caller may keep `rows`).
+    def put(self, rows: list[Any], state: Callable[[Any], S], owned: bool = False) -> None:
+        """Add `take` rows, opening windows as needed; `state` copies a state unless
+        `owned` (the rows are this operator's to keep, as just unpacked).
 
         Raises:
             ValueError: a row's key already has state in its window here (a protocol
                 bug: a key's state lives in one place); nothing is changed then.
         """
         windows = self.windows
-        decoded = [(end, [decode_key(k) if k.__class__ is list else k for k in flat[::2]],
-                    flat[1::2]) for end, flat in rows]
-        for end, keys, _ in decoded:  # check everything first: all or nothing
+        decoded: list[tuple[float, int, dict[Any, Any]]] = []
+        for end, b, entries in rows:  # check everything first: all or nothing
+            states = _states(entries)
             w = windows.get(end)
-            if w is not None and not w.keys().isdisjoint(keys):
-                k = next(k for k in keys if k in w)
+            if w and not w.keys().isdisjoint(states):
+                k = next(k for k in states if k in w)
                 raise ValueError(f"key {k!r} already has state in the window ending at {end}")
-        for end, keys, values in decoded:
+            decoded.append((end, b, states))
+        for end, b, states in decoded:
+            if self.frozen and b in self.frozen:
+                self.save(b)
             w = windows.get(end)
             if w is None:
                 w = self.open(end)
-            for k, v in zip(keys, values, strict=True):
-                w[k] = state(v)
+            w.update(states if owned else {k: state(s) for k, s in states.items()})
+            self.index[end].setdefault(b, []).extend(states)
 
 
 # -- the operators' base ---------------------------------------------------------------
@@ -328,68 +427,108 @@ class WindowedOperator(Operator):
     def _restore_windows(self, state: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    # -- per-key state moves (live migration) ------------------------------------------
+    # -- state by bin (live migration, `bins.py`) ---------------------------------------
+    def use_bins(self, bins: int) -> None:
+        """Keep the keyed state in `bins` bins (the pool's count, a power of two), as
+        the routing table does; set before any state comes in.
+
+        Raises:
+            ValueError: `bins` is not a power of two, or state is here already.
+        """
+        check_bins(bins, f"step {self.step_id!r}")
+        if self.state_bins():
+            raise ValueError(f"step {self.step_id!r}: the bin count is set before any state "
+                             f"comes in; this operator holds state already")
+        self._use_bins(bins)
+
+    def _use_bins(self, bins: int) -> None:
+        raise NotImplementedError
+
     def state_keys(self) -> list[Any]:
         """Every key that has state here (as the key function returns it: tuples
         stay tuples), in no particular order; a key in several windows may be
         listed once per window."""
         raise NotImplementedError
 
-    def take_state(self, keys: Iterable[Any]) -> list[Any]:
-        """Remove every piece of state of `keys` (as `state_keys` lists them)
-        and return it as msgpack-able rows for `put_state` of an identically
-        configured operator; keys without state are skipped. Watermarks and
-        counters stay: they are the operator's, not the keys'."""
-        wanted = set(keys)
-        pairs = [(place, k) for place, ks in self.state_entries() for k in ks if k in wanted]
-        return self.take_state_at(pairs, dict.fromkeys(wanted)).get(None, [])
-
-    def state_entries(self) -> list[tuple[Any, list[Any]]]:
-        """(place, keys) for every place holding state: a window's end and its keys; for
-        state kept per key (sessions), (None, keys)."""
+    def state_bins(self) -> list[int]:
+        """The bins holding state here, ascending."""
         raise NotImplementedError
 
-    def places_of(self, event: Any, port: int) -> list[Any]:
-        """The places where `event` keeps state: the ends of its windows that have not
-        fired ([None] for per-key state; [] when it has no valid time)."""
+    def take_bins(self, bins: Iterable[int]) -> tuple[list[Any], int]:
+        """Remove every piece of state of `bins` and return it as msgpack-able rows
+        for `put_state` of an identically configured operator with as many bins, and
+        how many entries (a key in a window) the rows hold: what a step of moving
+        bins costs. Costs the bins taken, not the whole state. Watermarks and
+        counters stay: they are the operator's, not the keys'. The row format is
+        the subclass's."""
         raise NotImplementedError
 
-    def take_state_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
-                      ) -> dict[Any, list[Any]]:
-        """Remove the state at each (place, key) of `pairs` (absent ones skipped), as
-        rows for `put_state`, per label of the key (`label_of`: where each key goes).
-        Costs the pairs, not the whole state: live migration takes the state of moved
-        keys in bounded steps this way. The row format is the subclass's."""
-        raise NotImplementedError
-
-    def put_state(self, rows: list[Any]) -> None:
-        """Add state that `take_state` of an identically configured operator
-        gave away (possibly after a msgpack round trip); rows are copied.
+    def put_state(self, rows: list[Any], owned: bool = False) -> None:
+        """Add state that `take_bins` of an identically configured operator gave
+        away (possibly after a msgpack round trip). The rows are copied unless
+        `owned` (they are this operator's to keep, as just unpacked).
 
         Raises:
             ValueError: a key of `rows` already has state here (a protocol bug:
                 a key's state lives in one place); nothing is changed then.
         """
         try:
-            self._put_state(rows)
+            self._put_state(rows, owned)
         except ValueError as exc:
             raise ValueError(f"step {self.step_id!r}: {exc}") from exc
 
-    def _put_state(self, rows: list[Any]) -> None:
+    def _put_state(self, rows: list[Any], owned: bool) -> None:
         raise NotImplementedError
 
     def snapshot(self) -> dict[str, Any]:
         """The operator's state as msgpack-able data (lists, dicts with str keys,
         numbers, strings, None; a join's buffered events as they are). Tuple
         keys are stored as lists."""
+        state = self._envelope()
+        state.update(self._snapshot_windows())
+        return state
+
+    def _envelope(self) -> dict[str, Any]:
+        """What a snapshot holds besides the keyed state: watermarks, configuration, counters."""
         state = super().snapshot()
         state.update(
             config=self._config(),
             late_count=self.rejects.late_count,
             malformed_count=self.rejects.malformed_count,
         )
-        state.update(self._snapshot_windows())
         return state
+
+    # -- a checkpoint's snapshot in steps ----------------------------------------------------
+    def _aligned_state(self) -> KeyedWindows[Any] | None:
+        """The aligned windows' state, which a checkpoint packs bin by bin in steps; None
+        when the state is kept otherwise (packed at once)."""
+        return None
+
+    def begin_snapshot(self) -> dict[str, Any]:
+        state = self._aligned_state()
+        if state is None:
+            return self.snapshot()
+        head = self._envelope()
+        head["aligned"] = {"bins": state.mask + 1}
+        state.freeze()
+        return head
+
+    def snapshot_step(self, budget: int) -> bool:
+        state = self._aligned_state()
+        if state is not None:
+            state.save_some(budget)
+        return state is None or not state.frozen
+
+    def end_snapshot(self, head: dict[str, Any]) -> dict[str, Any]:
+        state = self._aligned_state()
+        if state is not None and "aligned" in head:
+            head["aligned"]["pieces"] = state.thaw()
+        return head
+
+    def abort_snapshot(self) -> None:
+        state = self._aligned_state()
+        if state is not None:
+            state.frozen, state.saved = set(), {}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Load a `snapshot` (possibly after a msgpack round trip) into this operator.

@@ -40,15 +40,17 @@ re-exported here.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from cameo_actors.operators.aggregates import AggSpecLike, compile_aggregates, is_time
 from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.windowers import Admitted, AlignedWindower, SessionWindower, Windower
 from cameo_actors.operators.windowing import (
     RESULT_FIELDS,
     AlignedWindows,
+    KeyedWindows,
     KeyFn,
     WindowedOperator,
     decode_key,
@@ -222,11 +224,13 @@ class WindowOperator(WindowedOperator):
         # pass at first sight (an int or finite float time, an open window); the
         # others take the general path, in order, which decides and reports them.
         tf, wm, key_fn, rejects = self.time_field, self.watermark, self.key_fn, self.rejects
-        size, windows, open_window = windower.size, windower.state.windows, windower.state.open
-        inf, ninf = _INF, -_INF
+        state = windower.state
+        size, windows, index, open_window = windower.size, state.windows, state.index, state.open
+        mask, frozen, hash_, inf, ninf = state.mask, state.frozen, stable_hash, _INF, -_INF
         others: list[Event] = []  # events for the general path, sent before the next one counted
         cur_end: Any = None
         w: Any = None  # the window ending at cur_end: key -> count
+        bins: Any = None  # its keys by bin
         for ev in events:
             try:
                 t = ev[tf]
@@ -253,9 +257,24 @@ class WindowOperator(WindowedOperator):
                 w = windows.get(end)
                 if w is None:
                     w = open_window(end)
+                bins = index[end]
                 cur_end = end
             try:
-                w[k] = w.get(k, 0) + 1
+                if frozen:  # a checkpoint packs its snapshot: a bin it has not, first
+                    b = hash_(k) & mask
+                    if b in frozen:
+                        state.save(b)
+                n = w.get(k)
+                if n is None:
+                    w[k] = 1
+                    b = hash_(k) & mask  # a key new to the window: to its bin
+                    keys = bins.get(b)
+                    if keys is None:
+                        bins[b] = [k]
+                    else:
+                        keys.append(k)
+                else:
+                    w[k] = n + 1
             except TypeError:
                 rejects.bad_key(out, ev, k)
         if others:
@@ -350,9 +369,14 @@ class WindowOperator(WindowedOperator):
                 if w is None:
                     w = state.open(end)
                 cur_end = end
+            if state.frozen:
+                b = stable_hash(k) & state.mask
+                if b in state.frozen:
+                    state.save(b)
             mine = w.get(k)
             if mine is None:
                 w[k] = copy(acc)
+                state.indexed(end, k)
             elif count_only:
                 w[k] = mine + acc
             else:
@@ -369,26 +393,25 @@ class WindowOperator(WindowedOperator):
     def _restore_windows(self, state: dict[str, Any]) -> None:
         self._windower.restore(state)
 
+    def _aligned_state(self) -> KeyedWindows[Any] | None:
+        windower = self._windower
+        return windower.state if isinstance(windower, AlignedWindower) else None
+
+    def _use_bins(self, bins: int) -> None:
+        self._windower.use_bins(bins)
+
     def state_keys(self) -> list[Any]:
         return self._windower.state_keys()
 
-    def state_entries(self) -> list[tuple[Any, list[Any]]]:
-        return self._windower.entries()
+    def state_bins(self) -> list[int]:
+        return self._windower.bins()
 
-    def places_of(self, event: Any, port: int) -> list[Any]:
-        t = event_time(event, self.time_field)
-        if t is None:
-            return []
-        windower = self._windower
-        if isinstance(windower, AlignedWindower):
-            return windower.open_ends(t, self.watermark)
-        return [None]
-
-    def take_state_at(self, pairs: Iterable[tuple[Any, Any]], label_of: Mapping[Any, Any]
-                      ) -> dict[Any, list[Any]]:
+    def take_bins(self, bins: Iterable[int]) -> tuple[list[Any], int]:
         """Rows (keys encoded with `encode_key`):
 
-        - tumbling, sliding: ``[end, [key, acc, key, acc, ...]]`` per open window;
+        - tumbling, sliding: ``[end, bin, entries]`` per open window and bin, entries
+          a dict key -> acc, or flat ``[key, acc, key, acc, ...]`` when a key is
+          neither str nor int (`windowing.KeyedWindows.take`);
         - session: ``["session", key, first, last, acc]`` per open session, in
           creation order, then ``["fired", key, last]`` per key whose latest
           fired session an event could still fall within gap of.
@@ -396,7 +419,7 @@ class WindowOperator(WindowedOperator):
         ``acc`` is the accumulator: an int for count-only aggregates, else a list
         of numbers (see `aggregates`).
         """
-        return self._windower.take_at(pairs, label_of)
+        return self._windower.take(bins)
 
-    def _put_state(self, rows: list[Any]) -> None:
-        self._windower.put(rows)
+    def _put_state(self, rows: list[Any], owned: bool) -> None:
+        self._windower.put(rows, owned)

@@ -195,6 +195,13 @@ class InProcessGateway(ExecutorGateway):
                       positions: dict[str, dict[str, int]]) -> None:
         core.checkpointed(dataflow, ckpt, positions)
 
+    def _fetch(self, core: Any, dataflow: str, placement: Placement, parts: dict[str, str]
+               ) -> int:
+        mine = {str(a) for a in placement.on(core.index)}
+        storage = self.cluster.storage
+        return sum(len(storage.read_part(path)) for aid, path in parts.items()
+                   if aid in mine and storage is not None)
+
     def _restore(self, core: Any, spec: dict[str, Any], placement: Placement, deployment: str,
                  parts: dict[str, str], generation: int) -> list[str]:
         mine = {str(a) for a in placement.on(core.index)}
@@ -238,12 +245,7 @@ class InProcessGateway(ExecutorGateway):
     def _retire(self, core: Any, dataflow: str, ids: list[str]) -> list[str]:
         return list(core.retire(dataflow, ids))
 
-    def _end_migration(self, core: Any, dataflow: str, step: str) -> None:
-        core.end_migration(dataflow, step)
-
     def _epochs(self, core: Any, dataflow: str, step: str) -> dict[str, dict[str, int]]:
-        self.pump(lambda: not any(d.get("indexing")
-                                  for d in core.epochs(dataflow, step).values()))
         return dict(core.epochs(dataflow, step))
 
     def _await_epoch(self, core: Any, dataflow: str, step: str, version: int,

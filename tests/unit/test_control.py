@@ -199,3 +199,48 @@ def test_tracing_drains_every_executor_and_a_read_explains_the_dataflow(tmp_path
     assert all(c.tracer is not None and not c.tracer.drain()[0] for c in plane.cluster.cores)
     why = tracing.collector.explain("tr", last_s=600.0, now_ms=now, latency_target_ms=1000.0)
     assert why["tracing"]["collected"] == tracing.collector.collected and why["activities"]
+
+
+def test_a_damaged_checkpoint_is_skipped_with_its_cause_and_the_one_before_restored(
+        tmp_path: Path) -> None:
+    plane = ControlPlane(2, config(tmp_path))
+    flow, data = keyed("dm", 2), events(600, seed=6)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "dm", data[:200])
+    assert plane.checkpoints.take("dm")
+    feed(plane, "dm", data[200:350])
+    assert plane.checkpoints.take("dm")
+    feed(plane, "dm", data[350:450])
+    storage, deployment = plane.registry.storage, plane.registry.record("dm")["deployment"]
+    assert storage is not None
+    newest, kept = storage.latest("dm", deployment), storage.checkpoints("dm", deployment)
+    assert newest is not None and len(kept) == 2
+    part = tmp_path / "checkpoints" / newest["parts"]["dm/win/1"]
+    raw = part.read_bytes()
+    part.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))  # one bit gone bad on disk
+    plane.cluster.restart_core(1)
+    plane.recovery.check_executors()
+    info = plane.registry.record("dm")
+    assert info["state"] == RUNNING, info["history"]
+    reason = info["history"][-1]["reason"]
+    assert reason.startswith(f"restored from checkpoint {kept[0]} (skipped: "
+                             f"checkpoint {newest['checkpoint']} is damaged"), reason
+    assert "crc32" in reason
+    feed(plane, "dm", data[450:], end=True)
+    finished(plane, flow, data)
+
+
+def test_a_dataflow_whose_every_checkpoint_is_damaged_fails_with_the_causes(
+        tmp_path: Path) -> None:
+    plane = ControlPlane(2, config(tmp_path))
+    flow, data = keyed("dd", 2), events(200, seed=7)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "dd", data)
+    for manifest in (tmp_path / "checkpoints").rglob("_manifest.json"):
+        manifest.write_bytes(manifest.read_bytes()[:-2])  # torn
+    plane.cluster.restart_core(0)
+    plane.recovery.check_executors()
+    info = plane.registry.record("dd")
+    assert info["state"] == "failed", info["history"]
+    assert "no checkpoint of it can be restored: checkpoint 0 is damaged: its manifest does " \
+           "not parse" in info["cause"]

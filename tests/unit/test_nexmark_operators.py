@@ -27,6 +27,7 @@ from cameo_actors.operators.aggregates import (
     compile_aggregates,
 )
 from cameo_actors.operators.base import Output
+from cameo_actors.operators.bins import DEFAULT_BINS, stable_hash
 from cameo_actors.operators.build import build_operator
 from cameo_actors.operators.interval_join import IntervalJoinOperator
 from cameo_actors.operators.process import ProcessContext, ProcessOperator, make_process
@@ -45,6 +46,9 @@ HERE = __name__  # user classes below are named by import path: f"{HERE}:Running
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: Event keys; a list stands for a tuple key (events hold msgpack types only).
 KEYS: list[Any] = ["a", "b", 3, None, ["t", 1]]
+#: Bins of the operators of `run`: few, so that some keys share a bin ("a" and 3 share
+#: bin 3, "b" and None bin 1; ("t", 1) is alone in bin 0).
+BINS = 4
 
 
 def key_of(e: dict[str, Any]) -> Any:
@@ -60,6 +64,15 @@ def roundtrip(data: Any) -> Any:
 def restored(op: WindowedOperator, fresh: WindowedOperator) -> WindowedOperator:
     fresh.restore(roundtrip(op.snapshot()))
     return fresh
+
+
+def bin_of(key: Any, bins: int = DEFAULT_BINS) -> int:
+    return stable_hash(key) & (bins - 1)
+
+
+def assert_index_follows_state(op: WindowedOperator, bins: int = DEFAULT_BINS) -> None:
+    """The operator's bins are exactly those of the keys that have state."""
+    assert op.state_bins() == sorted({bin_of(k, bins) for k in op.state_keys()})
 
 
 # == a script runner: one operator, two with key moves, or restored at each cut ==============
@@ -96,29 +109,46 @@ def run(make: Callable[[], WindowedOperator], steps: list[Step], mode: str
         ) -> tuple[list[str], list[tuple[str, int]]]:
     """(results, sorted (error kind, event id)) of `steps`: on one operator ("single"),
     restored from its snapshot at each cut ("restore"), or on two operators where each
-    cut moves the chosen keys to the other one ("split")."""
-    ops = [make(), make()] if mode == "split" else [make()]
-    owner: dict[Any, int] = {}
+    cut moves the bins of the chosen keys to the other one ("split"). The operators
+    have `BINS` bins; after every step, their bins are those of their keys."""
+
+    def made() -> WindowedOperator:
+        op = make()
+        op.use_bins(BINS)
+        return op
+
+    ops = [made(), made()] if mode == "split" else [made()]
+    owner: dict[int, int] = {}  # bin -> the operator that has it (default 0)
     outs: list[Output] = []
-    for what, port, arg in steps:
+    for n_step, (what, port, arg) in enumerate(steps):
         if what == "batch":
             for i, op in enumerate(ops):
-                mine = [e for e in arg if owner.get(key_of(e), 0) == i]
+                mine = [e for e in arg if owner.get(bin_of(key_of(e), BINS), 0) == i]
                 if mine:
                     outs.append(op.on_batch(mine, port))
         elif what == "wm":
             outs += [op.on_watermark(arg, port) for op in ops]
         elif mode == "restore":
-            ops = [restored(ops[0], make())]
+            ops = [restored(ops[0], made())]
         elif mode == "split":
-            keys = [key_of({"k": k}) for k in arg]
-            leaving = [[k for k in keys if owner.get(k, 0) == src] for src in (0, 1)]
-            for src, ks in enumerate(leaving):
-                ops[1 - src].put_state(roundtrip(ops[src].take_state(ks)))
-                assert not set(ks) & set(ops[src].state_keys())
-                owner.update((k, 1 - src) for k in ks)
+            bins = sorted({bin_of(key_of({"k": k}), BINS) for k in arg})
+            leaving = [[b for b in bins if owner.get(b, 0) == src] for src in (0, 1)]
+            for src, bs in enumerate(leaving):
+                keys = {k for k in ops[src].state_keys() if bin_of(k, BINS) in bs}
+                rows, n = ops[src].take_bins(bs)
+                assert n == len(keys)
+                # Rows just unpacked are the receiver's to keep; every other cut, a copy.
+                ops[1 - src].put_state(roundtrip(rows), owned=n_step % 2 == 0)
+                assert not set(bs) & set(ops[src].state_bins())
+                assert not keys & set(ops[src].state_keys())
+                assert keys <= set(ops[1 - src].state_keys())
+                owner.update((b, 1 - src) for b in bs)
             assert not set(ops[0].state_keys()) & set(ops[1].state_keys())
+        for op in ops:
+            assert_index_follows_state(op, BINS)
     outs += [op.on_watermark(INF, p) for op in ops for p in range(op.n_inputs)]
+    for op in ops:
+        assert_index_follows_state(op, BINS)
     errors = sorted((e.kind, e.event["id"]) for o in outs for e in o.errors)
     assert sum(op.late_count for op in ops) == len(errors)
     return canon([r for o in outs for r in o.events]), errors
@@ -258,14 +288,53 @@ def test_interval_join_snapshot_checks_the_configuration_and_rows_are_copies() -
     assert snap["keys"] == [["a", [L(10)], []]]
     with pytest.raises(ValueError, match="snapshot is of a join configured as"):
         ijoin(0, 5).restore(snap)
-    rows = op.take_state(["a"])
+    rows, n = op.take_bins([bin_of("a")])
+    assert n == 1 and op.state_keys() == [] and op.state_bins() == []
     other = ijoin()
     other.put_state(rows)
     other.on_batch([L(12)], LEFT)
     assert rows == [["a", [L(10), L(11)], []]]
+    assert other.state_bins() == [bin_of("a")]
     with pytest.raises(ValueError, match="step 'ij': key 'a' already has state here"):
         other.put_state(rows)
-    assert other.places_of(L(1), LEFT) == [None] and other.places_of({"k": 1}, LEFT) == []
+    # Owned rows are kept as they are: no copy.
+    kept = ijoin()
+    kept.put_state(rows, owned=True)
+    assert kept._keys["a"].events[0] is rows[0][1]
+
+
+def test_interval_join_index_follows_the_state() -> None:
+    op = ijoin(lower=-10, upper=20)
+    op.use_bins(8)
+    assert op.state_bins() == []
+    op.on_batch([L(100), L(200, "b"), L(100, ("t", 1)), L(150, 3)], LEFT)
+    op.on_batch([R(100), R(300, None)], RIGHT)
+    assert_index_follows_state(op, 8)
+    assert sorted(map(repr, op.state_keys())) == sorted(map(repr, ["a", "b", ("t", 1), 3, None]))
+    for port in (LEFT, RIGHT):
+        op.on_watermark(121, port)  # a, ("t", 1) expire; 3, b, None stay
+    assert sorted(map(repr, op.state_keys())) == sorted(map(repr, ["b", 3, None]))
+    assert_index_follows_state(op, 8)
+    again = ijoin(lower=-10, upper=20)
+    again.use_bins(8)
+    restored(op, again)
+    assert again.state_bins() == op.state_bins()
+    assert_index_follows_state(again, 8)
+    rows, n = op.take_bins([bin_of("b", 8)])
+    assert n == len(rows) >= 1 and "b" not in op.state_keys()
+    assert_index_follows_state(op, 8)
+    op.put_state(roundtrip(rows), owned=True)
+    assert "b" in op.state_keys()
+    assert_index_follows_state(op, 8)
+    again.restore(roundtrip(ijoin(lower=-10, upper=20).snapshot()))  # replaces, not adds
+    assert again.state_keys() == [] and again.state_bins() == []
+    for port in (LEFT, RIGHT):
+        op.on_watermark(INF, port)
+    assert op.state_keys() == [] and op.state_bins() == []
+    fresh = ijoin()
+    fresh.on_batch([L(1)], LEFT)
+    with pytest.raises(ValueError, match="the bin count is set before any state"):
+        fresh.use_bins(16)
 
 
 # == 2. the keyed process =========================================================================
@@ -446,8 +515,6 @@ def test_process_without_time_field_has_no_late_events() -> None:
     op.on_watermark(1000)
     out = op.on_batch([P(5), {"k": "b", "ts": 1}])
     assert out.errors == [] and [e["n"] for e in out.events] == [1, 1]
-    assert op.places_of({"k": "a"}, 0) == [None]
-    assert process().places_of({"k": "a"}, 0) == []
 
 
 def test_process_state_that_is_not_plain_data_is_refused_at_snapshot_and_take() -> None:
@@ -456,11 +523,14 @@ def test_process_state_that_is_not_plain_data_is_refused_at_snapshot_and_take() 
     with pytest.raises(ValueError, match=r"step 'p': the state of key 'a' cannot be saved .*"
                                          r"keep only plain data in state"):
         op.snapshot()
+    bins = op.state_bins()
+    assert bins == sorted([bin_of("a"), bin_of("b")]) and len(bins) == 2
     with pytest.raises(ValueError, match="state of key 'a'"):
-        op.take_state(["b", "a"])
-    assert sorted(op.state_keys()) == ["a", "b"]  # nothing taken
-    rows = op.take_state(["b"])
-    assert rows == [["b", msgpack.packb({"seen": 1}), []]]
+        op.take_bins(bins)
+    assert sorted(op.state_keys()) == ["a", "b"] and op.state_bins() == bins  # nothing taken
+    rows, n = op.take_bins([bin_of("b")])
+    assert (rows, n) == ([["b", msgpack.packb({"seen": 1}), []]], 1)
+    assert op.state_keys() == ["a"] and op.state_bins() == [bin_of("a")]
 
 
 def test_process_snapshot_and_moves_carry_state_timers_and_counters() -> None:
@@ -473,8 +543,13 @@ def test_process_snapshot_and_moves_carry_state_timers_and_counters() -> None:
     again = restored(op, process())
     assert again.watermark == 3 and again.late_count == 1
     moved = process()
-    moved.put_state(roundtrip(again.take_state([("t", 1), "zz"])))
+    assert len({bin_of(k) for k in ("a", "b", ("t", 1), "zz")}) == 4
+    rows, n = again.take_bins([bin_of(("t", 1)), bin_of("zz")])
+    assert n == 1 and [r[0] for r in rows] == [["t", 1]]
+    moved.put_state(roundtrip(rows), owned=True)
     assert moved.state_keys() == [("t", 1)] and set(again.state_keys()) == {"a", "b"}
+    assert moved.state_bins() == [bin_of(("t", 1))]
+    assert again.state_bins() == sorted([bin_of("a"), bin_of("b")])
     fired = again.on_watermark(200).events + moved.on_watermark(200).events
     assert canon(fired) == canon(op.on_watermark(200).events)
     with pytest.raises(ValueError, match="snapshot is of a process configured as"):
@@ -519,6 +594,106 @@ def brute_force_running_count(steps: list[Step]) -> tuple[list[str], list[tuple[
 def test_property_process_is_the_direct_computation(data: st.DataObject) -> None:
     steps = data.draw(streams(1, lambda port: "ts"))
     assert_same_in_every_mode(process, steps, brute_force_running_count(steps))
+
+
+class Toggle(KeyedProcess):
+    """Each event's "v" says what to do to the key's state and timers, so that a key
+    can have state only, timers only, both or neither: 0 sets state, 1 clears it, 2
+    sets a timer 10 ms on, 3 cancels the key's timers. A timer clears the state when
+    it is the key's last one, and sets a timer again once in three."""
+
+    def on_event(self, state: dict[str, Any], event: dict[str, Any], ctx: ProcessContext) -> Any:
+        v = event["v"]
+        if v == 0:
+            state["x"] = event["ts"]
+        elif v == 1:
+            state.clear()
+        elif v == 2:
+            ctx.set_timer(event["ts"] + 10)
+        else:
+            for t in ctx.timers():
+                ctx.cancel_timer(t)
+
+    def on_timer(self, state: dict[str, Any], time: float, ctx: ProcessContext) -> Any:
+        if int(time) % 3 == 0:
+            ctx.set_timer(time + 1)
+        elif not ctx.timers():
+            state.clear()
+        return {"key": ctx.key, "ts": time}
+
+
+def test_process_index_follows_the_state() -> None:
+    op = process(Toggle)
+    op.use_bins(8)
+    assert op.state_bins() == []
+
+    def check(*keys: Any) -> None:
+        assert sorted(map(repr, op.state_keys())) == sorted(map(repr, keys))
+        assert_index_follows_state(op, 8)
+
+    op.on_batch([P(0, "a", v=0), P(0, "b", v=2), P(0, ("t", 1), v=0), P(0, ("t", 1), v=2)])
+    check("a", "b", ("t", 1))  # state only, a timer only, both
+    op.on_batch([P(1, "a", v=1), P(1, "b", v=3), P(1, 3, v=2), P(1, 3, v=3)])
+    check(("t", 1))  # state cleared; timer cancelled; a key that came and went in one batch
+    op.on_batch([P(2, None, v=2), P(2, None, v=0), P(2, None, v=1)])
+    check(("t", 1), None)  # state set and cleared, the timer stays
+    op.on_watermark(11)  # ("t", 1)'s timer at 10 fires and clears its state; None's at 12 waits
+    check(None)
+    op.on_batch([P(11, "c", v=2), P(12, "c", v=0)])  # c's timer at 21: 21 % 3 == 0
+    op.on_watermark(21)  # None: timer at 12 fires, 12 % 3 == 0, so one at 13, which fires too
+    check("c")  # c has state and a timer at 22
+    again = restored(op, process(Toggle))
+    assert again.state_bins() == [bin_of("c")]  # the default bins
+    assert_index_follows_state(again)
+    rows, n = op.take_bins(op.state_bins())
+    assert n == 1 and rows == [["c", msgpack.packb({"x": 12}), [22]]]
+    check()
+    op.put_state(roundtrip(rows), owned=True)
+    check("c")
+    again.restore(roundtrip(process(Toggle).snapshot()))  # replaces, not adds
+    assert again.state_keys() == [] and again.state_bins() == []
+    op.on_watermark(INF)
+    check()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=st.lists(st.one_of(
+    st.tuples(st.just("ev"), st.sampled_from(KEYS), st.integers(0, 3), st.integers(0, 60)),
+    st.tuples(st.just("wm"), st.integers(0, 80)),
+    st.tuples(st.just("move"), st.lists(st.sampled_from(KEYS), unique_by=repr)),
+    st.tuples(st.just("restore"), st.integers(0, 1))), max_size=40))
+def test_property_process_index_follows_the_state(actions: list[Any]) -> None:
+    """Two Toggle operators with 4 bins, events of any key to either, watermarks, bin
+    moves both ways, restores: each one's bins are always those of its keys."""
+
+    def made() -> ProcessOperator:
+        op = process(Toggle, time_field=None)
+        op.use_bins(BINS)
+        return op
+
+    ops = [made(), made()]
+    for action in actions:
+        if action[0] == "ev":
+            _, k, v, ts = action
+            ops[ts % 2].on_batch([P(ts, k, v=v)])
+        elif action[0] == "wm":
+            for op in ops:
+                op.on_watermark(max(op.watermark, action[1]))
+        elif action[0] == "move":
+            bins = sorted({bin_of(key_of({"k": k}), BINS) for k in action[1]})
+            keys = {k for k in ops[0].state_keys() if bin_of(k, BINS) in bins}
+            rows, n = ops[0].take_bins(bins)
+            assert n == len(keys) == len(rows)
+            # A key may have state on both: move only the keys the receiver lacks.
+            there = set(ops[1].state_keys())
+            ops[1].put_state(roundtrip([r for r in rows if key_of({"k": r[0]}) not in there]))
+        else:
+            fresh = made()
+            fresh.restore(roundtrip(ops[action[1]].snapshot()))
+            ops[action[1]] = fresh
+        for op in ops:
+            assert_index_follows_state(op, BINS)
+            assert len(op.state_keys()) == len(set(map(repr, op.state_keys())))
 
 
 def test_make_process_instantiates_classes_and_refuses_the_rest() -> None:
@@ -608,12 +783,12 @@ def test_the_spec_and_operator_layers_know_the_same_aggregates() -> None:
 
 
 def test_window_snapshots_of_event_aggregates_are_copies() -> None:
-    # Tuple keys: the snapshot is built as rows (not packed whole), with `copy`.
+    # Tuple keys: packed as flat [key, state, ...] entries, a copy all the same.
     op = WindowOperator("w", kind="tumbling", size_ms=100, time_field="t",
                         aggregates=EVENT_AGGS, key_fn=lambda e: (e["k"], 1))
     op.on_batch([{"t": 1, "k": "a", "v": 5}])
     snap = op.snapshot()
-    assert "windows" in snap
+    assert snap["aligned"]["packed"] and not snap["aligned"]["windows"]
     op.on_batch([{"t": 2, "k": "a", "v": 5}, {"t": 3, "k": "a", "v": 9}])
     fresh = WindowOperator("w", kind="tumbling", size_ms=100, time_field="t",
                            aggregates=EVENT_AGGS, key_fn=lambda e: (e["k"], 1))
@@ -664,6 +839,51 @@ def test_property_session_moves_with_event_aggregates(data: st.DataObject, gap: 
                                                       on_time: bool) -> None:
     steps = data.draw(scripts(on_time))
     assert_moves_change_nothing(lambda: window("session", EVENT_AGGS, gap=gap), steps, on_time)
+
+
+def session(bins: int = DEFAULT_BINS) -> WindowOperator:
+    op = WindowOperator("s", kind="session", gap_ms=10, time_field="t",
+                        aggregates=[A(name="n", fn="count", field=None)], key_fn=key_of)
+    op.use_bins(bins)
+    return op
+
+
+def test_session_index_follows_the_state() -> None:
+    op = session(8)
+
+    def check(*keys: Any) -> None:
+        assert sorted(map(repr, op.state_keys())) == sorted(map(repr, keys))
+        assert_index_follows_state(op, 8)
+
+    op.on_batch([L(0, "a"), L(5, "b"), L(30, "a"), L(2, ("t", 1))])
+    check("a", "b", ("t", 1))
+    out = op.on_watermark(15)  # a's [0], t's [2] and b's [5] fire; fired_last keeps them
+    assert [(r["key"], r["window_start"]) for r in out.events] == [("a", 0), (("t", 1), 2),
+                                                                   ("b", 5)]
+    check("a", "b", ("t", 1))
+    op.on_batch([L(20, "b")])  # b: a new session while its fired one is remembered
+    check("a", "b", ("t", 1))
+    op.on_watermark(25)  # the fired sessions are forgotten: t has no state left
+    assert dict(op._windower.fired_last) == {}  # type: ignore[attr-defined]
+    check("a", "b")
+    again = restored(op, session(2))  # restored with other bins: indexed anew
+    assert again.state_bins() == sorted({bin_of("a", 2), bin_of("b", 2)})
+    again.restore(roundtrip(session().snapshot()))  # replaces, not adds
+    assert again.state_keys() == [] and again.state_bins() == []
+    rows, n = op.take_bins([bin_of("a", 8)])
+    assert n == 1 and rows == [["session", "a", 30, 30, 1]]
+    check("b")
+    op.put_state(roundtrip(rows), owned=True)
+    check("a", "b")
+    op.on_watermark(35)  # b's [20] fires, remembered until 40; a's [30] is open
+    check("a", "b")
+    rows, n = op.take_bins(op.state_bins())
+    assert n == 2 and rows == [["session", "a", 30, 30, 1], ["fired", "b", 20]]
+    check()
+    op.put_state(rows)
+    check("a", "b")
+    op.on_watermark(INF)
+    check()
 
 
 # == spec, builder and validation ==================================================================

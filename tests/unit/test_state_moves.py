@@ -1,13 +1,13 @@
-"""Live migration of keyed state: moving keys between two windowed operators
-with `take_state` / `put_state` gives the results of one operator that kept
-every key. Hand-made cases, then properties over random streams."""
+"""Live migration of keyed state: moving bins between two windowed operators
+with `take_bins` / `put_state` gives the results of one operator that kept
+every bin. Hand-made cases, then properties over random streams."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from types import SimpleNamespace as A
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 import pytest
@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cameo_actors.operators.base import Output
+from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.join import WindowJoinOperator
 from cameo_actors.operators.windowers import SessionWindower
 from cameo_actors.operators.windowing import WindowedOperator
@@ -30,12 +31,17 @@ ALL = [A(name="n", fn="count", field=None), A(name="total", fn="sum", field="v")
 KEYS: list[Any] = ["a", "b", 3, None, ["t", 1]]
 
 
+#: Few bins, so that keys share them.
+BINS = 4
+
+
+def bin_of(key: Any, bins: int = BINS) -> int:
+    return stable_hash(key) & (bins - 1)
+
+
 def key_of(e: dict[str, Any]) -> Any:
     k = e["k"]
     return tuple(k) if isinstance(k, list) else k
-
-
-REAL_KEYS = [key_of({"k": k}) for k in KEYS]
 
 
 def roundtrip(rows: list[Any]) -> list[Any]:
@@ -44,14 +50,30 @@ def roundtrip(rows: list[Any]) -> list[Any]:
 
 
 def window(kind: str, aggs: list[Any] = ALL, size: int = 100, slide: int = 50,
-           gap: int = 50) -> WindowOperator:
-    return WindowOperator("w", kind=kind, size_ms=size, slide_ms=slide, gap_ms=gap,
-                          aggregates=aggs, time_field="t", key_fn=key_of)
+           gap: int = 50, bins: int = BINS) -> WindowOperator:
+    op = WindowOperator("w", kind=kind, size_ms=size, slide_ms=slide, gap_ms=gap,
+                        aggregates=aggs, time_field="t", key_fn=key_of)
+    op.use_bins(bins)
+    return op
 
 
-def join(kind: str = "tumbling", size: int = 100, slide: int = 50) -> WindowJoinOperator:
-    return WindowJoinOperator("j", kind=kind, size_ms=size, slide_ms=slide, left_key_fn=key_of,
-                              right_key_fn=key_of, left_time_field="t", right_time_field="ts")
+def join(kind: str = "tumbling", size: int = 100, slide: int = 50, bins: int = BINS
+         ) -> WindowJoinOperator:
+    op = WindowJoinOperator("j", kind=kind, size_ms=size, slide_ms=slide, left_key_fn=key_of,
+                            right_key_fn=key_of, left_time_field="t", right_time_field="ts")
+    op.use_bins(bins)
+    return op
+
+
+def take(op: WindowedOperator, keys: list[Any]) -> list[Any]:
+    """The rows of the bins of `keys`."""
+    rows, _ = op.take_bins(sorted({bin_of(k) for k in keys}))
+    return rows
+
+
+def bins_agree(op: WindowedOperator, bins: int = BINS) -> bool:
+    """The bins the operator lists are those of its keys."""
+    return op.state_bins() == sorted({bin_of(k, bins) for k in op.state_keys()})
 
 
 def ev(t: float, k: Any = "a", v: int = 1, port: int = 0) -> dict[str, Any]:
@@ -66,13 +88,17 @@ def fired_last_in_order(op: WindowedOperator) -> bool:
     return lasts == sorted(lasts)
 
 
-MAKERS: dict[str, Callable[[], WindowedOperator]] = {
-    "tumbling-count": lambda: window("tumbling", COUNT),
-    "tumbling": lambda: window("tumbling"),
-    "sliding": lambda: window("sliding"),
-    "session": lambda: window("session"),
-    "session-count": lambda: window("session", COUNT),
-    "join": lambda: join("sliding"),
+class Maker(Protocol):
+    def __call__(self, bins: int = BINS) -> WindowedOperator: ...
+
+
+MAKERS: dict[str, Maker] = {
+    "tumbling-count": lambda bins=BINS: window("tumbling", COUNT, bins=bins),
+    "tumbling": lambda bins=BINS: window("tumbling", bins=bins),
+    "sliding": lambda bins=BINS: window("sliding", bins=bins),
+    "session": lambda bins=BINS: window("session", bins=bins),
+    "session-count": lambda bins=BINS: window("session", COUNT, bins=bins),
+    "join": lambda bins=BINS: join("sliding", bins=bins),
 }
 
 
@@ -83,25 +109,59 @@ def fill(op: WindowedOperator) -> None:
 
 
 # -- hand-made cases --------------------------------------------------------------------------------
+# "a" and ("t", 1) lie in different bins of BINS: each can move alone.
+assert bin_of("a") != bin_of(("t", 1))
+
+
 @pytest.mark.parametrize("name", list(MAKERS))
-def test_taking_absent_keys_returns_nothing_and_changes_nothing(name: str) -> None:
+def test_taking_bins_without_state_returns_nothing_and_changes_nothing(name: str) -> None:
     op = MAKERS[name]()
     fill(op)
     before = op.snapshot()
-    assert op.take_state(["b", ("t", 2), None, 3]) == []
+    empty = sorted(set(range(BINS)) - {bin_of("a"), bin_of(("t", 1))})
+    assert op.take_bins(empty) == ([], 0)
     assert op.snapshot() == before
-    assert MAKERS[name]().take_state(["a"]) == []
+    assert MAKERS[name]().take_bins(range(BINS)) == ([], 0)
 
 
 @pytest.mark.parametrize("name", list(MAKERS))
-def test_state_keys_follow_the_moves(name: str) -> None:
+def test_state_keys_and_bins_follow_the_moves(name: str) -> None:
     op1, op2 = MAKERS[name](), MAKERS[name]()
-    assert op1.state_keys() == []
+    assert op1.state_keys() == [] and op1.state_bins() == []
     fill(op1)
     assert sorted(set(op1.state_keys()), key=repr) == ["a", ("t", 1)]
-    op2.put_state(roundtrip(op1.take_state([("t", 1), "absent"])))
+    assert op1.state_bins() == sorted({bin_of("a"), bin_of(("t", 1))})
+    rows, n = op1.take_bins([bin_of(("t", 1))])
+    assert n > 0
+    op2.put_state(roundtrip(rows), owned=True)
     assert set(op1.state_keys()) == {"a"} and set(op2.state_keys()) == {("t", 1)}
-    assert op1.take_state([("t", 1)]) == []
+    assert op1.state_bins() == [bin_of("a")] and op2.state_bins() == [bin_of(("t", 1))]
+    assert op1.take_bins([bin_of(("t", 1))]) == ([], 0)
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_the_bin_count_is_set_before_state(name: str) -> None:
+    op = MAKERS[name]()
+    with pytest.raises(ValueError, match="power of two"):
+        op.use_bins(6)
+    fill(op)
+    with pytest.raises(ValueError, match="before any state"):
+        op.use_bins(8)
+
+
+@pytest.mark.parametrize("name", list(MAKERS))
+def test_a_snapshot_restores_into_another_bin_count(name: str) -> None:
+    """A pool restarted with another bin count: each key goes to its bin there."""
+    op, single = MAKERS[name](), MAKERS[name]()
+    fill(op)
+    fill(single)
+    wider = MAKERS[name](16)
+    wider.restore(msgpack.unpackb(msgpack.packb(op.snapshot(), use_bin_type=True), raw=False,
+                                  strict_map_key=False))
+    assert bins_agree(wider, 16)
+    fired = [e for p in range(wider.n_inputs) for e in wider.on_watermark(INF, p).events]
+    assert canon(fired) == canon([e for p in range(single.n_inputs)
+                                  for e in single.on_watermark(INF, p).events])
 
 
 @pytest.mark.parametrize("name", list(MAKERS))
@@ -111,7 +171,7 @@ def test_putting_a_key_present_here_raises_and_changes_nothing(name: str) -> Non
     for port in range(op2.n_inputs):
         op2.on_batch([ev(20, "a", port=port)], port)
     before = op2.snapshot()
-    rows = op1.take_state(["a", ("t", 1)])  # ("t", 1) alone would fit
+    rows = take(op1, ["a", ("t", 1)])  # ("t", 1) alone would fit
     with pytest.raises(ValueError, match="step .*already has"):
         op2.put_state(rows)
     assert op2.snapshot() == before
@@ -121,15 +181,16 @@ def test_aligned_put_checks_per_window() -> None:
     op1, op2 = window("tumbling"), window("tumbling")
     op1.on_batch([ev(10, "a")])
     op2.on_batch([ev(110, "a")])  # the next window: a key may be spread over windows
-    op2.put_state(op1.take_state(["a"]))
+    op2.put_state(take(op1, ["a"]))
     assert canon(op2.on_watermark(INF).events) == canon([
         {"key": "a", "window_start": 0, "window_end": 100, "t": 99, "n": 1, "total": 1, "lo": 1,
          "hi": 1, "mean": 1.0},
         {"key": "a", "window_start": 100, "window_end": 200, "t": 199, "n": 1, "total": 1, "lo": 1,
          "hi": 1, "mean": 1.0}])
-    op2.put_state([[100, ["b", [1, 1, 1, 1]]]])
+    op2.put_state([[100, bin_of("b"), {"b": [1, 1, 1, 1]}]])
     with pytest.raises(ValueError, match="already has state in the window ending at 100"):
-        op2.put_state([[100, ["c", [1, 2, 2, 2], "b", [1, 2, 2, 2]]]])
+        op2.put_state([[100, bin_of("c"), {"c": [1, 2, 2, 2]}],
+                       [100, bin_of("b"), ["b", [1, 2, 2, 2]]]])
     assert set(op2.state_keys()) == {"b"}  # nothing of the refused rows
 
 
@@ -137,31 +198,44 @@ def test_aligned_put_checks_per_window() -> None:
 def test_a_window_emptied_by_a_take_fires_nothing(name: str) -> None:
     op1, op2 = MAKERS[name](), MAKERS[name]()
     fill(op1)
-    op2.put_state(op1.take_state(["a", ("t", 1)]))
+    op2.put_state(take(op1, ["a", ("t", 1)]))
     assert op1.state_keys() == []
     windows = op1._state.windows if isinstance(op1, WindowJoinOperator) else op1._windows  # type: ignore[attr-defined]
     assert windows and not any(windows.values())  # emptied, still scheduled
     for port in range(op1.n_inputs):
         assert op1.on_watermark(INF, port).events == []
-    assert windows == {}
+    assert op1.state_keys() == [] and op1.state_bins() == []
 
 
-def test_rows_are_copies() -> None:
-    op1, op2 = window("tumbling"), window("tumbling")
+def test_rows_are_copies_unless_owned() -> None:
+    op1, op2, op3 = window("tumbling"), window("tumbling"), window("tumbling")
     op1.on_batch([ev(10, "a", 5)])
-    rows = op1.take_state(["a"])
-    assert rows == [[100, ["a", [1, 5, 5, 5]]]]
+    rows = take(op1, ["a"])
+    assert rows == [[100, bin_of("a"), {"a": [1, 5, 5, 5]}]]
     op2.put_state(rows)
     op2.on_batch([ev(20, "a", 7)])
-    assert rows == [[100, ["a", [1, 5, 5, 5]]]]
+    assert rows == [[100, bin_of("a"), {"a": [1, 5, 5, 5]}]]
+    op3.put_state(rows, owned=True)  # kept as they are, as after unpacking
+    op3.on_batch([ev(20, "a", 7)])
+    assert rows[0][2]["a"][0] == 2
+
+
+def test_keys_msgpack_carries_as_they_are_go_as_a_dict_the_others_flat() -> None:
+    op = window("tumbling", COUNT, bins=1)
+    op.on_batch([ev(10, "a"), ev(10, 3), ev(20, "a")])
+    assert op.take_bins([0]) == ([[100, 0, {"a": 2, 3: 1}]], 2)
+    op.on_batch([ev(10, "a"), ev(10, ["t", 1]), ev(10, None)])
+    rows, n = op.take_bins([0])
+    assert rows == [[100, 0, ["a", 1, ["t", 1], 1, None, 1]]] and n == 3
 
 
 def test_session_rows_and_a_merge_after_the_move() -> None:
     op1, op2, single = window("session", gap=100), window("session", gap=100), window("session", gap=100)
+    assert bin_of("a") != bin_of("b")
     before, after = [ev(0), ev(150), ev(500, "b")], [ev(80)]  # 80 bridges [0] and [150]
     for op in (op1, single):
         op.on_batch(before)
-    rows = op1.take_state(["a"])
+    rows = take(op1, ["a"])
     assert rows == [["session", "a", 0, 0, [1, 1, 1, 1]], ["session", "a", 150, 150, [1, 1, 1, 1]]]
     op2.put_state(roundtrip(rows))
     op2.on_batch(after)
@@ -178,7 +252,7 @@ def test_a_fired_session_moves_with_its_key() -> None:
     op1.on_batch([ev(0), ev(5, "b")])
     for op in (op1, op2):
         op.on_watermark(105)
-    rows = op1.take_state(["a"])
+    rows = take(op1, ["a"])
     assert rows == [["fired", "a", 0]]
     op2.put_state(roundtrip(rows))
     out = op2.on_batch([ev(50)])
@@ -187,12 +261,14 @@ def test_a_fired_session_moves_with_its_key() -> None:
 
 
 def test_fired_last_stays_ordered_by_last_event_time() -> None:
-    op1, op2 = window("session", COUNT, gap=10), window("session", COUNT, gap=10)
+    op1, op2 = window("session", COUNT, gap=10, bins=64), window("session", COUNT, gap=10, bins=64)
+    assert len({bin_of(k, 64) for k in ("a", "b", 3, None)}) == 4
     op1.on_batch([ev(t, k) for t, k in [(0, "a"), (2, "b"), (4, 3), (6, None)]])
     op2.on_batch([ev(t, k) for t, k in [(1, "x"), (3, "y"), (5, "z"), (7, "w")]])
     for op in (op1, op2):
         op.on_watermark(17.5)  # every session fired, none pruned yet
-    op2.put_state(roundtrip(op1.take_state(["b", 3, "a"])))
+    rows, _ = op1.take_bins(sorted({bin_of(k, 64) for k in ("b", 3, "a")}))
+    op2.put_state(roundtrip(rows))
     windower = op2._windower
     assert isinstance(windower, SessionWindower)
     assert list(windower.fired_last.items()) == [
@@ -212,8 +288,8 @@ Step = tuple[str, int, Any]
 @st.composite
 def scripts(draw: st.DrawFn, on_time: bool, ports: int = 1, keys: list[Any] = KEYS) -> list[Step]:
     """Events in time order with a little disorder, in batches, watermarks between
-    them (on_time: never past a later event) and moves of random keys: one at a
-    random point, more after some steps (a key can go back and forth)."""
+    them (on_time: never past a later event) and moves of random bins: one at a
+    random point, more after some steps (a bin can go back and forth)."""
     n = draw(st.integers(0, 40))
     base = sorted(draw(st.lists(st.integers(0, 300), min_size=n, max_size=n)))
     disorder = 20 if on_time else 60
@@ -223,7 +299,7 @@ def scripts(draw: st.DrawFn, on_time: bool, ports: int = 1, keys: list[Any] = KE
         e = ev(b - draw(st.integers(0, disorder)), draw(st.sampled_from(keys)), draw(st.integers(-50, 50)),
                port)
         events.append((port, {"id": i, **e}))
-    moves = st.lists(st.sampled_from(REAL_KEYS), unique=True)  # absent keys too
+    moves = st.lists(st.integers(0, BINS - 1), unique=True)  # bins without state too
     steps: list[Step] = []
     i = 0
     while i < n:
@@ -246,26 +322,27 @@ def scripts(draw: st.DrawFn, on_time: bool, ports: int = 1, keys: list[Any] = KE
 
 def run(make: Callable[[], WindowedOperator], steps: list[Step], split: bool) -> tuple[list[str], list[Any]]:
     """Results and errors of one operator (split False) or of two, where each move
-    hands the chosen keys to the other operator (split True)."""
+    hands the chosen bins to the other operator (split True)."""
     ops = [make(), make()] if split else [make()]
-    owner: dict[Any, int] = {}  # key -> index in ops; 0 until moved
+    owner: dict[int, int] = {}  # bin -> index in ops; 0 until moved
     outs: list[Output] = []
     for what, port, arg in steps:
         if what == "batch":
             for i, op in enumerate(ops):
-                mine = [e for e in arg if owner.get(key_of(e), 0) == i]
+                mine = [e for e in arg if owner.get(bin_of(key_of(e)), 0) == i]
                 if mine:
                     outs.append(op.on_batch(mine, port))
         elif what == "wm":
             outs += [op.on_watermark(arg, p) for op in ops for p in range(op.n_inputs)]
         elif split:
-            leaving = [[k for k in arg if owner.get(k, 0) == src] for src in (0, 1)]
-            for src, keys in enumerate(leaving):
-                ops[1 - src].put_state(roundtrip(ops[src].take_state(keys)))
-                assert not set(keys) & set(ops[src].state_keys())
-                owner.update((k, 1 - src) for k in keys)
+            leaving = [[b for b in arg if owner.get(b, 0) == src] for src in (0, 1)]
+            for src, bins in enumerate(leaving):
+                rows, _ = ops[src].take_bins(bins)
+                ops[1 - src].put_state(roundtrip(rows), owned=True)
+                assert not set(bins) & set(ops[src].state_bins())
+                owner.update((b, 1 - src) for b in bins)
             assert not set(ops[0].state_keys()) & set(ops[1].state_keys())
-            assert all(fired_last_in_order(op) for op in ops)
+            assert all(fired_last_in_order(op) and bins_agree(op) for op in ops)
     outs += [op.on_watermark(INF, p) for op in ops for p in range(op.n_inputs)]
     assert all(op.state_keys() == [] for op in ops)
     results = [r for o in outs for r in o.events]
@@ -332,33 +409,77 @@ def test_property_join_moves(data: st.DataObject, size: int, slide_frac: float, 
 
 
 @pytest.mark.parametrize("name", list(MAKERS))
-@pytest.mark.parametrize("budget", [1, 3, 1000])
-def test_taking_by_place_in_small_steps_splits_the_state_by_label(name: str, budget: int) -> None:
-    """`take_state_at` with a label per key, `budget` (place, key) pairs at a time, the
-    pairs from `state_entries` and, for events after that, `places_of`: each label's
-    operator ends up with exactly its keys, and together they fire what one would."""
-    source, single = MAKERS[name](), MAKERS[name]()
-    stream = [ev(t, f"k{t % 7}", t, port) for t in range(0, 260, 3) for port in range(source.n_inputs)]
-    late = [ev(t, f"k{t % 7}", t, port) for t in range(260, 300, 5) for port in range(source.n_inputs)]
+@pytest.mark.parametrize("budget", [1, 3, 64])
+def test_taking_bins_in_small_steps_splits_the_state_by_label(name: str, budget: int) -> None:
+    """`take_bins` a few bins at a time, each bin to the operator of its label: each
+    ends up with exactly the keys of its bins, and together they fire what one would."""
+    def make() -> WindowedOperator:
+        return MAKERS[name](64)
+
+    source, single = make(), make()
+    stream = [ev(t, f"k{t % 7}", t, port) for t in range(0, 300, 3) for port in range(source.n_inputs)]
     for op in (source, single):
-        for e in stream + late:
+        for e in stream:
             op.on_batch([e], 0 if "t" in e else 1)
-    places = {(p, k) for p, ks in source.state_entries() for k in ks if k != "k0"}
-    # What a migration learns from events arriving after it looked at the state.
-    places |= {(p, e["k"]) for e in late if e["k"] != "k0"
-               for p in source.places_of(e, 0 if "t" in e else 1)}
-    labels = {k: ("x" if k in ("k1", "k4") else "y") for _, k in places}
-    parts = {"x": MAKERS[name](), "y": MAKERS[name]()}
-    pairs = sorted(places, key=repr)
-    for i in range(0, len(pairs), budget):
-        for label, r in source.take_state_at(pairs[i:i + budget], labels).items():
-            parts[label].put_state(roundtrip(r))
-    assert set(source.state_keys()) == {"k0"}
-    for label, op in parts.items():
-        assert set(op.state_keys()) == {k for k, v in labels.items() if v == label}
+    kept = bin_of("k0", 64)
+    moving = [b for b in source.state_bins() if b != kept]
+    label = {b: ("x" if i % 2 else "y") for i, b in enumerate(moving)}
+    parts = {"x": make(), "y": make()}
+    for i in range(0, len(moving), budget):
+        for b in moving[i:i + budget]:
+            rows, _ = source.take_bins([b])
+            parts[label[b]].put_state(roundtrip(rows), owned=True)
+    assert source.state_bins() == [kept]
+    for lab, op in parts.items():
+        assert op.state_bins() == sorted(b for b in moving if label[b] == lab) and bins_agree(op, 64)
     fired = []
     for op in (source, *parts.values()):
         for port in range(op.n_inputs):
             fired += op.on_watermark(INF, port).events
     expected = [e for port in range(single.n_inputs) for e in single.on_watermark(INF, port).events]
     assert canon(fired) == canon(expected)
+
+
+# -- a checkpoint's snapshot in steps: copy-on-write per bin --------------------------------------
+@FAST
+@pytest.mark.parametrize("name", list(MAKERS))
+@given(data=st.data())
+def test_a_snapshot_packed_in_steps_is_the_state_at_the_cut(name: str, data: st.DataObject) -> None:
+    """Between `begin_snapshot` and the last `snapshot_step`, events, watermarks (windows
+    firing), bins taken away and put back change the state; what `end_snapshot` gives
+    restores exactly the state at the cut."""
+    ports = MAKERS[name]().n_inputs
+    before, after = data.draw(scripts(True, ports)), data.draw(scripts(True, ports))
+    op, other = MAKERS[name](), MAKERS[name]()
+    for what, port, arg in before:
+        if what == "batch":
+            op.on_batch(arg, port)
+        elif what == "wm":
+            op.on_watermark(arg, port)
+    at_cut = roundtrip([op.snapshot()])[0]
+    head = op.begin_snapshot()
+    done = False
+    for what, port, arg in after:
+        if what == "batch":
+            op.on_batch(arg, port)
+        elif what == "wm":
+            for p in range(ports):
+                op.on_watermark(arg, p)
+        else:  # a bin moves away and back: its state leaves and comes in again
+            rows, _ = op.take_bins(arg)
+            other.put_state(roundtrip(rows), owned=True)
+            back, _ = other.take_bins(arg)
+            op.put_state(roundtrip(back), owned=True)
+        if not done:
+            done = op.snapshot_step(data.draw(st.integers(1, 3)))
+    while not done:
+        done = op.snapshot_step(1)
+    stepped = roundtrip([op.end_snapshot(head)])[0]
+    results = []
+    for snap in (stepped, at_cut):
+        fresh = MAKERS[name]()
+        fresh.restore(snap)
+        assert bins_agree(fresh)
+        results.append(canon([e for p in range(ports) for e in fresh.on_watermark(INF, p).events]))
+    assert results[0] == results[1]
+    assert op.begin_snapshot() is not None and op.snapshot_step(10**9)  # the next cut: afresh

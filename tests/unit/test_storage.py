@@ -13,7 +13,7 @@ import pytest
 from pyarrow._fs import _MockFileSystem
 
 from cameo_actors.errors import CameoError
-from cameo_actors.runtime._private.storage import CheckpointStorage, StorageError
+from cameo_actors.runtime._private.storage import CheckpointDamaged, CheckpointStorage, StorageError
 
 DF, DEP = "df", "d1"
 
@@ -305,3 +305,49 @@ def test_a_filesystem_without_move_writes_in_place() -> None:
     assert s.load_registry() == {"a": 1}
     assert handler.moves == 1  # tried once, then written in place
     assert not [f for f in backend.files() if "_tmp-" in f]
+
+
+# -- damage: every part and manifest carries a checksum ---------------------------------------
+def _damage(backend: Backend, relative: str, change: Callable[[bytes], bytes]) -> None:
+    with backend.fs.open_input_stream(f"{backend.root}/{relative}") as stream:
+        data = bytes(stream.read())
+    backend.put(relative, change(data))
+
+
+@pytest.mark.parametrize("how, found", [
+    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "crc32"),  # a bit flipped on disk
+    (lambda b: b[: len(b) // 2], "crc32"),  # torn: half written
+    (lambda b: b"", "no checksum header"),
+    (lambda b: b[8:], "no checksum header"),  # what an older writer left
+], ids=["bit", "torn", "empty", "headless"])
+def test_a_damaged_part_is_refused_with_the_cause(backend: Backend, how: Callable[[bytes], bytes],
+                                                  found: str) -> None:
+    parts = _checkpoint(backend.storage, 1)
+    _damage(backend, parts["df/win/0"], how)
+    with pytest.raises(CheckpointDamaged, match=f"is damaged \\({found}.*Fix: restore an earlier"):
+        backend.storage.read_part(parts["df/win/0"])
+    assert backend.storage.read_part(parts["df/src/0"]) == b"df/src/0@1"
+
+
+def test_a_deleted_part_is_damage_too(backend: Backend) -> None:
+    parts = _checkpoint(backend.storage, 1)
+    backend.fs.delete_file(f"{backend.root}/{parts['df/win/0']}")
+    with pytest.raises(CheckpointDamaged, match="was deleted"):
+        backend.storage.read_part(parts["df/win/0"])
+
+
+def test_a_damaged_manifest_does_not_count_and_says_why(backend: Backend) -> None:
+    s = backend.storage
+    for ckpt in (1, 2, 3):
+        _checkpoint(s, ckpt)
+    _checkpoint(s, 4, commit=False)  # being written: not listed
+    manifest = "dataflows/df/d1/chk-0000000003/_manifest.json"
+    _damage(backend, manifest, lambda b: b.replace(b"win/0", b"win/1"))  # edited by hand
+    _damage(backend, "dataflows/df/d1/chk-0000000002/_manifest.json", lambda b: b[:10])
+    listed = s.restorable(DF, DEP)
+    assert [(c, m is not None) for c, m, _ in listed] == [(3, False), (2, False), (1, True)]
+    assert "does not match its checksum" in (listed[0][2] or "")
+    assert "does not parse" in (listed[1][2] or "")
+    latest = s.latest(DF, DEP)
+    assert latest is not None and latest["checkpoint"] == 1 and s.checkpoints(DF, DEP) == [1]
+    assert s.manifest(DF, DEP, 3) is None and s.manifest(DF, DEP, 1) == latest

@@ -27,6 +27,7 @@ from cameo_actors.dataflow.spec import (
     WindowStep,
 )
 from cameo_actors.operators.base import END_OF_STREAM, Event, Operator, Output
+from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.build import build_operator, key_function
 from cameo_actors.operators.lease import build_lessee
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
@@ -36,7 +37,6 @@ from cameo_actors.runtime._private.migration import (
     CHUNK_KEYS,
     EPOCH,
     EXTRACT,
-    INDEX,
     MERGE,
     REROUTE,
     STATE,
@@ -45,7 +45,7 @@ from cameo_actors.runtime._private.migration import (
     Epoch,
 )
 from cameo_actors.runtime._private.routes import is_forward, lease_to, route_to
-from cameo_actors.runtime._private.routing import Placement, is_keyed_step, stable_hash
+from cameo_actors.runtime._private.routing import Placement, is_keyed_step
 from cameo_actors.runtime.boundary import ActivationId
 from cameo_actors.scheduling import WindowTiming
 
@@ -94,13 +94,8 @@ class Activation:
         self.key_fns = [key_function(spec, up) for up in step.inputs] if self.keyed else []
         self.epoch: Epoch | None = None
         self.plans: dict[int, Epoch] = {}
-        #: While bins move out of here: bin -> the (place, key) pairs where it has state
-        #: (a place is a window end), so that each epoch takes exactly the state it
-        #: moves, not a pass over all of it (built by the first epoch's pass, kept up by
-        #: the events that arrive; None: no migration, or state came in).
-        self.index: dict[int, set[tuple[Any, Any]]] | None = None
-        #: (place, keys) of the state still to index
-        self.unindexed: list[tuple[Any, list[Any]]] = []
+        if self.keyed:  # its state kept in the routing table's bins, moved bin by bin
+            self.operator.use_bins(self.bins)  # type: ignore[attr-defined]
         self.done_version = placement.tables[step.id].version if step.id in placement.tables else 0
         self.bins_given = self.bytes_sent = 0  # given away here, over every epoch
         # A source's input order: client -> its next ingest call, and the calls that
@@ -132,9 +127,6 @@ class Activation:
             if not mine:
                 return Output()
             events = mine
-        if self.index is not None:
-            index_keys(self.index, self.bins - 1, self.key_fns[port],
-                       self.operator.places_of, events, port)  # type: ignore[attr-defined]
         return self.operator.on_batch(events, port)
 
     def on_watermark(self, watermark: float, port: int, channel: str) -> Output:
@@ -210,10 +202,19 @@ class Activation:
     def snapshot(self, positions: dict[str, int]) -> dict[str, Any]:
         """What restores this activation: its operator, its channels' watermarks, and a
         source's positions (`positions`, taken when the barrier was put in its mailbox)."""
-        return {"operator": self.operator.snapshot(),
+        return {**self.begin_snapshot(positions), "operator": self.operator.snapshot()}
+
+    def begin_snapshot(self, positions: dict[str, int]) -> dict[str, Any]:
+        """`snapshot` at a checkpoint's cut, but for the operator state that
+        `Operator.snapshot_step` packs in steps (`end_snapshot` puts it in)."""
+        return {"operator": self.operator.begin_snapshot(),
                 "channels": [[port, c, wm] for port, chans in enumerate(self.channels)
                              for c, wm in chans.items()],
                 "positions": positions}
+
+    def end_snapshot(self, head: dict[str, Any]) -> dict[str, Any]:
+        head["operator"] = self.operator.end_snapshot(head["operator"])
+        return head
 
     def restore(self, state: dict[str, Any]) -> None:
         self.operator.restore(state["operator"])
@@ -241,23 +242,14 @@ class Activation:
                 if route.prefer in gone:
                     route.prefer = None
 
-    def prepare(self, version: int, moves: dict[int, tuple[int, int]]) -> list[Barrier]:
+    def prepare(self, version: int, moves: dict[int, tuple[int, int]]) -> None:
         """The plan of routing version `version` of this (keyed) step: bin -> (old, new
-        owner). An instance that will give bins starts indexing its state now, in steps
-        (the barriers to send), before the switch: then nothing waits on it there."""
+        owner)."""
         me, name = self.instance, f"{self.dataflow}/{self.step.id}/"
         give = {b: f"{name}{new}" for b, (old, new) in moves.items() if old == me}
         take = frozenset(b for b, (_, new) in moves.items() if new == me)
         senders = frozenset(f"{name}{old}" for b, (old, new) in moves.items() if new == me)
         self.plans[version] = Epoch(version, give, take, senders)
-        if give and self.index is None:
-            self._start_index()
-            return [(self.id, 0, [INDEX])]
-        return []
-
-    def _start_index(self) -> None:
-        self.index = {}
-        self.unindexed = self.operator.state_entries()  # type: ignore[attr-defined]
 
     def on_control(self, payload: list[Any], port: int, channel: str) -> tuple[Output, list[Barrier]]:
         """A control message (see `migration.py`): (output to route, barriers to send)."""
@@ -268,9 +260,6 @@ class Activation:
             return self._on_marker(payload[2], (port, channel))
         if kind == EXTRACT:
             return self._give_chunk()
-        if kind == INDEX:
-            self._index_entries()
-            return Output(), [(self.id, 0, [INDEX])] if self.unindexed else []
         if kind == STATE:
             return self._on_state(payload[1], payload[2], payload[3], channel)
         if kind == MERGE:  # a lessee's partials, before its watermark
@@ -350,8 +339,6 @@ class Activation:
         epoch.marked.add(channel)
         if epoch.give and epoch.bins is None and self._aligned(epoch):
             # Every event before the switch is in: what the moved bins hold is final.
-            if self.index is None:  # state came in since `prepare`: index again
-                self._start_index()
             epoch.bins = sorted(epoch.give)
             return Output(), [(self.id, 0, [EXTRACT, version])]
         return self._finish_if_done(), []
@@ -360,60 +347,39 @@ class Activation:
         return len(epoch.marked) >= sum(len(p) for p in self.channels)
 
     def _give_chunk(self) -> tuple[Output, list[Barrier]]:
-        """One bounded step of giving bins away: on a migration's first epoch, index the
-        places of the next keys; then take the state of the next bins' keys, send it to
-        the new owners; after the last, an empty last chunk to each of them."""
-        epoch, index = self.epoch, self.index
-        assert epoch is not None and index is not None
-        again: Barrier = (self.id, 0, [EXTRACT, epoch.version])
-        if self.unindexed:  # not done since `prepare`: finish it first
-            self._index_entries()
-            return Output(), [again]
-        pairs: list[tuple[Any, Any]] = []
-        label_of: dict[Any, str] = {}
-        while epoch.bins and len(pairs) < CHUNK_KEYS:
+        """One bounded step of giving bins away: take the state of the next bins (about
+        CHUNK_KEYS entries), send it to their new owners; after the last, an empty last
+        chunk to each of them."""
+        epoch = self.epoch
+        assert epoch is not None and epoch.bins is not None
+        take_bins = self.operator.take_bins  # type: ignore[attr-defined]
+        rows_to: dict[str, list[Any]] = {}
+        entries = 0
+        while epoch.bins and entries < CHUNK_KEYS:
             b = epoch.bins.pop()
-            part = index.pop(b, ())
-            label_of.update(dict.fromkeys([k for _, k in part], epoch.give[b]))
-            pairs += part
+            rows, n = take_bins((b,))
+            if rows:
+                rows_to.setdefault(epoch.give[b], []).extend(rows)
+            entries += n
         sends: list[Barrier] = []
-        for to, rows in self.operator.take_state_at(pairs, label_of).items():  # type: ignore[attr-defined]
+        for to, rows in rows_to.items():
             blob = msgpack.packb(rows, use_bin_type=True)
             self.bytes_sent += len(blob)
             sends.append((to, 0, [STATE, epoch.version, blob, False]))
         if epoch.bins:
-            return Output(), [*sends, again]
+            return Output(), [*sends, (self.id, 0, [EXTRACT, epoch.version])]
         epoch.given = True
         self.bins_given += len(epoch.give)
         sends.extend((to, 0, [STATE, epoch.version, b"", True])
                      for to in sorted(set(epoch.give.values())))
         return self._finish_if_done(), sends
 
-    def _index_entries(self) -> None:
-        """Index the next CHUNK_KEYS (place, key) entries of the state by bin."""
-        index, entries = self.index, self.unindexed
-        mask, budget = self.bins - 1, CHUNK_KEYS
-        while entries and budget > 0 and index is not None:
-            place, keys = entries[-1]
-            part = keys[-budget:]
-            del keys[-budget:]
-            budget -= len(part)
-            if not keys:
-                entries.pop()
-            for k in part:
-                b = stable_hash(k) & mask
-                pairs = index.get(b)
-                if pairs is None:
-                    pairs = index[b] = set()
-                pairs.add((place, k))
-
     def _on_state(self, version: int, blob: bytes, last: bool, sender: str
                   ) -> tuple[Output, list[Barrier]]:
         epoch = self._epoch_of(version)
-        if blob:
-            self.index, self.unindexed = None, []  # keys come in that it does not list
+        if blob:  # just unpacked: the operator keeps the rows as they are
             self.operator.put_state(  # type: ignore[attr-defined]
-                msgpack.unpackb(blob, raw=False, strict_map_key=False))
+                msgpack.unpackb(blob, raw=False, strict_map_key=False), owned=True)
         if last:
             epoch.received.add(sender)
         return self._finish_if_done(), []
@@ -452,21 +418,6 @@ class Activation:
     def end_barriers(self) -> list[Barrier]:
         """A retired instance's last word: the end of its stream on every channel out."""
         return [(t, r.port, END_OF_STREAM) for r in self.routes for t in r.targets]
-
-
-def index_keys(index: dict[int, set[tuple[Any, Any]]], mask: int, key_fn: Any,
-               places_of: Callable[[Event, int], Any], events: list[Event], port: int) -> None:
-    """Add the (place, key) pairs of `events` to the bins' index of state (`Activation.index`)."""
-    for e in events:
-        try:
-            k = key_fn(e)
-            b = stable_hash(k) & mask
-            pairs = index.get(b)
-            if pairs is None:
-                pairs = index[b] = set()
-            pairs.update([(p, k) for p in places_of(e, port)])
-        except Exception:  # no usable key or time: the operator reports the event
-            continue
 
 
 def _merge(into: Output, out: Output) -> None:

@@ -6,9 +6,12 @@ positions (client -> next ingest call) of everything enqueued before it. Like
 every control message it is a barrier in the mailbox. At each activation
 (Chandy-Lamport, unaligned as in Flink's unaligned checkpoints):
 
-1. On the first barrier of c, the activation snapshots its state at once
-   (operator state, channel watermarks, a source's positions, a sink's result
-   log) and sends the barrier on every channel out, ahead of its later output.
+1. On the first barrier of c, the activation takes its snapshot (operator
+   state, channel watermarks, a source's positions, a sink's result log) and
+   sends the barrier on every channel out, ahead of its later output. Keyed
+   state kept by bin is packed in bounded steps instead of at once (`SNAPSHOT`
+   messages to itself, which the scheduler runs among other work), copy-on-write:
+   a bin about to change is packed first, as it was at the cut.
 2. Until the barrier of c has come on every other input channel, the messages
    that arrive on those channels are processed as usual and also recorded:
    they were sent before the cut, so they belong to the checkpoint (its
@@ -40,6 +43,10 @@ if TYPE_CHECKING:
 
 #: The control kind of a checkpoint barrier (see `migration.is_control`).
 CHECKPOINT = "checkpoint"
+#: The control kind of a step of packing an activation's snapshot, a message to itself.
+SNAPSHOT = "snapshot"
+#: State entries (a key in a window) packed per step: bounds a step to a few ms.
+SNAPSHOT_ENTRIES = 20_000
 
 #: A channel into an activation: (input port, upstream activation id; "" = ingress).
 Channel = tuple[int, str]
@@ -54,7 +61,8 @@ class Part:
     Attributes:
         ckpt: the checkpoint's number.
         state: the activation's state at the first barrier, packed (a copy: the
-            operator goes on changing).
+            operator goes on changing); b"" while `head` is not None.
+        head: the snapshot while its state is packed in steps (`SNAPSHOT`).
         pending: input channels whose barrier has not come yet.
         inflight: the messages that came on pending channels (the channels' state).
         results: a sink's result log at the barrier, (first offset, rows, id counts).
@@ -65,6 +73,7 @@ class Part:
     ckpt: int
     state: bytes
     pending: set[Channel]
+    head: dict[str, Any] | None = None
     inflight: list[Recorded] = field(default_factory=list)
     results: tuple[int, list[Any], list[Any] | None] | None = None
     positions: dict[str, int] = field(default_factory=dict)

@@ -3,10 +3,11 @@ its sources' ingress logs, and restoring a dataflow from a checkpoint.
 
 - *Start* (`checkpoint`): a barrier into each source's mailbox, with its
   positions; its ingress log starts a new segment.
-- *Take* (`on_barrier`, `record`): at each activation, the first barrier snapshots
-  it and goes on to every target; the messages of channels whose barrier is
-  still to come are recorded; once every channel's barrier came (or its end of
-  stream), the part goes to storage (`Persist`).
+- *Take* (`on_barrier`, `snapshot_step`, `record`): at each activation, the first
+  barrier snapshots it (keyed state by bin packed in bounded steps, copy-on-write)
+  and goes on to every target; the messages of channels whose barrier is still to
+  come are recorded; once every channel's barrier came (or its end of stream) and
+  the snapshot is packed, the part goes to storage (`Persist`).
 - *Complete* (`checkpointed`): results before it become readable, and the ingress
   log segments it covers go.
 - *Restore* (`restore`, on activations just deployed again, then `resume`): each
@@ -24,7 +25,14 @@ from urllib.parse import quote
 import msgpack
 
 from cameo_actors.operators.base import END_OF_STREAM
-from cameo_actors.runtime._private.checkpoint import CHECKPOINT, Part, interval_s, unpack_part
+from cameo_actors.runtime._private.checkpoint import (
+    CHECKPOINT,
+    SNAPSHOT,
+    SNAPSHOT_ENTRIES,
+    Part,
+    interval_s,
+    unpack_part,
+)
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.ingress_log import IngressLog
 from cameo_actors.runtime._private.migration import MERGE, is_control
@@ -122,9 +130,10 @@ class Checkpointing:
         part = act.part
         channel = (msg.port, msg.upstream)
         if part is None or part.ckpt < ckpt:
-            state = msgpack.packb(act.snapshot(msg.payload[2] if act.is_source else {}),
-                                  use_bin_type=True)
-            part = act.part = Part(ckpt, state, act.input_channels() - {channel},
+            if part is not None and part.head is not None:  # never completed: dropped
+                act.operator.abort_snapshot()
+            head = act.begin_snapshot(msg.payload[2] if act.is_source else {})
+            part = act.part = Part(ckpt, b"", act.input_channels() - {channel}, head=head,
                                    positions=dict(msg.payload[2]) if act.is_source else {})
             if act.is_sink:
                 part.results = self.egress.dataflows[act.dataflow].results[act.id].snapshot(ckpt)
@@ -132,8 +141,26 @@ class Checkpointing:
             for target, port in act.watermark_targets():
                 self.path.route(act.id, self.sched.derive(msg, target, [CHECKPOINT, ckpt], now,
                                                           port=port, is_watermark=True))
-        elif part.ckpt == ckpt:
+            self.snapshot_step(act, msg)
+            return
+        if part.ckpt == ckpt:
             part.pending.discard(channel)
+        self._part_done(act)
+
+    def snapshot_step(self, act: Activation, msg: Message) -> None:
+        """One bounded step of packing `act`'s snapshot (at its first barrier, then a
+        `SNAPSHOT` message to itself per step, with the barrier's priority: other work
+        runs between steps); once all is packed, its part may be done."""
+        part = act.part
+        if part is None or part.head is None or (msg.payload[0] == SNAPSHOT
+                                                 and msg.payload[1] != part.ckpt):
+            return  # a step of a snapshot dropped since
+        if not act.operator.snapshot_step(SNAPSHOT_ENTRIES):
+            self.path.route(act.id, self.sched.derive(msg, act.id, [SNAPSHOT, part.ckpt],
+                                                      self.now_ms(), is_watermark=True))
+            return
+        part.state = msgpack.packb(act.end_snapshot(part.head), use_bin_type=True)
+        part.head = None
         self._part_done(act)
 
     def record(self, act: Activation, msg: Message) -> None:
@@ -152,7 +179,7 @@ class Checkpointing:
 
     def _part_done(self, act: Activation) -> None:
         part = act.part
-        if part is not None and not part.pending and not part.written:
+        if part is not None and not part.pending and part.head is None and not part.written:
             part.written = True
             if self.persist is not None:
                 self.persist(act.dataflow, part.ckpt, act.id, part.blob(), part.positions)
@@ -160,7 +187,8 @@ class Checkpointing:
 
     def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]]) -> None:
         """Checkpoint `ckpt` of `dataflow` completed: results before it become readable,
-        and the ingress log segments it covers go (`positions`: source -> positions)."""
+        and the ingress log segments before `positions` (source -> positions: those of
+        the oldest checkpoint kept, which recovery may fall back to) go."""
         self.egress.checkpointed(dataflow, ckpt)
         for aid, pos in positions.items():
             log = self.ingress_logs.get(aid)
@@ -203,8 +231,11 @@ class Checkpointing:
             log = self.ingress_logs.get(aid)
             act = self.hosting.activations[aid]
             if log is not None:
+                positions = act.positions
                 for client, seq, blob in log.records():
-                    self.ingress.ingest(client, seq, aid, unpack_ingest(blob, act.step.id), now)
+                    if seq >= positions.get(client, 0):  # those before are in the state
+                        self.ingress.ingest(client, seq, aid, unpack_ingest(blob, act.step.id),
+                                            now)
 
     def resume(self, dataflow: str) -> None:
         """Every executor restored its part of `dataflow`: its activations run again."""

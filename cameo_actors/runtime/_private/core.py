@@ -58,7 +58,7 @@ from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import ErrorRecord, Output, short_repr
 from cameo_actors.runtime._private.activation import Activation
 from cameo_actors.runtime._private.channels import Channels, Send
-from cameo_actors.runtime._private.checkpoint import CHECKPOINT, delivery
+from cameo_actors.runtime._private.checkpoint import CHECKPOINT, SNAPSHOT, delivery
 from cameo_actors.runtime._private.checkpointing import Checkpointing, Persist
 from cameo_actors.runtime._private.egress import Egress
 from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
@@ -139,7 +139,7 @@ class ExecutorCore:
         plan = self.plan_changes
         self.add_instances, self.retire = plan.add_instances, plan.retire
         self.prepare, self.reroute = plan.prepare, plan.reroute
-        self.epochs, self.end_migration = plan.epochs, plan.end_migration
+        self.epochs = plan.epochs
         self.add_lessees, self.unlease = plan.add_lessees, plan.unlease
         self.lessees_ended, self.drop_lessees = plan.lessees_ended, plan.drop_lessees
         ckpt = self.checkpointing
@@ -300,6 +300,9 @@ class ExecutorCore:
             if msg.is_watermark:
                 if is_control(msg.payload) and msg.payload[0] == CHECKPOINT:
                     self.checkpointing.on_barrier(act, msg)
+                    out = Output()
+                elif is_control(msg.payload) and msg.payload[0] == SNAPSHOT:
+                    self.checkpointing.snapshot_step(act, msg)
                     out = Output()
                 elif is_control(msg.payload):
                     out, barriers = act.on_control(msg.payload, msg.port, msg.upstream)

@@ -67,6 +67,9 @@ class Executor:
         #: bytes)
         self.written: dict[tuple[str, int], dict[str, tuple[str, dict[str, int], int]]] = {}
         self.write_failures = 0
+        #: dataflow -> (the parts of a checkpoint `fetch` read here, their bytes), for the
+        #: `restore` that follows
+        self.fetched: dict[str, tuple[dict[str, str], dict[str, bytes]]] = {}
         #: dataflow -> times it was restored or cancelled here (a checkpoint under way
         #: before that will not complete: its waiters stop)
         self.resets: Counter[str] = Counter()
@@ -213,14 +216,37 @@ class Executor:
             del self.written[key]
         self._call(self.core.checkpointed, dataflow, ckpt, positions)
 
+    def fetch(self, dataflow: str, placement: Placement, parts: dict[str, str]) -> int:
+        """Read and check this executor's parts of a checkpoint (`parts`: activation ->
+        path in storage), in parallel, on Ray's threads, for the `restore` that follows.
+        Returns the bytes read.
+
+        Raises:
+            CheckpointDamaged: a part is missing or does not match its checksum; nothing
+                is kept then (the controller falls back to an earlier checkpoint).
+        """
+        mine = {str(a) for a in placement.on(self.index)}
+        wanted = {aid: path for aid, path in parts.items() if aid in mine}
+        self.fetched.pop(dataflow, None)
+        if self.storage is None or not wanted:
+            return 0
+        with ThreadPoolExecutor(min(4, len(wanted)), thread_name_prefix="cameo-fetch") as pool:
+            blobs = dict(zip(wanted, pool.map(self.storage.read_part, wanted.values()),
+                             strict=True))
+        self.fetched[dataflow] = (wanted, blobs)
+        return sum(map(len, blobs.values()))
+
     def restore(self, spec: dict[str, Any], placement: Placement, deployment: str,
                 parts: dict[str, str], generation: int) -> list[str]:
         """Deploy a dataflow again from a checkpoint (`parts`: activation -> path in
-        storage), held until `resume`. The parts are read here, on Ray's thread."""
+        storage), held until `resume`: with the parts `fetch` read, else read here."""
         self.resets[spec["name"]] += 1
         mine = {str(a) for a in placement.on(self.index)}
-        blobs = {aid: self.storage.read_part(path) for aid, path in parts.items()
-                 if aid in mine and self.storage is not None}
+        wanted = {aid: path for aid, path in parts.items() if aid in mine}
+        fetched, blobs = self.fetched.pop(spec["name"], ({}, {}))
+        if fetched != wanted:
+            self.fetch(spec["name"], placement, parts)
+            _, blobs = self.fetched.pop(spec["name"], ({}, {}))
         for key in [k for k in self.written if k[0] == spec["name"]]:
             del self.written[key]
         return self._call(self.core.restore, DataflowSpec.from_dict(spec), placement,
@@ -266,9 +292,6 @@ class Executor:
 
     def retire(self, dataflow: str, ids: list[str]) -> list[str]:
         return self._call(self.core.retire, dataflow, ids)
-
-    def end_migration(self, dataflow: str, step: str) -> None:
-        self._call(self.core.end_migration, dataflow, step)
 
     def epochs(self, dataflow: str, step: str) -> dict[str, dict[str, int]]:
         return self._call(self.core.epochs, dataflow, step)

@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Control kinds (the first item of a control payload).
-REROUTE, EPOCH, STATE, EXTRACT, INDEX = "reroute", "epoch", "state", "extract", "index"
+REROUTE, EPOCH, STATE, EXTRACT = "reroute", "epoch", "state", "extract"
 #: A lessee's partial aggregates for one owner; the end of lending to some lessees
 #: (Dirigo, `cameo_actors.operators.lease`).
 MERGE, UNLEASE = "merge", "unlease"
-#: State entries (a key in a window) indexed or taken per step of giving bins away:
-#: bounds one step's work to a few ms.
+#: State entries (a key in a window) taken per step of giving bins away: bounds one
+#: step's work to a few ms.
 CHUNK_KEYS = 4_000
 
 #: A channel into an activation: (input port, upstream activation id).

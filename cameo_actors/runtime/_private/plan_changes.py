@@ -7,7 +7,7 @@ executor; this part carries out an executor's share of each:
   they gave away every bin (`retire`);
 - moving bins (Megaphone, `migration.py`): what a routing version moves
   (`prepare`), the switch of each upstream at its own point in its input
-  (`reroute`), progress (`epochs`) and the end (`end_migration`);
+  (`reroute`) and progress (`epochs`);
 - lessees of a hot step (Dirigo, `operators/lease.py`): hosted and lent to
   (`add_lessees`), lent to no more (`unlease`), ended (`lessees_ended`), gone
   (`drop_lessees`).
@@ -107,15 +107,11 @@ class PlanChanges:
     # -- moving bins (migration.py) -------------------------------------------------------
     def prepare(self, dataflow: str, step: str, version: int,
                 moves: dict[int, tuple[int, int]]) -> None:
-        """Tell the instances of `step` hosted here what routing version `version` moves;
-        those that give bins start indexing their state (control messages to themselves)."""
-        hosted = self.hosting.dataflows[dataflow]
-        now = self.now_ms()
-        for aid in hosted.ids:
+        """Tell the instances of `step` hosted here what routing version `version` moves."""
+        for aid in self._ids(dataflow):
             act = self.hosting.activations[aid]
             if act.step.id == step:
-                for target, _, payload in act.prepare(version, moves):
-                    self.hosts.control(hosted.spec, target, payload, now)
+                act.prepare(version, moves)
 
     def reroute(self, dataflow: str, step: str, version: int, owners: list[int],
                 instances: list[int]) -> int:
@@ -143,15 +139,8 @@ class PlanChanges:
             act = self.hosting.activations[aid]
             if act.step.id == step:
                 out[aid] = {"done": act.done_version, "bins_given": act.bins_given,
-                            "bytes_sent": act.bytes_sent, "indexing": len(act.unindexed)}
+                            "bytes_sent": act.bytes_sent}
         return out
-
-    def end_migration(self, dataflow: str, step: str) -> None:
-        """The migration of `step` is over: its instances here drop their key index."""
-        for aid in self._ids(dataflow):
-            act = self.hosting.activations[aid]
-            if act.step.id == step:
-                act.index, act.unindexed = None, []
 
     # -- lessees (Dirigo, operators/lease.py) ------------------------------------------------
     def add_lessees(self, spec: DataflowSpec, placement: Placement, step: str, new: list[str],

@@ -10,8 +10,9 @@ from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import Event, Operator
+from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.build import key_function
-from cameo_actors.runtime._private.routing import Placement, is_keyed_step, stable_hash
+from cameo_actors.runtime._private.routing import Placement, is_keyed_step
 from cameo_actors.runtime.boundary import ActivationId
 
 

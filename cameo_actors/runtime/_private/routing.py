@@ -5,8 +5,7 @@ A *keyed step* (a window, join or process whose inputs are keyed) has a versione
 routing table bin -> instance, held by every upstream activation; a new
 version takes effect at an epoch marker each upstream sends in-band on every
 channel (`activation.py`, `migration.py`), so scaling and migration move bins,
-not keys. The hash must be the same in every process (Python's own `hash` of
-str is salted per process), so it is crc32 of a canonical encoding.
+not keys (the hash and the state kept by bin: `cameo_actors.operators.bins`).
 
 Instances of a step are numbered; after scaling, the numbers of a step need
 not be 0..p-1 (a moved instance is a new number on its new executor), so every
@@ -15,25 +14,14 @@ neighbour list comes from the `Placement`, not from the step's parallelism.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, ProcessStep, Step, WindowStep
 from cameo_actors.dataflow.validate import stream_key
+from cameo_actors.operators.bins import DEFAULT_BINS
 from cameo_actors.runtime.boundary import ActivationId
-
-#: Bins per keyed step unless the pool says otherwise.
-DEFAULT_BINS = 4096
-
-
-def stable_hash(key: Any) -> int:
-    if isinstance(key, str):
-        return zlib.crc32(key.encode())
-    return zlib.crc32(msgpack.packb(key, use_bin_type=True))
 
 
 def is_keyed_step(spec: DataflowSpec, step: Step) -> bool:

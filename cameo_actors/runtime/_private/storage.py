@@ -5,7 +5,10 @@ Under the root URL: ``registry.json`` (the controller's registry) and
 (one activation's state, its name URL-quoted) and ``_manifest.json``. Every file
 is written under a temporary name and moved into place, and the manifest is
 written last: a checkpoint counts only once its manifest is written, so a crash
-mid-write leaves the previous one in use. Retention (`retire`) keeps the newest
+mid-write leaves the previous one in use. Every part and manifest carries a
+checksum (crc32): a part torn, damaged or changed by hand is refused when read
+(`CheckpointDamaged`), a damaged manifest does not count, and recovery falls
+back to the checkpoint before (`restorable`). Retention (`retire`) keeps the newest
 committed checkpoints and deletes the older ones and the abandoned ones below
 them, never a folder above the newest committed one (it may be being written).
 Pure: pyarrow and the standard library, no Ray.
@@ -17,8 +20,10 @@ import contextlib
 import json
 import os
 import re
+import struct
 import time
 import uuid
+import zlib
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -38,9 +43,25 @@ _FIX_WRITABLE = ("give a folder or bucket this pool may write "
                  "(RuntimeConfig.checkpoint_url, cameo serve --checkpoint-url)")
 
 
+#: What a part starts with: this tag, then the crc32 of the rest (big-endian).
+PART_TAG = b"CMP1"
+_PART_HEAD = struct.Struct(">4sI")
+
+
 class StorageError(CameoError):
     """Checkpoint storage cannot be used (message names the URL, the operation, the cause
     and the fix)."""
+
+
+class CheckpointDamaged(StorageError):
+    """A committed checkpoint's part is missing or does not match its checksum (a torn
+    write, a bad disk, a file changed or deleted by hand): it must not be restored."""
+
+
+def _checksum(manifest: dict) -> int:
+    """The crc32 of a manifest's canonical JSON, its own checksum left out."""
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _name(text: str) -> str:
@@ -213,14 +234,16 @@ class CheckpointStorage:
             Its path relative to the root: what the manifest lists, and `read_part` takes.
         """
         relative = f"{self._checkpoint_dir(dataflow, deployment, ckpt)}/{_name(part)}"
-        self._write(relative, bytes(data))
+        self._write(relative, _PART_HEAD.pack(PART_TAG, zlib.crc32(data)) + data)
         return relative
 
     def read_part(self, path: str) -> bytes:
-        """The bytes of a part, by the path `write_part` returned.
+        """The bytes of a part, by the path `write_part` returned, checked against
+        their checksum.
 
         Raises:
-            StorageError: it is missing or cannot be read.
+            CheckpointDamaged: it is missing, or its bytes do not match its checksum.
+            StorageError: it cannot be read.
         """
         if not path or path.startswith("/") or ".." in path.split("/"):
             raise ValueError(f"expected a part's path as write_part returned it "
@@ -228,13 +251,26 @@ class CheckpointStorage:
                              f"checkpoint's manifest lists")
         full = self._path(path)
         try:
-            return self._read(full)
+            raw = self._read(full)
         except FileNotFoundError as e:
-            raise self._error("read the checkpoint part", full, e,
-                              "the checkpoint is incomplete or was retired; restore the "
-                              "newest committed one (CheckpointStorage.latest)") from e
+            raise CheckpointDamaged(
+                f"checkpoint storage {self.url!r}: cannot read the checkpoint part {full!r} "
+                f"({e}). Fix: the checkpoint is incomplete, was retired or a file was "
+                f"deleted; restore an earlier committed one (CheckpointStorage.restorable)"
+            ) from e
         except _FS_ERRORS as e:
             raise self._error("read the checkpoint part", full, e, _FIX_ACCESS) from e
+        head = _PART_HEAD.size
+        tag, crc = _PART_HEAD.unpack(raw[:head]) if len(raw) >= head else (b"", 0)
+        data = raw[head:]
+        if tag != PART_TAG or zlib.crc32(data) != crc:
+            found = "no checksum header" if tag != PART_TAG else \
+                f"crc32 {zlib.crc32(data):#010x} of {len(data)} bytes, the header says {crc:#010x}"
+            raise CheckpointDamaged(
+                f"checkpoint storage {self.url!r}: the checkpoint part {full!r} is damaged "
+                f"({found}: a torn write, a bad disk or a file changed by hand). Fix: "
+                f"restore an earlier committed checkpoint (CheckpointStorage.restorable)")
+        return data
 
     def commit(self, dataflow: str, deployment: str, ckpt: int, manifest: dict) -> None:
         """Writes the manifest of checkpoint `ckpt`, the last step: from now on it counts.
@@ -247,8 +283,10 @@ class CheckpointStorage:
         """
         folder = self._checkpoint_dir(dataflow, deployment, ckpt)
         stored = {**manifest, "checkpoint": ckpt, "committed_at": time.time()}
-        data = self._encode(stored, f"the manifest of checkpoint {ckpt} of "
-                            f"{dataflow!r}/{deployment!r}")
+        what = f"the manifest of checkpoint {ckpt} of {dataflow!r}/{deployment!r}"
+        self._encode(stored, what)  # a clear error for what JSON cannot hold, first
+        stored["checksum"] = _checksum(stored)
+        data = self._encode(stored, what)
         self._write(f"{folder}/{MANIFEST}", data)
 
     def latest(self, dataflow: str, deployment: str) -> dict | None:
@@ -262,6 +300,28 @@ class CheckpointStorage:
             if manifest is not None:
                 return manifest
         return None
+
+    def restorable(self, dataflow: str, deployment: str
+                   ) -> list[tuple[int, dict | None, str | None]]:
+        """The committed checkpoints, newest first: (number, manifest, None), or (number,
+        None, why) for one whose manifest is damaged. A folder without a manifest (being
+        written, or abandoned) is left out."""
+        out: list[tuple[int, dict | None, str | None]] = []
+        for ckpt, folder in reversed(self._folders(dataflow, deployment)):
+            try:
+                raw = self._read(f"{folder}/{MANIFEST}")
+            except FileNotFoundError:
+                continue
+            except _FS_ERRORS as e:
+                out.append((ckpt, None, f"its manifest cannot be read ({e})"))
+                continue
+            manifest, why = _parse_manifest(raw)
+            out.append((ckpt, manifest, why))
+        return out
+
+    def manifest(self, dataflow: str, deployment: str, ckpt: int) -> dict | None:
+        """The manifest of committed checkpoint `ckpt`; None if it has none, or a damaged one."""
+        return self._manifest(self._path(self._checkpoint_dir(dataflow, deployment, ckpt)))
 
     def checkpoints(self, dataflow: str, deployment: str) -> list[int]:
         """The numbers of the committed checkpoints, ascending."""
@@ -380,12 +440,13 @@ class CheckpointStorage:
         return sorted(folders)
 
     def _manifest(self, folder: str) -> dict | None:
-        """The manifest in a checkpoint folder; None if missing, unreadable or garbage."""
+        """The manifest in a checkpoint folder; None if missing, unreadable, damaged or
+        garbage."""
         try:
-            manifest: Any = json.loads(self._read(f"{folder}/{MANIFEST}"))
-        except _FS_ERRORS:  # JSON and UTF-8 errors are ValueErrors
+            raw = self._read(f"{folder}/{MANIFEST}")
+        except _FS_ERRORS:
             return None
-        return manifest if isinstance(manifest, dict) else None
+        return _parse_manifest(raw)[0]
 
     def _delete_manifest(self, folder: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -395,3 +456,17 @@ class CheckpointStorage:
         # The manifest first: a checkpoint deleted halfway no longer counts.
         self._delete_manifest(folder)
         self._delete_dir(folder)
+
+
+def _parse_manifest(raw: bytes) -> tuple[dict | None, str | None]:
+    """(the manifest, None), or (None, why it is damaged)."""
+    try:
+        manifest: Any = json.loads(raw)
+    except ValueError as e:  # JSON and UTF-8 errors
+        return None, f"its manifest does not parse ({e})"
+    if not isinstance(manifest, dict):
+        return None, f"its manifest is a JSON {type(manifest).__name__}, not an object"
+    if manifest.get("checksum") != _checksum(manifest):
+        return None, ("its manifest does not match its checksum (a torn write, a bad disk "
+                      "or a file changed by hand)")
+    return manifest, None

@@ -156,12 +156,17 @@ class CheckpointCoordinator:
             return False
         positions = {a: pos for a, (_, pos, _) in written.items() if a in cut.sources}
         size = sum(n for _, _, n in written.values())
-        storage.commit(name, info["deployment"], cut.ckpt, {
+        deployment = info["deployment"]
+        storage.commit(name, deployment, cut.ckpt, {
             "parts": {a: path for a, (path, _, _) in written.items()}, "positions": positions,
             "placement": placement.to_dict(), "spec": info["spec"], "bytes": size})
+        storage.retire(name, deployment, self.config.checkpoints_kept)
+        # The sources' ingress logs go only up to the oldest checkpoint kept: recovery
+        # may fall back to it when a newer one is damaged.
+        kept = storage.checkpoints(name, deployment)
+        oldest = storage.manifest(name, deployment, kept[0]) if kept else None
         self.pool.gateway.call_each(sorted(cut.by_executor), "checkpointed", name, cut.ckpt,
-                                    positions)
-        storage.retire(name, info["deployment"], self.config.checkpoints_kept)
+                                    oldest.get("positions", {}) if oldest else {})
         registry.checkpointed(name, cut.ckpt, size, time.monotonic() - cut.started)
         return True
 

@@ -36,11 +36,6 @@ class MigrationRunner:
             if m.kind is not MigrationKind.LEASE:
                 self.registry.rescaled(info, m.step, m.to_parallelism)
 
-    def end(self, m: Migration) -> None:
-        """Tell the executors the migration is over (whichever way it ended)."""
-        live = sorted(set(m.placement.executors()) - set(self.pool.dead))
-        self.gateway.call_each(live, "end_migration", m.dataflow, m.step)
-
     def _hosts(self, m: Migration) -> list[int]:
         return sorted(set(m.placement.executors()) - set(self.pool.dead))
 
@@ -82,7 +77,6 @@ class MigrationRunner:
             on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == step})
             upstream = sorted({ex for a, ex in m.placement.instances.items() if a.step in inputs})
             self.gateway.call(on_step, "prepare", name, step, table.version, moves)
-            self._await_index(info, m, on_step)
             self.gateway.call(upstream, "reroute", name, step, table.version,
                               list(table.owners), m.instances())
             m.bytes_moved = self._await_epoch(info, m, on_step, table.version) - base
@@ -96,17 +90,6 @@ class MigrationRunner:
         on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == m.step})
         parts = self.gateway.call(on_step, "epochs", m.dataflow, m.step)
         return sum(d["bytes_sent"] for part in parts for d in part.values())
-
-    def _await_index(self, info: DataflowInfo, m: Migration, executors: list[int]) -> None:
-        """Let the instances that give bins index their state before the switch (only a
-        migration's first epoch has to): nothing is held meanwhile, so the switch that
-        follows is short."""
-        deadline = time.time() + self.config.epoch_timeout_s
-        while info["state"] in LIVE_STATES and time.time() < deadline:
-            parts = self.gateway.call(executors, "epochs", m.dataflow, m.step)
-            if not any(d.get("indexing") for part in parts for d in part.values()):
-                return
-            time.sleep(0.02)  # an executor's state, asked again
 
     def _await_epoch(self, info: DataflowInfo, m: Migration, executors: list[int],
                      version: int) -> int:

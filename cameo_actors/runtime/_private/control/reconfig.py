@@ -214,7 +214,6 @@ class Reconfiguration:
         except Exception as e:  # reported with the migration; the dataflow goes on
             logger.exception("migration %s of %s failed", m.id, m.dataflow)
             error = short_cause(e)
-        self.runner.end(m)
         with self.lock:
             self.migrating.pop(m.dataflow, None)
         self.checkpoints.resume(m.dataflow)  # the new placement's first checkpoint: at once

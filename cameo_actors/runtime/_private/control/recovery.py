@@ -23,6 +23,7 @@ from cameo_actors.runtime._private.control.gateway import Spawn, in_thread
 from cameo_actors.runtime._private.control.pool import Pool
 from cameo_actors.runtime._private.control.registry import Registry
 from cameo_actors.runtime._private.routing import Placement
+from cameo_actors.runtime._private.storage import CheckpointDamaged
 from cameo_actors.runtime.boundary import LIVE_STATES, RECOVERING
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
@@ -149,7 +150,7 @@ class Recovery:
         return False
 
     def _recover(self, name: str, why: str, again: bool = False) -> bool:
-        """Restore `name` on its executors from its last completed checkpoint, its inputs
+        """Restore `name` on its executors from its newest undamaged checkpoint, its inputs
         replayed from the sources' ingress logs after it. False if a part of the pool
         died meanwhile (`again`: the same loss, tried once more)."""
         registry, gateway = self.registry, self.pool.gateway
@@ -158,11 +159,17 @@ class Recovery:
             return True
         losses = self.losses[name]
         spec = DataflowSpec.from_dict(info["spec"])
-        manifest = registry.storage.latest(name, info["deployment"]) \
-            if registry.storage is not None and interval_s(spec, self.config) > 0 else None
-        if manifest is None:
+        if registry.storage is None or interval_s(spec, self.config) <= 0:
             registry.fail(name, f"{why}; it has no checkpoint to restore (checkpoints off: "
                                 "fault_tolerance.checkpoint_interval_ms is 0)", lost=True)
+            return True
+        found = self._fetch(name, info["deployment"])
+        if found is None:
+            return False
+        manifest, skipped = found
+        if manifest is None:
+            registry.fail(name, f"{why}; no checkpoint of it can be restored"
+                                f"{': ' + '; '.join(skipped) if skipped else ''}", lost=True)
             return True
         generation, in_a_row = registry.restore_started(info, again)  # a new one per attempt
         if in_a_row > self.config.max_recoveries:
@@ -190,9 +197,36 @@ class Recovery:
         with self.lock:
             if self.losses[name] != losses:  # an executor of it died after its restore
                 return False
-            registry.restored(info, restored, placement, manifest["checkpoint"])
-        logger.warning("dataflow %s restored from checkpoint %s", name, manifest["checkpoint"])
+            skipped_note = f" (skipped: {'; '.join(skipped)})" if skipped else ""
+            registry.restored(info, restored, placement, manifest["checkpoint"], skipped_note)
+        logger.warning("dataflow %s restored from checkpoint %s%s", name,
+                       manifest["checkpoint"], skipped_note)
         return True
+
+    def _fetch(self, name: str, deployment: str
+               ) -> tuple[dict[str, Any] | None, list[str]] | None:
+        """The newest checkpoint of `name` whose manifest and parts are whole, its parts
+        read by the executors that restore them; and why each newer one was skipped
+        (damaged). None if a part of the pool died meanwhile."""
+        registry, gateway = self.registry, self.pool.gateway
+        assert registry.storage is not None
+        skipped: list[str] = []
+        for ckpt, manifest, damage in registry.storage.restorable(name, deployment):
+            if manifest is not None:
+                placement = Placement.from_dict(manifest["placement"])
+                try:
+                    gateway.call(sorted(placement.executors()), "fetch", name, placement,
+                                 manifest["parts"], timeout_s=self.config.recovery_timeout_s)
+                    return manifest, skipped
+                except CheckpointDamaged as e:
+                    damage = str(e)
+                except RuntimeUnavailable as e:
+                    logger.warning("reading %s's checkpoint %d: %s; trying again once the "
+                                   "pool is whole", name, ckpt, e)
+                    return None
+            skipped.append(f"checkpoint {ckpt} is damaged: {damage}")
+            logger.error("dataflow %s: checkpoint %d is damaged: %s", name, ckpt, damage)
+        return None, skipped
 
     # -- a controller that restarts ------------------------------------------------------
     def resume(self, saved: dict[str, Any]) -> None:

@@ -253,13 +253,14 @@ class Registry:
             self.enter(info, RECOVERING, why)
 
     def restored(self, info: DataflowInfo, spec: dict[str, Any], placement: Placement,
-                 checkpoint: int) -> None:
-        """A dataflow runs again from `checkpoint`, on `placement`."""
+                 checkpoint: int, note: str = "") -> None:
+        """A dataflow runs again from `checkpoint`, on `placement` (`note`: why newer
+        checkpoints were skipped, for its history)."""
         self.placed(info, placement)
         info["spec"] = spec
         if info["state"] == RECOVERING:
             back, info["resume_state"] = info["resume_state"] or RUNNING, None
-            self.enter(info, back, f"restored from checkpoint {checkpoint}")
+            self.enter(info, back, f"restored from checkpoint {checkpoint}{note}")
             info["cause"] = None
 
     def placed(self, info: DataflowInfo, placement: Placement) -> None:
