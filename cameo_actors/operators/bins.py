@@ -7,9 +7,14 @@ operator keeps its keyed state so that one bin's state can be listed, taken
 and put without a pass over the rest:
 
 - aligned windows (window aggregates, windowed joins, lessees' partials):
-  window end -> bin -> key -> state (`windowing.KeyedWindows`);
+  window end -> key -> state, and per window the keys of each bin, added when
+  a key first comes into the window (`windowing.KeyedWindows`);
 - state kept per key (sessions, keyed processes, interval joins): the keys of
-  each bin indexed as they come and go (`KeyBins`), next to the per-key state.
+  each bin indexed as they gain and lose state (`KeyBins`), next to it.
+
+A key's bin costs a hash when it comes in, never per event of a key already
+there. Checkpoints pack aligned windows bin by bin in bounded steps
+(`KeyedWindows.pack_some`).
 
 The interface every stateful operator offers the runtime (`WindowedOperator`):
 `use_bins` (the pool's bin count, before any state), `state_bins`,
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -113,13 +118,6 @@ class KeyBins:
         """Remove and return the keys of `bins`, bin by bin (absent bins skipped)."""
         pop = self.keys.pop
         return [k for b in bins for k in pop(b, ())]
-
-    def __iter__(self) -> Iterator[Any]:
-        for keys in self.keys.values():
-            yield from keys
-
-    def __len__(self) -> int:
-        return sum(map(len, self.keys.values()))
 
     def clear(self) -> None:
         self.keys = {}

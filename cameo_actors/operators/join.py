@@ -29,7 +29,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from cameo_actors.operators.base import Event, Output
-from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.windowing import (
     RESULT_FIELDS,
     AlignedWindows,
@@ -177,10 +176,6 @@ class WindowJoinOperator(WindowedOperator):
             if message is not None:
                 rejects.malformed(out, ev, message)
                 continue
-            if state.frozen:  # a checkpoint packs its snapshot: a bin it has not, first
-                b = stable_hash(k) & state.mask
-                if b in state.frozen:
-                    state.save(b)
             for end in ends:
                 w = windows.get(end)
                 if w is None:

@@ -101,8 +101,6 @@ class LesseeWindow(WindowOperator):
         """Every partial row ``[window_end, key, acc]`` (keys encoded with `encode_key`,
         msgpack-able), by window end, keys in first-seen order; the state is cleared."""
         state = self._aligned.state
-        for b in list(state.frozen):  # a checkpoint's snapshot under way: packed first
-            state.save(b)
         windows = state.windows
         state.windows, state.index, state.ends = {}, {}, []
         # The accumulators leave this operator: no copy needed.

@@ -129,7 +129,7 @@ class AlignedWindower(AlignedWindows):
         size, slide, wm, tumbling = self.size, self.slide, watermark, self.tumbling
         state = self.state
         windows, index, open_window = state.windows, state.index, state.open
-        mask, frozen = state.mask, state.frozen
+        mask = state.mask
         count_only, new, add = self.aggs.count_only, self.aggs.new, self.aggs.add
         rejects = self.rejects
         cur_end: Any = None
@@ -142,10 +142,6 @@ class AlignedWindower(AlignedWindows):
             # can raise (bad value, unhashable key): nothing is half-updated, since
             # `new`/`add` check before they write.
             try:
-                if frozen:  # a checkpoint packs its snapshot: a bin it has not, first
-                    b = stable_hash(k) & mask
-                    if b in frozen:
-                        state.save(b)
                 while tumbling or end > t and end > wm:
                     if end != cur_end:
                         # Batches are mostly in time order: look a tumbling window up

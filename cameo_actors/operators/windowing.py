@@ -7,7 +7,7 @@
 - `AlignedWindows`: where tumbling and sliding windows lie.
 - `KeyedWindows`: the state of aligned windows (window end -> key -> state,
   and the keys of each bin), fired in end order, snapshotted packed (whole, or
-  bin by bin, copy-on-write, in steps), moved bin by bin.
+  bin by bin in steps), moved bin by bin.
 - `WindowedOperator`: the base of both operators (and of the interval join
   and the keyed process, whose state is per key): their rejects, the
   snapshot envelope (configuration check, counters) and the interface of
@@ -201,13 +201,13 @@ class KeyedWindows(Generic[S]):
     rest.
 
     Hot loops read `windows` and `index` directly, call `open` only for a window that
-    is not there yet, add a key's bin (`stable_hash(key) & mask`) to the window's
-    index when they add the key, and call `save(bin)` before they change a bin in
-    `frozen` (copy-on-write while a checkpoint packs its snapshot in steps: `freeze`,
-    `save_some`, `thaw`).
+    is not there yet, and add a key's bin (`stable_hash(key) & mask`) to the window's
+    index when they add the key. A checkpoint packs the state bin by bin in steps
+    (`start_packing`, `pack_some`, `packed`), while the runtime runs nothing else at
+    the activation, so nothing changes it meanwhile.
     """
 
-    __slots__ = ("windows", "index", "ends", "mask", "frozen", "saved")
+    __slots__ = ("windows", "index", "ends", "mask", "to_pack", "pieces")
 
     def __init__(self, bins: int = DEFAULT_BINS) -> None:
         self.windows: dict[float, dict[Any, S]] = {}
@@ -215,9 +215,9 @@ class KeyedWindows(Generic[S]):
         self.index: dict[float, dict[int, list[Any]]] = {}
         self.ends: list[float] = []
         self.mask = check_bins(bins) - 1
-        #: bins whose state at a checkpoint's cut is not packed yet; bin -> packed state
-        self.frozen: set[int] = set()
-        self.saved: dict[int, bytes] = {}
+        #: a checkpoint's bins still to pack, and bin -> its packed state
+        self.to_pack: list[int] = []
+        self.pieces: dict[int, bytes] = {}
 
     def open(self, end: float) -> dict[Any, S]:
         """Create the (absent) window ending at `end` and schedule it to fire."""
@@ -230,8 +230,6 @@ class KeyedWindows(Generic[S]):
     def indexed(self, end: float, key: Any) -> None:
         """`key` just came into the window ending at `end` (not on the hot paths)."""
         b = stable_hash(key) & self.mask
-        if self.frozen and b in self.frozen:
-            self.save(b)
         keys = self.index[end].get(b)
         if keys is None:
             self.index[end][b] = [key]
@@ -243,10 +241,7 @@ class KeyedWindows(Generic[S]):
         ends, windows, index = self.ends, self.windows, self.index
         while ends and ends[0] <= watermark:
             end = heapq.heappop(ends)
-            bins = index.pop(end)
-            if self.frozen:
-                for b in [b for b in bins if b in self.frozen]:
-                    self._save_with(b, end, bins[b], windows[end])
+            del index[end]
             yield end, windows.pop(end)
 
     def keys(self) -> list[Any]:
@@ -279,7 +274,7 @@ class KeyedWindows(Generic[S]):
         (``{"pieces": {bin: packed}}``); `state` turns a row's fields after the key
         back into a state (a copy: `data` may be a live snapshot)."""
         self.windows, self.index, self.ends = {}, {}, []
-        self.frozen, self.saved = set(), {}
+        self.to_pack, self.pieces = [], {}
         same_bins = data["bins"] == self.mask + 1
         for end, blob in data.get("packed", ()):
             bins = msgpack.unpackb(blob, raw=False, strict_map_key=False)
@@ -306,42 +301,27 @@ class KeyedWindows(Generic[S]):
             for k in states:  # another bin count than the snapshot's: each key to its bin
                 index.setdefault(stable_hash(k) & mask, []).append(k)
 
-    # -- checkpoints in steps: copy-on-write per bin ----------------------------------------
-    def freeze(self) -> None:
-        """A checkpoint's cut: the state now is what `save_some` and `save` pack, bin by
-        bin, before anything changes it."""
-        self.frozen = set(self.bins())
-        self.saved = {}
+    # -- a checkpoint's snapshot in steps ---------------------------------------------------
+    def start_packing(self) -> None:
+        """A checkpoint's cut: `pack_some` packs the state as it is now, bin by bin."""
+        self.to_pack, self.pieces = self.bins(), {}
 
-    def save(self, b: int) -> None:
-        """Pack frozen bin `b` as it is (its state at the cut), before it changes."""
-        self._save_with(b, None, None, None)
-
-    def _save_with(self, b: int, end: Any, keys: Any, w: Any) -> None:
-        # `end` (with its keys and states): a window already out of `windows` (firing).
-        piece = [[e, _entries({k: self.windows[e][k] for k in bins[b]})]
-                 for e, bins in self.index.items() if b in bins]
-        if end is not None:
-            piece.append([end, _entries({k: w[k] for k in keys})])
-        self.saved[b] = msgpack.packb(piece, use_bin_type=True)
-        self.frozen.discard(b)
-
-    def save_some(self, budget: int) -> int:
-        """Pack frozen bins until about `budget` entries are packed; returns how many."""
+    def pack_some(self, budget: int) -> bool:
+        """Pack the next bins, about `budget` entries; True once every bin is packed."""
+        to_pack, index, windows = self.to_pack, self.index, self.windows
         n = 0
-        frozen = self.frozen
-        while frozen and n < budget:
-            b = next(iter(frozen))
-            n += sum(len(bins.get(b, ())) for bins in self.index.values())
-            self.save(b)
-        return n
+        while to_pack and n < budget:
+            b = to_pack.pop()
+            piece = [[end, _entries({k: windows[end][k] for k in bins[b]})]
+                     for end, bins in index.items() if b in bins]
+            n += sum(len(bins.get(b, ())) for bins in index.values())
+            self.pieces[b] = msgpack.packb(piece, use_bin_type=True)
+        return not to_pack
 
-    def thaw(self) -> dict[int, bytes]:
-        """Every frozen bin saved: bin -> its packed state at the cut (what `load` takes
-        as ``pieces``); the next cut starts afresh."""
-        assert not self.frozen, "thawed before every bin was saved"
-        saved, self.saved = self.saved, {}
-        return saved
+    def packed(self) -> dict[int, bytes]:
+        """bin -> its packed state at the cut (what `load` takes as ``pieces``)."""
+        pieces, self.pieces, self.to_pack = self.pieces, {}, []
+        return pieces
 
     # -- moving bins ----------------------------------------------------------------------
     def take(self, bins: Iterable[int]) -> tuple[list[Any], int]:
@@ -353,8 +333,6 @@ class KeyedWindows(Generic[S]):
         n = 0
         windows = self.windows
         for b in bins:
-            if self.frozen and b in self.frozen:
-                self.save(b)
             for end, index in self.index.items():
                 keys = index.pop(b, None)
                 if keys:
@@ -381,8 +359,6 @@ class KeyedWindows(Generic[S]):
                 raise ValueError(f"key {k!r} already has state in the window ending at {end}")
             decoded.append((end, b, states))
         for end, b, states in decoded:
-            if self.frozen and b in self.frozen:
-                self.save(b)
             w = windows.get(end)
             if w is None:
                 w = self.open(end)
@@ -500,8 +476,9 @@ class WindowedOperator(Operator):
 
     # -- a checkpoint's snapshot in steps ----------------------------------------------------
     def _aligned_state(self) -> KeyedWindows[Any] | None:
-        """The aligned windows' state, which a checkpoint packs bin by bin in steps; None
-        when the state is kept otherwise (packed at once)."""
+        """The aligned windows' state, which a checkpoint packs bin by bin in steps (the
+        runtime runs nothing else at the activation until the last); None when the state
+        is kept otherwise (packed at once)."""
         return None
 
     def begin_snapshot(self) -> dict[str, Any]:
@@ -510,25 +487,23 @@ class WindowedOperator(Operator):
             return self.snapshot()
         head = self._envelope()
         head["aligned"] = {"bins": state.mask + 1}
-        state.freeze()
+        state.start_packing()
         return head
 
     def snapshot_step(self, budget: int) -> bool:
         state = self._aligned_state()
-        if state is not None:
-            state.save_some(budget)
-        return state is None or not state.frozen
+        return state is None or state.pack_some(budget)
 
     def end_snapshot(self, head: dict[str, Any]) -> dict[str, Any]:
         state = self._aligned_state()
         if state is not None and "aligned" in head:
-            head["aligned"]["pieces"] = state.thaw()
+            head["aligned"]["pieces"] = state.packed()
         return head
 
     def abort_snapshot(self) -> None:
         state = self._aligned_state()
         if state is not None:
-            state.frozen, state.saved = set(), {}
+            state.packed()
 
     def restore(self, state: dict[str, Any]) -> None:
         """Load a `snapshot` (possibly after a msgpack round trip) into this operator.

@@ -226,7 +226,7 @@ class WindowOperator(WindowedOperator):
         tf, wm, key_fn, rejects = self.time_field, self.watermark, self.key_fn, self.rejects
         state = windower.state
         size, windows, index, open_window = windower.size, state.windows, state.index, state.open
-        mask, frozen, hash_, inf, ninf = state.mask, state.frozen, stable_hash, _INF, -_INF
+        mask, hash_, inf, ninf = state.mask, stable_hash, _INF, -_INF
         others: list[Event] = []  # events for the general path, sent before the next one counted
         cur_end: Any = None
         w: Any = None  # the window ending at cur_end: key -> count
@@ -260,10 +260,6 @@ class WindowOperator(WindowedOperator):
                 bins = index[end]
                 cur_end = end
             try:
-                if frozen:  # a checkpoint packs its snapshot: a bin it has not, first
-                    b = hash_(k) & mask
-                    if b in frozen:
-                        state.save(b)
                 n = w.get(k)
                 if n is None:
                     w[k] = 1
@@ -369,10 +365,6 @@ class WindowOperator(WindowedOperator):
                 if w is None:
                     w = state.open(end)
                 cur_end = end
-            if state.frozen:
-                b = stable_hash(k) & state.mask
-                if b in state.frozen:
-                    state.save(b)
             mine = w.get(k)
             if mine is None:
                 w[k] = copy(acc)

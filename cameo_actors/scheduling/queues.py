@@ -65,10 +65,14 @@ class Mailbox:
     def __repr__(self) -> str:
         return f"Mailbox(pending={len(self._pending)}, epoch={self._epoch})"
 
-    def put(self, msg: Message) -> None:
-        """Add a message (its `key` must be set)."""
+    def put(self, msg: Message, first: bool = False) -> None:
+        """Add a message (its `key` must be set); `first`: ahead of every pending one (a
+        step of work nothing here may overtake, as a checkpoint's snapshot in steps)."""
         self._seq = seq = self._seq + 1
-        if msg.is_watermark:
+        if first:
+            head = self._order[0][0] if self._order else self._epoch
+            heappush(self._order, (head - 1, -_INF, seq, msg))
+        elif msg.is_watermark:
             heappush(self._order, (self._epoch, _INF, seq, msg))
             self._epoch += 1
         else:

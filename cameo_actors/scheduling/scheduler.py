@@ -415,8 +415,9 @@ class Scheduler:
             if act.state is _QUEUED and src.remove(aid):
                 dst.push(aid, act.qkey)
 
-    def enqueue(self, msg: Message, now_ms: float) -> None:
-        """Accept a message for its target activation at physical time `now_ms`.
+    def enqueue(self, msg: Message, now_ms: float, *, first: bool = False) -> None:
+        """Accept a message for its target activation at physical time `now_ms` (`first`:
+        ahead of every message pending there, see `Mailbox.put`).
 
         Sets `msg.seq` and `msg.arrival_ms`, learns transfer delay and source
         lag, stamps `msg.ctx` (frontier, local priority, start deadline: the
@@ -458,7 +459,7 @@ class Scheduler:
                 "from key() (or on_arrival(), which returns it rather than setting msg.key)"
             )
         msg.key = key
-        act.mailbox.put(msg)
+        act.mailbox.put(msg, first)
         self._backlog += 1
         self.stats.enqueued += 1
         floor = self.floor

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from cameo_actors import Dataflow, count, run_local, sum_
+from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime.boundary import FINISHED, RECOVERING, RUNNING
 from tests.integration.test_lifecycle import errors_only, state_of, wait_for
 from tests.integration.test_lifecycle import events as log_events
@@ -402,6 +403,53 @@ def test_an_executor_killed_while_the_other_is_restored_is_waited_for(pools: Any
         assert canon(got) == expected(flow, {"s": data}), diff(got, expected(flow, {"s": data}))
     finally:
         rt.cancel("rr-twice")
+
+
+def test_a_damaged_checkpoint_is_detected_and_the_one_before_restored(pools: Any) -> None:
+    """A bit of the newest checkpoint's part flipped on disk (a bad disk), then the
+    executor SIGKILLed: recovery refuses the part by its checksum, restores the checkpoint
+    before, with the cause in the history, and replays the ingress log from there."""
+    rt = pools["phoenix2"]
+    flow = keyed_window("rr-damaged").fault_tolerance(checkpoint_interval_ms=600_000)
+    data = events(9_000, seed=37)
+    rt.deploy(flow)
+    try:
+        got: Rows = []
+        for part in (data[:3_000], data[3_000:6_000]):  # a checkpoint after each
+            rt.push("rr-damaged", "s", part)
+            rt.wait_idle()
+            got.extend(rt.results("rr-damaged"))
+        rt.push("rr-damaged", "s", data[6_000:7_500])
+        rt.flush()
+        info = rt.describe("rr-damaged", refresh=True)
+        storage = CheckpointStorage(os.path.join(pools.storage, "checkpoints", "phoenix2"))
+        kept = storage.checkpoints("rr-damaged", info["deployment"])
+        newest = storage.manifest("rr-damaged", info["deployment"], kept[-1])
+        assert len(kept) == 2 and newest is not None, kept
+        win1 = next(a for a in newest["parts"] if "/window" in a and a.endswith("/1"))
+        host = rt.describe("rr-damaged", refresh=True)["hosts"][win1]
+        path = os.path.join(storage.url, newest["parts"][win1])
+        with open(path, "r+b") as f:  # one bit gone bad on disk
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+            f.seek(-1, os.SEEK_END)
+            f.write(bytes([last[0] ^ 1]))
+        _, at = kill_executor(rt, host)
+        try:
+            wait_for(lambda: got.extend(rt.results("rr-damaged")) or
+                     recovered_since(rt, "rr-damaged", at), "rr-damaged restored", 90)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {status(rt, 'rr-damaged', at)}") from None
+        reason = str(history(rt, "rr-damaged")[-1]["reason"])
+        assert reason.startswith(f"restored from checkpoint {kept[0]} (skipped: checkpoint "
+                                 f"{kept[1]} is damaged") and "crc32" in reason, reason
+        rt.push("rr-damaged", "s", data[7_500:])
+        rt.close("rr-damaged")
+        drain_until_finished(rt, "rr-damaged", got)
+        want = expected(flow, {"s": data})
+        assert canon(got) == want, diff(got, want)
+    finally:
+        rt.cancel("rr-damaged")
 
 
 # -- 3. no checkpoints ------------------------------------------------------------------------

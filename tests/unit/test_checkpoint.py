@@ -30,9 +30,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cameo_actors import Dataflow
+from cameo_actors import Dataflow, count
+from cameo_actors.dataflow.spec import AggSpec
 from cameo_actors.operators.base import END_OF_STREAM
-from cameo_actors.runtime._private.checkpoint import CHECKPOINT, unpack_part
+from cameo_actors.operators.windows import WindowOperator
+from cameo_actors.runtime._private.checkpoint import (
+    CHECKPOINT,
+    SNAPSHOT,
+    SNAPSHOT_ENTRIES,
+    unpack_part,
+)
 from cameo_actors.runtime._private.control.checkpoints import CHECKPOINT_TIMEOUT_S, Cut
 from cameo_actors.runtime._private.routing import Placement, place
 from cameo_actors.runtime._private.wire import decode_message, unpack_link
@@ -597,3 +604,52 @@ def test_a_resent_call_is_applied_once_and_an_early_one_waits(tmp_path: Path,
     assert len(list(log.records())) == 6
     assert plane.checkpoints.take("once")
     assert list(log.records()) == []
+
+
+def test_a_large_snapshot_is_packed_in_steps_that_let_a_neighbour_run(tmp_path: Path) -> None:
+    """A window's state of 50,000 keys is packed in `SNAPSHOT` steps, each first in the
+    window's mailbox: nothing of the window's own runs until the last (its state stays as
+    at the cut), while a neighbour's due events run between steps; the part then restores
+    the state as it was."""
+    bulk = Dataflow("bulk", latency_target_ms=1000)
+    (bulk.source("s", schema={"ts": "int", "key": "str"}, event_time="ts").key_by("key")
+     .window(tumbling_ms=10**9, id="w").aggregate(n=count()).sink("o"))
+    near = Dataflow("near", latency_target_ms=20)
+    near.source("s", schema={"ts": "int", "v": "int"}, event_time="ts").sink("o")
+    cluster = InProcessCluster(1, config(tmp_path), seed=0)
+    hosts = {**cluster.deploy(bulk.spec, deployment="b1"), **cluster.deploy(near.spec, deployment="n1")}
+    keys = 2 * SNAPSHOT_ENTRIES + 10_000
+    cluster.ingest(hosts, "bulk/s/0", [[{"ts": i, "key": f"k{i}"} for i in range(keys)]])
+    cluster.run()
+    core = cluster.cores[0]
+    ran: list[tuple[str, Any]] = []
+    execute = core._execute_message
+
+    def recording(aid: str, msg: Message) -> None:
+        kind = msg.payload[0] if msg.is_watermark and isinstance(msg.payload, list) \
+            else "events" if not msg.is_watermark else "watermark"
+        ran.append((aid, kind))
+        execute(aid, msg)
+        if aid == "bulk/w/0" and kind == CHECKPOINT:
+            # At the next message boundary the neighbour's input comes in, and an event
+            # for the window itself (as from another executor).
+            core.inbox.append(lambda: cluster.ingest(hosts, "near/s/0", [[{"ts": 1, "v": 1}]]))
+            core.inbox.append(lambda: core.sched.enqueue(Message.ingress(
+                "bulk/w/0", [{"ts": keys, "key": "k0"}], dataflow="bulk", tenant="default",
+                ingest_ms=cluster.clock.now_ms()), cluster.clock.now_ms()))
+
+    core._execute_message = recording  # type: ignore[method-assign]
+    assert cluster.checkpoint("bulk", 1) == 1
+    cluster.run()
+    window = [(i, kind) for i, (aid, kind) in enumerate(ran) if aid == "bulk/w/0"]
+    first = next(i for i, kind in window if kind == CHECKPOINT)
+    last = max(i for i, kind in window if kind == SNAPSHOT)
+    during = [kind for i, kind in window if first < i < last]
+    assert set(during) == {SNAPSHOT} and len(during) >= 1, window[:10]
+    assert any(aid.startswith("near/") for aid, _ in ran[first:last]), "the neighbour ran between"
+    assert any(kind == "events" for i, kind in window if i > last), "its own events after"
+    state = part(cluster, "bulk", 1, "bulk/w/0")["state"]["operator"]
+    restored = WindowOperator("w", kind="tumbling", size_ms=10**9, time_field="ts",
+                              aggregates=[AggSpec(name="n", fn="count")], key_fn=lambda e: e["key"])
+    restored.restore(state)
+    assert len(restored.state_keys()) == keys and len(state["aligned"]["pieces"]) > 2

@@ -247,3 +247,13 @@ def test_mailbox_lazy_deletion_stays_bounded() -> None:
             mb.pop()
     assert len(mb._urgent) <= 2 * len(mb) + 33
     assert mb.urgent_key() == min(e[3].key for e in mb._order)
+
+
+def test_a_message_put_first_comes_before_every_pending_one() -> None:
+    mb = Mailbox()
+    for m in (_msg(1, 5.0, lp=2.0), _msg(2, 4.0, watermark=True), _msg(3, 3.0, lp=1.0)):
+        mb.put(m)
+    mb.put(_msg(4, 9.0, watermark=True), first=True)
+    mb.put(_msg(5, 9.0, watermark=True), first=True)  # put first later: first again
+    mb.put(_msg(6, 1.0, lp=0.0))
+    assert [_uid(mb.pop()) for _ in range(len(mb))] == [5, 4, 1, 2, 6, 3]  # 6, 3: by window

@@ -199,14 +199,11 @@ class Activation:
         return {(port, c) for port, chans in enumerate(self.channels)
                 for c, wm in chans.items() if wm < END_OF_STREAM}
 
-    def snapshot(self, positions: dict[str, int]) -> dict[str, Any]:
-        """What restores this activation: its operator, its channels' watermarks, and a
-        source's positions (`positions`, taken when the barrier was put in its mailbox)."""
-        return {**self.begin_snapshot(positions), "operator": self.operator.snapshot()}
-
     def begin_snapshot(self, positions: dict[str, int]) -> dict[str, Any]:
-        """`snapshot` at a checkpoint's cut, but for the operator state that
-        `Operator.snapshot_step` packs in steps (`end_snapshot` puts it in)."""
+        """What restores this activation, at a checkpoint's cut: its operator (but for the
+        state `Operator.snapshot_step` packs in steps and `end_snapshot` puts in), its
+        channels' watermarks, and a source's positions (`positions`, taken when the
+        barrier was put in its mailbox)."""
         return {"operator": self.operator.begin_snapshot(),
                 "channels": [[port, c, wm] for port, chans in enumerate(self.channels)
                              for c, wm in chans.items()],

@@ -9,9 +9,10 @@ every control message it is a barrier in the mailbox. At each activation
 1. On the first barrier of c, the activation takes its snapshot (operator
    state, channel watermarks, a source's positions, a sink's result log) and
    sends the barrier on every channel out, ahead of its later output. Keyed
-   state kept by bin is packed in bounded steps instead of at once (`SNAPSHOT`
-   messages to itself, which the scheduler runs among other work), copy-on-write:
-   a bin about to change is packed first, as it was at the cut.
+   state kept by bin is packed in bounded steps instead of at once: `SNAPSHOT`
+   messages to itself, each first in its mailbox, so nothing of its own runs
+   (its state stays as at the cut) while other activations' work runs between
+   steps.
 2. Until the barrier of c has come on every other input channel, the messages
    that arrive on those channels are processed as usual and also recorded:
    they were sent before the cut, so they belong to the checkpoint (its

@@ -4,8 +4,8 @@ its sources' ingress logs, and restoring a dataflow from a checkpoint.
 - *Start* (`checkpoint`): a barrier into each source's mailbox, with its
   positions; its ingress log starts a new segment.
 - *Take* (`on_barrier`, `snapshot_step`, `record`): at each activation, the first
-  barrier snapshots it (keyed state by bin packed in bounded steps, copy-on-write)
-  and goes on to every target; the messages of channels whose barrier is still to
+  barrier snapshots it (keyed state by bin packed in bounded steps, the activation
+  paused meanwhile) and goes on to every target; the messages of channels whose barrier is still to
   come are recorded; once every channel's barrier came (or its end of stream) and
   the snapshot is packed, the part goes to storage (`Persist`).
 - *Complete* (`checkpointed`): results before it become readable, and the ingress
@@ -149,15 +149,18 @@ class Checkpointing:
 
     def snapshot_step(self, act: Activation, msg: Message) -> None:
         """One bounded step of packing `act`'s snapshot (at its first barrier, then a
-        `SNAPSHOT` message to itself per step, with the barrier's priority: other work
-        runs between steps); once all is packed, its part may be done."""
+        `SNAPSHOT` message to itself per step, first in its mailbox, with the barrier's
+        priority: other activations' work runs between steps, nothing of its own, so its
+        state stays as at the cut); once all is packed, its part may be done."""
         part = act.part
         if part is None or part.head is None or (msg.payload[0] == SNAPSHOT
                                                  and msg.payload[1] != part.ckpt):
             return  # a step of a snapshot dropped since
         if not act.operator.snapshot_step(SNAPSHOT_ENTRIES):
-            self.path.route(act.id, self.sched.derive(msg, act.id, [SNAPSHOT, part.ckpt],
-                                                      self.now_ms(), is_watermark=True))
+            now = self.now_ms()
+            step = self.sched.derive(msg, act.id, [SNAPSHOT, part.ckpt], now, is_watermark=True)
+            step.generation = act.generation
+            self.sched.enqueue(step, now, first=True)
             return
         part.state = msgpack.packb(act.end_snapshot(part.head), use_bin_type=True)
         part.head = None
