@@ -783,12 +783,12 @@ def test_the_spec_and_operator_layers_know_the_same_aggregates() -> None:
 
 
 def test_window_snapshots_of_event_aggregates_are_copies() -> None:
-    # Tuple keys: packed as flat [key, state, ...] entries, a copy all the same.
+    # Tuple keys: the snapshot is built as rows (not packed whole), with `copy`.
     op = WindowOperator("w", kind="tumbling", size_ms=100, time_field="t",
                         aggregates=EVENT_AGGS, key_fn=lambda e: (e["k"], 1))
     op.on_batch([{"t": 1, "k": "a", "v": 5}])
     snap = op.snapshot()
-    assert snap["aligned"]["packed"] and not snap["aligned"]["windows"]
+    assert snap["aligned"]["windows"] and not snap["aligned"]["packed"]
     op.on_batch([{"t": 2, "k": "a", "v": 5}, {"t": 3, "k": "a", "v": 9}])
     fresh = WindowOperator("w", kind="tumbling", size_ms=100, time_field="t",
                            aggregates=EVENT_AGGS, key_fn=lambda e: (e["k"], 1))

@@ -47,7 +47,7 @@ CHECKPOINT = "checkpoint"
 #: The control kind of a step of packing an activation's snapshot, a message to itself.
 SNAPSHOT = "snapshot"
 #: State entries (a key in a window) packed per step: bounds a step to a few ms.
-SNAPSHOT_ENTRIES = 20_000
+SNAPSHOT_ENTRIES = 10_000
 
 #: A channel into an activation: (input port, upstream activation id; "" = ingress).
 Channel = tuple[int, str]
