@@ -13,8 +13,8 @@ and put without a pass over the rest:
   each bin indexed as they gain and lose state (`KeyBins`), next to it.
 
 A key's bin costs a hash when it comes in, never per event of a key already
-there. Checkpoints pack aligned windows bin by bin in bounded steps
-(`KeyedWindows.pack_some`).
+there. (Checkpoints pack aligned windows in bounded steps too, each window
+in its own order: `KeyedWindows.pack_some`.)
 
 The interface every stateful operator offers the runtime (`WindowedOperator`):
 `use_bins` (the pool's bin count, before any state), `state_bins`,

@@ -7,7 +7,7 @@
 - `AlignedWindows`: where tumbling and sliding windows lie.
 - `KeyedWindows`: the state of aligned windows (window end -> key -> state,
   and the keys of each bin), fired in end order, snapshotted packed (whole, or
-  bin by bin in steps), moved bin by bin.
+  in steps), moved bin by bin.
 - `WindowedOperator`: the base of both operators (and of the interval join
   and the keyed process, whose state is per key): their rejects, the
   snapshot envelope (configuration check, counters) and the interface of
@@ -203,7 +203,7 @@ class KeyedWindows(Generic[S]):
 
     Hot loops read `windows` and `index` directly, call `open` only for a window that
     is not there yet, and add a key's bin (`stable_hash(key) & mask`) to the window's
-    index when they add the key. A checkpoint packs the state bin by bin in steps
+    index when they add the key. A checkpoint packs the state in steps
     (`start_packing`, `pack_some`, `packed`), while the runtime runs nothing else at
     the activation, so nothing changes it meanwhile.
     """
