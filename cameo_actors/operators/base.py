@@ -134,8 +134,10 @@ class Operator:
         return True
 
     def end_snapshot(self, head: dict[str, Any]) -> dict[str, Any]:
-        """The snapshot of the cut: `head` (`begin_snapshot`'s) with what the steps packed;
-        call once `snapshot_step` said True. `restore` takes it as it takes `snapshot`'s."""
+        """The snapshot of the cut: `head` (`begin_snapshot`'s) with what the steps packed
+        under "pieces" (msgpack objects, which the runtime stores as they are, and gives
+        back unpacked or not); call once `snapshot_step` said True. `restore` takes it
+        as it takes `snapshot`'s."""
         return head
 
     def abort_snapshot(self) -> None:

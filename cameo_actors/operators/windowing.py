@@ -176,11 +176,16 @@ class AlignedWindows:
         return u - u % self.slide + self.slide + self.size
 
 
+def _plain_keys(states: dict[Any, Any]) -> bool:
+    """Whether every key is a str or an int: msgpack packs and unpacks such a dict whole,
+    in its C code (a tuple key would come back as a list, which cannot key a dict)."""
+    return all(k.__class__ is str or k.__class__ is int for k in states)
+
+
 def _entries(states: dict[Any, Any]) -> Any:
-    """Key -> state as msgpack carries it: the dict itself when every key is a str or an
-    int (packed and unpacked whole by msgpack's C code), else flat ``[key, state, ...]``
-    with keys encoded (`encode_key`)."""
-    if all(k.__class__ is str or k.__class__ is int for k in states):
+    """Key -> state as msgpack carries it: the dict itself when its keys are plain
+    (`_plain_keys`), else flat ``[key, state, ...]`` with keys encoded (`encode_key`)."""
+    if _plain_keys(states):
         return states
     return [x for k, s in states.items() for x in (encode_key(k), s)]
 
@@ -198,8 +203,7 @@ class KeyedWindows(Generic[S]):
     aggregate's accumulator, a join's buffered events), a heap of the ends so that
     windows fire in end order, and per window the keys of each bin (`bins.py`), added
     when a key first comes into the window: an event of a key already there costs
-    nothing more, and a bin's state is taken, put and packed without a pass over the
-    rest.
+    nothing more, and a bin's state is taken and put without a pass over the rest.
 
     Hot loops read `windows` and `index` directly, call `open` only for a window that
     is not there yet, and add a key's bin (`stable_hash(key) & mask`) to the window's
@@ -219,7 +223,7 @@ class KeyedWindows(Generic[S]):
         #: a checkpoint's windows still to pack (end, what is left of its items), and
         #: the pieces packed so far
         self.to_pack: list[tuple[float, Iterator[tuple[Any, S]]]] = []
-        self.pieces: list[Any] = []
+        self.pieces: list[bytes] = []
 
     def open(self, end: float) -> dict[Any, S]:
         """Create the (absent) window ending at `end` and schedule it to fire."""
@@ -266,7 +270,7 @@ class KeyedWindows(Generic[S]):
         rows: list[Any] = []
         for end in sorted(self.windows):
             w = self.windows[end]
-            if _entries(w) is w:
+            if _plain_keys(w):
                 try:
                     packed.append([end, msgpack.packb(w, use_bin_type=True)])
                     continue
@@ -277,14 +281,17 @@ class KeyedWindows(Generic[S]):
 
     def load(self, data: dict[str, Any], state: Callable[[list[Any]], S]) -> None:
         """Replace the state with a `dump`, or with the pieces a snapshot in steps packed
-        (``{"pieces": [[end, packed entries], ...]}``); `state` turns a row's fields
-        after the key back into a state (a copy: `data` may be a live snapshot)."""
+        (``{"pieces": [...]}``, each ``[end, entries]`` packed or not); `state` turns a
+        row's fields after the key back into a state (a copy: `data` may be a live
+        snapshot)."""
         self.windows, self.index, self.ends = {}, {}, []
         self.to_pack, self.pieces = [], []
         for end, blob in data.get("packed", ()):
             self._load(end, msgpack.unpackb(blob, raw=False, strict_map_key=False))
-        for end, blob in data.get("pieces", ()):
-            self._load(end, _states(msgpack.unpackb(blob, raw=False, strict_map_key=False)))
+        for piece in data.get("pieces", ()):
+            if isinstance(piece, bytes):  # as `pack_some` made it, not unpacked yet
+                piece = msgpack.unpackb(piece, raw=False, strict_map_key=False)
+            self._load(piece[0], _states(piece[1]))
         for end, entries in data.get("windows", ()):
             self._load(end, {decode_key(k): state(fields) for k, *fields in entries})
         self.ends = sorted(self.windows)  # a sorted list is a heap
@@ -312,8 +319,9 @@ class KeyedWindows(Generic[S]):
         self.pieces = []
 
     def pack_some(self, budget: int) -> bool:
-        """Pack the next `budget` entries, window by window in each window's order (one
-        msgpack call each); True once every window is packed."""
+        """Pack the next `budget` entries, window by window in each window's order, as
+        pieces ``[end, entries]`` (one msgpack call each); True once every window is
+        packed."""
         to_pack = self.to_pack
         n = 0
         while to_pack and n < budget:
@@ -323,10 +331,10 @@ class KeyedWindows(Generic[S]):
                 to_pack.pop(0)
             if chunk:
                 n += len(chunk)
-                self.pieces.append([end, msgpack.packb(_entries(chunk), use_bin_type=True)])
+                self.pieces.append(msgpack.packb([end, _entries(chunk)], use_bin_type=True))
         return not to_pack
 
-    def packed(self) -> list[Any]:
+    def packed(self) -> list[bytes]:
         """The pieces packed since `start_packing` (what `load` takes as ``pieces``)."""
         pieces, self.pieces, self.to_pack = self.pieces, [], []
         return pieces
@@ -505,7 +513,7 @@ class WindowedOperator(Operator):
     def end_snapshot(self, head: dict[str, Any]) -> dict[str, Any]:
         state = self._aligned_state()
         if state is not None and "aligned" in head:
-            head["aligned"]["pieces"] = state.packed()
+            head["pieces"] = state.packed()
         return head
 
     def abort_snapshot(self) -> None:
@@ -525,4 +533,6 @@ class WindowedOperator(Operator):
         super().restore(state)
         self.rejects.late_count = state["late_count"]
         self.rejects.malformed_count = state["malformed_count"]
+        if "pieces" in state:  # packed in steps (`end_snapshot`)
+            state = {**state, "aligned": {**state["aligned"], "pieces": state["pieces"]}}
         self._restore_windows(state)

@@ -51,14 +51,15 @@ class StoredCluster(InProcessCluster):
         for c in self.cores:  # each run of a process is an incarnation of its own
             c.channels.incarnation = f"run{seed}-{c.index}"
 
-    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: bytes,
+    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
                  positions: dict[str, int]) -> None:
         super()._persist(dataflow, ckpt, aid, blob, positions)
         assert self.storage is not None, "parts come only with checkpoints on"
         host = next(c.index for c in self.cores if aid in c.hosting.activations)
         deployment = self.cores[host].hosting.dataflows[dataflow].deployment
         path = self.storage.write_part(dataflow, deployment, ckpt, aid, blob)
-        self.written.setdefault((host, dataflow, ckpt), {})[aid] = (path, positions, len(blob))
+        self.written.setdefault((host, dataflow, ckpt), {})[aid] = (path, positions,
+                                                               sum(map(len, blob)))
 
 
 @dataclass

@@ -16,7 +16,7 @@ from cameo_actors.runtime._private.wire import pack_events
 from cameo_actors.runtime.config import RuntimeConfig
 
 #: A persisted part of a checkpoint: (blob, a source's positions at its barrier).
-StoredPart = tuple[bytes, dict[str, int]]
+StoredPart = tuple[list[bytes], dict[str, int]]
 
 
 class InProcessCluster:
@@ -127,7 +127,7 @@ class InProcessCluster:
         return out
 
     # -- playing the controller's part in checkpoints ------------------------------------
-    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: bytes,
+    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
                  positions: dict[str, int]) -> None:
         self.persisted.append((dataflow, ckpt, aid))
         self.parts.setdefault((dataflow, ckpt), {})[aid] = (blob, dict(positions))

@@ -158,7 +158,7 @@ def test_the_first_barrier_snapshots_and_goes_on_to_every_target(tmp_path: Path)
         assert acts[aid].part is not None and acts[aid].part.written
         state = part(cluster, name, 1, aid)["state"]
         assert state["operator"]["watermark"] == acts[aid].operator.watermark
-    assert part(cluster, name, 1, win0)["state"]["operator"]["aligned"]["pieces"], \
+    assert part(cluster, name, 1, win0)["state"]["operator"]["pieces"], \
         "open windows kept"
     # The sink got the barrier from window 0 only: it snapshot, and waits for window 1's.
     sink_part = acts[sink].part
@@ -652,4 +652,4 @@ def test_a_large_snapshot_is_packed_in_steps_that_let_a_neighbour_run(tmp_path: 
     restored = WindowOperator("w", kind="tumbling", size_ms=10**9, time_field="ts",
                               aggregates=[AggSpec(name="n", fn="count")], key_fn=lambda e: e["key"])
     restored.restore(state)
-    assert len(restored.state_keys()) == keys and len(state["aligned"]["pieces"]) > 2
+    assert len(restored.state_keys()) == keys and len(state["pieces"]) > 2

@@ -53,6 +53,8 @@ SNAPSHOT_ENTRIES = 10_000
 Channel = tuple[int, str]
 #: A recorded in-flight message: (port, upstream, is_watermark, payload).
 Recorded = tuple[int, str, bool, Any]
+#: A part as storage gives it back (read whole), or as `Part.frames` made it.
+PartBytes = bytes | memoryview | list[bytes]
 
 
 @dataclass
@@ -63,6 +65,8 @@ class Part:
         ckpt: the checkpoint's number.
         state: the activation's state at the first barrier, packed (a copy: the
             operator goes on changing); b"" while `head` is not None.
+        pieces: the operator's state packed in steps: msgpack objects, each written
+            as it is (no copy of a large state on the worker thread).
         head: the snapshot while its state is packed in steps (`SNAPSHOT`).
         pending: input channels whose barrier has not come yet.
         inflight: the messages that came on pending channels (the channels' state).
@@ -75,19 +79,31 @@ class Part:
     state: bytes
     pending: set[Channel]
     head: dict[str, Any] | None = None
+    pieces: list[bytes] = field(default_factory=list)
     inflight: list[Recorded] = field(default_factory=list)
     results: tuple[int, list[Any], list[Any] | None] | None = None
     positions: dict[str, int] = field(default_factory=dict)
     written: bool = False
 
-    def blob(self) -> bytes:
-        return msgpack.packb({"state": self.state, "inflight": self.inflight,
-                              "results": self.results}, use_bin_type=True)
+    def frames(self) -> list[bytes]:
+        """The part as msgpack objects one after the other: what is not state, then the
+        operator's pieces as they were packed."""
+        return [msgpack.packb({"state": self.state, "inflight": self.inflight,
+                               "results": self.results, "pieces": len(self.pieces)},
+                              use_bin_type=True), *self.pieces]
 
 
-def unpack_part(blob: bytes) -> dict[str, Any]:
-    part: dict[str, Any] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+def unpack_part(blob: PartBytes) -> dict[str, Any]:
+    """A part written from `Part.frames` (joined, or not): its state holds the operator's
+    pieces, unpacked, under ``["operator"]["pieces"]``."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=2**31 - 1)
+    for frame in ([blob] if not isinstance(blob, list) else blob):
+        unpacker.feed(frame)
+    part: dict[str, Any] = next(unpacker)
     part["state"] = msgpack.unpackb(part["state"], raw=False, strict_map_key=False)
+    pieces = [next(unpacker) for _ in range(part.pop("pieces", 0))]
+    if pieces:
+        part["state"]["operator"]["pieces"] = pieces
     return part
 
 

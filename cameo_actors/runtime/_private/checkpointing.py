@@ -30,6 +30,7 @@ from cameo_actors.runtime._private.checkpoint import (
     SNAPSHOT,
     SNAPSHOT_ENTRIES,
     Part,
+    PartBytes,
     interval_s,
     unpack_part,
 )
@@ -51,9 +52,9 @@ if TYPE_CHECKING:
 
 #: Why a restored activation is held until every executor restored its part.
 RESTORING = "restoring"
-#: Hands a complete checkpoint part to storage: (dataflow, checkpoint, activation, blob,
-#: a source's positions at the barrier).
-Persist = Callable[[str, int, str, bytes, dict[str, int]], None]
+#: Hands a complete checkpoint part to storage: (dataflow, checkpoint, activation, its
+#: frames (`Part.frames`), a source's positions at the barrier).
+Persist = Callable[[str, int, str, list[bytes], dict[str, int]], None]
 
 
 class Checkpointing:
@@ -162,7 +163,9 @@ class Checkpointing:
             step.generation = act.generation
             self.sched.enqueue(step, now, first=True)
             return
-        part.state = msgpack.packb(act.end_snapshot(part.head), use_bin_type=True)
+        state = act.end_snapshot(part.head)
+        part.pieces = state["operator"].pop("pieces", [])
+        part.state = msgpack.packb(state, use_bin_type=True)
         part.head = None
         self._part_done(act)
 
@@ -185,8 +188,8 @@ class Checkpointing:
         if part is not None and not part.pending and part.head is None and not part.written:
             part.written = True
             if self.persist is not None:
-                self.persist(act.dataflow, part.ckpt, act.id, part.blob(), part.positions)
-            part.state, part.inflight, part.results = b"", [], None  # handed over
+                self.persist(act.dataflow, part.ckpt, act.id, part.frames(), part.positions)
+            part.state, part.pieces, part.inflight, part.results = b"", [], [], None  # handed over
 
     def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]]) -> None:
         """Checkpoint `ckpt` of `dataflow` completed: results before it become readable,
@@ -199,7 +202,7 @@ class Checkpointing:
                 log.retire(pos)
 
     # -- restoring ----------------------------------------------------------------------------
-    def restore(self, spec: DataflowSpec, ids: list[str], parts: dict[str, bytes],
+    def restore(self, spec: DataflowSpec, ids: list[str], parts: dict[str, PartBytes],
                 old: DataflowOutputs | None) -> None:
         """Activations `ids` of `spec`, just deployed again, as checkpoint `parts`
         (activation -> its part) has them, held until `resume`: their recorded in-flight

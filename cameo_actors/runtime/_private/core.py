@@ -58,7 +58,7 @@ from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import ErrorRecord, Output, short_repr
 from cameo_actors.runtime._private.activation import Activation
 from cameo_actors.runtime._private.channels import Channels, Send
-from cameo_actors.runtime._private.checkpoint import CHECKPOINT, SNAPSHOT, delivery
+from cameo_actors.runtime._private.checkpoint import CHECKPOINT, SNAPSHOT, PartBytes, delivery
 from cameo_actors.runtime._private.checkpointing import Checkpointing, Persist
 from cameo_actors.runtime._private.egress import Egress
 from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
@@ -225,7 +225,7 @@ class ExecutorCore:
 
     # == restoring: deployed again, then as the checkpoint has it (checkpointing.py) =====
     def restore(self, spec: DataflowSpec, placement: Placement, deployment: str,
-                parts: dict[str, bytes], generation: int) -> list[str]:
+                parts: dict[str, PartBytes], generation: int) -> list[str]:
         """Deploy `spec` here again as checkpoint `parts` (activation -> its part) has it,
         held until `resume` (`Checkpointing.restore`). Its error output here is kept."""
         old = self.egress.dataflows.get(spec.name)

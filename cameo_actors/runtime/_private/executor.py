@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.runtime._private.checkpoint import PartBytes
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
@@ -69,7 +70,7 @@ class Executor:
         self.write_failures = 0
         #: dataflow -> (the parts of a checkpoint `fetch` read here, their bytes), for the
         #: `restore` that follows
-        self.fetched: dict[str, tuple[dict[str, str], dict[str, bytes]]] = {}
+        self.fetched: dict[str, tuple[dict[str, str], dict[str, PartBytes]]] = {}
         #: dataflow -> times it was restored or cancelled here (a checkpoint under way
         #: before that will not complete: its waiters stop)
         self.resets: Counter[str] = Counter()
@@ -178,13 +179,13 @@ class Executor:
     def checkpoint(self, dataflow: str, ckpt: int) -> int:
         return self._call(self.core.checkpoint, dataflow, ckpt)
 
-    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: bytes,
+    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
                  positions: dict[str, int]) -> None:
         """A complete part (on the worker thread): written by the writer thread."""
         deployment = self.core.hosting.dataflows[dataflow].deployment
         self._writer.submit(self._write, dataflow, deployment, ckpt, aid, blob, positions)
 
-    def _write(self, dataflow: str, deployment: str, ckpt: int, aid: str, blob: bytes,
+    def _write(self, dataflow: str, deployment: str, ckpt: int, aid: str, blob: list[bytes],
                positions: dict[str, int]) -> None:
         if self.storage is None:
             return
@@ -195,7 +196,8 @@ class Executor:
             logger.exception("executor %d: checkpoint %d of %s: part %s not written",
                              self.index, ckpt, dataflow, aid)
             return
-        self.written.setdefault((dataflow, ckpt), {})[aid] = (path, positions, len(blob))
+        self.written.setdefault((dataflow, ckpt), {})[aid] = (path, positions,
+                                                               sum(map(len, blob)))
 
     def await_checkpoint(self, dataflow: str, ckpt: int, ids: list[str], timeout_s: float
                          ) -> dict[str, tuple[str, dict[str, int], int]]:
@@ -231,8 +233,8 @@ class Executor:
         if self.storage is None or not wanted:
             return 0
         with ThreadPoolExecutor(min(4, len(wanted)), thread_name_prefix="cameo-fetch") as pool:
-            blobs = dict(zip(wanted, pool.map(self.storage.read_part, wanted.values()),
-                             strict=True))
+            blobs: dict[str, PartBytes] = dict(zip(
+                wanted, pool.map(self.storage.read_part, wanted.values()), strict=True))
         self.fetched[dataflow] = (wanted, blobs)
         return sum(map(len, blobs.values()))
 

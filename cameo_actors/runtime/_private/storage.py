@@ -155,8 +155,9 @@ class CheckpointStorage:
     def _checkpoint_dir(cls, dataflow: str, deployment: str, ckpt: int) -> str:
         return f"{cls._deployment_dir(dataflow, deployment)}/chk-{_checkpoint_number(ckpt):010d}"
 
-    def _write(self, relative: str, data: bytes) -> None:
-        """Writes `data` at `relative` whole or not at all: to a temporary name, then moved."""
+    def _write(self, relative: str, data: bytes | list[bytes]) -> None:
+        """Writes `data` (or its pieces, one after the other) at `relative` whole or not at
+        all: to a temporary name, then moved."""
         final = self._path(relative)
         folder = final.rsplit("/", 1)[0] if "/" in final else ""
         try:
@@ -179,9 +180,10 @@ class CheckpointStorage:
         except _FS_ERRORS as e:
             raise self._error("write", final, e, _FIX_ACCESS) from e
 
-    def _put(self, path: str, data: bytes) -> None:
+    def _put(self, path: str, data: bytes | list[bytes]) -> None:
         with self._fs.open_output_stream(path) as out:
-            out.write(data)
+            for chunk in [data] if isinstance(data, bytes) else data:
+                out.write(chunk)
         if self._local:
             # Flushed before the move: after a power loss a renamed file could be empty.
             fd = os.open(path, os.O_RDONLY)
@@ -227,17 +229,22 @@ class CheckpointStorage:
                                f"Fix: {_FIX_WRITABLE}")
 
     def write_part(self, dataflow: str, deployment: str, ckpt: int, part: str,
-                   data: bytes) -> str:
-        """Writes one part of checkpoint `ckpt` (e.g. one activation's state).
+                   data: bytes | list[bytes]) -> str:
+        """Writes one part of checkpoint `ckpt` (e.g. one activation's state), given whole
+        or as pieces to write one after the other (never joined in memory).
 
         Returns:
             Its path relative to the root: what the manifest lists, and `read_part` takes.
         """
         relative = f"{self._checkpoint_dir(dataflow, deployment, ckpt)}/{_name(part)}"
-        self._write(relative, _PART_HEAD.pack(PART_TAG, zlib.crc32(data)) + data)
+        pieces = [bytes(data)] if not isinstance(data, list) else data
+        crc = 0
+        for piece in pieces:
+            crc = zlib.crc32(piece, crc)
+        self._write(relative, [_PART_HEAD.pack(PART_TAG, crc), *pieces])
         return relative
 
-    def read_part(self, path: str) -> bytes:
+    def read_part(self, path: str) -> memoryview:
         """The bytes of a part, by the path `write_part` returned, checked against
         their checksum.
 
@@ -262,7 +269,7 @@ class CheckpointStorage:
             raise self._error("read the checkpoint part", full, e, _FIX_ACCESS) from e
         head = _PART_HEAD.size
         tag, crc = _PART_HEAD.unpack(raw[:head]) if len(raw) >= head else (b"", 0)
-        data = raw[head:]
+        data = memoryview(raw)[head:]  # no copy of a large part
         if tag != PART_TAG or zlib.crc32(data) != crc:
             found = "no checksum header" if tag != PART_TAG else \
                 f"crc32 {zlib.crc32(data):#010x} of {len(data)} bytes, the header says {crc:#010x}"
