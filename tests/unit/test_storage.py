@@ -351,3 +351,12 @@ def test_a_damaged_manifest_does_not_count_and_says_why(backend: Backend) -> Non
     latest = s.latest(DF, DEP)
     assert latest is not None and latest["checkpoint"] == 1 and s.checkpoints(DF, DEP) == [1]
     assert s.manifest(DF, DEP, 3) is None and s.manifest(DF, DEP, 1) == latest
+
+
+def test_a_part_given_as_pieces_is_written_one_after_the_other(backend: Backend) -> None:
+    s = backend.storage
+    path = s.write_part(DF, DEP, 1, "df/win/0", [b"head", b"", b"piece 1", b"piece 2"])
+    assert bytes(s.read_part(path)) == b"headpiece 1piece 2"
+    _damage(backend, path, lambda b: b.replace(b"piece 2", b"piece 3"))
+    with pytest.raises(CheckpointDamaged, match="crc32"):
+        s.read_part(path)
