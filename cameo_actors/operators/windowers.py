@@ -154,7 +154,7 @@ class AlignedWindower(AlignedWindows):
                     acc = w.get(k)
                     if acc is None:
                         w[k] = 1 if count_only else new(ev)
-                        b = stable_hash(k) & mask  # a key new to the window: to its bin
+                        b = stable_hash(k) & mask  # new to the window: to its bin (`KeyedWindows.indexed`, inlined)
                         keys = bins.get(b)
                         if keys is None:
                             bins[b] = [k]

@@ -263,7 +263,7 @@ class WindowOperator(WindowedOperator):
                 n = w.get(k)
                 if n is None:
                     w[k] = 1
-                    b = hash_(k) & mask  # a key new to the window: to its bin
+                    b = hash_(k) & mask  # new to the window: to its bin (`KeyedWindows.indexed`, inlined)
                     keys = bins.get(b)
                     if keys is None:
                         bins[b] = [k]
