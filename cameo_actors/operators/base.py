@@ -125,8 +125,9 @@ class Operator:
     # -- a checkpoint's snapshot in steps (the runtime's) -------------------------------------
     def begin_snapshot(self) -> dict[str, Any]:
         """A checkpoint's cut: the snapshot, but for the state `snapshot_step` packs in
-        bounded steps (copy-on-write: what changes first is packed first). The default
-        is the whole snapshot at once."""
+        bounded steps (nothing may change the state until the last: the runtime runs
+        nothing else at the activation meanwhile). The default is the whole snapshot at
+        once."""
         return self.snapshot()
 
     def snapshot_step(self, budget: int) -> bool:
@@ -139,9 +140,6 @@ class Operator:
         back unpacked or not); call once `snapshot_step` said True. `restore` takes it
         as it takes `snapshot`'s."""
         return head
-
-    def abort_snapshot(self) -> None:
-        """Drop a snapshot under way (a newer checkpoint's barrier came first)."""
 
     # -- helpers -----------------------------------------------------------------
     def error(self, out: Output, kind: str, message: str, event: Any) -> None:

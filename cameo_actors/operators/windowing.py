@@ -516,11 +516,6 @@ class WindowedOperator(Operator):
             head["pieces"] = state.packed()
         return head
 
-    def abort_snapshot(self) -> None:
-        state = self._aligned_state()
-        if state is not None:
-            state.packed()
-
     def restore(self, state: dict[str, Any]) -> None:
         """Load a `snapshot` (possibly after a msgpack round trip) into this operator.
 

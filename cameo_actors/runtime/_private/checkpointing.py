@@ -4,10 +4,10 @@ its sources' ingress logs, and restoring a dataflow from a checkpoint.
 - *Start* (`checkpoint`): a barrier into each source's mailbox, with its
   positions; its ingress log starts a new segment.
 - *Take* (`on_barrier`, `snapshot_step`, `record`): at each activation, the first
-  barrier snapshots it (keyed state by bin packed in bounded steps, the activation
-  paused meanwhile) and goes on to every target; the messages of channels whose barrier is still to
-  come are recorded; once every channel's barrier came (or its end of stream) and
-  the snapshot is packed, the part goes to storage (`Persist`).
+  barrier snapshots it (a window's state packed in bounded steps, the activation
+  paused meanwhile) and goes on to every target; the messages of channels whose
+  barrier is still to come are recorded; once every channel's barrier came (or its
+  end of stream) and the snapshot is packed, the part goes to storage (`Persist`).
 - *Complete* (`checkpointed`): results before it become readable, and the ingress
   log segments it covers go.
 - *Restore* (`restore`, on activations just deployed again, then `resume`): each
@@ -131,8 +131,6 @@ class Checkpointing:
         part = act.part
         channel = (msg.port, msg.upstream)
         if part is None or part.ckpt < ckpt:
-            if part is not None and part.head is not None:  # never completed: dropped
-                act.operator.abort_snapshot()
             head = act.begin_snapshot(msg.payload[2] if act.is_source else {})
             part = act.part = Part(ckpt, b"", act.input_channels() - {channel}, head=head,
                                    positions=dict(msg.payload[2]) if act.is_source else {})
@@ -154,9 +152,8 @@ class Checkpointing:
         priority: other activations' work runs between steps, nothing of its own, so its
         state stays as at the cut); once all is packed, its part may be done."""
         part = act.part
-        if part is None or part.head is None or (msg.payload[0] == SNAPSHOT
-                                                 and msg.payload[1] != part.ckpt):
-            return  # a step of a snapshot dropped since
+        if part is None or part.head is None:
+            return
         if not act.operator.snapshot_step(SNAPSHOT_ENTRIES):
             now = self.now_ms()
             step = self.sched.derive(msg, act.id, [SNAPSHOT, part.ckpt], now, is_watermark=True)

@@ -163,10 +163,9 @@ class CheckpointCoordinator:
         storage.retire(name, deployment, self.config.checkpoints_kept)
         # The sources' ingress logs go only up to the oldest checkpoint kept: recovery
         # may fall back to it when a newer one is damaged.
-        kept = storage.checkpoints(name, deployment)
-        oldest = storage.manifest(name, deployment, kept[0]) if kept else None
+        kept = [m for _, m, _ in storage.restorable(name, deployment) if m is not None]
         self.pool.gateway.call_each(sorted(cut.by_executor), "checkpointed", name, cut.ckpt,
-                                    oldest.get("positions", {}) if oldest else {})
+                                    kept[-1].get("positions", {}) if kept else {})
         registry.checkpointed(name, cut.ckpt, size, time.monotonic() - cut.started)
         return True
 
