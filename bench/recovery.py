@@ -143,11 +143,11 @@ class Setup:
         return self.small_events if size == "small" else int(self.large_keys * self.large_events_factor)
 
 
-def bulk_dataflow(name: str, interval_s: float) -> Dataflow:
+def bulk_dataflow(name: str, interval_s: float, incremental: bool = True) -> Dataflow:
     """The checkpointed tenant: a day-long keyed window (the state) and 100 ms tick counts
-    (results all along); checkpoints every `interval_s` (0: off)."""
+    (results all along); checkpoints every `interval_s` (0: off), incremental or full."""
     df = (Dataflow(name, latency_target_ms=1000, tenant="analytics", state_bytes=3_500_000_000)
-          .fault_tolerance(checkpoint_interval_ms=interval_s * 1000))
+          .fault_tolerance(checkpoint_interval_ms=interval_s * 1000, incremental=incremental))
     src = df.source(BULK_SOURCE, schema=SCHEMA, event_time="ts")
     (src.key_by("key").window(tumbling_ms=DAY_MS, id=STATE_STEP)
      .aggregate(n=count(), total=sum_("value"), lo=min_("value"), hi=max_("value"),
@@ -232,17 +232,36 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _arms(intervals: tuple[float, ...]) -> list[float]:
-    """One round: off, then each interval."""
-    return [0.0, *intervals]
+#: An arm of the side-by-side runs: (checkpoint interval s, 0 = off; incremental parts).
+Arm = tuple[float, bool]
+OFF: Arm = (0.0, True)
+
+
+def _arms(intervals: tuple[float, ...]) -> list[Arm]:
+    """One round: off, then each interval with incremental parts, then with full ones."""
+    return [OFF, *((iv, inc) for iv in intervals for inc in (True, False))]
+
+
+def _label(arm: Arm) -> str:
+    return "off" if not arm[0] else f"{arm[0]:g} s{'' if arm[1] else ' full'}"
+
+
+def _busy(rt: Any) -> tuple[float, float]:
+    """(wall ms, the executors' busy ms so far, summed)."""
+    return time.time() * 1000, sum(e["busy_ms"] for e in rt.executor_stats())
+
+
+def _busy_share(a: tuple[float, float], b: tuple[float, float], executors: int) -> float:
+    """The executors' mean busy share of the wall time from `a` to `b`."""
+    return (b[1] - a[1]) / ((b[0] - a[0]) * executors)
 
 
 # -- throughput ---------------------------------------------------------------------------------
-def _throughput_run(rt: Any, name: str, interval: float, events: list[dict[str, Any]]
+def _throughput_run(rt: Any, name: str, arm: Arm, events: list[dict[str, Any]]
                     ) -> tuple[float, dict[str, Any]]:
     """A fresh bulk copy: `events` pushed flat out, then `wait_idle`; (events/s, its
     checkpoints)."""
-    rt.deploy(bulk_dataflow(name, interval))
+    rt.deploy(bulk_dataflow(name, *arm))
     try:
         t0 = time.perf_counter()
         rt.push(name, BULK_SOURCE, events, batch_size=PUSH_EVENTS)
@@ -257,31 +276,38 @@ def _throughput_run(rt: Any, name: str, interval: float, events: list[dict[str, 
 
 
 def throughput(rt: Any, s: Setup, size: str, log: Any = print) -> dict[str, Any]:
-    """Events/s flat out to idle, per arm (0 = checkpoints off), rounds of every arm in turn."""
+    """Events/s flat out to idle, per arm (off, each interval incremental and full), rounds
+    of every arm in turn. `by_interval[iv]` holds the incremental arm, and its "full"."""
     keys, n = s.keys(size), s.throughput_events(size)
     events = make_events(0, n, keys)
-    runs: dict[float, list[float]] = {iv: [] for iv in _arms(s.intervals_s)}
-    ckpts: dict[float, list[dict[str, Any]]] = {iv: [] for iv in s.intervals_s}
+    runs: dict[Arm, list[float]] = {arm: [] for arm in _arms(s.intervals_s)}
+    ckpts: dict[Arm, list[dict[str, Any]]] = {arm: [] for arm in runs}
     for r in range(s.repeats):
-        for iv in _arms(s.intervals_s):
-            eps, ck = _throughput_run(rt, f"tp-{size}-{iv:g}-{r}", iv, events)
-            runs[iv].append(eps)
-            if iv:
-                ckpts[iv].append(ck)
+        for arm in runs:
+            eps, ck = _throughput_run(rt, f"tp-{size}-{_label(arm).replace(' ', '')}-{r}", arm,
+                                      events)
+            runs[arm].append(eps)
+            ckpts[arm].append(ck)
         log(f"  throughput round {r + 1}: " + ", ".join(
-            f"{'off' if not iv else f'{iv:g} s'} {runs[iv][-1] / 1e3:,.0f}k" for iv in runs) + " events/s")
-    off = _median(runs[0.0])
-    return {"events": n, "keys": keys, "off_eps": off, "off_runs": runs[0.0],
-            "by_interval": {iv: {"on_eps": _median(runs[iv]), "on_runs": runs[iv],
-                                 "ratio": _ratio(_median(runs[iv]), off),
-                                 "ratio_runs": [a / b for a, b in zip(runs[iv], runs[0.0], strict=True)],
-                                 "checkpoints": ckpts[iv]} for iv in s.intervals_s}}
+            f"{_label(arm)} {runs[arm][-1] / 1e3:,.0f}k" for arm in runs) + " events/s")
+    off = _median(runs[OFF])
+
+    def arm_figures(arm: Arm) -> dict[str, Any]:
+        return {"on_eps": _median(runs[arm]), "on_runs": runs[arm],
+                "ratio": _ratio(_median(runs[arm]), off),
+                "ratio_runs": [a / b for a, b in zip(runs[arm], runs[OFF], strict=True)],
+                "checkpoints": ckpts[arm]}
+
+    return {"events": n, "keys": keys, "off_eps": off, "off_runs": runs[OFF],
+            "by_interval": {iv: {**arm_figures((iv, True)), "full": arm_figures((iv, False))}
+                            for iv in s.intervals_s}}
 
 
 # -- alerts p99 beside a checkpointed bulk tenant ----------------------------------------------
 def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) -> dict[str, Any]:
     """Alerts' p99 with bulk (full state, `load` of capacity) checkpointed at each interval
-    or not, arms in turn."""
+    (incremental and full) or not, arms in turn; the executor's busy share in each, and
+    bulk's last checkpoint (size, duration) in each."""
     keys = s.keys(size)
     rate = s.load * capacity
     rt.deploy(alerts_flow())
@@ -290,9 +316,11 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
     feed_a = AlertFeed(rt.handle(), s.alerts_eps, s.seed)
     reader.start()
     feed_a.start()
-    p99s: dict[float, list[float]] = {iv: [] for iv in _arms(s.intervals_s)}
-    counts: dict[float, list[int]] = {iv: [] for iv in p99s}
-    ckpts: dict[float, list[dict[str, Any]]] = {iv: [] for iv in s.intervals_s}
+    p99s: dict[Arm, list[float]] = {arm: [] for arm in _arms(s.intervals_s)}
+    counts: dict[Arm, list[int]] = {arm: [] for arm in p99s}
+    busy: dict[Arm, list[float]] = {arm: [] for arm in p99s}
+    ckpts: dict[Arm, list[dict[str, Any]]] = {arm: [] for arm in p99s}
+    executors = len(rt.executor_stats())
     try:
         time.sleep(1.0)  # alerts alone first: the baseline of this machine, now
         m0 = time.time() * 1000
@@ -301,20 +329,22 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
         check_threads(reader, feed_a)
         alone, alone_n = lat.p99(m0, m0 + s.measure_s * 1000)
         for r in range(s.alerts_repeats):
-            for iv in _arms(s.intervals_s):
-                name = rt.deploy(bulk_dataflow(f"al-{size}-{iv:g}-{r}", iv))
+            for arm in p99s:
+                name = rt.deploy(bulk_dataflow(
+                    f"al-{size}-{_label(arm).replace(' ', '')}-{r}", *arm))
                 feed = BulkFeed(rt.handle(), name, keys, keys, rate)
                 feed.start()
                 try:
                     _wait_events_in(rt, name, keys, 600)
                     check_threads(feed, reader, feed_a)
                     time.sleep(1.0)  # the fill's queues drain
+                    b0 = _busy(rt)
                     m0 = time.time() * 1000
                     time.sleep(s.measure_s)
                     m1 = time.time() * 1000
+                    busy[arm].append(_busy_share(b0, _busy(rt), executors))
                     check_threads(feed, reader, feed_a)
-                    if iv:
-                        ckpts[iv].append(_ckpt(rt.describe(name, refresh=True)))
+                    ckpts[arm].append(_ckpt(rt.describe(name, refresh=True)))
                 finally:
                     feed.stop.set()
                     feed.join(120)
@@ -322,11 +352,12 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
                 time.sleep(0.5)  # the last alerts of the arm are read
                 p99, n = lat.p99(m0, m1)
                 if p99 is not None:
-                    p99s[iv].append(p99)
-                counts[iv].append(n)
+                    p99s[arm].append(p99)
+                counts[arm].append(n)
             log(f"  alerts p99 round {r + 1}: " + ", ".join(
-                f"{'off' if not iv else f'{iv:g} s'} {p99s[iv][-1] if p99s[iv] else float('nan'):,.1f} ms"
-                for iv in p99s))
+                f"{_label(arm)} {p99s[arm][-1] if p99s[arm] else float('nan'):,.1f} ms "
+                f"(busy {busy[arm][-1]:.2f}, last checkpoint {ckpts[arm][-1]['last_mb']:,.1f} MB "
+                f"in {ckpts[arm][-1]['last_s'] or 0:.2f} s)" for arm in p99s))
     finally:
         feed_a.stop.set()
         feed_a.join(60)
@@ -334,13 +365,22 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
         reader.join(60)
         rt.cancel(ALERTS)
     check_threads(feed_a, reader)
-    off = _median(p99s[0.0])
+    off = _median(p99s[OFF])
     log(f"  alerts p99 alone (no bulk): {alone if alone is None else round(alone, 1)} ms")
+
+    def arm_figures(arm: Arm) -> dict[str, Any]:
+        return {"on_p99_ms": _median(p99s[arm]), "on_runs": p99s[arm],
+                "ratio": _ratio(_median(p99s[arm]), off), "alerts": counts[arm],
+                "busy": _median(busy[arm]), "busy_runs": busy[arm],
+                "checkpoint_mb": _median([c["last_mb"] for c in ckpts[arm]]),
+                "checkpoint_s": _median([c["last_s"] for c in ckpts[arm] if c["last_s"]]),
+                "checkpoints": ckpts[arm]}
+
     return {"bulk_rate_eps": rate, "alone_p99_ms": alone, "alone_alerts": alone_n,
-            "off_p99_ms": off, "off_runs": p99s[0.0], "alerts": counts[0.0],
-            "by_interval": {iv: {"on_p99_ms": _median(p99s[iv]), "on_runs": p99s[iv],
-                                 "ratio": _ratio(_median(p99s[iv]), off), "alerts": counts[iv],
-                                 "checkpoints": ckpts[iv]} for iv in s.intervals_s}}
+            "off_p99_ms": off, "off_runs": p99s[OFF], "alerts": counts[OFF],
+            "off_busy": _median(busy[OFF]),
+            "by_interval": {iv: {**arm_figures((iv, True)), "full": arm_figures((iv, False))}
+                            for iv in s.intervals_s}}
 
 
 # -- recovery -----------------------------------------------------------------------------------
@@ -569,35 +609,43 @@ def _rss_mb(rt: Any, executor: int) -> float | None:
 
 # -- report -------------------------------------------------------------------------------------
 def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One flat row per (interval, size): the table and the goals read these."""
+    """One flat row per (interval, size, parts: incremental or full): the table and the
+    goals read these. Recovery is measured with incremental parts (the default) only."""
     out = []
     for size, r in results["sizes"].items():
+        tp_all, al_all = r.get("throughput", {}), r.get("alerts", {})
         for iv in r["intervals"]:
-            tp = r.get("throughput", {}).get("by_interval", {}).get(iv, {})
-            al = r.get("alerts", {}).get("by_interval", {}).get(iv, {})
-            rec = r.get("recovery", {}).get(iv, {})
-            out.append({
-                "interval_s": iv, "size": size, "keys": r["keys"],
-                "checkpoint_mb": rec.get("checkpoint_mb"), "checkpoint_s": rec.get("checkpoint_s"),
-                "throughput_off_eps": r.get("throughput", {}).get("off_eps"),
-                "throughput_on_eps": tp.get("on_eps"), "checkpoint_overhead": tp.get("ratio"),
-                "alerts_p99_alone_ms": r.get("alerts", {}).get("alone_p99_ms"),
-                "alerts_p99_off_ms": r.get("alerts", {}).get("off_p99_ms"),
-                "alerts_p99_on_ms": al.get("on_p99_ms"), "alerts_p99_ratio": al.get("ratio"),
-                "recovery_s": rec.get("recovery_s"), "restore_s": rec.get("restore_s"),
-                "detect_s": rec.get("detect_s"), "replayed_events": rec.get("replayed_events"),
-                "results_match": rec.get("results_match"),
-                "error": "; ".join(str(e) for e in (r.get("error"), r.get("alerts", {}).get("error"),
-                                                    rec.get("error")) if e) or None,
-            })
+            for parts in ("incremental", "full"):
+                tp = tp_all.get("by_interval", {}).get(iv, {})
+                al = al_all.get("by_interval", {}).get(iv, {})
+                tp, al = (tp, al) if parts == "incremental" else (tp.get("full", {}), al.get("full", {}))
+                rec = r.get("recovery", {}).get(iv, {}) if parts == "incremental" else {}
+                out.append({
+                    "interval_s": iv, "size": size, "parts": parts, "keys": r["keys"],
+                    "steady_checkpoint_mb": al.get("checkpoint_mb"),
+                    "steady_checkpoint_s": al.get("checkpoint_s"),
+                    "checkpoint_mb": rec.get("checkpoint_mb"), "checkpoint_s": rec.get("checkpoint_s"),
+                    "throughput_off_eps": tp_all.get("off_eps"),
+                    "throughput_on_eps": tp.get("on_eps"), "checkpoint_overhead": tp.get("ratio"),
+                    "alerts_p99_alone_ms": al_all.get("alone_p99_ms"),
+                    "alerts_p99_off_ms": al_all.get("off_p99_ms"), "busy_off": al_all.get("off_busy"),
+                    "alerts_p99_on_ms": al.get("on_p99_ms"), "alerts_p99_ratio": al.get("ratio"),
+                    "busy_on": al.get("busy"),
+                    "recovery_s": rec.get("recovery_s"), "restore_s": rec.get("restore_s"),
+                    "detect_s": rec.get("detect_s"), "replayed_events": rec.get("replayed_events"),
+                    "results_match": rec.get("results_match"),
+                    "error": "; ".join(str(e) for e in (r.get("error"), al_all.get("error"),
+                                                        rec.get("error")) if e) or None,
+                })
     return out
 
 
 def goals(table: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each goal per row: met (True/False), or None when not measured."""
+    """Each goal per row with incremental parts (the default): met (True/False), or None
+    when not measured."""
     def check(field: str, ok: Any, sizes: tuple[str, ...] = ("small", "large")) -> dict[str, Any]:
         per = {f"{r['size']}@{r['interval_s']:g}s": (None if r[field] is None else bool(ok(r[field])))
-               for r in table if r["size"] in sizes}
+               for r in table if r["size"] in sizes and r["parts"] == "incremental"}
         if not per or any(v is None for v in per.values()):
             return {"per_row": per, "met": None}  # not (all) measured
         return {"per_row": per, "met": all(per.values())}
@@ -614,26 +662,31 @@ def _f(v: Any, fmt: str, width: int) -> str:
 
 
 def print_table(table: list[dict[str, Any]], g: dict[str, Any]) -> None:
-    head = (f"{'interval':>8} {'size':>5} {'keys':>10} {'ckpt MB':>8} {'ckpt s':>6} "
-            f"{'tp off/s':>9} {'tp on/s':>9} {'tp ratio':>8} {'alerts p99 alone':>16} {'off':>11} {'on':>11} "
-            f"{'ratio':>6} {'recovery s':>10} {'restore s':>9} {'replayed':>9} {'match':>5}")
+    head = (f"{'interval':>8} {'size':>5} {'parts':>11} {'keys':>10} {'ckpt MB':>8} {'ckpt s':>6} "
+            f"{'tp off/s':>9} {'tp on/s':>9} {'tp ratio':>8} {'alerts p99 alone':>16} {'off':>11} "
+            f"{'on':>11} {'ratio':>6} {'busy off':>8} {'on':>5} {'recovery s':>10} {'restore s':>9} "
+            f"{'replayed':>9} {'match':>5}")
     print(head)
     print("-" * len(head))
     for r in table:
         match = "-" if r["results_match"] is None else ("yes" if r["results_match"] else "NO")
-        print(f"{r['interval_s']:>6g} s {r['size']:>5} {r['keys']:>10,} {_f(r['checkpoint_mb'], ',.1f', 8)} "
-              f"{_f(r['checkpoint_s'], '.2f', 6)} {_f(r['throughput_off_eps'], ',.0f', 9)} "
+        print(f"{r['interval_s']:>6g} s {r['size']:>5} {r['parts']:>11} {r['keys']:>10,} "
+              f"{_f(r['steady_checkpoint_mb'], ',.1f', 8)} {_f(r['steady_checkpoint_s'], '.2f', 6)} "
+              f"{_f(r['throughput_off_eps'], ',.0f', 9)} "
               f"{_f(r['throughput_on_eps'], ',.0f', 9)} {_f(r['checkpoint_overhead'], '.2f', 8)} "
               f"{_f(r['alerts_p99_alone_ms'], ',.1f', 13)} ms {_f(r['alerts_p99_off_ms'], ',.1f', 8)} ms "
               f"{_f(r['alerts_p99_on_ms'], ',.1f', 8)} ms "
-              f"{_f(r['alerts_p99_ratio'], '.2f', 6)} {_f(r['recovery_s'], '.2f', 10)} "
+              f"{_f(r['alerts_p99_ratio'], '.2f', 6)} {_f(r['busy_off'], '.2f', 8)} "
+              f"{_f(r['busy_on'], '.2f', 5)} {_f(r['recovery_s'], '.2f', 10)} "
               f"{_f(r['restore_s'], '.2f', 9)} {_f(r['replayed_events'], ',', 9)} {match:>5}")
         if r["error"]:
             print(f"{'':>8} error: {r['error']}")
+    print("ckpt MB / s: bulk's last checkpoint at the end of its steady alerts arm (its size, "
+          "barriers to manifest); busy: the executor's busy share in the alerts arms")
     labels = {"recovery_under_5s_large_state": "recovery under 5 s for large state (~100 MB full)",
               "checkpoint_overhead_under_10pct": "checkpoint overhead under 10% (ratio >= 0.9)",
               "alerts_p99_within_1_2x": "alerts p99 with checkpoints within 1.2x of without"}
-    print("goals:")
+    print("goals (incremental parts, the default):")
     for k, label in labels.items():
         per = ", ".join(f"{row} {'-' if v is None else ('met' if v else 'NOT met')}"
                         for row, v in g[k]["per_row"].items())
@@ -667,7 +720,7 @@ def run_size(s: Setup, size: str, shared: Any, kill: Any, parts: tuple[str, ...]
             out["throughput"] = throughput(shared, s, size, log)
             capacity = out["throughput"]["off_eps"]
         elif capacity is None:
-            capacity = _throughput_run(shared, f"cap-{size}", 0.0,
+            capacity = _throughput_run(shared, f"cap-{size}", OFF,
                                        make_events(0, s.throughput_events(size), s.keys(size)))[0]
             log(f"  capacity without checkpoints: {capacity:,.0f} events/s")
     except Exception as e:

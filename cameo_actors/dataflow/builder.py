@@ -147,7 +147,8 @@ class Dataflow:
         return self._add(step)
 
     def fault_tolerance(self, checkpoint_interval_ms: float | None = None,
-                        delivery: str | None = None) -> Dataflow:
+                        delivery: str | None = None, incremental: bool | None = None
+                        ) -> Dataflow:
         """How the dataflow survives a failed executor (spec: `fault_tolerance`); None
         takes the pool's default. Returns the Dataflow, so it chains anywhere.
 
@@ -157,12 +158,15 @@ class Dataflow:
             delivery: "exactly_once" (results readable once the next checkpoint completed)
                 or "at_least_once" (readable at once; after a recovery, results since the
                 last checkpoint may come again, each with an id to drop it by).
+            incremental: whether a window's part of a checkpoint may hold only what
+                changed since the one before (True), or always all of its state (False).
 
         >>> df = Dataflow("d", latency_target_ms=100).fault_tolerance(1000, "at_least_once")
         >>> df.source("s", schema={"ts": "int"}).sink("o").spec.fault_tolerance.delivery
         'at_least_once'
         """
-        ft = FaultToleranceSpec(checkpoint_interval_ms=checkpoint_interval_ms, delivery=delivery)
+        ft = FaultToleranceSpec(checkpoint_interval_ms=checkpoint_interval_ms, delivery=delivery,
+                                incremental=incremental)
         check_fault_tolerance(ft)  # fail on the line that made it
         self._fault_tolerance = ft
         return self

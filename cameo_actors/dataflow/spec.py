@@ -253,10 +253,14 @@ class FaultToleranceSpec:
             "at_least_once": readable at once, and after a recovery results since the last
             checkpoint may come again (each row carries an id to drop them by). None takes
             the pool's default.
+        incremental: whether a window's part of a checkpoint may hold only the state
+            changed since the one before (RuntimeConfig.incremental_checkpoints); None
+            takes the pool's default.
     """
 
     checkpoint_interval_ms: float | None = None
     delivery: str | None = None
+    incremental: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -482,6 +482,11 @@ def check_fault_tolerance(ft: FaultToleranceSpec) -> None:
                         delivery, "use 'exactly_once' (results readable after the next "
                         "checkpoint) or 'at_least_once' (readable at once, may repeat after a "
                         "recovery), or leave it out for the pool's default")
+    if ft.incremental is not None and not isinstance(ft.incremental, bool):
+        raise SpecError(None, "fault_tolerance.incremental: true, false or null", ft.incremental,
+                        "use true (parts of windows hold only what changed since the checkpoint "
+                        "before), false (every part whole), or leave it out for the pool's "
+                        "default")
 
 
 #: How the messages word the bound every number of a spec meets (see MAX_NUMBER).

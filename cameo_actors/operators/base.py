@@ -123,15 +123,26 @@ class Operator:
         self.watermark = state["watermark"]
 
     # -- a checkpoint's snapshot in steps (the runtime's) -------------------------------------
-    def begin_snapshot(self) -> dict[str, Any]:
+    def begin_snapshot(self, incremental: bool = False) -> dict[str, Any]:
         """A checkpoint's cut: the snapshot, but for the state `snapshot_step` packs in
         bounded steps (nothing may change the state until the last: the runtime runs
         nothing else at the activation meanwhile). The default is the whole snapshot at
-        once."""
+        once.
+
+        `incremental`: the previous cut's snapshot is in a completed checkpoint, so the
+        steps may pack only the state changed since; the operator then says so with
+        ``"delta": True`` in the head, and `restore` takes the snapshots from the last
+        full one on, their "pieces" one after the other."""
         return self.snapshot()
 
     def snapshot_step(self, budget: int) -> bool:
         """Pack about `budget` more entries of the state at the cut; True once all are."""
+        return True
+
+    def index_step(self, budget: int) -> bool:
+        """After a `restore`: find the bins of about `budget` more restored keys (what
+        moving bins needs; the first move does what is left at once); True once all are
+        found. The runtime runs these steps among other work, bounded."""
         return True
 
     def end_snapshot(self, head: dict[str, Any]) -> dict[str, Any]:

@@ -185,6 +185,9 @@ class WindowJoinOperator(WindowedOperator):
                     sides = w[k] = [[], []]
                     indexed(end, k)
                 sides[port].append(ev)
+                changed = state.changed_in(end)
+                if changed is not None:
+                    changed.add(k)
 
     # -- firing ------------------------------------------------------------------------
     def advance_to(self, watermark: float, out: Output) -> None:

@@ -102,7 +102,8 @@ class LesseeWindow(WindowOperator):
         msgpack-able), by window end, keys in first-seen order; the state is cleared."""
         state = self._aligned.state
         windows = state.windows
-        state.windows, state.index, state.ends = {}, {}, []
+        state.windows, state.index, state.ends, state.changed = {}, {}, [], None
+        state.to_index = []
         # The accumulators leave this operator: no copy needed.
         return [[end, encode_key(k), acc] for end in sorted(windows)
                 for k, acc in windows[end].items()]

@@ -135,6 +135,7 @@ class AlignedWindower(AlignedWindows):
         cur_end: Any = None
         w: Any = None  # the window ending at cur_end: key -> accumulator
         bins: Any = None  # its keys by bin
+        changed: Any = None  # its keys changed since the last cut, if tracked
         for ev, t, k, start, end in admitted:
             i = 0
             # Tumbling: the one window holding t. Sliding: latest window first, down to
@@ -150,6 +151,7 @@ class AlignedWindower(AlignedWindows):
                         if w is None:
                             w = open_window(end)
                         bins = index[end]
+                        changed = state.changed_in(end)
                         cur_end = end
                     acc = w.get(k)
                     if acc is None:
@@ -164,6 +166,8 @@ class AlignedWindower(AlignedWindows):
                         w[k] = acc + 1
                     else:
                         add(acc, ev)
+                    if changed is not None:
+                        changed.add(k)
                     if tumbling:
                         break
                     i += 1

@@ -190,6 +190,12 @@ def _entries(states: dict[Any, Any]) -> Any:
     return [x for k, s in states.items() for x in (encode_key(k), s)]
 
 
+def _items_of(states: dict[Any, S], keys: Iterable[Any]) -> Iterator[tuple[Any, S]]:
+    """(key, state) of `keys`, lazily."""
+    for k in keys:
+        yield k, states[k]
+
+
 def _states(entries: Any) -> dict[Any, Any]:
     """Undo `_entries` (after a msgpack round trip or not)."""
     if entries.__class__ is dict:
@@ -206,13 +212,15 @@ class KeyedWindows(Generic[S]):
     nothing more, and a bin's state is taken and put without a pass over the rest.
 
     Hot loops read `windows` and `index` directly, call `open` only for a window that
-    is not there yet, and add a key's bin (`stable_hash(key) & mask`) to the window's
-    index when they add the key. A checkpoint packs the state in steps
+    is not there yet, add a key's bin (`stable_hash(key) & mask`) to the window's
+    index when they add the key, and add every key whose state they change to the
+    window's set in `changed` (if it has one). A checkpoint packs the state in steps
     (`start_packing`, `pack_some`, `packed`), while the runtime runs nothing else at
-    the activation, so nothing changes it meanwhile.
+    the activation, so nothing changes it meanwhile: all of it, or only what changed
+    since the previous cut (incremental), which `load` applies over the state before.
     """
 
-    __slots__ = ("windows", "index", "ends", "mask", "to_pack", "pieces")
+    __slots__ = ("windows", "index", "ends", "mask", "to_pack", "pieces", "changed", "to_index")
 
     def __init__(self, bins: int = DEFAULT_BINS) -> None:
         self.windows: dict[float, dict[Any, S]] = {}
@@ -224,6 +232,13 @@ class KeyedWindows(Generic[S]):
         #: the pieces packed so far
         self.to_pack: list[tuple[float, Iterator[tuple[Any, S]]]] = []
         self.pieces: list[bytes] = []
+        #: since the last cut (or restore): window end -> the keys whose state changed,
+        #: for each window there then (a window opened since is new as a whole); None
+        #: when that is not known (state moved in or out since): the next cut packs all
+        self.changed: dict[float, set[Any]] | None = None
+        #: after a `load`: the keys each window had then, whose bins `index_some` adds to
+        #: its index in steps (keys that come in later are indexed as they come)
+        self.to_index: list[tuple[float, Iterator[Any]]] = []
 
     def open(self, end: float) -> dict[Any, S]:
         """Create the (absent) window ending at `end` and schedule it to fire."""
@@ -242,12 +257,20 @@ class KeyedWindows(Generic[S]):
         else:
             keys.append(key)
 
+    def changed_in(self, end: float) -> set[Any] | None:
+        """Where a loop adds the keys whose state it changes in the window ending at
+        `end`; None: no need (not tracked, or a window new since the cut)."""
+        changed = self.changed
+        return None if changed is None else changed.get(end)
+
     def pop_due(self, watermark: float) -> Iterator[tuple[float, dict[Any, S]]]:
         """Remove and yield (end, key -> state) of each window with end <= watermark, in end order."""
-        ends, windows, index = self.ends, self.windows, self.index
+        ends, windows, index, changed = self.ends, self.windows, self.index, self.changed
         while ends and ends[0] <= watermark:
             end = heapq.heappop(ends)
             del index[end]
+            if changed is not None:
+                changed.pop(end, None)
             yield end, windows.pop(end)
 
     def keys(self) -> list[Any]:
@@ -256,12 +279,13 @@ class KeyedWindows(Generic[S]):
 
     def bins(self) -> list[int]:
         """The bins holding state, ascending."""
+        self.index_some(None)
         return sorted({b for bins in self.index.values() for b in bins})
 
     # -- snapshots ----------------------------------------------------------------------
     # A snapshot holds each window's states in the window's own order (read in memory
     # order: packing a million keys in bin order instead costs three times as long),
-    # and no index: `load` finds each key's bin again.
+    # and no index: after a `load`, `index_some` finds each key's bin again, in steps.
     def dump(self, row: Callable[[S], list[Any]]) -> dict[str, Any]:
         """The state as msgpack-able data: each window whose keys are all str or int
         packed whole by msgpack's C code (a copy, no live state aliased); the others as
@@ -280,10 +304,12 @@ class KeyedWindows(Generic[S]):
         return {"packed": packed, "windows": rows}
 
     def load(self, data: dict[str, Any], state: Callable[[list[Any]], S]) -> None:
-        """Replace the state with a `dump`, or with the pieces a snapshot in steps packed
-        (``{"pieces": [...]}``, each ``[end, entries]`` packed or not); `state` turns a
-        row's fields after the key back into a state (a copy: `data` may be a live
-        snapshot)."""
+        """Replace the state with a `dump`, or with the pieces snapshots in steps packed
+        (``{"pieces": [...]}``, each ``[end, entries]`` packed or not): a full one's, then
+        the incremental ones' after it in order, with the windows open at the last
+        (``"ends"``, given when it is incremental); `state` turns a row's fields after the
+        key back into a state (a copy: `data` may be a live snapshot). What changes from
+        then on is tracked (`changed`); the keys' bins are found in steps (`index_some`)."""
         self.windows, self.index, self.ends = {}, {}, []
         self.to_pack, self.pieces = [], []
         for end, blob in data.get("packed", ()):
@@ -294,7 +320,12 @@ class KeyedWindows(Generic[S]):
             self._load(piece[0], _states(piece[1]))
         for end, entries in data.get("windows", ()):
             self._load(end, {decode_key(k): state(fields) for k, *fields in entries})
+        if "ends" in data:  # the windows fired since the full snapshot go
+            for end in set(self.windows).difference(data["ends"]):
+                del self.windows[end], self.index[end]
         self.ends = sorted(self.windows)  # a sorted list is a heap
+        self.changed = {end: set() for end in self.windows}
+        self.to_index = [(end, iter(list(self.windows[end]))) for end in self.ends]
 
     def _load(self, end: float, states: dict[Any, S]) -> None:
         w = self.windows.get(end)
@@ -302,21 +333,51 @@ class KeyedWindows(Generic[S]):
             w, self.index[end] = {}, {}
             self.windows[end] = w
         w.update(states)
-        index, mask, hash_ = self.index[end], self.mask, stable_hash
-        for k in states:
-            b = hash_(k) & mask
-            keys = index.get(b)
-            if keys is None:
-                index[b] = [k]
-            else:
-                keys.append(k)
+
+    def index_some(self, budget: int | None) -> bool:
+        """Add the bins of the next `budget` keys a `load` brought (None: all of them) to
+        the index; True once every one is in. Until then `take` and `bins` do it first:
+        a restore costs no pass over every key's hash before the activation runs."""
+        to_index, index, mask, hash_ = self.to_index, self.index, self.mask, stable_hash
+        left = budget
+        while to_index and (left is None or left > 0):
+            end, keys = to_index[0]
+            chunk = list(islice(keys, left))
+            if left is None or len(chunk) < left:
+                to_index.pop(0)
+            if left is not None:
+                left -= len(chunk)
+            bins = index.get(end)
+            if bins is None:  # fired since
+                continue
+            for k in chunk:
+                b = hash_(k) & mask
+                keys_of = bins.get(b)
+                if keys_of is None:
+                    bins[b] = [k]
+                else:
+                    keys_of.append(k)
+        return not to_index
 
     # -- a checkpoint's snapshot in steps ---------------------------------------------------
-    def start_packing(self) -> None:
+    def start_packing(self, incremental: bool = False) -> bool:
         """A checkpoint's cut: `pack_some` packs the state as it is now, in steps; nothing
-        may change it until the last (the runtime runs nothing else at the activation)."""
-        self.to_pack = [(end, iter(self.windows[end].items())) for end in sorted(self.windows)]
+        may change it until the last (the runtime runs nothing else at the activation).
+        `incremental`: only what changed since the previous cut, if that is known. True if
+        it is incremental. From now on the changes are tracked anew."""
+        changed = self.changed if incremental else None
+        windows = self.windows
+        self.to_pack = []
+        for end in sorted(windows):
+            w = windows[end]
+            keys = None if changed is None else changed.get(end)
+            if keys is None:  # all of it
+                self.to_pack.append((end, iter(w.items())))
+            elif keys:
+                self.to_pack.append((end, _items_of(w, keys)))
         self.pieces = []
+        self.changed = {end: set() for end in windows}
+        return changed is not None
 
     def pack_some(self, budget: int) -> bool:
         """Pack the next `budget` entries, window by window in each window's order, as
@@ -345,9 +406,11 @@ class KeyedWindows(Generic[S]):
         state when its keys are all str or int (msgpack carries it as it is), else flat
         ``[key, state, key, state, ...]`` (keys encoded); and how many (window, key)
         entries they hold. The states are no longer live here."""
+        self.index_some(None)
         rows: list[Any] = []
         n = 0
         windows = self.windows
+        self.changed = None  # moved out: the next cut packs all
         for b in bins:
             for end, index in self.index.items():
                 keys = index.pop(b, None)
@@ -374,6 +437,7 @@ class KeyedWindows(Generic[S]):
                 k = next(k for k in states if k in w)
                 raise ValueError(f"key {k!r} already has state in the window ending at {end}")
             decoded.append((end, b, states))
+        self.changed = None  # moved in: the next cut packs all
         for end, b, states in decoded:
             w = windows.get(end)
             if w is None:
@@ -497,18 +561,24 @@ class WindowedOperator(Operator):
         is kept otherwise (packed at once)."""
         return None
 
-    def begin_snapshot(self) -> dict[str, Any]:
+    def begin_snapshot(self, incremental: bool = False) -> dict[str, Any]:
         state = self._aligned_state()
         if state is None:
             return self.snapshot()
         head = self._envelope()
         head["aligned"] = {}
-        state.start_packing()
+        if state.start_packing(incremental):
+            head["aligned"]["ends"] = sorted(state.windows)
+            head["delta"] = True
         return head
 
     def snapshot_step(self, budget: int) -> bool:
         state = self._aligned_state()
         return state is None or state.pack_some(budget)
+
+    def index_step(self, budget: int) -> bool:
+        state = self._aligned_state()
+        return state is None or state.index_some(budget)
 
     def end_snapshot(self, head: dict[str, Any]) -> dict[str, Any]:
         state = self._aligned_state()

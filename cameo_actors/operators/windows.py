@@ -231,6 +231,7 @@ class WindowOperator(WindowedOperator):
         cur_end: Any = None
         w: Any = None  # the window ending at cur_end: key -> count
         bins: Any = None  # its keys by bin
+        changed: Any = None  # its keys changed since the last cut, if tracked
         for ev in events:
             try:
                 t = ev[tf]
@@ -258,6 +259,7 @@ class WindowOperator(WindowedOperator):
                 if w is None:
                     w = open_window(end)
                 bins = index[end]
+                changed = state.changed_in(end)
                 cur_end = end
             try:
                 n = w.get(k)
@@ -271,6 +273,8 @@ class WindowOperator(WindowedOperator):
                         keys.append(k)
                 else:
                     w[k] = n + 1
+                if changed is not None:
+                    changed.add(k)
             except TypeError:
                 rejects.bad_key(out, ev, k)
         if others:
@@ -352,6 +356,7 @@ class WindowOperator(WindowedOperator):
         windows, count_only, merge, copy = state.windows, aggs.count_only, aggs.merge, aggs.copy
         cur_end: Any = None
         w: Any = None  # the window ending at cur_end: key -> accumulator
+        changed: Any = None  # its keys changed since the last cut, if tracked
         for row in rows:
             end, k, acc = row
             if end <= wm:
@@ -364,6 +369,7 @@ class WindowOperator(WindowedOperator):
                 w = windows.get(end)
                 if w is None:
                     w = state.open(end)
+                changed = state.changed_in(end)
                 cur_end = end
             mine = w.get(k)
             if mine is None:
@@ -373,6 +379,8 @@ class WindowOperator(WindowedOperator):
                 w[k] = mine + acc
             else:
                 merge(mine, acc)
+            if changed is not None:
+                changed.add(k)
 
     # -- state -------------------------------------------------------------------------
     def _config(self) -> list[Any]:

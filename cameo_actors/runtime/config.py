@@ -73,7 +73,12 @@ class RuntimeConfig:
         checkpoint_url: where checkpoints and the controller's registry go: a folder, or
             any URL `pyarrow.fs` understands (s3://, gs://, hdfs://); None: a folder
             `checkpoints/<pool>` under the run folder.
-        checkpoints_kept: completed checkpoints kept per dataflow (the older are deleted).
+        checkpoints_kept: completed checkpoints kept per dataflow (the older are deleted,
+            but for the parts a kept one builds on).
+        incremental_checkpoints: a window's part of a checkpoint holds only the state
+            changed since the one before, on top of the parts before it, until those
+            changes add up to half of the last full part (then a full one again); False:
+            every part is full.
         delivery: "exactly_once" (results readable once the checkpoint after them
             completed) or "at_least_once" (readable at once), unless a spec says otherwise.
         ingress_log_dir: the folder of the sources' write-ahead logs (every accepted push
@@ -141,6 +146,7 @@ class RuntimeConfig:
     checkpoint_interval_s: float = 2.0
     checkpoint_url: str | None = None
     checkpoints_kept: int = 2
+    incremental_checkpoints: bool = True
     delivery: str = "exactly_once"
     ingress_log_dir: str | None = None
     ingress_fsync: bool = False

@@ -122,9 +122,11 @@ def test_migration(ray_session: None, tmp_path: Path) -> None:
     assert set(figures["goals"]) >= {"batched_p99_within_2x_steady", "batched_alerts_within_target"}
 
 
-RECOVERY_FIELDS = ("throughput_off_eps", "throughput_on_eps", "checkpoint_overhead",
-                   "alerts_p99_off_ms", "alerts_p99_on_ms", "alerts_p99_ratio", "recovery_s",
-                   "restore_s", "detect_s", "checkpoint_mb", "checkpoint_s", "replayed_events")
+CHECKPOINT_FIELDS = ("throughput_off_eps", "throughput_on_eps", "checkpoint_overhead",
+                     "alerts_p99_off_ms", "alerts_p99_on_ms", "alerts_p99_ratio", "busy_off",
+                     "busy_on", "steady_checkpoint_mb", "steady_checkpoint_s")
+RECOVERY_FIELDS = (*CHECKPOINT_FIELDS, "recovery_s", "restore_s", "detect_s", "checkpoint_mb",
+                   "checkpoint_s", "replayed_events")
 
 
 def test_recovery(ray_session: None, tmp_path: Path) -> None:
@@ -133,11 +135,13 @@ def test_recovery(ray_session: None, tmp_path: Path) -> None:
     out = tmp_path / "recovery.json"
     recovery.main(["--quick", "--sizes", "small", "--json", str(out)])
     figures = json.loads(out.read_text())
-    assert [(r["size"], r["interval_s"]) for r in figures["table"]] == [("small", 1.0)]
+    assert [(r["size"], r["interval_s"], r["parts"]) for r in figures["table"]] == \
+        [("small", 1.0, "incremental"), ("small", 1.0, "full")]
     for r in figures["table"]:
         assert r["error"] is None, r["error"]
-        assert r["results_match"] is True, r
-        for f in RECOVERY_FIELDS:
+        measured = RECOVERY_FIELDS if r["parts"] == "incremental" else CHECKPOINT_FIELDS
+        assert r["results_match"] is (True if r["parts"] == "incremental" else None), r
+        for f in measured:
             assert isinstance(r[f], (int, float)) and math.isfinite(r[f]) and r[f] >= 0, (f, r[f])
     rec = figures["sizes"]["small"]["recovery"]["1.0"]
     assert rec["recoveries"] == 1 and rec["final_state"] == "finished"

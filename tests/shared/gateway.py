@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.runtime._private.checkpoint import Written
 from cameo_actors.runtime._private.control.admission import Admission
 from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.control.gateway import ExecutorGateway
@@ -35,9 +36,6 @@ from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
 from tests.shared.inprocess import InProcessCluster
 
-#: Written parts of one checkpoint on one executor: activation -> (path, positions, bytes).
-Written = dict[str, tuple[str, dict[str, int], int]]
-
 
 class StoredCluster(InProcessCluster):
     """An in-process cluster whose cores write their checkpoint parts to real storage."""
@@ -46,20 +44,20 @@ class StoredCluster(InProcessCluster):
         self.storage = CheckpointStorage(config.checkpoint_url) if config.checkpoint_url \
             else None
         #: (executor, dataflow, checkpoint) -> its parts written there
-        self.written: dict[tuple[int, str, int], Written] = {}
+        self.written: dict[tuple[int, str, int], dict[str, Written]] = {}
         super().__init__(n, config, seed)
         for c in self.cores:  # each run of a process is an incarnation of its own
             c.channels.incarnation = f"run{seed}-{c.index}"
 
     def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
-                 positions: dict[str, int]) -> None:
-        super()._persist(dataflow, ckpt, aid, blob, positions)
+                 positions: dict[str, int], bases: list[str]) -> None:
+        super()._persist(dataflow, ckpt, aid, blob, positions, bases)
         assert self.storage is not None, "parts come only with checkpoints on"
         host = next(c.index for c in self.cores if aid in c.hosting.activations)
         deployment = self.cores[host].hosting.dataflows[dataflow].deployment
         path = self.storage.write_part(dataflow, deployment, ckpt, aid, blob)
         self.written.setdefault((host, dataflow, ckpt), {})[aid] = (path, positions,
-                                                               sum(map(len, blob)))
+                                                               sum(map(len, blob)), bases)
 
 
 @dataclass
@@ -186,7 +184,7 @@ class InProcessGateway(ExecutorGateway):
         return int(core.checkpoint(dataflow, ckpt))
 
     def _await_checkpoint(self, core: Any, dataflow: str, ckpt: int, ids: list[str],
-                          timeout_s: float) -> Written:
+                          timeout_s: float) -> dict[str, Written]:
         key = (core.index, dataflow, ckpt)
         if timeout_s > 0:  # else: what is written now
             self.pump(lambda: all(a in self.cluster.written.get(key, {}) for a in ids))
@@ -194,23 +192,25 @@ class InProcessGateway(ExecutorGateway):
 
     def _checkpointed(self, core: Any, dataflow: str, ckpt: int,
                       positions: dict[str, dict[str, int]]) -> None:
-        core.checkpointed(dataflow, ckpt, positions)
+        mine = self.cluster.written.get((core.index, dataflow, ckpt), {})
+        core.checkpointed(dataflow, ckpt, positions,
+                          {aid: [*bases, path] for aid, (path, _, _, bases) in mine.items()})
 
-    def _fetch(self, core: Any, dataflow: str, placement: Placement, parts: dict[str, str]
-               ) -> int:
+    def _fetch(self, core: Any, dataflow: str, placement: Placement,
+               parts: dict[str, list[str]]) -> int:
         mine = {str(a) for a in placement.on(core.index)}
         storage = self.cluster.storage
-        return sum(len(storage.read_part(path)) for aid, path in parts.items()
-                   if aid in mine and storage is not None)
+        return sum(len(storage.read_part(path)) for aid, chain in parts.items()
+                   if aid in mine and storage is not None for path in chain)
 
     def _restore(self, core: Any, spec: dict[str, Any], placement: Placement, deployment: str,
-                 parts: dict[str, str], generation: int) -> list[str]:
-        mine = {str(a) for a in placement.on(core.index)}
+                 parts: dict[str, list[str]], generation: int) -> list[str]:
+        mine = {str(a): parts[str(a)] for a in placement.on(core.index) if str(a) in parts}
         storage = self.cluster.storage
-        blobs = {aid: storage.read_part(path) for aid, path in parts.items()
-                 if aid in mine and storage is not None}
+        assert storage is not None, "restores come only with checkpoints on"
+        blobs = {aid: [storage.read_part(path) for path in chain] for aid, chain in mine.items()}
         return list(core.restore(DataflowSpec.from_dict(spec), placement, deployment, blobs,
-                                 generation))
+                                 generation, mine))
 
     def _resume(self, core: Any, dataflow: str) -> None:
         core.resume(dataflow)
@@ -294,7 +294,8 @@ class ControlPlane:
         self.registry = Registry("test", self.pool, self.cluster.storage, resumable=False)
         self.admission = Admission(config, self.pool, self.registry)
         self.checkpoints = CheckpointCoordinator(config, self.pool, self.registry)
-        self.recovery = Recovery(config, self.pool, self.registry, threading.Event(), spawn)
+        self.recovery = Recovery(config, self.pool, self.registry, self.checkpoints,
+                                 threading.Event(), spawn)
         self.reconfig = Reconfiguration(config, self.pool, self.registry, self.checkpoints,
                                         spawn)
         self.lifecycle = Lifecycle(config, self.pool, self.registry, self.admission,

@@ -128,7 +128,7 @@ class InProcessCluster:
 
     # -- playing the controller's part in checkpoints ------------------------------------
     def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
-                 positions: dict[str, int]) -> None:
+                 positions: dict[str, int], bases: list[str]) -> None:
         self.persisted.append((dataflow, ckpt, aid))
         self.parts.setdefault((dataflow, ckpt), {})[aid] = (blob, dict(positions))
 

@@ -14,6 +14,8 @@ import pytest
 from cameo_actors import Dataflow, count, sum_
 from cameo_actors.errors import ReconfigConflict
 from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.operators.bins import stable_hash
+from cameo_actors.runtime._private import checkpointing
 from cameo_actors.runtime._private.control.checkpoints import CheckpointPhase
 from cameo_actors.runtime._private.control.tracing import Tracing
 from cameo_actors.runtime.boundary import CANCELLED, RUNNING
@@ -228,6 +230,109 @@ def test_a_damaged_checkpoint_is_skipped_with_its_cause_and_the_one_before_resto
     assert "crc32" in reason
     feed(plane, "dm", data[450:], end=True)
     finished(plane, flow, data)
+
+
+def day_window(name: str) -> Dataflow:
+    """A keyed count over one long window: its state only grows, and a few events change
+    a few keys of it."""
+    d = Dataflow(name, latency_target_ms=1000)
+    (d.source("s", schema=SCHEMA, event_time="ts", allowed_lateness_ms=40)
+     .key_by("key").window(tumbling_ms=86_400_000, parallelism=2, id="win")
+     .aggregate(n=count(), total=sum_("value")).sink("o"))
+    return d
+
+
+def test_incremental_checkpoints_build_on_the_full_one_across_a_restore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window's part holds only the keys changed since the checkpoint before, on top of
+    its chain (the manifest's "bases"); retiring keeps what the kept one builds on; a
+    restore reads the chain and the next part builds on it, and the restored windows find
+    their keys' bins in steps among the work that follows; results equal run_local's."""
+    monkeypatch.setattr(checkpointing, "INDEX_KEYS", 7)  # many steps
+    plane = ControlPlane(2, RuntimeConfig(
+        checkpoint_interval_s=1.0, checkpoint_url=str(tmp_path / "checkpoints"),
+        ingress_log_dir=str(tmp_path / "ingress"), bins=64, checkpoints_kept=1))
+    flow, data = day_window("inc"), events(900, seed=5, keys=300)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    storage, deployment = plane.registry.storage, plane.registry.record("inc")["deployment"]
+    assert storage is not None
+    feed(plane, "inc", data[:600])
+    assert plane.checkpoints.take("inc")
+    full = storage.latest("inc", deployment)
+    assert full is not None and not full["bases"]
+    feed(plane, "inc", data[600:620])  # a few keys change
+    assert plane.checkpoints.take("inc")
+    delta = storage.latest("inc", deployment)
+    assert delta is not None
+    wins = ["inc/win/0", "inc/win/1"]
+    assert all(delta["bases"][w] == [full["parts"][w]] for w in wins)
+    for w in wins:
+        assert len(storage.read_part(delta["parts"][w])) < len(storage.read_part(full["parts"][w])) / 5
+    assert storage.checkpoints("inc", deployment) == [full["checkpoint"], delta["checkpoint"]]
+    plane.cluster.restart_core(1)
+    plane.recovery.check_executors()
+    assert plane.registry.record("inc")["history"][-1]["reason"] == \
+        f"restored from checkpoint {delta['checkpoint']}"
+    assert plane.checkpoints.due["inc"] == 0.0  # the next at once: results wait for it
+    state = plane.cluster.cores[1].hosting.activations["inc/win/1"].operator._aligned_state()
+    assert state is not None and state.to_index, "bins still to find"
+    feed(plane, "inc", data[620:700])
+    # The restored windows found their keys' bins in steps meanwhile, as a fresh index.
+    assert state.to_index == []
+    held = state.keys()  # one window's
+    assert {b: sorted(keys) for b, keys in next(iter(state.index.values())).items()} == \
+        {b: sorted(k for k in held if stable_hash(k) & 63 == b)
+         for b in {stable_hash(k) & 63 for k in held}}
+    assert plane.checkpoints.take("inc")
+    after = storage.latest("inc", deployment)
+    assert after is not None
+    assert all(after["bases"][w] == [full["parts"][w], delta["parts"][w]] for w in wins)
+    feed(plane, "inc", data[700:], end=True)
+    finished(plane, flow, data)
+
+
+@pytest.mark.parametrize("where", ["pool", "spec"])
+def test_with_incremental_checkpoints_off_every_part_is_full(tmp_path: Path, where: str) -> None:
+    plane = ControlPlane(2, RuntimeConfig(
+        checkpoint_interval_s=1.0, checkpoint_url=str(tmp_path / "checkpoints"),
+        ingress_log_dir=str(tmp_path / "ingress"), bins=64,
+        incremental_checkpoints=where == "spec"))
+    flow, data = day_window("off"), events(300, seed=2, keys=100)
+    if where == "spec":
+        flow.fault_tolerance(incremental=False)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    storage, deployment = plane.registry.storage, plane.registry.record("off")["deployment"]
+    assert storage is not None
+    sizes = []
+    for chunk in (data[:280], data[280:]):
+        feed(plane, "off", chunk)
+        assert plane.checkpoints.take("off")
+        manifest = storage.latest("off", deployment)
+        assert manifest is not None and manifest["bases"] == {}
+        sizes.append(len(storage.read_part(manifest["parts"]["off/win/0"])))
+    assert sizes[1] >= sizes[0]
+
+
+def test_a_damaged_full_part_fails_the_checkpoints_built_on_it(tmp_path: Path) -> None:
+    plane = ControlPlane(2, config(tmp_path))
+    flow, data = day_window("db"), events(400, seed=8, keys=200)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "db", data[:300])
+    assert plane.checkpoints.take("db")
+    feed(plane, "db", data[300:])
+    assert plane.checkpoints.take("db")
+    storage, deployment = plane.registry.storage, plane.registry.record("db")["deployment"]
+    assert storage is not None
+    newest = storage.latest("db", deployment)
+    assert newest is not None
+    base = newest["bases"]["db/win/0"][0]
+    (tmp_path / "checkpoints" / base).write_bytes(b"")  # a file emptied by hand
+    plane.cluster.restart_core(0)
+    plane.recovery.check_executors()
+    info = plane.registry.record("db")
+    assert info["state"] == "failed", info["history"]
+    assert f"checkpoint {newest['checkpoint']} is damaged" in info["cause"]
+    assert base.split("/")[-2] in info["cause"]
 
 
 def test_a_dataflow_whose_every_checkpoint_is_damaged_fails_with_the_causes(

@@ -90,7 +90,7 @@ class Executor:
         self.persisted: list[tuple[str, int, str]] = []
         self.checkpointing = Checkpointing(
             RuntimeConfig(), self.hosting, self.sched, self.flow, self.egress, self.ingress,
-            self.clock.now_ms, self.path, lambda d, c, a, blob, pos: self.persisted.append((d, c, a)))
+            self.clock.now_ms, self.path, lambda d, c, a, blob, pos, bases: self.persisted.append((d, c, a)))
 
 
 def message(target: str, payload: Any, upstream: str, *, watermark: bool = False) -> Message:

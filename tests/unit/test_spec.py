@@ -95,7 +95,8 @@ def dataflows(draw: st.DrawFn) -> DataflowSpec:
     df.fault_tolerance(
         checkpoint_interval_ms=draw(st.none() | st.just(0) | st.integers(100, 3_600_000)
                                     | st.floats(100, 3_600_000)),
-        delivery=draw(st.none() | st.sampled_from(DELIVERY_MODES)))
+        delivery=draw(st.none() | st.sampled_from(DELIVERY_MODES)),
+        incremental=draw(st.none() | st.booleans()))
     stream = df.source("src", schema={"ts": "int", "k": "str", "v": "float"}, event_time="ts",
                        allowed_lateness_ms=draw(st.integers(0, 1000)))
     for _ in range(draw(st.integers(0, 4))):
@@ -295,18 +296,22 @@ def test_fault_tolerance_defaults_to_the_pools() -> None:
     assert spec.fault_tolerance == FaultToleranceSpec()
     assert spec.fault_tolerance.checkpoint_interval_ms is None
     assert spec.fault_tolerance.delivery is None
-    assert spec.to_dict()["fault_tolerance"] == {"checkpoint_interval_ms": None, "delivery": None}
+    assert spec.to_dict()["fault_tolerance"] == {"checkpoint_interval_ms": None, "delivery": None,
+                                                  "incremental": None}
 
 
-@pytest.mark.parametrize(("interval", "delivery"), [
-    (0, None), (100, "exactly_once"), (2500.5, "at_least_once"), (3_600_000, None),
-    (None, "at_least_once"),
+@pytest.mark.parametrize(("interval", "delivery", "incremental"), [
+    (0, None, None), (100, "exactly_once", True), (2500.5, "at_least_once", False),
+    (3_600_000, None, None), (None, "at_least_once", True),
 ])
-def test_fault_tolerance_round_trips(interval: float | None, delivery: str | None) -> None:
-    spec = errors_flow().fault_tolerance(checkpoint_interval_ms=interval, delivery=delivery).spec
-    assert spec.fault_tolerance == FaultToleranceSpec(interval, delivery)
+def test_fault_tolerance_round_trips(interval: float | None, delivery: str | None,
+                                     incremental: bool | None) -> None:
+    spec = errors_flow().fault_tolerance(checkpoint_interval_ms=interval, delivery=delivery,
+                                         incremental=incremental).spec
+    assert spec.fault_tolerance == FaultToleranceSpec(interval, delivery, incremental)
     assert spec.to_dict()["fault_tolerance"] == {"checkpoint_interval_ms": interval,
-                                                  "delivery": delivery}
+                                                  "delivery": delivery,
+                                                  "incremental": incremental}
     assert DataflowSpec.from_dict(spec.to_dict()) == spec
     assert DataflowSpec.from_json(spec.to_json()) == spec
     assert DataflowSpec.from_msgpack(spec.to_msgpack()) == spec
@@ -364,6 +369,15 @@ def test_a_bad_delivery_is_refused(delivery: object) -> None:
     with pytest.raises(SpecError) as exc2:
         Dataflow("d", latency_target_ms=10).fault_tolerance(delivery=delivery)  # type: ignore[arg-type]
     assert_spec_error(exc2, None, "fault_tolerance.delivery", repr(delivery))
+
+
+@pytest.mark.parametrize("incremental", [1, "yes", 0.0, []])
+def test_a_bad_incremental_is_refused(incremental: object) -> None:
+    data = {**raw(), "fault_tolerance": {"incremental": incremental}}
+    with pytest.raises(SpecError) as exc:
+        DataflowSpec.from_dict(data)
+    assert_spec_error(exc, None, "fault_tolerance.incremental", "true, false or null",
+                      repr(incremental), "leave it out for the pool's default")
 
 
 @pytest.mark.parametrize(("section", "fragment"), [

@@ -161,6 +161,20 @@ def test_retire_keeps_the_newest_and_what_may_be_being_written(backend: Backend)
         s.retire(DF, DEP, keep=0)
 
 
+def test_retire_keeps_the_checkpoints_a_kept_one_builds_on(backend: Backend) -> None:
+    s = backend.storage
+    full = _checkpoint(s, 1)
+    _checkpoint(s, 2)
+    win = f"{DF}/win/0"
+    for ckpt, bases in ((3, [full[win]]), (4, [full[win], "x"])):
+        path = s.write_part(DF, DEP, ckpt, win, b"delta")
+        s.commit(DF, DEP, ckpt, {"parts": {win: path}, "bases": {win: bases}})
+    assert s.retire(DF, DEP, keep=1) == [2, 3]  # 4 builds on 1
+    assert s.read_part(full[win]) == b"df/win/0@1"
+    _checkpoint(s, 5)  # a full one: nothing builds on 1 any more
+    assert s.retire(DF, DEP, keep=1) == [1, 4]
+
+
 def test_drop(backend: Backend) -> None:
     s = backend.storage
     for dep in ("d1", "d2"):

@@ -104,6 +104,11 @@ class Activation:
         self.parked: dict[str, dict[int, tuple[list[Any], float]]] = {}
         #: this activation's part of the latest checkpoint (checkpoint.py)
         self.part: Part | None = None
+        #: the stored parts its state is in as of its part in the last completed
+        #: checkpoint (the full one first): what its next part may build on; None: none
+        self.chain: list[str] | None = None
+        #: the sizes of that chain: (its full part, the incremental ones after it)
+        self.chain_bytes = (0, 0)
         #: the dataflow's restores so far: messages of an earlier run are dropped
         self.generation = 0
         #: DS2's instrumentation: events in and out, and the useful time outside the
@@ -199,12 +204,14 @@ class Activation:
         return {(port, c) for port, chans in enumerate(self.channels)
                 for c, wm in chans.items() if wm < END_OF_STREAM}
 
-    def begin_snapshot(self, positions: dict[str, int]) -> dict[str, Any]:
+    def begin_snapshot(self, positions: dict[str, int], incremental: bool = False
+                       ) -> dict[str, Any]:
         """What restores this activation, at a checkpoint's cut: its operator (but for the
-        state `Operator.snapshot_step` packs in steps and `end_snapshot` puts in), its
-        channels' watermarks, and a source's positions (`positions`, taken when the
-        barrier was put in its mailbox)."""
-        return {"operator": self.operator.begin_snapshot(),
+        state `Operator.snapshot_step` packs in steps and `end_snapshot` puts in; only
+        what changed since the last cut if `incremental` and it can), its channels'
+        watermarks, and a source's positions (`positions`, taken when the barrier was put
+        in its mailbox)."""
+        return {"operator": self.operator.begin_snapshot(incremental),
                 "channels": [[port, c, wm] for port, chans in enumerate(self.channels)
                              for c, wm in chans.items()],
                 "positions": positions}

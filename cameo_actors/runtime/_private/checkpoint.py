@@ -22,6 +22,16 @@ every control message it is a barrier in the mailbox. At each activation
    checkpoint storage off the worker thread, and the controller, once every
    activation's part is written, commits the checkpoint's manifest.
 
+Incremental: once an activation's part is in a completed checkpoint, its next
+part may hold only the keyed state changed since (a window's keys whose state
+changed, the windows opened since, the list of windows open), on top of the
+parts before it (its *chain*: the last full part first; the manifest lists it
+under "bases", and retiring old checkpoints keeps what a kept one builds on).
+Restoring applies the chain's pieces in order. A part is full again when the
+changes since the full one add up to half of it (`DELTA_SHARE`), when the
+state moved in or out (migration), or when the previous part's checkpoint did
+not complete.
+
 Nothing is held: no channel waits for another's barrier (an aligned checkpoint
 would hold the channels whose barrier came first, and with them a
 latency-sensitive tenant's results behind a slow upstream). The cost is the
@@ -48,6 +58,15 @@ CHECKPOINT = "checkpoint"
 SNAPSHOT = "snapshot"
 #: State entries (a key in a window) packed per step: bounds a step to a few ms.
 SNAPSHOT_ENTRIES = 10_000
+#: The control kind of a step of finding the bins of a restored activation's keys.
+INDEX = "index"
+#: Keys whose bins one such step finds (a hash each: a few ms).
+INDEX_KEYS = 10_000
+#: An activation's parts are incremental until the changes since its last full part add
+#: up to this share of it (a restore then reads at most 1.5 times the state).
+DELTA_SHARE = 0.5
+#: At most this many incremental parts on top of a full one.
+MAX_DELTAS = 30
 
 #: A channel into an activation: (input port, upstream activation id; "" = ingress).
 Channel = tuple[int, str]
@@ -55,6 +74,9 @@ Channel = tuple[int, str]
 Recorded = tuple[int, str, bool, Any]
 #: A part as storage gives it back (read whole), or as `Part.frames` made it.
 PartBytes = bytes | memoryview | list[bytes]
+#: One activation's part written: (its path in storage, a source's positions at the
+#: barrier, its bytes, the stored parts it builds on: `Part.bases`).
+Written = tuple[str, dict[str, int], int, list[str]]
 
 
 @dataclass
@@ -72,6 +94,9 @@ class Part:
         inflight: the messages that came on pending channels (the channels' state).
         results: a sink's result log at the barrier, (first offset, rows, id counts).
         positions: a source's positions at the barrier (client -> next call).
+        bases: the stored parts this one builds on (incremental: its chain before it,
+            the full part first); [] for a full part.
+        nbytes: its size, once complete.
         written: handed to storage.
     """
 
@@ -83,6 +108,8 @@ class Part:
     inflight: list[Recorded] = field(default_factory=list)
     results: tuple[int, list[Any], list[Any] | None] | None = None
     positions: dict[str, int] = field(default_factory=dict)
+    bases: list[str] = field(default_factory=list)
+    nbytes: int = 0
     written: bool = False
 
     def frames(self) -> list[bytes]:
@@ -107,6 +134,29 @@ def unpack_part(blob: PartBytes) -> dict[str, Any]:
     return part
 
 
+def part_size(blob: PartBytes) -> int:
+    """The bytes of a part, whole or in frames."""
+    return sum(map(len, blob)) if isinstance(blob, list) else len(blob)
+
+
+def unpack_chain(blobs: list[PartBytes]) -> dict[str, Any]:
+    """An activation's part and the parts it builds on (`Part.bases`, the full one first,
+    it last) as one: its own, with every part's operator pieces in order."""
+    parts = [unpack_part(blob) for blob in blobs]
+    part = parts[-1]
+    if len(parts) > 1:
+        part["state"]["operator"]["pieces"] = [
+            piece for p in parts for piece in p["state"]["operator"].get("pieces", ())]
+    return part
+
+
+def part_chains(manifest: dict[str, Any]) -> dict[str, list[str]]:
+    """A checkpoint's parts (its manifest) as recovery reads them: activation -> the paths of its part,
+    after the parts it builds on (incremental, the full one first)."""
+    bases = manifest.get("bases", {})
+    return {aid: [*bases.get(aid, ()), path] for aid, path in manifest["parts"].items()}
+
+
 def interval_s(spec: DataflowSpec, config: RuntimeConfig) -> float:
     """The dataflow's checkpoint interval in seconds (0: no checkpoints, also in a pool
     without checkpoint storage, as an `ExecutorCore` alone in a test or a benchmark)."""
@@ -122,3 +172,9 @@ def delivery(spec: DataflowSpec, config: RuntimeConfig) -> str | None:
     if interval_s(spec, config) <= 0:
         return None
     return spec.fault_tolerance.delivery or config.delivery
+
+
+def incremental(spec: DataflowSpec, config: RuntimeConfig) -> bool:
+    """Whether the dataflow's parts may be incremental (its spec says, else the pool)."""
+    own = spec.fault_tolerance.incremental
+    return config.incremental_checkpoints if own is None else own

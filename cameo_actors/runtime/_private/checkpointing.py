@@ -8,11 +8,13 @@ its sources' ingress logs, and restoring a dataflow from a checkpoint.
   paused meanwhile) and goes on to every target; the messages of channels whose
   barrier is still to come are recorded; once every channel's barrier came (or its
   end of stream) and the snapshot is packed, the part goes to storage (`Persist`).
-- *Complete* (`checkpointed`): results before it become readable, and the ingress
-  log segments it covers go.
+- *Complete* (`checkpointed`): results before it become readable, the ingress
+  log segments it covers go, and each activation's part there is what its next
+  part may build on (incremental).
 - *Restore* (`restore`, on activations just deployed again, then `resume`): each
-  gets its state and its recorded messages first, each source its ingress log
-  after its positions; all are held until every executor restored its part.
+  gets its state (its part and those it builds on) and its recorded messages
+  first, each source its ingress log after its positions; all are held until
+  every executor restored its part.
 """
 
 from __future__ import annotations
@@ -27,12 +29,18 @@ import msgpack
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.checkpoint import (
     CHECKPOINT,
+    DELTA_SHARE,
+    INDEX,
+    INDEX_KEYS,
+    MAX_DELTAS,
     SNAPSHOT,
     SNAPSHOT_ENTRIES,
     Part,
     PartBytes,
+    incremental,
     interval_s,
-    unpack_part,
+    part_size,
+    unpack_chain,
 )
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.ingress_log import IngressLog
@@ -53,8 +61,9 @@ if TYPE_CHECKING:
 #: Why a restored activation is held until every executor restored its part.
 RESTORING = "restoring"
 #: Hands a complete checkpoint part to storage: (dataflow, checkpoint, activation, its
-#: frames (`Part.frames`), a source's positions at the barrier).
-Persist = Callable[[str, int, str, list[bytes], dict[str, int]], None]
+#: frames (`Part.frames`), a source's positions at the barrier, the stored parts it
+#: builds on (`Part.bases`)).
+Persist = Callable[[str, int, str, list[bytes], dict[str, int], list[str]], None]
 
 
 class Checkpointing:
@@ -131,9 +140,13 @@ class Checkpointing:
         part = act.part
         channel = (msg.port, msg.upstream)
         if part is None or part.ckpt < ckpt:
-            head = act.begin_snapshot(msg.payload[2] if act.is_source else {})
+            chain, act.chain = act.chain, None  # confirmed again when this one completes
+            head = act.begin_snapshot(msg.payload[2] if act.is_source else {},
+                                      self._incremental(act, chain))
             part = act.part = Part(ckpt, b"", act.input_channels() - {channel}, head=head,
-                                   positions=dict(msg.payload[2]) if act.is_source else {})
+                                   positions=dict(msg.payload[2]) if act.is_source else {},
+                                   bases=list(chain or ()) if head["operator"].get("delta")
+                                   else [])
             if act.is_sink:
                 part.results = self.egress.dataflows[act.dataflow].results[act.id].snapshot(ckpt)
             now = self.now_ms()
@@ -145,6 +158,13 @@ class Checkpointing:
         if part.ckpt == ckpt:
             part.pending.discard(channel)
         self._part_done(act)
+
+    def _incremental(self, act: Activation, chain: list[str] | None) -> bool:
+        """Whether `act`'s part may hold only what changed since its last (`chain`: the
+        stored parts its state is in, as of its part in the last completed checkpoint)."""
+        full, deltas = act.chain_bytes
+        return chain is not None and len(chain) <= MAX_DELTAS and deltas <= DELTA_SHARE * full \
+            and incremental(self.hosting.dataflows[act.dataflow].spec, self.config)
 
     def snapshot_step(self, act: Activation, msg: Message) -> None:
         """One bounded step of packing `act`'s snapshot (at its first barrier, then a
@@ -166,6 +186,16 @@ class Checkpointing:
         part.head = None
         self._part_done(act)
 
+    def index_step(self, act: Activation, msg: Message) -> None:
+        """A bounded step of finding the bins of a restored activation's keys (the restore
+        leaves that out, so the activation runs sooner), then the next as a message to
+        itself, `msg`'s deadline kept: other work that is due runs between steps."""
+        if act.operator.index_step(INDEX_KEYS):
+            return
+        step = self.sched.derive(msg, act.id, [INDEX], self.now_ms(), is_watermark=True)
+        step.generation = act.generation
+        self.sched.enqueue(step, self.now_ms())
+
     def record(self, act: Activation, msg: Message) -> None:
         """`msg`, about to run at `act` whose part has channels still to bring their
         barrier: recorded with the part if it came on one of those channels."""
@@ -184,28 +214,45 @@ class Checkpointing:
         part = act.part
         if part is not None and not part.pending and part.head is None and not part.written:
             part.written = True
+            frames = part.frames()
+            part.nbytes = sum(map(len, frames))
             if self.persist is not None:
-                self.persist(act.dataflow, part.ckpt, act.id, part.frames(), part.positions)
+                self.persist(act.dataflow, part.ckpt, act.id, frames, part.positions,
+                             part.bases)
             part.state, part.pieces, part.inflight, part.results = b"", [], [], None  # handed over
 
-    def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]]) -> None:
+    def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]],
+                     chains: dict[str, list[str]] | None = None) -> None:
         """Checkpoint `ckpt` of `dataflow` completed: results before it become readable,
-        and the ingress log segments before `positions` (source -> positions: those of
-        the oldest checkpoint kept, which recovery may fall back to) go."""
+        the ingress log segments before `positions` (source -> positions: those of the
+        oldest checkpoint kept, which recovery may fall back to) go, and `chains`
+        (activation -> the stored parts its state there is in: its part, after those it
+        builds on) are what the activations' next parts may build on."""
         self.egress.checkpointed(dataflow, ckpt)
         for aid, pos in positions.items():
             log = self.ingress_logs.get(aid)
             if log is not None:
                 log.retire(pos)
+        for aid, chain in (chains or {}).items():
+            act = self.hosting.activations.get(aid)
+            part = act.part if act is not None else None
+            if act is not None and part is not None and part.ckpt == ckpt and part.written:
+                act.chain = list(chain)
+                full, deltas = act.chain_bytes
+                act.chain_bytes = (full, deltas + part.nbytes) if part.bases \
+                    else (part.nbytes, 0)
 
     # -- restoring ----------------------------------------------------------------------------
-    def restore(self, spec: DataflowSpec, ids: list[str], parts: dict[str, PartBytes],
-                old: DataflowOutputs | None) -> None:
+    def restore(self, spec: DataflowSpec, ids: list[str], parts: dict[str, list[PartBytes]],
+                old: DataflowOutputs | None, chains: dict[str, list[str]] | None = None
+                ) -> None:
         """Activations `ids` of `spec`, just deployed again, as checkpoint `parts`
-        (activation -> its part) has them, held until `resume`: their recorded in-flight
-        messages first in each mailbox, then each source's ingress log after its positions.
-        `old`: the dataflow's outputs here before (its error output is kept, and commits
-        made since the checkpoint)."""
+        (activation -> its part, after the parts it builds on) has them, held until
+        `resume`: their recorded in-flight messages first in each mailbox, then each
+        source's ingress log after its positions. `old`: the dataflow's outputs here
+        before (its error output is kept, and commits made since the checkpoint).
+        `chains`: where `parts` are stored (the same shape): what the activations' next
+        parts may build on."""
         if old is not None:
             out = self.egress.dataflows[spec.name]
             out.errors, out.error_log, out.error_log_dropped = \
@@ -214,11 +261,17 @@ class Checkpointing:
         for aid in ids:
             act = self.hosting.activations[aid]
             self.flow.hold(aid, RESTORING)
-            blob = parts.get(aid)
-            if blob is None:
+            blobs = parts.get(aid)
+            if not blobs:
                 continue
-            part = unpack_part(blob)
+            part = unpack_chain(blobs)
             act.restore(part["state"])
+            self.index_step(act, Message.ingress(aid, [INDEX], dataflow=spec.name,
+                                                 tenant=spec.tenant, ingest_ms=now,
+                                                 is_watermark=True, size=0))
+            if chains and aid in chains:
+                act.chain = list(chains[aid])
+                act.chain_bytes = (part_size(blobs[0]), sum(map(part_size, blobs[1:])))
             if part["results"] is not None:
                 results = self.egress.dataflows[spec.name].results[aid]
                 results.restore(*part["results"])

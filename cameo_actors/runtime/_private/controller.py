@@ -81,7 +81,8 @@ class Controller:
         self.registry = Registry(pool, self.pool, storage, resumable)
         self.admission = Admission(self.config, self.pool, self.registry)
         self.checkpoints = CheckpointCoordinator(self.config, self.pool, self.registry)
-        self.recovery = Recovery(self.config, self.pool, self.registry, self._stopped)
+        self.recovery = Recovery(self.config, self.pool, self.registry, self.checkpoints,
+                                 self._stopped)
         self.reconfig = Reconfiguration(self.config, self.pool, self.registry,
                                         self.checkpoints)
         self.scaling = AutoScaling(self.config, self.pool, self.registry, self.reconfig)

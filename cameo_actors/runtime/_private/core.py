@@ -58,7 +58,13 @@ from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import ErrorRecord, Output, short_repr
 from cameo_actors.runtime._private.activation import Activation
 from cameo_actors.runtime._private.channels import Channels, Send
-from cameo_actors.runtime._private.checkpoint import CHECKPOINT, SNAPSHOT, PartBytes, delivery
+from cameo_actors.runtime._private.checkpoint import (
+    CHECKPOINT,
+    INDEX,
+    SNAPSHOT,
+    PartBytes,
+    delivery,
+)
 from cameo_actors.runtime._private.checkpointing import Checkpointing, Persist
 from cameo_actors.runtime._private.egress import Egress
 from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
@@ -225,13 +231,15 @@ class ExecutorCore:
 
     # == restoring: deployed again, then as the checkpoint has it (checkpointing.py) =====
     def restore(self, spec: DataflowSpec, placement: Placement, deployment: str,
-                parts: dict[str, PartBytes], generation: int) -> list[str]:
-        """Deploy `spec` here again as checkpoint `parts` (activation -> its part) has it,
-        held until `resume` (`Checkpointing.restore`). Its error output here is kept."""
+                parts: dict[str, list[PartBytes]], generation: int,
+                chains: dict[str, list[str]] | None = None) -> list[str]:
+        """Deploy `spec` here again as checkpoint `parts` (activation -> its part, after
+        those it builds on; stored at `chains`) has it, held until `resume`
+        (`Checkpointing.restore`). Its error output here is kept."""
         old = self.egress.dataflows.get(spec.name)
         self.cancel(spec.name, keep_logs=True)
         ids = self.deploy(spec, placement, deployment, generation)
-        self.checkpointing.restore(spec, ids, parts, old)
+        self.checkpointing.restore(spec, ids, parts, old, chains)
         return ids
 
     # == 1. admit ===================================================================
@@ -303,6 +311,9 @@ class ExecutorCore:
                     out = Output()
                 elif is_control(msg.payload) and msg.payload[0] == SNAPSHOT:
                     self.checkpointing.snapshot_step(act, msg)
+                    out = Output()
+                elif is_control(msg.payload) and msg.payload[0] == INDEX:
+                    self.checkpointing.index_step(act, msg)
                     out = Output()
                 elif is_control(msg.payload):
                     out, barriers = act.on_control(msg.payload, msg.port, msg.upstream)

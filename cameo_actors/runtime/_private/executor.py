@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.runtime._private.checkpoint import PartBytes
+from cameo_actors.runtime._private.checkpoint import PartBytes, Written
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
@@ -64,13 +64,12 @@ class Executor:
             if self.config.checkpoint_url else None
         # Checkpoint parts are written here, off the worker thread, one at a time.
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"cameo-ckpt-{index}")
-        #: (dataflow, checkpoint) -> activation -> (path in storage, a source's positions,
-        #: bytes)
-        self.written: dict[tuple[str, int], dict[str, tuple[str, dict[str, int], int]]] = {}
+        #: (dataflow, checkpoint) -> activation -> its part written
+        self.written: dict[tuple[str, int], dict[str, Written]] = {}
         self.write_failures = 0
         #: dataflow -> (the parts of a checkpoint `fetch` read here, their bytes), for the
         #: `restore` that follows
-        self.fetched: dict[str, tuple[dict[str, str], dict[str, PartBytes]]] = {}
+        self.fetched: dict[str, tuple[dict[str, list[str]], dict[str, list[PartBytes]]]] = {}
         #: dataflow -> times it was restored or cancelled here (a checkpoint under way
         #: before that will not complete: its waiters stop)
         self.resets: Counter[str] = Counter()
@@ -180,13 +179,14 @@ class Executor:
         return self._call(self.core.checkpoint, dataflow, ckpt)
 
     def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
-                 positions: dict[str, int]) -> None:
+                 positions: dict[str, int], bases: list[str]) -> None:
         """A complete part (on the worker thread): written by the writer thread."""
         deployment = self.core.hosting.dataflows[dataflow].deployment
-        self._writer.submit(self._write, dataflow, deployment, ckpt, aid, blob, positions)
+        self._writer.submit(self._write, dataflow, deployment, ckpt, aid, blob, positions,
+                            bases)
 
     def _write(self, dataflow: str, deployment: str, ckpt: int, aid: str, blob: list[bytes],
-               positions: dict[str, int]) -> None:
+               positions: dict[str, int], bases: list[str]) -> None:
         if self.storage is None:
             return
         try:
@@ -197,12 +197,12 @@ class Executor:
                              self.index, ckpt, dataflow, aid)
             return
         self.written.setdefault((dataflow, ckpt), {})[aid] = (path, positions,
-                                                               sum(map(len, blob)))
+                                                               sum(map(len, blob)), bases)
 
     def await_checkpoint(self, dataflow: str, ckpt: int, ids: list[str], timeout_s: float
-                         ) -> dict[str, tuple[str, dict[str, int], int]]:
+                         ) -> dict[str, Written]:
         """The parts of checkpoint `ckpt` written here once all of `ids` are (or after
-        `timeout_s`): activation -> (path, positions, bytes). Watched from Ray's thread."""
+        `timeout_s`). Watched from Ray's thread."""
         deadline = time.monotonic() + timeout_s
         resets = self.resets[dataflow]
         while True:
@@ -213,35 +213,41 @@ class Executor:
             time.sleep(EPOCH_WATCH_S * 5)
 
     def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]]) -> None:
-        """Checkpoint `ckpt` completed (its manifest is in storage)."""
+        """Checkpoint `ckpt` completed (its manifest is in storage): its parts written here
+        are what the activations' next parts may build on."""
+        mine = self.written.get((dataflow, ckpt), {})
+        chains = {aid: [*bases, path] for aid, (path, _, _, bases) in mine.items()}
         for key in [k for k in self.written if k[0] == dataflow and k[1] <= ckpt]:
             del self.written[key]
-        self._call(self.core.checkpointed, dataflow, ckpt, positions)
+        self._call(self.core.checkpointed, dataflow, ckpt, positions, chains)
 
-    def fetch(self, dataflow: str, placement: Placement, parts: dict[str, str]) -> int:
+    def fetch(self, dataflow: str, placement: Placement, parts: dict[str, list[str]]) -> int:
         """Read and check this executor's parts of a checkpoint (`parts`: activation ->
-        path in storage), in parallel, on Ray's threads, for the `restore` that follows.
-        Returns the bytes read.
+        paths in storage of its part, after those it builds on), in parallel, on Ray's
+        threads, for the `restore` that follows. Returns the bytes read.
 
         Raises:
             CheckpointDamaged: a part is missing or does not match its checksum; nothing
                 is kept then (the controller falls back to an earlier checkpoint).
         """
         mine = {str(a) for a in placement.on(self.index)}
-        wanted = {aid: path for aid, path in parts.items() if aid in mine}
+        wanted = {aid: paths for aid, paths in parts.items() if aid in mine}
         self.fetched.pop(dataflow, None)
-        if self.storage is None or not wanted:
+        paths = [path for chain in wanted.values() for path in chain]
+        if self.storage is None or not paths:
             return 0
-        with ThreadPoolExecutor(min(4, len(wanted)), thread_name_prefix="cameo-fetch") as pool:
-            blobs: dict[str, PartBytes] = dict(zip(
-                wanted, pool.map(self.storage.read_part, wanted.values()), strict=True))
+        with ThreadPoolExecutor(min(4, len(paths)), thread_name_prefix="cameo-fetch") as pool:
+            read = iter(pool.map(self.storage.read_part, paths))
+            blobs: dict[str, list[PartBytes]] = {
+                aid: [next(read) for _ in chain] for aid, chain in wanted.items()}
         self.fetched[dataflow] = (wanted, blobs)
-        return sum(map(len, blobs.values()))
+        return sum(len(b) for chain in blobs.values() for b in chain)
 
     def restore(self, spec: dict[str, Any], placement: Placement, deployment: str,
-                parts: dict[str, str], generation: int) -> list[str]:
-        """Deploy a dataflow again from a checkpoint (`parts`: activation -> path in
-        storage), held until `resume`: with the parts `fetch` read, else read here."""
+                parts: dict[str, list[str]], generation: int) -> list[str]:
+        """Deploy a dataflow again from a checkpoint (`parts`: activation -> paths in
+        storage of its part, after those it builds on), held until `resume`: with the
+        parts `fetch` read, else read here."""
         self.resets[spec["name"]] += 1
         mine = {str(a) for a in placement.on(self.index)}
         wanted = {aid: path for aid, path in parts.items() if aid in mine}
@@ -252,7 +258,7 @@ class Executor:
         for key in [k for k in self.written if k[0] == spec["name"]]:
             del self.written[key]
         return self._call(self.core.restore, DataflowSpec.from_dict(spec), placement,
-                          deployment, blobs, generation)
+                          deployment, blobs, generation, wanted)
 
     def resume(self, dataflow: str) -> None:
         self._call(self.core.resume, dataflow)

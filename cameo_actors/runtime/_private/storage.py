@@ -8,9 +8,11 @@ written last: a checkpoint counts only once its manifest is written, so a crash
 mid-write leaves the previous one in use. Every part and manifest carries a
 checksum (crc32): a part torn, damaged or changed by hand is refused when read
 (`CheckpointDamaged`), a damaged manifest does not count, and recovery falls
-back to the checkpoint before (`restorable`). Retention (`retire`) keeps the newest
-committed checkpoints and deletes the older ones and the abandoned ones below
-them, never a folder above the newest committed one (it may be being written).
+back to the checkpoint before (`restorable`). A manifest may list, under "bases",
+parts of earlier checkpoints that its incremental parts build on. Retention
+(`retire`) keeps the newest committed checkpoints and those their manifests' bases
+are in, and deletes the older ones and the abandoned ones below them, never a
+folder above the newest committed one (it may be being written).
 Pure: pyarrow and the standard library, no Ray.
 """
 
@@ -35,6 +37,7 @@ from cameo_actors.errors import CameoError
 REGISTRY = "registry.json"
 MANIFEST = "_manifest.json"
 _CHECKPOINT_DIR = re.compile(r"chk-(\d+)")
+_IN_CHECKPOINT = re.compile(r"/chk-(\d+)/")
 # Every OSError-like failure pyarrow raises: its own ArrowInvalid is a ValueError,
 # ArrowNotImplementedError a NotImplementedError.
 _FS_ERRORS = (OSError, ValueError, NotImplementedError)
@@ -336,9 +339,10 @@ class CheckpointStorage:
                 if self._manifest(folder) is not None]
 
     def retire(self, dataflow: str, deployment: str, keep: int) -> list[int]:
-        """Deletes every committed checkpoint but the newest `keep`, and every uncommitted
-        folder below the newest committed one (abandoned); never one above it (it may be
-        being written). Folders that cannot be deleted are left for the next call.
+        """Deletes every committed checkpoint but the newest `keep` and those their parts
+        build on (the manifests' "bases"), and every uncommitted folder below the newest
+        committed one (abandoned); never one above it (it may be being written). Folders
+        that cannot be deleted are left for the next call.
 
         Returns:
             The numbers of the checkpoints deleted, ascending.
@@ -347,12 +351,15 @@ class CheckpointStorage:
             raise ValueError(f"expected keep >= 1 (the newest committed checkpoint is what a "
                              f"restart restores), got {keep!r}. Fix: pass 1 or more")
         folders = self._folders(dataflow, deployment)
-        committed = [(ckpt, folder) for ckpt, folder in folders
-                     if self._manifest(folder) is not None]
+        manifests = {ckpt: self._manifest(folder) for ckpt, folder in folders}
+        committed = [ckpt for ckpt, _ in folders if manifests[ckpt] is not None]
         if not committed:
             return []
-        newest = committed[-1][0]
-        kept = {ckpt for ckpt, _ in committed[-keep:]}
+        newest = committed[-1]
+        kept = set(committed[-keep:])
+        kept |= {int(m.group(1)) for ckpt in kept
+                 for paths in (manifests[ckpt] or {}).get("bases", {}).values()
+                 for path in paths for m in [_IN_CHECKPOINT.search(path)] if m}
         deleted = []
         for ckpt, folder in folders:
             if ckpt >= newest or ckpt in kept:

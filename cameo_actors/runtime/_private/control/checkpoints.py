@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cameo_actors.errors import CameoError
+from cameo_actors.runtime._private.checkpoint import Written
 from cameo_actors.runtime._private.control.pool import Pool
 from cameo_actors.runtime._private.control.registry import Registry
 from cameo_actors.runtime._private.routing import Placement
@@ -33,8 +34,6 @@ CHECKPOINT_THREADS = 4
 TICK_S = 0.05
 
 
-#: One activation's written part: (path in storage, a source's positions, bytes).
-Part = tuple[str, dict[str, int], int]
 
 
 @dataclass(frozen=True)
@@ -132,18 +131,18 @@ class CheckpointCoordinator:
                                name, ckpt)
         return cut
 
-    def collect(self, cut: Cut, timeout_s: float) -> dict[str, Part]:
+    def collect(self, cut: Cut, timeout_s: float) -> dict[str, Written]:
         """The parts of `cut` written so far, once all are or after `timeout_s`."""
         gateway = self.pool.gateway
         answers = gateway.gather_each(
             [gateway.send(i, "await_checkpoint", cut.dataflow, cut.ckpt, ids, timeout_s)
              for i, ids in sorted(cut.by_executor.items())], timeout_s=timeout_s + 30.0)
-        written: dict[str, Part] = {}
+        written: dict[str, Written] = {}
         for part in answers:
             written.update(part or {})
         return written
 
-    def commit(self, cut: Cut, written: dict[str, Part]) -> bool:
+    def commit(self, cut: Cut, written: dict[str, Written]) -> bool:
         """Complete `cut` if every part of it is written and the dataflow still runs on
         its placement: its manifest, then the news to the executors. False otherwise."""
         registry, name, placement = self.registry, cut.dataflow, cut.placement
@@ -154,12 +153,14 @@ class CheckpointCoordinator:
                 or storage is None:
             registry.checkpoint_failed(name)
             return False
-        positions = {a: pos for a, (_, pos, _) in written.items() if a in cut.sources}
-        size = sum(n for _, _, n in written.values())
+        positions = {a: pos for a, (_, pos, _, _) in written.items() if a in cut.sources}
+        size = sum(n for _, _, n, _ in written.values())
         deployment = info["deployment"]
         storage.commit(name, deployment, cut.ckpt, {
-            "parts": {a: path for a, (path, _, _) in written.items()}, "positions": positions,
-            "placement": placement.to_dict(), "spec": info["spec"], "bytes": size})
+            "parts": {a: path for a, (path, _, _, _) in written.items()},
+            "bases": {a: bases for a, (_, _, _, bases) in written.items() if bases},
+            "positions": positions, "placement": placement.to_dict(), "spec": info["spec"],
+            "bytes": size})
         storage.retire(name, deployment, self.config.checkpoints_kept)
         # The sources' ingress logs go only up to the oldest checkpoint kept: recovery
         # may fall back to it when a newer one is damaged.
@@ -210,6 +211,11 @@ class CheckpointCoordinator:
         """Checkpoints of `name` go on: the next one (of its new placement) at once."""
         with self._changed:
             self.paused.discard(name)
+            self.due[name] = 0.0
+
+    def soon(self, name: str) -> None:
+        """The next checkpoint of `name` at the next tick (after its restore)."""
+        with self._changed:
             self.due[name] = 0.0
 
     def schedule(self, name: str, interval_s: float) -> None:

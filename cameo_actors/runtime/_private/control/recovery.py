@@ -18,7 +18,8 @@ from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError
-from cameo_actors.runtime._private.checkpoint import interval_s
+from cameo_actors.runtime._private.checkpoint import interval_s, part_chains
+from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.control.gateway import Spawn, in_thread
 from cameo_actors.runtime._private.control.pool import Pool
 from cameo_actors.runtime._private.control.registry import Registry
@@ -41,8 +42,10 @@ def short_cause(e: BaseException) -> str:
 
 class Recovery:
     def __init__(self, config: RuntimeConfig, pool: Pool, registry: Registry,
-                 stopped: threading.Event, spawn: Spawn = in_thread) -> None:
+                 checkpoints: CheckpointCoordinator, stopped: threading.Event,
+                 spawn: Spawn = in_thread) -> None:
         self.config, self.pool, self.registry, self.stopped = config, pool, registry, stopped
+        self.checkpoints = checkpoints
         self.spawn = spawn
         self.lock = pool.lock
         #: dataflows a thread restores now; how many times each lost a part (a loss during
@@ -189,7 +192,7 @@ class Recovery:
         timeout = self.config.recovery_timeout_s
         try:
             gateway.call(involved, "restore", restored, placement, info["deployment"],
-                         manifest["parts"], generation, timeout_s=timeout)
+                         part_chains(manifest), generation, timeout_s=timeout)
             gateway.call(involved, "resume", name, timeout_s=timeout)
         except RuntimeUnavailable as e:
             logger.warning("restoring %s: %s; trying again once the pool is whole", name, e)
@@ -199,6 +202,9 @@ class Recovery:
                 return False
             skipped_note = f" (skipped: {'; '.join(skipped)})" if skipped else ""
             registry.restored(info, restored, placement, manifest["checkpoint"], skipped_note)
+        # Exactly-once results made since the restore are readable once a checkpoint after
+        # them completes: the next one now (incremental, on the restored chains: cheap).
+        self.checkpoints.soon(name)
         logger.warning("dataflow %s restored from checkpoint %s%s", name,
                        manifest["checkpoint"], skipped_note)
         return True
@@ -216,7 +222,7 @@ class Recovery:
                 placement = Placement.from_dict(manifest["placement"])
                 try:
                     gateway.call(sorted(placement.executors()), "fetch", name, placement,
-                                 manifest["parts"], timeout_s=self.config.recovery_timeout_s)
+                                 part_chains(manifest), timeout_s=self.config.recovery_timeout_s)
                     return manifest, skipped
                 except CheckpointDamaged as e:
                     damage = str(e)
