@@ -1,7 +1,7 @@
 """Cameo scenarios, each under fifo, cameo and isolated, in one run on one Ray.
 
 Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,all} [--duration S] [--quick]
-      [--repeat N] [--json FILE] [--plots DIR]`
+      [--repeat N] [--checkpoints {on,off,both}] [--json FILE] [--plots DIR]`
 
 - single: bulk alone (source -> burn map -> key_by -> 250 ms tumbling count,
   parallelism 2, target 1 s) at 85% of the pool's calibrated capacity.
@@ -22,18 +22,25 @@ guaranteed floor, the default) share two executors; isolated gives each dataflow
 (same total). Capacity is measured once, at the start (bulk alone, flat out).
 Ratios: p99 of the latency-sensitive dataflows (max over them), fifo / cameo,
 floor / cameo and isolated / cameo. Inputs come from bench/harness/workload.py, seeded.
+
+Checkpoints are on as users run them (the pool's default: every 2 s, exactly-once
+results, incremental parts); `--checkpoints off` turns them off in every pool, and
+`--checkpoints both` runs each scenario with them and then without, in turn, and prints
+the ratios and the executors' busy share of both side by side (results["checkpoints_off"]).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from bench import scenarios
 from bench.harness.cluster import ensure_ray
 from bench.harness.output import save_json
-from bench.harness.tenants import calibrate_capacity
+from bench.harness.tenants import CONFIG, calibrate_capacity
 
 SCENARIOS = ("single", "multi", "spike", "fair", "overload")
 
@@ -54,6 +61,39 @@ def run_scenario(name: str, capacity: float, warmup: float, seconds: float, quic
     raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
 
 
+@contextlib.contextmanager
+def checkpoints(on: bool) -> Iterator[None]:
+    """Every pool started meanwhile takes checkpoints as the default says, or none."""
+    if on:
+        yield
+        return
+    CONFIG["checkpoint_interval_s"] = 0.0
+    try:
+        yield
+    finally:
+        del CONFIG["checkpoint_interval_s"]
+
+
+def busy(result: dict[str, Any]) -> dict[str, float]:
+    """The executors' busy share per mode of a scenario's result (overload: its last level)."""
+    if "levels" in result:
+        result = result["levels"][list(result["levels"])[-1]]
+    return {m: r["utilization"] for m, r in result.items()
+            if isinstance(r, dict) and "utilization" in r}
+
+
+def print_checkpoints(results: dict[str, Any]) -> None:
+    """Each scenario's ratios and busy shares with checkpoints and without, side by side."""
+    print("checkpoints on / off:")
+    for name, off in results["checkpoints_off"].items():
+        on = results[name]
+        ratios = " ".join(f"{k} {on['ratios'][k]:.2f}/{v:.2f}" for k, v in off["ratios"].items()
+                          if v is not None and on["ratios"].get(k) is not None)
+        shares = " ".join(f"{m} {b:.2f}/{busy(off).get(m, float('nan')):.2f}"
+                          for m, b in busy(on).items())
+        print(f"  {name}: ratios {ratios or '-'}; busy {shares}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", default="all", choices=(*SCENARIOS, "all"))
@@ -64,9 +104,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="short runs: all scenarios in under 3 minutes")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each scenario; figures are medians "
                         "over them, ratios also get their spread (default 1)")
+    parser.add_argument("--checkpoints", default="on", choices=("on", "off", "both"),
+                        help="checkpoints in every pool as the default has them (on), none "
+                             "(off), or each scenario with and then without (both)")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--plots", help="write PNG plots to this folder (needs matplotlib)")
     args = parser.parse_args(argv)
+    arms = {"on": (True,), "off": (False,), "both": (True, False)}[args.checkpoints]
     warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 5.0)
     calib = args.calibrate if args.calibrate is not None else (2.0 if args.quick else 5.0)
     names = SCENARIOS if args.scenario == "all" else (args.scenario,)
@@ -77,21 +121,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         capacity = calibrate_capacity(calib)
         print(f"the shared pool sustains {capacity:,.0f} bulk events/s alone")
         results: dict[str, Any] = {}
-        for name in names:
+        for name, on in ((n, on) for n in names for on in arms):
             default = (4.0 if args.quick else 12.0) if name == "fair" else (6.0 if args.quick else 20.0)
             seconds = args.duration if args.duration is not None else default
             runs = []
             for i in range(args.repeat):
-                print(f"{name}:" + (f" run {i + 1} of {args.repeat}" if args.repeat > 1 else ""))
-                runs.append(run_scenario(name, capacity, warmup, seconds, args.quick))
+                print(f"{name}:" + (f" run {i + 1} of {args.repeat}" if args.repeat > 1 else "")
+                      + ("" if on else " (checkpoints off)"))
+                with checkpoints(on):
+                    runs.append(run_scenario(name, capacity, warmup, seconds, args.quick))
                 if any(v is not None for v in runs[-1]["ratios"].values()):
                     print("  ratios:", {k: round(v, 2) for k, v in runs[-1]["ratios"].items() if v is not None})
-            r = results[name] = scenarios.combine(runs)
+            r = scenarios.combine(runs)
+            if on or len(arms) == 1:
+                results[name] = r
+            else:
+                results.setdefault("checkpoints_off", {})[name] = r
             r["capacity_eps"] = capacity
             if args.repeat > 1 and any(v is not None for v in r["ratios"].values()):
                 print(f"  {name} median ratios over {args.repeat} runs:",
                       {k: f"{v:.2f} ({r['ratios_spread'][k][0]:.2f}-{r['ratios_spread'][k][1]:.2f})"
                        for k, v in r["ratios"].items() if v is not None})
+        if "checkpoints_off" in results:
+            print_checkpoints(results)
         print(f"done in {time.monotonic() - t0:.0f} s")
     finally:
         if started:

@@ -6,6 +6,7 @@ pauses the dataflow's checkpoints; the pool's load follows placements."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +312,25 @@ def test_with_incremental_checkpoints_off_every_part_is_full(tmp_path: Path, whe
         assert manifest is not None and manifest["bases"] == {}
         sizes.append(len(storage.read_part(manifest["parts"]["off/win/0"])))
     assert sizes[1] >= sizes[0]
+
+
+def test_a_checkpoint_asked_for_while_one_is_under_way_follows_it_at_once(
+        tmp_path: Path) -> None:
+    """`soon` (a restore's) during a scheduled checkpoint is not overwritten by that
+    checkpoint's end, which otherwise sets the next one an interval later."""
+    plane = ControlPlane(2, config(tmp_path))
+    flow = keyed("cs", 2)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "cs", events(100, seed=1))
+    coordinator = plane.checkpoints
+    for asked in (True, False):
+        coordinator.taking.add("cs")  # as `run` starts one
+        coordinator.due["cs"] = math.inf
+        plane.gateway.before = lambda index, method: \
+            coordinator.soon("cs") if asked and method == "checkpoint" else None
+        coordinator._scheduled("cs")
+        assert "cs" not in coordinator.taking
+        assert (coordinator.due["cs"] == 0.0) is asked
 
 
 def test_a_damaged_full_part_fails_the_checkpoints_built_on_it(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ way, and resumes them when it ends (the next one then at once)."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -82,6 +83,7 @@ class CheckpointCoordinator:
                        and self.phase(d["name"]) is CheckpointPhase.WAITING
                        and self.due.get(d["name"], 0.0) <= now]
                 self.taking.update(due)
+                self.due.update((name, math.inf) for name in due)  # under way
             for name in due:
                 self._threads.submit(self._scheduled, name)
 
@@ -97,8 +99,10 @@ class CheckpointCoordinator:
         finally:
             with self._changed:
                 info = self.registry.dataflows.get(name)
-                if info is not None:  # at least twice its last duration apart, as Flink's
-                    counts = info["checkpoints"]  # min pause: it never takes the executor over
+                # At least twice its last duration apart, as Flink's min pause: it never
+                # takes the executor over; unless one was asked for meanwhile (`soon`).
+                if info is not None and self.due.get(name) == math.inf:
+                    counts = info["checkpoints"]
                     self.due[name] = time.monotonic() + max(
                         counts["interval_s"], 2 * (counts["last_duration_s"] or 0.0))
                 self._done(name)
