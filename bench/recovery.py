@@ -18,20 +18,24 @@ Per state size and checkpoint interval (1 s and 5 s; `--quick`: 1 s only), on Ra
 - `checkpoint_overhead`: on a pool of one executor, the events/s of pushing a fixed set of
   events flat out (`keys * 1.5` events for large, so the state grows to full and is then
   updated; 600,000 for small, `--quick` 150,000) and `wait_idle`, with checkpoints at the
-  interval divided by the same without (`fault_tolerance(checkpoint_interval_ms=0)`).
-  Measured side by side: rounds of (off, every interval) in turn, `repeats` rounds (3;
-  `--quick` 2), medians; each run deploys its own copy of bulk. `wait_idle` ends with a
+  interval divided by the same without (`fault_tolerance(checkpoint_interval_ms=0)`),
+  for incremental parts (the default) and for full ones (`incremental=False`: the
+  table's "full" rows). Measured side by side: rounds of (off, every interval
+  incremental and full) in turn, `repeats` rounds (3; `--quick` 2), medians; each run
+  deploys its own copy of bulk. `wait_idle` ends with a
   checkpoint of every checkpointed dataflow (exactly-once results become readable then):
   that last checkpoint is in the "with" time. The events are made before the clock starts.
 - `alerts_p99_ms`: on the same pool (one executor: both tenants share its worker thread),
   "alerts" (`cameo_actors.examples.alerts_dataflow`: filter + map, target 50 ms, its own
   checkpoints off in every arm, so its results are readable at once) gets 300 events/s
   (a quarter of them alerts) while a bulk copy, once its state is full (keys events flat
-  out), gets `load` (0.5) of its measured capacity, checkpointed at the interval or not;
-  p99 of egress - ingest of the alerts whose input came in the measured `measure_s` (12 s;
-  `--quick` 4 s). First alerts alone (no bulk), once: this machine's baseline at the
-  time. Arms alternate (off, each interval), `alerts_repeats` rounds (2; `--quick` 1),
-  medians of the p99s; the ratio is with / without.
+  out), gets `load` (0.5) of its measured capacity, checkpointed at the interval
+  (incremental or full) or not; p99 of egress - ingest of the alerts whose input came in
+  the measured `measure_s` (12 s; `--quick` 4 s), the executor's busy share over it, and
+  bulk's last checkpoint then (its size and duration: `steady_checkpoint_mb`, `_s`).
+  First alerts alone (no bulk), once: this machine's baseline at the time. Arms
+  alternate (off, each interval incremental and full), `alerts_repeats` rounds (2;
+  `--quick` 1), medians; the ratio is with / without.
 - recovery, on a second pool of two executors (`monitor_interval_s` 0.2 s;
   `recovery_timeout_s` 300 s so that a slow restore of 100 MB is measured, not failed;
   `result_capacity` 4,000,000 rows, so that the day window's rows at the close fit its

@@ -223,7 +223,7 @@ class IntervalJoinOperator(WindowedOperator):
         return [encode_key(k), list(state.events[0]), list(state.events[1])]
 
     def _snapshot_windows(self) -> dict[str, Any]:
-        return {"keys": [self._row(k, s) for k, s in self._keys.items()]}
+        return {"keys": (self._row(k, s) for k, s in self._keys.items())}
 
     def _restore_windows(self, state: dict[str, Any]) -> None:
         self._keys, self._expiry, self._seq = {}, [], 0

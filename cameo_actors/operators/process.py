@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgpack
@@ -368,18 +368,19 @@ class ProcessOperator(WindowedOperator):
 
     def _rows(self, keys: Iterable[Any]) -> list[Any]:
         """Rows ``[key, state as msgpack bytes or None, [timer, ...]]``, keys encoded."""
+        return list(self._each_row(keys))
+
+    def _each_row(self, keys: Iterable[Any]) -> Iterator[list[Any]]:
         states, timers = self._states, self._timers
-        rows = []
         for k in keys:
             state, ts = states.get(k), timers.get(k)
             if state is None and ts is None:
                 continue
-            rows.append([encode_key(k), None if state is None else self._pack(k, state),
-                         sorted(ts) if ts else []])
-        return rows
+            yield [encode_key(k), None if state is None else self._pack(k, state),
+                   sorted(ts) if ts else []]
 
     def _snapshot_windows(self) -> dict[str, Any]:
-        return {"keys": self._rows(self.state_keys()),
+        return {"keys": self._each_row(self.state_keys()),
                 "user_function_count": self.user_function_count}
 
     def _restore_windows(self, state: dict[str, Any]) -> None:

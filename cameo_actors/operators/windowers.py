@@ -74,7 +74,8 @@ class Windower(Protocol):
         ...
 
     def snapshot(self) -> dict[str, Any]:
-        """The windows as msgpack-able data (entries of the operator's snapshot)."""
+        """The windows as msgpack-able data (entries of the operator's snapshot); a long
+        list of rows per key may be an iterator (`WindowedOperator.snapshot`)."""
         ...
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -360,13 +361,14 @@ class SessionWindower:
                     discard(k)
 
     def snapshot(self) -> dict[str, Any]:
+        """Its lists of rows per key as iterators (`WindowedOperator.snapshot`)."""
         copy_acc = self.aggs.copy
         return {
-            "sessions": [
+            "sessions": (
                 [encode_key(k), [[s.first, s.last, copy_acc(s.acc), s.seq] for s in lst]]
                 for k, lst in self.sessions.items()
-            ],
-            "fired_last": [[encode_key(k), last] for k, last in self.fired_last.items()],
+            ),
+            "fired_last": ([encode_key(k), last] for k, last in self.fired_last.items()),
             "seq": self.seq,
         }
 

@@ -463,6 +463,10 @@ class WindowedOperator(Operator):
     def __init__(self, step_id: str, n_inputs: int = 1) -> None:
         super().__init__(step_id, n_inputs)
         self.rejects = Rejects(self.error)
+        #: a checkpoint's lists of rows per key still to pack (state kept per key), and
+        #: the pieces packed so far
+        self._rows_to_pack: list[tuple[str, Iterator[Any]]] = []
+        self._row_pieces: list[bytes] = []
 
     @property
     def late_count(self) -> int:
@@ -541,7 +545,8 @@ class WindowedOperator(Operator):
         numbers, strings, None; a join's buffered events as they are). Tuple
         keys are stored as lists."""
         state = self._envelope()
-        state.update(self._snapshot_windows())
+        state.update((k, list(v) if isinstance(v, Iterator) else v)
+                     for k, v in self._snapshot_windows().items())
         return state
 
     def _envelope(self) -> dict[str, Any]:
@@ -563,8 +568,17 @@ class WindowedOperator(Operator):
 
     def begin_snapshot(self, incremental: bool = False) -> dict[str, Any]:
         state = self._aligned_state()
-        if state is None:
-            return self.snapshot()
+        if state is None:  # kept per key: its lists of rows (iterators) packed in steps
+            head = self._envelope()
+            self._rows_to_pack = []
+            for k, v in self._snapshot_windows().items():
+                if isinstance(v, Iterator):
+                    self._rows_to_pack.append((k, v))
+                    head[k] = []
+                else:
+                    head[k] = v
+            head["listed"] = [k for k, _ in self._rows_to_pack]
+            return head
         head = self._envelope()
         head["aligned"] = {}
         if state.start_packing(incremental):
@@ -574,7 +588,18 @@ class WindowedOperator(Operator):
 
     def snapshot_step(self, budget: int) -> bool:
         state = self._aligned_state()
-        return state is None or state.pack_some(budget)
+        if state is not None:
+            return state.pack_some(budget)
+        to_pack = self._rows_to_pack
+        while to_pack and budget > 0:
+            field, rows = to_pack[0]
+            chunk = list(islice(rows, budget))
+            if len(chunk) < budget:
+                to_pack.pop(0)
+            if chunk:
+                budget -= len(chunk)
+                self._row_pieces.append(msgpack.packb([field, chunk], use_bin_type=True))
+        return not to_pack
 
     def index_step(self, budget: int) -> bool:
         state = self._aligned_state()
@@ -584,6 +609,8 @@ class WindowedOperator(Operator):
         state = self._aligned_state()
         if state is not None and "aligned" in head:
             head["pieces"] = state.packed()
+        elif "listed" in head:
+            head["pieces"], self._row_pieces, self._rows_to_pack = self._row_pieces, [], []
         return head
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -598,6 +625,12 @@ class WindowedOperator(Operator):
         super().restore(state)
         self.rejects.late_count = state["late_count"]
         self.rejects.malformed_count = state["malformed_count"]
-        if "pieces" in state:  # packed in steps (`end_snapshot`)
+        if "listed" in state:  # rows per key packed in steps (`end_snapshot`)
+            state = {**state, **{field: [] for field in state["listed"]}}
+            for piece in state["pieces"]:
+                if isinstance(piece, bytes):  # as the steps packed it, not unpacked yet
+                    piece = msgpack.unpackb(piece, raw=False, strict_map_key=False)
+                state[piece[0]].extend(piece[1])
+        elif "pieces" in state:  # aligned windows packed in steps (`end_snapshot`)
             state = {**state, "aligned": {**state["aligned"], "pieces": state["pieces"]}}
         self._restore_windows(state)

@@ -326,7 +326,7 @@ def test_a_checkpoint_asked_for_while_one_is_under_way_follows_it_at_once(
     for asked in (True, False):
         coordinator.taking.add("cs")  # as `run` starts one
         coordinator.due["cs"] = math.inf
-        plane.gateway.before = lambda index, method: \
+        plane.gateway.before = lambda index, method, asked=asked: \
             coordinator.soon("cs") if asked and method == "checkpoint" else None
         coordinator._scheduled("cs")
         assert "cs" not in coordinator.taking
