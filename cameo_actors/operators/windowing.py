@@ -371,7 +371,7 @@ class KeyedWindows(Generic[S]):
         for end in sorted(windows):
             w = windows[end]
             keys = None if changed is None else changed.get(end)
-            if keys is None:  # all of it
+            if keys is None or 2 * len(keys) > len(w):  # all of it (read in memory order)
                 self.to_pack.append((end, iter(w.items())))
             elif keys:
                 self.to_pack.append((end, _items_of(w, keys)))
