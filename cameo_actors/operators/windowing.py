@@ -259,9 +259,14 @@ class KeyedWindows(Generic[S]):
 
     def changed_in(self, end: float) -> set[Any] | None:
         """Where a loop adds the keys whose state it changes in the window ending at
-        `end`; None: no need (not tracked, or a window new since the cut)."""
+        `end`; None: no need (not tracked, a window new since the cut, or one where more
+        than half the keys changed: the next cut packs it whole, and the adds stop)."""
         changed = self.changed
-        return None if changed is None else changed.get(end)
+        keys = None if changed is None else changed.get(end)
+        if keys is not None and 2 * len(keys) > len(self.windows[end]):
+            del changed[end]  # type: ignore[union-attr]
+            return None
+        return keys
 
     def pop_due(self, watermark: float) -> Iterator[tuple[float, dict[Any, S]]]:
         """Remove and yield (end, key -> state) of each window with end <= watermark, in end order."""
@@ -371,7 +376,7 @@ class KeyedWindows(Generic[S]):
         for end in sorted(windows):
             w = windows[end]
             keys = None if changed is None else changed.get(end)
-            if keys is None or 2 * len(keys) > len(w):  # all of it (read in memory order)
+            if keys is None or 2 * len(keys) > len(w):  # all of it (in memory order: faster)
                 self.to_pack.append((end, iter(w.items())))
             elif keys:
                 self.to_pack.append((end, _items_of(w, keys)))
