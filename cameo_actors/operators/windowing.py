@@ -573,8 +573,8 @@ class WindowedOperator(Operator):
 
     def begin_snapshot(self, incremental: bool = False) -> dict[str, Any]:
         state = self._aligned_state()
+        head = self._envelope()
         if state is None:  # kept per key: its lists of rows (iterators) packed in steps
-            head = self._envelope()
             self._rows_to_pack = []
             for k, v in self._snapshot_windows().items():
                 if isinstance(v, Iterator):
@@ -584,7 +584,6 @@ class WindowedOperator(Operator):
                     head[k] = v
             head["listed"] = [k for k, _ in self._rows_to_pack]
             return head
-        head = self._envelope()
         head["aligned"] = {}
         if state.start_packing(incremental):
             head["aligned"]["ends"] = sorted(state.windows)

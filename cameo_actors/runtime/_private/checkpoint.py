@@ -151,8 +151,8 @@ def unpack_chain(blobs: list[PartBytes]) -> dict[str, Any]:
 
 
 def part_chains(manifest: dict[str, Any]) -> dict[str, list[str]]:
-    """A checkpoint's parts (its manifest) as recovery reads them: activation -> the paths of its part,
-    after the parts it builds on (incremental, the full one first)."""
+    """A checkpoint's parts (its manifest) as recovery reads them: activation -> the paths
+    of its part, after the parts it builds on (incremental, the full one first)."""
     bases = manifest.get("bases", {})
     return {aid: [*bases.get(aid, ()), path] for aid, path in manifest["parts"].items()}
 

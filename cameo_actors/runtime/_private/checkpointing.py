@@ -192,9 +192,10 @@ class Checkpointing:
         itself, `msg`'s deadline kept: other work that is due runs between steps."""
         if act.operator.index_step(INDEX_KEYS):
             return
-        step = self.sched.derive(msg, act.id, [INDEX], self.now_ms(), is_watermark=True)
+        now = self.now_ms()
+        step = self.sched.derive(msg, act.id, [INDEX], now, is_watermark=True)
         step.generation = act.generation
-        self.sched.enqueue(step, self.now_ms())
+        self.sched.enqueue(step, now)
 
     def record(self, act: Activation, msg: Message) -> None:
         """`msg`, about to run at `act` whose part has channels still to bring their

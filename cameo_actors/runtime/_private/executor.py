@@ -250,7 +250,7 @@ class Executor:
         parts `fetch` read, else read here."""
         self.resets[spec["name"]] += 1
         mine = {str(a) for a in placement.on(self.index)}
-        wanted = {aid: path for aid, path in parts.items() if aid in mine}
+        wanted = {aid: chain for aid, chain in parts.items() if aid in mine}
         fetched, blobs = self.fetched.pop(spec["name"], ({}, {}))
         if fetched != wanted:
             self.fetch(spec["name"], placement, parts)

@@ -35,8 +35,6 @@ CHECKPOINT_THREADS = 4
 TICK_S = 0.05
 
 
-
-
 @dataclass(frozen=True)
 class Cut:
     """A checkpoint begun: its barriers are on their way through the dataflow."""
