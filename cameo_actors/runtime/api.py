@@ -65,6 +65,7 @@ from cameo_actors.runtime.boundary import (
 from cameo_actors.runtime.config import RuntimeConfig, default_run_dir
 from cameo_actors.runtime.exceptions import (
     DataflowEnded,
+    DataflowNotFound,
     PoolInUse,
     PoolKept,
     PoolNotFound,
@@ -617,7 +618,8 @@ class Runtime:
 
     def flush(self) -> None:
         """Wait until every pushed batch was accepted by its executor (written to its
-        source's ingress log: it survives a failure from then on)."""
+        source's ingress log: it survives a failure from then on). Batches to a dataflow
+        that failed or was cancelled meanwhile are dropped: it takes no more input."""
         for host in list(self._in_flight):
             self._settle(host, len(self._in_flight[host]))
 
@@ -661,7 +663,8 @@ class Runtime:
         """Wait for the oldest `n` ingest calls to `host`. If one failed because an
         executor died or its dataflow is being restored, every call not yet answered
         there is sent again once the dataflow runs (a source drops what it applied), and
-        waited for (up to `recovery_timeout_s`)."""
+        waited for (up to `recovery_timeout_s`); those to a dataflow that ended meanwhile
+        are dropped (the next push to it raises DataflowEnded)."""
         deadline = time.monotonic() + self.config.recovery_timeout_s
         while True:
             pending = self._in_flight.get(host, [])
@@ -684,12 +687,20 @@ class Runtime:
             if time.monotonic() > deadline:
                 raise RuntimeUnavailable(f"batches to executor {host} were not accepted within "
                                          f"{self.config.recovery_timeout_s:g} s of a failure")
-            # Every call not answered yet may fail as well: all of them again, in order.
+            # Every call not answered yet may fail as well: all of them again, in order,
+            # but those to a dataflow that ended: it takes no more input, and its end must
+            # not fail the batches of the others sharing the executor.
             cluster.get_each([p[0] for p in pending])  # let them finish (or fail) first
             self._in_flight[host] = []
+            ended = set()
             for name in dict.fromkeys(p[1] for p in pending):
-                self._await_change(name)
+                try:
+                    self._await_change(name)
+                except (DataflowEnded, DataflowNotFound):
+                    ended.add(name)
             for _, name, target, seq, blob in sorted(pending, key=lambda p: (p[2], p[3])):
+                if name in ended:
+                    continue
                 to = self.describe(name)["hosts"][target]
                 ref = self.executors[to].ingest.remote(self._client, seq, target, blob)
                 self._in_flight.setdefault(to, []).append((ref, name, target, seq, blob))

@@ -5,6 +5,7 @@ executor killed with SIGKILL while dataflows run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cameo_actors import Dataflow, DataflowEnded, SpecError, count, run_local
+from cameo_actors import Dataflow, DataflowEnded, Runtime, SpecError, count, run_local
 from cameo_actors.runtime.boundary import FINISHED, LIVE_STATES
 
 pytestmark = pytest.mark.integration
@@ -94,6 +95,25 @@ def test_a_dataflow_over_its_state_budget_fails_alone(pools: Any) -> None:
     assert sorted(e["ts"] for e in rt.results("lc-calm")) == list(range(1, 200, 2))
     assert state_of(rt, "lc-calm") == "running"
     rt.cancel("lc-calm")
+
+
+def test_batches_to_a_dataflow_that_ended_meanwhile_fail_no_other(pools: Any) -> None:
+    rt = pools["watched2"]
+    rt.deploy(errors_only("lc-gone"))
+    rt.deploy(errors_only("lc-stays"))
+    rt.push("lc-gone", "logs", events(10))
+    rt.describe("lc-gone", refresh=True)  # this handle takes it as running for a while yet
+    Runtime.connect(pool=rt.pool, address=None).cancel("lc-gone")
+    # Sent before this handle learns that it ended (its look is a second old at most): the
+    # executor refuses the batch, and the flush below meets the refusal.
+    with contextlib.suppress(DataflowEnded):  # the cancel took longer than that
+        rt.push("lc-gone", "logs", events(10, start=10))
+    rt.push("lc-stays", "logs", events(100))
+    rt.wait_idle()  # settles the refused batch beside the other tenant's
+    assert sorted(e["ts"] for e in rt.results("lc-stays")) == list(range(1, 100, 2))
+    with pytest.raises(DataflowEnded, match="cancelled"):
+        rt.push("lc-gone", "logs", events(10, start=20))
+    rt.cancel("lc-stays")
 
 
 def test_windows_per_event_are_bounded_when_deployed(pools: Any) -> None:
