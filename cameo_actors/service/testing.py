@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cameo_actors.runtime.config import ray_temp_dir
+from cameo_actors.runtime.config import RAY_SYSTEM_CONFIG, ray_temp_dir
 from cameo_actors.service.auth import new_token, write_private
 
 
@@ -161,7 +161,7 @@ class LocalCluster:
 
     Ray's token auth stays on: a token is written to RUN_DIR/ray_auth_token (user-only)
     and handed to every process through RAY_AUTH_TOKEN_PATH, with RAY_AUTH_MODE=token;
-    `env` carries both for the service that joins.
+    `env` carries both for the service that joins, and Ray's settings for cameo.
 
     Args:
         run_dir: folder for Ray's session files and the nodes' logs.
@@ -180,7 +180,9 @@ class LocalCluster:
         os.makedirs(self.run_dir, exist_ok=True)
         if not os.path.exists(token_path):
             write_private(token_path, new_token())
-        self.env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
+        # Ray's settings as a local Ray gets them (`config.RAY_SYSTEM_CONFIG`), as variables.
+        self.env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path,
+                    **{f"RAY_{k}": str(v) for k, v in RAY_SYSTEM_CONFIG.items()}}
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def _ray(self, *args: str, log_name: str) -> subprocess.Popen[bytes]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.runtime._private.checkpoint import Written
+from cameo_actors.runtime._private.checkpoint import Written, read_chain
 from cameo_actors.runtime._private.control.admission import Admission
 from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.control.gateway import ExecutorGateway
@@ -208,8 +208,9 @@ class InProcessGateway(ExecutorGateway):
         mine = {str(a): parts[str(a)] for a in placement.on(core.index) if str(a) in parts}
         storage = self.cluster.storage
         assert storage is not None, "restores come only with checkpoints on"
-        blobs = {aid: [storage.read_part(path) for path in chain] for aid, chain in mine.items()}
-        return list(core.restore(DataflowSpec.from_dict(spec), placement, deployment, blobs,
+        read = {aid: read_chain([storage.read_part(path) for path in chain])
+                for aid, chain in mine.items()}
+        return list(core.restore(DataflowSpec.from_dict(spec), placement, deployment, read,
                                  generation, mine))
 
     def _resume(self, core: Any, dataflow: str) -> None:
@@ -302,7 +303,7 @@ class ControlPlane:
                                    self.checkpoints, self.reconfig)
         self.scaling = AutoScaling(config, self.pool, self.registry, self.reconfig)
         self.monitor = Monitor(config, self.pool, self.registry, self.admission,
-                               self.checkpoints, self.recovery)
+                               self.checkpoints)
         self.registry.on_release += [self.scaling.forget, self.checkpoints.forget]
         self.pool.link()
 

@@ -33,6 +33,7 @@ from cameo_actors.operators.lease import build_lessee
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 from cameo_actors.runtime._private.checkpoint import Channel as InputChannel
 from cameo_actors.runtime._private.checkpoint import Part
+from cameo_actors.runtime._private.collector import state_coming_in
 from cameo_actors.runtime._private.migration import (
     CHUNK_KEYS,
     EPOCH,
@@ -382,8 +383,9 @@ class Activation:
                   ) -> tuple[Output, list[Barrier]]:
         epoch = self._epoch_of(version)
         if blob:  # just unpacked: the operator keeps the rows as they are
-            self.operator.put_state(  # type: ignore[attr-defined]
-                msgpack.unpackb(blob, raw=False, strict_map_key=False), owned=True)
+            with state_coming_in():
+                rows = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+            self.operator.put_state(rows, owned=True)  # type: ignore[attr-defined]
         if last:
             epoch.received.add(sender)
         return self._finish_if_done(), []

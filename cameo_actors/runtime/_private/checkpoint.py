@@ -48,6 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from cameo_actors.runtime._private.collector import state_coming_in
+
 if TYPE_CHECKING:
     from cameo_actors.dataflow.spec import DataflowSpec
     from cameo_actors.runtime.config import RuntimeConfig
@@ -148,6 +150,25 @@ def unpack_chain(blobs: list[PartBytes]) -> dict[str, Any]:
         part["state"]["operator"]["pieces"] = [
             piece for p in parts for piece in p["state"]["operator"].get("pieces", ())]
     return part
+
+
+@dataclass
+class ChainRead:
+    """An activation's chain of parts as a restore takes it (`read_chain`): unpacked into
+    one part (`unpack_chain`), with the full part's size and the incremental parts' (what
+    its next parts may build on: `Activation.chain_bytes`)."""
+
+    part: dict[str, Any]
+    full_bytes: int
+    delta_bytes: int
+
+
+def read_chain(blobs: list[PartBytes]) -> ChainRead:
+    """`unpack_chain`, and the part sizes, for a restore: unpacked as state coming in
+    (`collector.state_coming_in`)."""
+    with state_coming_in():
+        part = unpack_chain(blobs)
+    return ChainRead(part, part_size(blobs[0]), sum(map(part_size, blobs[1:])))
 
 
 def part_chains(manifest: dict[str, Any]) -> dict[str, list[str]]:

@@ -35,12 +35,10 @@ from cameo_actors.runtime._private.checkpoint import (
     MAX_DELTAS,
     SNAPSHOT,
     SNAPSHOT_ENTRIES,
+    ChainRead,
     Part,
-    PartBytes,
     incremental,
     interval_s,
-    part_size,
-    unpack_chain,
 )
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.ingress_log import IngressLog
@@ -244,13 +242,14 @@ class Checkpointing:
                     else (part.nbytes, 0)
 
     # -- restoring ----------------------------------------------------------------------------
-    def restore(self, spec: DataflowSpec, ids: list[str], parts: dict[str, list[PartBytes]],
+    def restore(self, spec: DataflowSpec, ids: list[str], parts: dict[str, ChainRead],
                 old: DataflowOutputs | None, chains: dict[str, list[str]] | None = None
                 ) -> None:
         """Activations `ids` of `spec`, just deployed again, as checkpoint `parts`
         (activation -> its part, after the parts it builds on) has them, held until
         `resume`: their recorded in-flight messages first in each mailbox, then each
-        source's ingress log after its positions. `old`: the dataflow's outputs here
+        source's ingress log after its positions. `parts` are unpacked already
+        (`read_chain`, off this thread). `old`: the dataflow's outputs here
         before (its error output is kept, and commits made since the checkpoint).
         `chains`: where `parts` are stored (the same shape): what the activations' next
         parts may build on."""
@@ -262,17 +261,17 @@ class Checkpointing:
         for aid in ids:
             act = self.hosting.activations[aid]
             self.flow.hold(aid, RESTORING)
-            blobs = parts.get(aid)
-            if not blobs:
+            read = parts.get(aid)
+            if read is None:
                 continue
-            part = unpack_chain(blobs)
+            part = read.part
             act.restore(part["state"])
             self.index_step(act, Message.ingress(aid, [INDEX], dataflow=spec.name,
                                                  tenant=spec.tenant, ingest_ms=now,
                                                  is_watermark=True, size=0))
             if chains and aid in chains:
                 act.chain = list(chains[aid])
-                act.chain_bytes = (part_size(blobs[0]), sum(map(part_size, blobs[1:])))
+                act.chain_bytes = (read.full_bytes, read.delta_bytes)
             if part["results"] is not None:
                 results = self.egress.dataflows[spec.name].results[aid]
                 results.restore(*part["results"])

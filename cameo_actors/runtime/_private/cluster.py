@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from cameo_actors.runtime.boundary import CALL_TIMEOUT_S
-from cameo_actors.runtime.config import ray_temp_dir
+from cameo_actors.runtime.config import RAY_SYSTEM_CONFIG, ray_temp_dir
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
 
 #: The Ray namespace of every cameo actor (controllers, executors).
@@ -54,7 +54,7 @@ def init_local(run_dir: str | None = None, num_cpus: int | None = None, *,
     kwargs.setdefault("configure_logging", False)
     ray.init(address="local", num_cpus=num_cpus or 4 * (os.cpu_count() or 1),
              include_dashboard=False, namespace=NAMESPACE, _temp_dir=run,
-             _node_ip_address=node_ip, **kwargs)
+             _node_ip_address=node_ip, _system_config=RAY_SYSTEM_CONFIG, **kwargs)
 
 
 def join(address: str, *, auth: str = "auto", log_to_driver: bool = True) -> None:

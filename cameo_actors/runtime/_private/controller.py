@@ -13,7 +13,8 @@ cores in tests):
 - `Admission` (`admission.py`): whether a new dataflow fits, where it goes, the
   overload report;
 - `CheckpointCoordinator` (`checkpoints.py`): each dataflow's checkpoints;
-- `Recovery` (`recovery.py`): executors that die, and restoring what they hosted;
+- `Recovery` (`recovery.py`): executors that die (watched every 0.2 s), and restoring
+  what they hosted;
 - `Reconfiguration` (`reconfig.py`, carried out by `migrations.py`): scale,
   migrate, lease, rebalance, add and remove executors;
 - `AutoScaling` (`scaling.py`), `Tracing` (`tracing.py`), and the `Monitor`
@@ -90,7 +91,7 @@ class Controller:
         self.lifecycle = Lifecycle(self.config, self.pool, self.registry, self.admission,
                                    self.checkpoints, self.reconfig)
         self.monitor = Monitor(self.config, self.pool, self.registry, self.admission,
-                               self.checkpoints, self.recovery)
+                               self.checkpoints)
         self.registry.on_release += [self.scaling.forget, self.checkpoints.forget]
         saved = storage.load_registry() if storage is not None else None
         if saved:
@@ -100,7 +101,8 @@ class Controller:
             self.pool.gateway.start(range(n))
             self.pool.link()
         self.admission.report()
-        loops = [("monitor", self.monitor.run), ("checkpointer", self.checkpoints.run),
+        loops = [("watch", self.recovery.watch), ("monitor", self.monitor.run),
+                 ("checkpointer", self.checkpoints.run),
                  ("scaling", self.scaling.run)]
         if self.config.trace_sample > 0:
             loops.append(("tracer", self.tracing.run))

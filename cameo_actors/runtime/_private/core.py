@@ -62,7 +62,7 @@ from cameo_actors.runtime._private.checkpoint import (
     CHECKPOINT,
     INDEX,
     SNAPSHOT,
-    PartBytes,
+    ChainRead,
     delivery,
 )
 from cameo_actors.runtime._private.checkpointing import Checkpointing, Persist
@@ -231,10 +231,10 @@ class ExecutorCore:
 
     # == restoring: deployed again, then as the checkpoint has it (checkpointing.py) =====
     def restore(self, spec: DataflowSpec, placement: Placement, deployment: str,
-                parts: dict[str, list[PartBytes]], generation: int,
+                parts: dict[str, ChainRead], generation: int,
                 chains: dict[str, list[str]] | None = None) -> list[str]:
-        """Deploy `spec` here again as checkpoint `parts` (activation -> its part, after
-        those it builds on; stored at `chains`) has it, held until `resume`
+        """Deploy `spec` here again as checkpoint `parts` (activation -> its chain of parts,
+        read and unpacked: `read_chain`; stored at `chains`) has it, held until `resume`
         (`Checkpointing.restore`). Its error output here is kept."""
         old = self.egress.dataflows.get(spec.name)
         self.cancel(spec.name, keep_logs=True)

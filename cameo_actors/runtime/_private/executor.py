@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.runtime._private.checkpoint import PartBytes, Written
+from cameo_actors.runtime._private.checkpoint import ChainRead, PartBytes, Written, read_chain
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
@@ -67,9 +67,9 @@ class Executor:
         #: (dataflow, checkpoint) -> activation -> its part written
         self.written: dict[tuple[str, int], dict[str, Written]] = {}
         self.write_failures = 0
-        #: dataflow -> (the parts of a checkpoint `fetch` read here, their bytes), for the
-        #: `restore` that follows
-        self.fetched: dict[str, tuple[dict[str, list[str]], dict[str, list[PartBytes]]]] = {}
+        #: dataflow -> (the parts of a checkpoint `fetch` read here, them unpacked), for
+        #: the `restore` that follows
+        self.fetched: dict[str, tuple[dict[str, list[str]], dict[str, ChainRead]]] = {}
         #: dataflow -> times it was restored or cancelled here (a checkpoint under way
         #: before that will not complete: its waiters stop)
         self.resets: Counter[str] = Counter()
@@ -223,8 +223,8 @@ class Executor:
 
     def fetch(self, dataflow: str, placement: Placement, parts: dict[str, list[str]]) -> int:
         """Read and check this executor's parts of a checkpoint (`parts`: activation ->
-        paths in storage of its part, after those it builds on), in parallel, on Ray's
-        threads, for the `restore` that follows. Returns the bytes read.
+        paths in storage of its part, after those it builds on), in parallel, and unpack
+        them, on Ray's threads, for the `restore` that follows. Returns the bytes read.
 
         Raises:
             CheckpointDamaged: a part is missing or does not match its checksum; nothing
@@ -240,7 +240,8 @@ class Executor:
             read = iter(pool.map(self.storage.read_part, paths))
             blobs: dict[str, list[PartBytes]] = {
                 aid: [next(read) for _ in chain] for aid, chain in wanted.items()}
-        self.fetched[dataflow] = (wanted, blobs)
+        # Unpacked here, not on the worker thread: other tenants' work runs between pieces.
+        self.fetched[dataflow] = (wanted, {aid: read_chain(chain) for aid, chain in blobs.items()})
         return sum(len(b) for chain in blobs.values() for b in chain)
 
     def restore(self, spec: dict[str, Any], placement: Placement, deployment: str,
@@ -251,14 +252,14 @@ class Executor:
         self.resets[spec["name"]] += 1
         mine = {str(a) for a in placement.on(self.index)}
         wanted = {aid: chain for aid, chain in parts.items() if aid in mine}
-        fetched, blobs = self.fetched.pop(spec["name"], ({}, {}))
+        fetched, read = self.fetched.pop(spec["name"], ({}, {}))
         if fetched != wanted:
             self.fetch(spec["name"], placement, parts)
-            _, blobs = self.fetched.pop(spec["name"], ({}, {}))
+            _, read = self.fetched.pop(spec["name"], ({}, {}))
         for key in [k for k in self.written if k[0] == spec["name"]]:
             del self.written[key]
         return self._call(self.core.restore, DataflowSpec.from_dict(spec), placement,
-                          deployment, blobs, generation, wanted)
+                          deployment, read, generation, wanted)
 
     def resume(self, dataflow: str) -> None:
         self._call(self.core.resume, dataflow)

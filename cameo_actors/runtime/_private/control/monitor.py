@@ -1,6 +1,5 @@
 """The monitor: a thread that looks at the pool every `monitor_interval_s`.
 
-- an executor that died is handed to recovery;
 - a `finishing` dataflow (sources closed) becomes `finished` once every
   activation saw the end of its inputs (and, with checkpoints, its last results
   are committed by one last checkpoint);
@@ -20,7 +19,6 @@ from collections import Counter
 from cameo_actors.runtime._private.control.admission import Admission
 from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.control.pool import Pool
-from cameo_actors.runtime._private.control.recovery import Recovery
 from cameo_actors.runtime._private.control.registry import Registry
 from cameo_actors.runtime.boundary import FINISHED, FINISHING, LIVE_STATES
 from cameo_actors.runtime.config import RuntimeConfig
@@ -30,18 +28,16 @@ logger = logging.getLogger(__name__)
 
 class Monitor:
     def __init__(self, config: RuntimeConfig, pool: Pool, registry: Registry,
-                 admission: Admission, checkpoints: CheckpointCoordinator,
-                 recovery: Recovery) -> None:
+                 admission: Admission, checkpoints: CheckpointCoordinator) -> None:
         self.config, self.pool, self.registry = config, pool, registry
-        self.admission, self.checkpoints, self.recovery = admission, checkpoints, recovery
+        self.admission, self.checkpoints = admission, checkpoints
 
     def run(self, stopped: threading.Event) -> None:
         while not stopped.wait(self.config.monitor_interval_s):
             self.once()
 
     def once(self) -> None:
-        for check in (self.recovery.check_executors, self.check_finishing, self.check_usage,
-                      self.expire):
+        for check in (self.check_finishing, self.check_usage, self.expire):
             try:
                 check()
             except Exception:  # a bug here must not stop the other checks

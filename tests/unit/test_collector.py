@@ -1,0 +1,62 @@
+"""The cycle collector paused while state comes in, and that state kept out of its passes."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import msgpack
+import pytest
+
+from cameo_actors.runtime._private.collector import collector_paused, state_coming_in
+
+
+@pytest.fixture(autouse=True)
+def collector_as_it_was() -> Iterator[None]:
+    enabled = gc.isenabled()
+    yield
+    gc.unfreeze()
+    (gc.enable if enabled else gc.disable)()
+
+
+def test_pauses_nest_across_threads_and_the_collector_comes_back_after_the_last() -> None:
+    gc.enable()
+    inner_done = threading.Event()
+    seen: list[bool] = []
+
+    def other() -> None:
+        with collector_paused():
+            seen.append(gc.isenabled())
+        inner_done.set()
+
+    with collector_paused():
+        assert not gc.isenabled()
+        thread = threading.Thread(target=other)
+        thread.start()
+        inner_done.wait()
+        thread.join()
+        assert not gc.isenabled()  # the other thread's pause ended, this one's has not
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_a_collector_off_before_stays_off() -> None:
+    gc.disable()
+    with collector_paused():
+        pass
+    assert not gc.isenabled()
+
+
+def test_state_that_came_in_is_out_of_the_collectors_passes() -> None:
+    gc.enable()
+    blob = msgpack.packb({f"k{i}": [i, float(i)] for i in range(1_000)}, use_bin_type=True)
+    frozen_before = gc.get_freeze_count()
+    with state_coming_in():
+        assert not gc.isenabled()
+        state = msgpack.unpackb(blob, raw=False)
+    assert gc.isenabled()
+    assert gc.get_freeze_count() - frozen_before >= 1_001  # the dict and its lists
+    walked = {id(o) for o in gc.get_objects()}
+    assert id(state) not in walked and id(state["k7"]) not in walked
+    assert state["k7"] == [7, 7.0]
