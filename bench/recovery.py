@@ -50,7 +50,9 @@ Per state size and checkpoint interval (1 s and 5 s; `--quick`: 1 s only), on Ra
   checkpoint after the restore completed, so this includes one checkpoint);
   `first_egress_s`: from the kill to that row's egress (made, not yet readable);
   `detect_s` and `restore_s`: from the kill to the `recovering` transition of bulk's
-  history, and from there to its return to `running`; `replayed_events`: an estimate (see
+  history, and from there to its return to `running`; `restore_phases`: what the controller
+  measured of that restore (`checkpoints["last_restore"]`: waited for the executor Ray
+  restarted, its parts read and unpacked, the state restored); `replayed_events`: an estimate (see
   `_pushed_between`); `checkpoint_mb` / `checkpoint_s`: the last checkpoint before the
   kill (`checkpoints["last_bytes"]`, `["last_duration_s"]`); `results_match`: after
   `after_s` more, the input stops, bulk is closed and finishes, and every result row of
@@ -544,9 +546,12 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
             "restore_s": back_at - rec_at if rec_at is not None and back_at is not None else None,
             "replayed_events": _pushed_between(feed, c["last_at"] - (c["last_duration_s"] or 0), kill_t),
             "pushed_since_commit": _pushed_between(feed, c["last_at"], kill_t),
-            "alerts_p99_during_recovery_ms": a_p99, "alerts_during_recovery": a_n})
+            "alerts_p99_during_recovery_ms": a_p99, "alerts_during_recovery": a_n,
+            # the restore's phases (waited for the executor, read + unpacked, restored)
+            "restore_phases": info["checkpoints"].get("last_restore")})
         log(f"  first new result {fig['recovery_s']:.2f} s after the kill (made at "
-            f"{fig['first_egress_s']:.2f} s; detected {fig['detect_s']} s, restore {fig['restore_s']} s)")
+            f"{fig['first_egress_s']:.2f} s; detected {fig['detect_s']} s, restore {fig['restore_s']} s: "
+            f"{fig['restore_phases']})")
         time.sleep(s.after_s)
         check_threads(reader, reader_a, feed, feed_a)
         feed.stop.set()

@@ -157,6 +157,17 @@ class CheckpointSummary(TypedDict):
     last_bytes: int  # the size of its parts
     completed: int
     failed: int  # not completed in time, or a part not written
+    last_restore: RestoreSummary | None  # its last restore after a failure
+
+
+class RestoreSummary(TypedDict):
+    """A restore after a failure, phase by phase (from the dataflow's `recovering`)."""
+
+    checkpoint: int  # restored from
+    waited_s: float  # until its executors answered (a dead one restarted by Ray)
+    read_s: float  # its parts read, checked and unpacked by its executors
+    read_bytes: int
+    restored_s: float  # the state put back, the inputs after it queued to replay
 
 
 class LatencySummary(TypedDict):

@@ -17,6 +17,7 @@ from cameo_actors.errors import ReconfigConflict
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.runtime._private import checkpointing
+from cameo_actors.runtime._private.checkpoint import part_chains
 from cameo_actors.runtime._private.control.checkpoints import CheckpointPhase
 from cameo_actors.runtime._private.control.tracing import Tracing
 from cameo_actors.runtime.boundary import CANCELLED, RUNNING
@@ -272,8 +273,16 @@ def test_incremental_checkpoints_build_on_the_full_one_across_a_restore(
     assert storage.checkpoints("inc", deployment) == [full["checkpoint"], delta["checkpoint"]]
     plane.cluster.restart_core(1)
     plane.recovery.check_executors()
-    assert plane.registry.record("inc")["history"][-1]["reason"] == \
-        f"restored from checkpoint {delta['checkpoint']}"
+    info = plane.registry.record("inc")
+    assert info["history"][-1]["reason"].startswith(
+        f"restored from checkpoint {delta['checkpoint']}: waited ")
+    phases = info["checkpoints"]["last_restore"]
+    assert phases is not None and phases["checkpoint"] == delta["checkpoint"]
+    # Its executors read every part's chain: for the windows, the full part and the
+    # incremental one on top of it.
+    assert phases["read_bytes"] == sum(len(storage.read_part(path))
+                                       for chain in part_chains(delta).values() for path in chain)
+    assert phases["read_s"] >= 0 and phases["restored_s"] >= 0 and phases["waited_s"] >= 0
     assert plane.checkpoints.due["inc"] == 0.0  # the next at once: results wait for it
     state = plane.cluster.cores[1].hosting.activations["inc/win/1"].operator._aligned_state()
     assert state is not None and state.to_index, "bins still to find"

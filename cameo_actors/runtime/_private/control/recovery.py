@@ -25,7 +25,7 @@ from cameo_actors.runtime._private.control.pool import Pool
 from cameo_actors.runtime._private.control.registry import Registry
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.storage import CheckpointDamaged
-from cameo_actors.runtime.boundary import LIVE_STATES, RECOVERING
+from cameo_actors.runtime.boundary import LIVE_STATES, RECOVERING, RestoreSummary
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
 
@@ -181,10 +181,12 @@ class Recovery:
             registry.fail(name, f"{why}; it has no checkpoint to restore (checkpoints off: "
                                 "fault_tolerance.checkpoint_interval_ms is 0)", lost=True)
             return True
+        began = time.time()
         found = self._fetch(name, info["deployment"])
         if found is None:
             return False
-        manifest, skipped = found
+        manifest, skipped, read_bytes = found
+        read = time.time()
         if manifest is None:
             registry.fail(name, f"{why}; no checkpoint of it can be restored"
                                 f"{': ' + '; '.join(skipped) if skipped else ''}", lost=True)
@@ -212,11 +214,16 @@ class Recovery:
         except RuntimeUnavailable as e:
             logger.warning("restoring %s: %s; trying again once the pool is whole", name, e)
             return False
+        phases: RestoreSummary = {
+            "checkpoint": manifest["checkpoint"],
+            "waited_s": round(max(0.0, began - registry.recovering_since(info)), 3),
+            "read_s": round(read - began, 3), "read_bytes": read_bytes,
+            "restored_s": round(time.time() - read, 3)}
         with self.lock:
             if self.losses[name] != losses:  # an executor of it died after its restore
                 return False
             skipped_note = f" (skipped: {'; '.join(skipped)})" if skipped else ""
-            registry.restored(info, restored, placement, manifest["checkpoint"], skipped_note)
+            registry.restored(info, restored, placement, phases, skipped_note)
         # Exactly-once results made since the restore are readable once a checkpoint after
         # them completes: the next one now (incremental, on the restored chains: cheap).
         self.checkpoints.soon(name)
@@ -225,10 +232,10 @@ class Recovery:
         return True
 
     def _fetch(self, name: str, deployment: str
-               ) -> tuple[dict[str, Any] | None, list[str]] | None:
+               ) -> tuple[dict[str, Any] | None, list[str], int] | None:
         """The newest checkpoint of `name` whose manifest and parts are whole, its parts
-        read by the executors that restore them; and why each newer one was skipped
-        (damaged). None if a part of the pool died meanwhile."""
+        read by the executors that restore them; why each newer one was skipped
+        (damaged); and the bytes read. None if a part of the pool died meanwhile."""
         registry, gateway = self.registry, self.pool.gateway
         assert registry.storage is not None
         skipped: list[str] = []
@@ -236,9 +243,10 @@ class Recovery:
             if manifest is not None:
                 placement = Placement.from_dict(manifest["placement"])
                 try:
-                    gateway.call(sorted(placement.executors()), "fetch", name, placement,
-                                 part_chains(manifest), timeout_s=self.config.recovery_timeout_s)
-                    return manifest, skipped
+                    read = gateway.call(sorted(placement.executors()), "fetch", name, placement,
+                                        part_chains(manifest),
+                                        timeout_s=self.config.recovery_timeout_s)
+                    return manifest, skipped, sum(read)
                 except CheckpointDamaged as e:
                     damage = str(e)
                 except RuntimeUnavailable as e:
@@ -247,7 +255,7 @@ class Recovery:
                     return None
             skipped.append(f"checkpoint {ckpt} is damaged: {damage}")
             logger.error("dataflow %s: checkpoint %d is damaged: %s", name, ckpt, damage)
-        return None, skipped
+        return None, skipped, 0
 
     # -- a controller that restarts ------------------------------------------------------
     def resume(self, saved: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from cameo_actors.runtime.boundary import (
     RUNNING,
     DataflowInfo,
     DataflowSummary,
+    RestoreSummary,
 )
 from cameo_actors.runtime.exceptions import DataflowEnded, DataflowNotFound
 
@@ -165,7 +166,7 @@ class Registry:
             "state_bytes": 0, "deployment": deployment,
             "checkpoints": {"interval_s": interval_s, "last": None, "last_at": None,
                             "last_duration_s": None, "last_bytes": 0, "completed": 0,
-                            "failed": 0},
+                            "failed": 0, "last_restore": None},
             "recoveries": 0, "recoveries_in_a_row": 0, "resume_state": None,
             "admission": admission}
         self.dataflows[name] = info
@@ -253,15 +254,24 @@ class Registry:
             self.enter(info, RECOVERING, why)
 
     def restored(self, info: DataflowInfo, spec: dict[str, Any], placement: Placement,
-                 checkpoint: int, note: str = "") -> None:
-        """A dataflow runs again from `checkpoint`, on `placement` (`note`: why newer
-        checkpoints were skipped, for its history)."""
+                 phases: RestoreSummary, note: str = "") -> None:
+        """A dataflow runs again from checkpoint `phases["checkpoint"]`, on `placement`
+        (`note`: why newer checkpoints were skipped, for its history)."""
         self.placed(info, placement)
         info["spec"] = spec
+        info["checkpoints"]["last_restore"] = phases
         if info["state"] == RECOVERING:
             back, info["resume_state"] = info["resume_state"] or RUNNING, None
-            self.enter(info, back, f"restored from checkpoint {checkpoint}{note}")
+            self.enter(info, back, f"restored from checkpoint {phases['checkpoint']}{note}: "
+                                   f"waited {phases['waited_s']:.2f} s for its executors, "
+                                   f"read {phases['read_bytes'] / 1e6:.1f} MB in "
+                                   f"{phases['read_s']:.2f} s, restored in "
+                                   f"{phases['restored_s']:.2f} s")
             info["cause"] = None
+
+    def recovering_since(self, info: DataflowInfo) -> float:
+        """When the dataflow last became `recovering` (epoch seconds)."""
+        return next(h["at"] for h in reversed(info["history"]) if h["state"] == RECOVERING)
 
     def placed(self, info: DataflowInfo, placement: Placement) -> None:
         """Record a dataflow's new placement: hosts, executors, load."""
