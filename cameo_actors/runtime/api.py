@@ -122,8 +122,9 @@ def _start_afresh(storage: CheckpointStorage, config: RuntimeConfig, pool: str) 
             "restores them; Runtime.start(pool=...) with another name starts a pool beside "
             "it; deleting that folder drops them")
     storage.discard_registry(names)
-    if config.ingress_log_dir:
-        shutil.rmtree(config.ingress_log_dir, ignore_errors=True)
+    for folder in (config.ingress_log_dir, config.local_recovery_dir):
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
     logger.info("pool %r starts empty: %d dataflow(s) of an earlier run deleted (%s); "
                 "Runtime.start(resume=True) would have restored them", pool, len(names),
                 ", ".join(names))
@@ -218,12 +219,14 @@ class Runtime:
                 storage this is (another script with the same pool name and run folder).
         """
         config = config or RuntimeConfig()
-        # Checkpoints and ingress logs under the run folder unless the config says where.
+        # Checkpoints, ingress logs and local copies under the run folder unless the config
+        # says where.
         run = os.path.abspath(run_dir or default_run_dir())
         config = replace(
             config,
             checkpoint_url=config.checkpoint_url or os.path.join(run, "checkpoints", pool),
-            ingress_log_dir=config.ingress_log_dir or os.path.join(run, "ingress", pool))
+            ingress_log_dir=config.ingress_log_dir or os.path.join(run, "ingress", pool),
+            local_recovery_dir=config.local_recovery_dir or os.path.join(run, "local", pool))
         storage = CheckpointStorage(config.checkpoint_url or "")
         storage.check_writable()  # fails here, clearly
         owns = False

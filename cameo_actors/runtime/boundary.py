@@ -167,6 +167,7 @@ class RestoreSummary(TypedDict):
     waited_s: float  # until its executors answered (a dead one restarted by Ray)
     read_s: float  # its parts read, checked and unpacked by its executors
     read_bytes: int
+    read_local_bytes: int  # of them, from the executors' local copies (local recovery)
     restored_s: float  # the state put back, the inputs after it queued to replay
 
 

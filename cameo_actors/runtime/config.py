@@ -86,6 +86,11 @@ class RuntimeConfig:
             mounts. None: `ingress/<pool>` under the run folder.
         ingress_fsync: fsync each accepted push (survives the loss of the machine, not
             only of a process; costs a disk flush per push).
+        local_recovery: each executor also keeps a copy of the checkpoint parts it writes
+            on its node (`local_recovery_dir`), which it reads first when it is restarted
+            there. None: on when the checkpoint storage is not a local folder (a copy of a
+            local folder gains nothing).
+        local_recovery_dir: where, on each node. None: `local/<pool>` under the run folder.
         recovery_timeout_s: how long a restarted executor may take to come back, and how
             long a client's call waits for a recovering dataflow.
         max_recoveries: recoveries of one dataflow in a row without a checkpoint completing
@@ -150,6 +155,8 @@ class RuntimeConfig:
     delivery: str = "exactly_once"
     ingress_log_dir: str | None = None
     ingress_fsync: bool = False
+    local_recovery: bool | None = None
+    local_recovery_dir: str | None = None
     recovery_timeout_s: float = 60.0
     max_recoveries: int = 3
     trace_sample: float = 1.0
@@ -214,6 +221,17 @@ class RuntimeConfig:
         if type(self.max_string_chars) is not int or self.max_string_chars <= 0:
             raise ValueError(f"RuntimeConfig.max_string_chars: expected an int > 0 (characters), "
                              f"got {self.max_string_chars!r}")
+
+    def local_copies_dir(self, executor: int) -> str | None:
+        """Where executor `executor` keeps local copies of its checkpoint parts (None: it
+        keeps none: see `local_recovery`)."""
+        url = self.checkpoint_url
+        on = self.local_recovery
+        if on is None:  # a URL with a scheme other than file:// is not a local folder
+            on = bool(url) and "://" in str(url) and not str(url).startswith("file://")
+        if not on or not url or not self.local_recovery_dir:
+            return None
+        return os.path.join(self.local_recovery_dir, f"executor-{executor}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

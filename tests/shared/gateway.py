@@ -31,7 +31,7 @@ from cameo_actors.runtime._private.control.registry import Registry
 from cameo_actors.runtime._private.control.scaling import AutoScaling
 from cameo_actors.runtime._private.core import ExecutorCore
 from cameo_actors.runtime._private.routing import Placement
-from cameo_actors.runtime._private.storage import CheckpointStorage
+from cameo_actors.runtime._private.storage import CheckpointStorage, PartStore, part_store
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
 from tests.shared.inprocess import InProcessCluster
@@ -43,11 +43,21 @@ class StoredCluster(InProcessCluster):
     def __init__(self, n: int, config: RuntimeConfig, seed: int) -> None:
         self.storage = CheckpointStorage(config.checkpoint_url) if config.checkpoint_url \
             else None
+        #: each executor's parts, as a real executor writes and reads them (its local
+        #: copies outlive its restarts: the same node)
+        self.part_stores: dict[int, PartStore | None] = {}
         #: (executor, dataflow, checkpoint) -> its parts written there
         self.written: dict[tuple[int, str, int], dict[str, Written]] = {}
         super().__init__(n, config, seed)
         for c in self.cores:  # each run of a process is an incarnation of its own
             c.channels.incarnation = f"run{seed}-{c.index}"
+
+    def parts_of(self, executor: int) -> PartStore:
+        if executor not in self.part_stores:
+            self.part_stores[executor] = part_store(self.config, executor)
+        store = self.part_stores[executor]
+        assert store is not None, "parts come only with checkpoints on"
+        return store
 
     def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
                  positions: dict[str, int], bases: list[str]) -> None:
@@ -55,7 +65,7 @@ class StoredCluster(InProcessCluster):
         assert self.storage is not None, "parts come only with checkpoints on"
         host = next(c.index for c in self.cores if aid in c.hosting.activations)
         deployment = self.cores[host].hosting.dataflows[dataflow].deployment
-        path = self.storage.write_part(dataflow, deployment, ckpt, aid, blob)
+        path = self.parts_of(host).write(dataflow, deployment, ckpt, aid, blob)
         self.written.setdefault((host, dataflow, ckpt), {})[aid] = (path, positions,
                                                                sum(map(len, blob)), bases)
 
@@ -174,6 +184,8 @@ class InProcessGateway(ExecutorGateway):
         return list(core.deploy(DataflowSpec.from_dict(spec), placement, deployment))
 
     def _cancel(self, core: Any, dataflow: str) -> int:
+        if self.cluster.storage is not None:
+            self.cluster.parts_of(core.index).drop(dataflow)
         return int(core.cancel(dataflow))
 
     def _update(self, core: Any, dataflow: str, target: float | None, weight: float | None
@@ -193,22 +205,24 @@ class InProcessGateway(ExecutorGateway):
     def _checkpointed(self, core: Any, dataflow: str, ckpt: int,
                       positions: dict[str, dict[str, int]]) -> None:
         mine = self.cluster.written.get((core.index, dataflow, ckpt), {})
-        core.checkpointed(dataflow, ckpt, positions,
-                          {aid: [*bases, path] for aid, (path, _, _, bases) in mine.items()})
+        chains = {aid: [*bases, path] for aid, (path, _, _, bases) in mine.items()}
+        if dataflow in core.hosting.dataflows:
+            self.cluster.parts_of(core.index).completed(
+                dataflow, core.hosting.dataflows[dataflow].deployment, chains.values())
+        core.checkpointed(dataflow, ckpt, positions, chains)
 
     def _fetch(self, core: Any, dataflow: str, placement: Placement,
-               parts: dict[str, list[str]]) -> int:
+               parts: dict[str, list[str]]) -> tuple[int, int]:
         mine = {str(a) for a in placement.on(core.index)}
-        storage = self.cluster.storage
-        return sum(len(storage.read_part(path)) for aid, chain in parts.items()
-                   if aid in mine and storage is not None for path in chain)
+        got = [self.cluster.parts_of(core.index).read(path)
+               for aid, chain in parts.items() if aid in mine for path in chain]
+        return sum(len(b) for b, _ in got), sum(len(b) for b, local in got if local)
 
     def _restore(self, core: Any, spec: dict[str, Any], placement: Placement, deployment: str,
                  parts: dict[str, list[str]], generation: int) -> list[str]:
         mine = {str(a): parts[str(a)] for a in placement.on(core.index) if str(a) in parts}
-        storage = self.cluster.storage
-        assert storage is not None, "restores come only with checkpoints on"
-        read = {aid: read_chain([storage.read_part(path) for path in chain])
+        store = self.cluster.parts_of(core.index)
+        read = {aid: read_chain([store.read(path)[0] for path in chain])
                 for aid, chain in mine.items()}
         return list(core.restore(DataflowSpec.from_dict(spec), placement, deployment, read,
                                  generation, mine))

@@ -378,3 +378,83 @@ def test_a_dataflow_whose_every_checkpoint_is_damaged_fails_with_the_causes(
     assert info["state"] == "failed", info["history"]
     assert "no checkpoint of it can be restored: checkpoint 0 is damaged: its manifest does " \
            "not parse" in info["cause"]
+
+
+def local_copies(tmp_path: Path) -> ControlPlane:
+    """Local recovery on, though the storage is a local folder too (it is off by default
+    then): each executor's copies in a folder of its own."""
+    return ControlPlane(2, RuntimeConfig(
+        checkpoint_interval_s=1.0, checkpoint_url=str(tmp_path / "checkpoints"),
+        ingress_log_dir=str(tmp_path / "ingress"), bins=64, local_recovery=True,
+        local_recovery_dir=str(tmp_path / "local")))
+
+
+def test_a_restore_reads_the_local_copies_and_the_storage_where_a_copy_is_missing_or_damaged(
+        tmp_path: Path) -> None:
+    plane = local_copies(tmp_path)
+    flow, data = day_window("lr"), events(600, seed=4, keys=200)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    storage, deployment = plane.registry.storage, plane.registry.record("lr")["deployment"]
+    assert storage is not None
+    feed(plane, "lr", data[:300])
+    assert plane.checkpoints.take("lr")
+    manifest = storage.latest("lr", deployment)
+    assert manifest is not None
+    hosts = plane.registry.record("lr")["hosts"]
+    parts = part_chains(manifest)
+    # Window 1's part is gone from the storage (its executor reads its copy), window 0's
+    # copy has a flipped bit (its executor reads the storage).
+    (tmp_path / "checkpoints" / parts["lr/win/1"][-1]).unlink()
+    copy = tmp_path / "local" / f"executor-{hosts['lr/win/0']}" / parts["lr/win/0"][-1]
+    raw = copy.read_bytes()
+    copy.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))
+    feed(plane, "lr", data[300:450])
+    plane.cluster.restart_core(1)  # the same node: it finds its copies
+    plane.recovery.check_executors()
+    info = plane.registry.record("lr")
+    assert info["state"] == RUNNING, info["history"]
+    phases = info["checkpoints"]["last_restore"]
+    assert phases is not None and phases["checkpoint"] == manifest["checkpoint"]
+    size = {aid: len(storage.read_part(chain[-1])) for aid, chain in parts.items()
+            if aid != "lr/win/1"}
+    assert phases["read_bytes"] == sum(size.values()) + len(
+        plane.cluster.parts_of(hosts["lr/win/1"]).read(parts["lr/win/1"][-1])[0])
+    assert phases["read_local_bytes"] == phases["read_bytes"] - size["lr/win/0"]
+    assert "MB of it from local copies" in info["history"][-1]["reason"]
+    feed(plane, "lr", data[450:], end=True)
+    finished(plane, flow, data)
+
+
+def test_local_copies_follow_the_checkpoints_kept_and_go_with_the_dataflow(
+        tmp_path: Path) -> None:
+    plane = local_copies(tmp_path)
+    flow, data = day_window("lk"), events(500, seed=6, keys=100)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    storage, deployment = plane.registry.storage, plane.registry.record("lk")["deployment"]
+    assert storage is not None
+    for i in range(5):
+        feed(plane, "lk", data[i * 100:(i + 1) * 100])
+        assert plane.checkpoints.take("lk")
+    manifests = [storage.manifest("lk", deployment, c)
+                 for c in storage.checkpoints("lk", deployment)]
+    wanted = {path for m in manifests if m for chain in part_chains(m).values()
+              for path in chain}
+    copies = {str(p.relative_to(d)) for d in (tmp_path / "local").iterdir()
+              for p in d.rglob("*") if p.is_file()}
+    # Every part a kept checkpoint needs has its copy; no copy of a retired part is left.
+    assert copies == wanted
+    plane.lifecycle.cancel("lk")
+    assert not [p for p in (tmp_path / "local").rglob("*") if p.is_file()]
+
+
+def test_local_recovery_is_on_by_default_only_for_storage_that_is_not_a_local_folder(
+        tmp_path: Path) -> None:
+    def copies(url: str, on: bool | None = None) -> str | None:
+        return RuntimeConfig(checkpoint_url=url, local_recovery=on,
+                             local_recovery_dir=str(tmp_path)).local_copies_dir(3)
+
+    assert copies("s3://bucket/cameo") == str(tmp_path / "executor-3")
+    assert copies(str(tmp_path / "checkpoints")) is None
+    assert copies(f"file://{tmp_path}/checkpoints") is None
+    assert copies(str(tmp_path / "checkpoints"), on=True) == str(tmp_path / "executor-3")
+    assert copies("s3://bucket/cameo", on=False) is None

@@ -28,7 +28,7 @@ from cameo_actors.runtime._private.checkpoint import ChainRead, PartBytes, Writt
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
-from cameo_actors.runtime._private.storage import CheckpointStorage
+from cameo_actors.runtime._private.storage import part_store
 from cameo_actors.runtime.boundary import (
     DataflowPart,
     ErrorLogOffsets,
@@ -60,8 +60,8 @@ class Executor:
         self.peers: list[Any] = []
         self.core = ExecutorCore(index, self.config, self._send_to, persist=self._persist)
         self.core.channels.incarnation = self.incarnation
-        self.storage = CheckpointStorage(self.config.checkpoint_url) \
-            if self.config.checkpoint_url else None
+        #: the checkpoint parts written and read here (and their local copies)
+        self.parts = part_store(self.config, index)
         # Checkpoint parts are written here, off the worker thread, one at a time.
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"cameo-ckpt-{index}")
         #: (dataflow, checkpoint) -> activation -> its part written
@@ -187,10 +187,10 @@ class Executor:
 
     def _write(self, dataflow: str, deployment: str, ckpt: int, aid: str, blob: list[bytes],
                positions: dict[str, int], bases: list[str]) -> None:
-        if self.storage is None:
+        if self.parts is None:
             return
         try:
-            path = self.storage.write_part(dataflow, deployment, ckpt, aid, blob)
+            path = self.parts.write(dataflow, deployment, ckpt, aid, blob)
         except Exception:  # counted; the checkpoint will not complete, the previous one stays
             self.write_failures += 1
             logger.exception("executor %d: checkpoint %d of %s: part %s not written",
@@ -219,12 +219,17 @@ class Executor:
         chains = {aid: [*bases, path] for aid, (path, _, _, bases) in mine.items()}
         for key in [k for k in self.written if k[0] == dataflow and k[1] <= ckpt]:
             del self.written[key]
+        hosted = self.core.hosting.dataflows.get(dataflow)
+        if self.parts is not None and hosted is not None:
+            self.parts.completed(dataflow, hosted.deployment, chains.values())
         self._call(self.core.checkpointed, dataflow, ckpt, positions, chains)
 
-    def fetch(self, dataflow: str, placement: Placement, parts: dict[str, list[str]]) -> int:
+    def fetch(self, dataflow: str, placement: Placement, parts: dict[str, list[str]]
+              ) -> tuple[int, int]:
         """Read and check this executor's parts of a checkpoint (`parts`: activation ->
-        paths in storage of its part, after those it builds on), in parallel, and unpack
-        them, on Ray's threads, for the `restore` that follows. Returns the bytes read.
+        paths in storage of its part, after those it builds on), in parallel, from their
+        local copies where it finds them, and unpack them, on Ray's threads, for the
+        `restore` that follows. Returns the bytes read, and how many of them were local.
 
         Raises:
             CheckpointDamaged: a part is missing or does not match its checksum; nothing
@@ -234,15 +239,16 @@ class Executor:
         wanted = {aid: paths for aid, paths in parts.items() if aid in mine}
         self.fetched.pop(dataflow, None)
         paths = [path for chain in wanted.values() for path in chain]
-        if self.storage is None or not paths:
-            return 0
+        if self.parts is None or not paths:
+            return 0, 0
         with ThreadPoolExecutor(min(4, len(paths)), thread_name_prefix="cameo-fetch") as pool:
-            read = iter(pool.map(self.storage.read_part, paths))
-            blobs: dict[str, list[PartBytes]] = {
-                aid: [next(read) for _ in chain] for aid, chain in wanted.items()}
+            got = list(pool.map(self.parts.read, paths))
+        read = iter(blob for blob, _ in got)
+        blobs: dict[str, list[PartBytes]] = {
+            aid: [next(read) for _ in chain] for aid, chain in wanted.items()}
         # Unpacked here, not on the worker thread: other tenants' work runs between pieces.
         self.fetched[dataflow] = (wanted, {aid: read_chain(chain) for aid, chain in blobs.items()})
-        return sum(len(b) for chain in blobs.values() for b in chain)
+        return sum(len(b) for b, _ in got), sum(len(b) for b, local in got if local)
 
     def restore(self, spec: dict[str, Any], placement: Placement, deployment: str,
                 parts: dict[str, list[str]], generation: int) -> list[str]:
@@ -266,6 +272,8 @@ class Executor:
 
     def cancel(self, dataflow: str) -> int:
         self.resets[dataflow] += 1
+        if self.parts is not None:
+            self.parts.drop(dataflow)
         return self._call(self.core.cancel, dataflow)
 
     def update(self, dataflow: str, latency_target_ms: float | None, weight: float | None) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import struct
@@ -33,9 +34,11 @@ from urllib.parse import quote, unquote, urlsplit
 import pyarrow.fs as pafs
 
 from cameo_actors.errors import CameoError
+from cameo_actors.runtime.config import RuntimeConfig
 
 REGISTRY = "registry.json"
 MANIFEST = "_manifest.json"
+logger = logging.getLogger(__name__)
 _CHECKPOINT_DIR = re.compile(r"chk-(\d+)")
 _IN_CHECKPOINT = re.compile(r"/chk-(\d+)/")
 # Every OSError-like failure pyarrow raises: its own ArrowInvalid is a ValueError,
@@ -59,6 +62,10 @@ class StorageError(CameoError):
 class CheckpointDamaged(StorageError):
     """A committed checkpoint's part is missing or does not match its checksum (a torn
     write, a bad disk, a file changed or deleted by hand): it must not be restored."""
+
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 def _checksum(manifest: dict) -> int:
@@ -94,6 +101,7 @@ class CheckpointStorage:
             `pyarrow.fs.FileSystem.from_uri` understands (``s3://``, ``gs://``,
             ``hdfs://``); with `filesystem`, the root path inside it.
         filesystem: a ready filesystem (tests); None: derived from `url`.
+        sync: flush each file to disk before it is moved in place (local folders).
 
     Example:
         >>> import tempfile
@@ -104,7 +112,8 @@ class CheckpointStorage:
         b'state'
     """
 
-    def __init__(self, url: str, filesystem: pafs.FileSystem | None = None) -> None:
+    def __init__(self, url: str, filesystem: pafs.FileSystem | None = None, *,
+                 sync: bool = True) -> None:
         if not isinstance(url, str):
             raise TypeError(f"expected the checkpoint storage URL as a str, got {url!r}. "
                             f"Fix: pass a folder or a URL such as 's3://bucket/checkpoints'")
@@ -118,6 +127,9 @@ class CheckpointStorage:
         # Cleared once the filesystem says it cannot move: files are then written in place.
         self._can_move = True
         self._local = isinstance(self._fs, pafs.LocalFileSystem)
+        #: local files flushed to disk before they count (not for copies: their checksum
+        #: tells a torn one, and the storage holds the original)
+        self._sync = sync and self._local
 
     def _open(self, url: str) -> tuple[pafs.FileSystem, str]:
         if not url:
@@ -187,7 +199,7 @@ class CheckpointStorage:
         with self._fs.open_output_stream(path) as out:
             for chunk in [data] if isinstance(data, bytes) else data:
                 out.write(chunk)
-        if self._local:
+        if self._sync:
             # Flushed before the move: after a power loss a renamed file could be empty.
             fd = os.open(path, os.O_RDONLY)
             try:
@@ -266,8 +278,8 @@ class CheckpointStorage:
             raise CheckpointDamaged(
                 f"checkpoint storage {self.url!r}: cannot read the checkpoint part {full!r} "
                 f"({e}). Fix: the checkpoint is incomplete, was retired or a file was "
-                f"deleted; restore an earlier committed one (CheckpointStorage.restorable)"
-            ) from e
+                f"deleted; restore an earlier committed one (CheckpointStorage.restorable)",
+                missing=True) from e
         except _FS_ERRORS as e:
             raise self._error("read the checkpoint part", full, e, _FIX_ACCESS) from e
         head = _PART_HEAD.size
@@ -387,6 +399,16 @@ class CheckpointStorage:
         except _FS_ERRORS as e:
             raise self._error("delete", root, e, _FIX_ACCESS) from e
 
+    def keep_parts(self, dataflow: str, deployment: str, paths: Iterable[str]) -> None:
+        """Deletes the checkpoint folders of a deployment below the newest one `paths` are
+        in that hold none of them (for a store of parts without manifests: local copies);
+        those above it may be being written."""
+        kept = {int(m.group(1)) for path in paths for m in [_IN_CHECKPOINT.search(path)] if m}
+        for ckpt, folder in self._folders(dataflow, deployment):
+            if kept and ckpt < max(kept) and ckpt not in kept:
+                with contextlib.suppress(*_FS_ERRORS):
+                    self._delete_dir(folder)
+
     def save_registry(self, data: dict) -> None:
         """Writes the controller's registry (JSON) at ``<root>/registry.json``, whole or not
         at all.
@@ -484,3 +506,68 @@ def _parse_manifest(raw: bytes) -> tuple[dict | None, str | None]:
         return None, ("its manifest does not match its checksum (a torn write, a bad disk "
                       "or a file changed by hand)")
     return manifest, None
+
+
+def part_store(config: RuntimeConfig, executor: int) -> PartStore | None:
+    """Executor `executor`'s parts, as `config` wants them (None: no checkpoints)."""
+    if not config.checkpoint_url:
+        return None
+    folder = config.local_copies_dir(executor)
+    copies = CheckpointStorage(folder, sync=False) if folder else None
+    return PartStore(CheckpointStorage(config.checkpoint_url), copies, config.checkpoints_kept)
+
+
+class PartStore:
+    """An executor's checkpoint parts: written to the checkpoint storage and, with local
+    recovery, copied to a folder on the executor's node (`copies`). A restore reads a part
+    from its copy first, if the executor finds one there (it was restarted on the same
+    node) and its checksum holds, else from the storage: Flink's local recovery, which
+    spares a restore the download of its state. Copies are kept for the parts of the
+    `kept` newest checkpoints completed here, and deleted with the dataflow."""
+
+    def __init__(self, storage: CheckpointStorage, copies: CheckpointStorage | None = None,
+                 kept: int = 2) -> None:
+        self.storage, self.copies, self.kept = storage, copies, kept
+        #: dataflow -> the paths of the parts of its newest checkpoints completed here
+        self._recent: dict[str, list[set[str]]] = {}
+
+    def write(self, dataflow: str, deployment: str, ckpt: int, part: str,
+              data: list[bytes]) -> str:
+        """`CheckpointStorage.write_part`, and the copy (at the same path in `copies`; one
+        that cannot be written is only logged: the storage has the part)."""
+        path = self.storage.write_part(dataflow, deployment, ckpt, part, data)
+        if self.copies is not None:
+            try:
+                self.copies.write_part(dataflow, deployment, ckpt, part, data)
+            except StorageError as e:
+                logger.warning("no local copy of checkpoint part %s: %s", path, e)
+        return path
+
+    def read(self, path: str) -> tuple[memoryview, bool]:
+        """A part, checked, and whether it came from its local copy."""
+        if self.copies is not None:
+            try:
+                return self.copies.read_part(path), True
+            except CheckpointDamaged as e:
+                if not e.missing:  # (none here: restarted on another node, or never written)
+                    logger.warning("local copy refused, reading the storage: %s", e)
+            except StorageError as e:
+                logger.warning("local copy unreadable, reading the storage: %s", e)
+        return self.storage.read_part(path), False
+
+    def completed(self, dataflow: str, deployment: str, chains: Iterable[list[str]]) -> None:
+        """A checkpoint of `dataflow` completed, its parts here in `chains`: the copies no
+        longer in the chains of the `kept` newest go."""
+        if self.copies is None:
+            return
+        recent = self._recent.setdefault(dataflow, [])
+        recent.append({path for chain in chains for path in chain})
+        del recent[:-self.kept]
+        self.copies.keep_parts(dataflow, deployment, set().union(*recent))
+
+    def drop(self, dataflow: str) -> None:
+        """The dataflow ended here, or left: its copies go."""
+        self._recent.pop(dataflow, None)
+        if self.copies is not None:
+            with contextlib.suppress(StorageError):
+                self.copies.drop(dataflow)

@@ -185,7 +185,7 @@ class Recovery:
         found = self._fetch(name, info["deployment"])
         if found is None:
             return False
-        manifest, skipped, read_bytes = found
+        manifest, skipped, (read_bytes, local_bytes) = found
         read = time.time()
         if manifest is None:
             registry.fail(name, f"{why}; no checkpoint of it can be restored"
@@ -218,6 +218,7 @@ class Recovery:
             "checkpoint": manifest["checkpoint"],
             "waited_s": round(max(0.0, began - registry.recovering_since(info)), 3),
             "read_s": round(read - began, 3), "read_bytes": read_bytes,
+            "read_local_bytes": local_bytes,
             "restored_s": round(time.time() - read, 3)}
         with self.lock:
             if self.losses[name] != losses:  # an executor of it died after its restore
@@ -232,10 +233,11 @@ class Recovery:
         return True
 
     def _fetch(self, name: str, deployment: str
-               ) -> tuple[dict[str, Any] | None, list[str], int] | None:
+               ) -> tuple[dict[str, Any] | None, list[str], tuple[int, int]] | None:
         """The newest checkpoint of `name` whose manifest and parts are whole, its parts
         read by the executors that restore them; why each newer one was skipped
-        (damaged); and the bytes read. None if a part of the pool died meanwhile."""
+        (damaged); and the bytes read (all, and from local copies). None if a part of
+        the pool died meanwhile."""
         registry, gateway = self.registry, self.pool.gateway
         assert registry.storage is not None
         skipped: list[str] = []
@@ -246,7 +248,7 @@ class Recovery:
                     read = gateway.call(sorted(placement.executors()), "fetch", name, placement,
                                         part_chains(manifest),
                                         timeout_s=self.config.recovery_timeout_s)
-                    return manifest, skipped, sum(read)
+                    return manifest, skipped, (sum(r[0] for r in read), sum(r[1] for r in read))
                 except CheckpointDamaged as e:
                     damage = str(e)
                 except RuntimeUnavailable as e:
@@ -255,7 +257,7 @@ class Recovery:
                     return None
             skipped.append(f"checkpoint {ckpt} is damaged: {damage}")
             logger.error("dataflow %s: checkpoint %d is damaged: %s", name, ckpt, damage)
-        return None, skipped, 0
+        return None, skipped, (0, 0)
 
     # -- a controller that restarts ------------------------------------------------------
     def resume(self, saved: dict[str, Any]) -> None:

@@ -264,7 +264,9 @@ class Registry:
             back, info["resume_state"] = info["resume_state"] or RUNNING, None
             self.enter(info, back, f"restored from checkpoint {phases['checkpoint']}{note}: "
                                    f"waited {phases['waited_s']:.2f} s for its executors, "
-                                   f"read {phases['read_bytes'] / 1e6:.1f} MB in "
+                                   f"read {phases['read_bytes'] / 1e6:.1f} MB "
+                                   f"({phases['read_local_bytes'] / 1e6:.1f} MB of it from "
+                                   "local copies) in "
                                    f"{phases['read_s']:.2f} s, restored in "
                                    f"{phases['restored_s']:.2f} s")
             info["cause"] = None
