@@ -40,9 +40,10 @@ POOLS = {
     "doomed3": dict(num_executors=3, policy="cameo", isolation="isolated", monitor_interval_s=0.2,
                     checkpoint_interval_s=0.5),
     # Executors are killed at random here (test_recovery.py's chaos test); short checkpoint
-    # intervals keep recoveries and exactly-once results prompt.
+    # intervals keep recoveries and exactly-once results prompt; restores read the executors'
+    # local copies of their parts (on by default only for storage that is not a folder).
     "phoenix2": dict(num_executors=2, policy="cameo", checkpoint_interval_s=0.5,
-                     monitor_interval_s=0.2),
+                     monitor_interval_s=0.2, local_recovery=True),
     # Admission control refuses here (test_overload.py): a pool of its own, so that only
     # that test's load is measured.
     "gate2": dict(num_executors=2, policy="cameo", admission="refuse", monitor_interval_s=0.5),
@@ -78,7 +79,8 @@ class Pools:
         if name not in self._made:
             config = RuntimeConfig(**POOLS[name],
                                    checkpoint_url=os.path.join(self.storage, "checkpoints", name),
-                                   ingress_log_dir=os.path.join(self.storage, "ingress", name))
+                                   ingress_log_dir=os.path.join(self.storage, "ingress", name),
+                                   local_recovery_dir=os.path.join(self.storage, "local", name))
             self._made[name] = Runtime.start(config, pool=f"test-{name}")
         return self._made[name]
 

@@ -428,12 +428,14 @@ def test_a_damaged_checkpoint_is_detected_and_the_one_before_restored(pools: Any
         assert len(kept) == 2 and newest is not None, kept
         win1 = next(a for a in newest["parts"] if "/window" in a and a.endswith("/1"))
         host = rt.describe("rr-damaged", refresh=True)["hosts"][win1]
-        path = os.path.join(storage.url, newest["parts"][win1])
-        with open(path, "r+b") as f:  # one bit gone bad on disk
-            f.seek(-1, os.SEEK_END)
-            last = f.read(1)
-            f.seek(-1, os.SEEK_END)
-            f.write(bytes([last[0] ^ 1]))
+        # One bit gone bad on disk, in the part and in the executor's local copy of it.
+        for path in (os.path.join(storage.url, newest["parts"][win1]),
+                     local_copy(pools, host, newest["parts"][win1])):
+            with open(path, "r+b") as f:
+                f.seek(-1, os.SEEK_END)
+                last = f.read(1)
+                f.seek(-1, os.SEEK_END)
+                f.write(bytes([last[0] ^ 1]))
         _, at = kill_executor(rt, host)
         try:
             wait_for(lambda: got.extend(rt.results("rr-damaged")) or
@@ -450,6 +452,54 @@ def test_a_damaged_checkpoint_is_detected_and_the_one_before_restored(pools: Any
         assert canon(got) == want, diff(got, want)
     finally:
         rt.cancel("rr-damaged")
+
+
+def local_copy(pools: Any, executor: int, part: str) -> str:
+    """Where an executor of phoenix2 keeps its local copy of a checkpoint part."""
+    return os.path.join(pools.storage, "local", "phoenix2", f"executor-{executor}", part)
+
+
+def test_a_restarted_executor_restores_from_its_local_copies(pools: Any) -> None:
+    """The killed executor's parts of the newest checkpoint are gone from the checkpoint
+    storage (as if it were remote and unreachable): it is restarted on the same node and
+    restores them from its local copies, from that checkpoint, results exact."""
+    rt = pools["phoenix2"]
+    flow = keyed_window("rr-local").fault_tolerance(checkpoint_interval_ms=600_000)
+    data = events(6_000, seed=41)
+    rt.deploy(flow)
+    try:
+        got: Rows = []
+        rt.push("rr-local", "s", data[:3_000])
+        rt.wait_idle()  # a checkpoint: every result readable
+        got.extend(rt.results("rr-local"))
+        rt.push("rr-local", "s", data[3_000:4_500])
+        rt.flush()
+        info = rt.describe("rr-local", refresh=True)
+        storage = CheckpointStorage(os.path.join(pools.storage, "checkpoints", "phoenix2"))
+        newest = storage.latest("rr-local", info["deployment"])
+        assert newest is not None
+        host = info["hosts"][next(a for a in newest["parts"] if "/window" in a)]
+        mine = [p for a, p in newest["parts"].items() if info["hosts"][a] == host]
+        assert all(os.path.exists(local_copy(pools, host, p)) for p in mine)
+        for p in mine:
+            os.remove(os.path.join(storage.url, p))
+        _, at = kill_executor(rt, host)
+        try:
+            wait_for(lambda: got.extend(rt.results("rr-local")) or
+                     recovered_since(rt, "rr-local", at), "rr-local restored", 90)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {status(rt, 'rr-local', at)}") from None
+        restore = rt.describe("rr-local", refresh=True)["checkpoints"]["last_restore"]
+        assert restore is not None and restore["checkpoint"] == newest["checkpoint"]
+        assert restore["read_local_bytes"] >= sum(
+            os.path.getsize(local_copy(pools, host, p)) - 8 for p in mine)  # less the header
+        rt.push("rr-local", "s", data[4_500:])
+        rt.close("rr-local")
+        drain_until_finished(rt, "rr-local", got)
+        want = expected(flow, {"s": data})
+        assert canon(got) == want, diff(got, want)
+    finally:
+        rt.cancel("rr-local")
 
 
 # -- 3. no checkpoints ------------------------------------------------------------------------
