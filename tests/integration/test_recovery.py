@@ -150,6 +150,26 @@ def drain_until_finished(rt: Any, name: str, got: Rows, timeout_s: float = 60.0)
     got.extend(rt.results(name))
 
 
+def await_restore(rt: Any, name: str, got: Rows, at: float) -> None:
+    """Read results of `name` until it was restored after `at` (what it did, if not)."""
+    try:
+        wait_for(lambda: got.extend(rt.results(name)) or recovered_since(rt, name, at),
+                 f"{name} restored", 90)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {status(rt, name, at)}") from None
+
+
+def finish_exactly(rt: Any, flow: Dataflow, data: list[dict[str, Any]], rest: int,
+                   got: Rows) -> None:
+    """Push `data[rest:]`, close the dataflow, read it to its end: every result, read with
+    commits across the failures, is exactly run_local's on `data`."""
+    rt.push(flow.name, "s", data[rest:])
+    rt.close(flow.name)
+    drain_until_finished(rt, flow.name, got)
+    want = expected(flow, {"s": data})
+    assert canon(got) == want, diff(got, want)
+
+
 class Feeder(threading.Thread):
     """Pushes a dataflow's inputs in batches from a handle of its own, never past
     `gate[0]` (a share of its events), then flushes and closes the dataflow."""
@@ -397,10 +417,7 @@ def test_an_executor_killed_while_the_other_is_restored_is_waited_for(pools: Any
             wait_for(back, "both executors restarted and rr-twice restored", 90)
         except AssertionError as e:
             raise AssertionError(f"{e}: {status(rt, 'rr-twice', at)}") from None
-        rt.push("rr-twice", "s", data[6_000:])
-        rt.close("rr-twice")
-        drain_until_finished(rt, "rr-twice", got)
-        assert canon(got) == expected(flow, {"s": data}), diff(got, expected(flow, {"s": data}))
+        finish_exactly(rt, flow, data, 6_000, got)
     finally:
         rt.cancel("rr-twice")
 
@@ -437,19 +454,11 @@ def test_a_damaged_checkpoint_is_detected_and_the_one_before_restored(pools: Any
                 f.seek(-1, os.SEEK_END)
                 f.write(bytes([last[0] ^ 1]))
         _, at = kill_executor(rt, host)
-        try:
-            wait_for(lambda: got.extend(rt.results("rr-damaged")) or
-                     recovered_since(rt, "rr-damaged", at), "rr-damaged restored", 90)
-        except AssertionError as e:
-            raise AssertionError(f"{e}: {status(rt, 'rr-damaged', at)}") from None
+        await_restore(rt, "rr-damaged", got, at)
         reason = str(history(rt, "rr-damaged")[-1]["reason"])
         assert reason.startswith(f"restored from checkpoint {kept[0]} (skipped: checkpoint "
                                  f"{kept[1]} is damaged") and "crc32" in reason, reason
-        rt.push("rr-damaged", "s", data[7_500:])
-        rt.close("rr-damaged")
-        drain_until_finished(rt, "rr-damaged", got)
-        want = expected(flow, {"s": data})
-        assert canon(got) == want, diff(got, want)
+        finish_exactly(rt, flow, data, 7_500, got)
     finally:
         rt.cancel("rr-damaged")
 
@@ -484,20 +493,12 @@ def test_a_restarted_executor_restores_from_its_local_copies(pools: Any) -> None
         for p in mine:
             os.remove(os.path.join(storage.url, p))
         _, at = kill_executor(rt, host)
-        try:
-            wait_for(lambda: got.extend(rt.results("rr-local")) or
-                     recovered_since(rt, "rr-local", at), "rr-local restored", 90)
-        except AssertionError as e:
-            raise AssertionError(f"{e}: {status(rt, 'rr-local', at)}") from None
+        await_restore(rt, "rr-local", got, at)
         restore = rt.describe("rr-local", refresh=True)["checkpoints"]["last_restore"]
         assert restore is not None and restore["checkpoint"] == newest["checkpoint"]
         assert restore["read_local_bytes"] >= sum(
             os.path.getsize(local_copy(pools, host, p)) - 8 for p in mine)  # less the header
-        rt.push("rr-local", "s", data[4_500:])
-        rt.close("rr-local")
-        drain_until_finished(rt, "rr-local", got)
-        want = expected(flow, {"s": data})
-        assert canon(got) == want, diff(got, want)
+        finish_exactly(rt, flow, data, 4_500, got)
     finally:
         rt.cancel("rr-local")
 

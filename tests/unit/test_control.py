@@ -20,6 +20,7 @@ from cameo_actors.runtime._private import checkpointing
 from cameo_actors.runtime._private.checkpoint import part_chains
 from cameo_actors.runtime._private.control.checkpoints import CheckpointPhase
 from cameo_actors.runtime._private.control.tracing import Tracing
+from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime.boundary import CANCELLED, RUNNING
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.testing import run_local
@@ -49,6 +50,13 @@ def feed(plane: ControlPlane, name: str, data: list[dict[str, Any]], end: bool =
     if end:
         plane.push(name, "s", [END_OF_STREAM])
     plane.gateway.pump()
+
+
+def stored(plane: ControlPlane, name: str) -> tuple[CheckpointStorage, str]:
+    """The plane's checkpoint storage, and the deployment `name`'s checkpoints are under."""
+    storage = plane.registry.storage
+    assert storage is not None
+    return storage, plane.registry.record(name)["deployment"]
 
 
 def finished(plane: ControlPlane, flow: Dataflow, data: list[dict[str, Any]]) -> None:
@@ -215,8 +223,7 @@ def test_a_damaged_checkpoint_is_skipped_with_its_cause_and_the_one_before_resto
     feed(plane, "dm", data[200:350])
     assert plane.checkpoints.take("dm")
     feed(plane, "dm", data[350:450])
-    storage, deployment = plane.registry.storage, plane.registry.record("dm")["deployment"]
-    assert storage is not None
+    storage, deployment = stored(plane, "dm")
     newest, kept = storage.latest("dm", deployment), storage.checkpoints("dm", deployment)
     assert newest is not None and len(kept) == 2
     part = tmp_path / "checkpoints" / newest["parts"]["dm/win/1"]
@@ -256,8 +263,7 @@ def test_incremental_checkpoints_build_on_the_full_one_across_a_restore(
         ingress_log_dir=str(tmp_path / "ingress"), bins=64, checkpoints_kept=1))
     flow, data = day_window("inc"), events(900, seed=5, keys=300)
     plane.lifecycle.deploy(flow.spec.to_dict())
-    storage, deployment = plane.registry.storage, plane.registry.record("inc")["deployment"]
-    assert storage is not None
+    storage, deployment = stored(plane, "inc")
     feed(plane, "inc", data[:600])
     assert plane.checkpoints.take("inc")
     full = storage.latest("inc", deployment)
@@ -311,8 +317,7 @@ def test_with_incremental_checkpoints_off_every_part_is_full(tmp_path: Path, whe
     if where == "spec":
         flow.fault_tolerance(incremental=False)
     plane.lifecycle.deploy(flow.spec.to_dict())
-    storage, deployment = plane.registry.storage, plane.registry.record("off")["deployment"]
-    assert storage is not None
+    storage, deployment = stored(plane, "off")
     sizes = []
     for chunk in (data[:280], data[280:]):
         feed(plane, "off", chunk)
@@ -350,8 +355,7 @@ def test_a_damaged_full_part_fails_the_checkpoints_built_on_it(tmp_path: Path) -
     assert plane.checkpoints.take("db")
     feed(plane, "db", data[300:])
     assert plane.checkpoints.take("db")
-    storage, deployment = plane.registry.storage, plane.registry.record("db")["deployment"]
-    assert storage is not None
+    storage, deployment = stored(plane, "db")
     newest = storage.latest("db", deployment)
     assert newest is not None
     base = newest["bases"]["db/win/0"][0]
@@ -394,8 +398,7 @@ def test_a_restore_reads_the_local_copies_and_the_storage_where_a_copy_is_missin
     plane = local_copies(tmp_path)
     flow, data = day_window("lr"), events(600, seed=4, keys=200)
     plane.lifecycle.deploy(flow.spec.to_dict())
-    storage, deployment = plane.registry.storage, plane.registry.record("lr")["deployment"]
-    assert storage is not None
+    storage, deployment = stored(plane, "lr")
     feed(plane, "lr", data[:300])
     assert plane.checkpoints.take("lr")
     manifest = storage.latest("lr", deployment)
@@ -430,8 +433,7 @@ def test_local_copies_follow_the_checkpoints_kept_and_go_with_the_dataflow(
     plane = local_copies(tmp_path)
     flow, data = day_window("lk"), events(500, seed=6, keys=100)
     plane.lifecycle.deploy(flow.spec.to_dict())
-    storage, deployment = plane.registry.storage, plane.registry.record("lk")["deployment"]
-    assert storage is not None
+    storage, deployment = stored(plane, "lk")
     for i in range(5):
         feed(plane, "lk", data[i * 100:(i + 1) * 100])
         assert plane.checkpoints.take("lk")
