@@ -31,7 +31,8 @@ Per state size and checkpoint interval (1 s and 5 s; `--quick`: 1 s only), on Ra
   (a quarter of them alerts) while a bulk copy, once its state is full (keys events flat
   out), gets `load` (0.5) of its measured capacity, checkpointed at the interval
   (incremental or full) or not; p99 of egress - ingest of the alerts whose input came in
-  the measured `measure_s` (12 s; `--quick` 4 s), the executor's busy share over it, and
+  the measured `measure_s` (12 s; `--quick` 4 s), the executor's busy share over it, the
+  full passes of Python's cycle collector in it (`full_collector_passes`: count, ms), and
   bulk's last checkpoint then (its size and duration: `steady_checkpoint_mb`, `_s`).
   First alerts alone (no bulk), once: this machine's baseline at the time. Arms
   alternate (off, each interval incremental and full), `alerts_repeats` rounds (2;
@@ -257,6 +258,12 @@ def _busy(rt: Any) -> tuple[float, float]:
     return time.time() * 1000, sum(e["busy_ms"] for e in rt.executor_stats())
 
 
+def _full_passes(rt: Any) -> tuple[int, float]:
+    """(the executors' full passes of Python's cycle collector so far, their ms), summed."""
+    gcs = [e["gc"] for e in rt.executor_stats() if "gc" in e]
+    return sum(g["collections"][2] for g in gcs), sum(g["total_ms"][2] for g in gcs)
+
+
 def _busy_share(a: tuple[float, float], b: tuple[float, float], executors: int) -> float:
     """The executors' mean busy share of the wall time from `a` to `b`."""
     return (b[1] - a[1]) / ((b[0] - a[0]) * executors)
@@ -325,6 +332,7 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
     p99s: dict[Arm, list[float]] = {arm: [] for arm in _arms(s.intervals_s)}
     counts: dict[Arm, list[int]] = {arm: [] for arm in p99s}
     busy: dict[Arm, list[float]] = {arm: [] for arm in p99s}
+    passes: dict[Arm, list[tuple[int, float]]] = {arm: [] for arm in p99s}
     ckpts: dict[Arm, list[dict[str, Any]]] = {arm: [] for arm in p99s}
     executors = len(rt.executor_stats())
     try:
@@ -344,11 +352,13 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
                     _wait_events_in(rt, name, keys, 600)
                     check_threads(feed, reader, feed_a)
                     time.sleep(1.0)  # the fill's queues drain
-                    b0 = _busy(rt)
+                    b0, g0 = _busy(rt), _full_passes(rt)
                     m0 = time.time() * 1000
                     time.sleep(s.measure_s)
                     m1 = time.time() * 1000
                     busy[arm].append(_busy_share(b0, _busy(rt), executors))
+                    g1 = _full_passes(rt)
+                    passes[arm].append((g1[0] - g0[0], round(g1[1] - g0[1], 1)))
                     check_threads(feed, reader, feed_a)
                     ckpts[arm].append(_ckpt(rt.describe(name, refresh=True)))
                 finally:
@@ -362,7 +372,8 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
                 counts[arm].append(n)
             log(f"  alerts p99 round {r + 1}: " + ", ".join(
                 f"{_label(arm)} {p99s[arm][-1] if p99s[arm] else float('nan'):,.1f} ms "
-                f"(busy {busy[arm][-1]:.2f}, last checkpoint {ckpts[arm][-1]['last_mb']:,.1f} MB "
+                f"(busy {busy[arm][-1]:.2f}, {passes[arm][-1][0]} full collector passes "
+                f"{passes[arm][-1][1]:,.0f} ms, last checkpoint {ckpts[arm][-1]['last_mb']:,.1f} MB "
                 f"in {ckpts[arm][-1]['last_s'] or 0:.2f} s)" for arm in p99s))
     finally:
         feed_a.stop.set()
@@ -378,6 +389,7 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
         return {"on_p99_ms": _median(p99s[arm]), "on_runs": p99s[arm],
                 "ratio": _ratio(_median(p99s[arm]), off), "alerts": counts[arm],
                 "busy": _median(busy[arm]), "busy_runs": busy[arm],
+                "full_collector_passes": passes[arm],
                 "checkpoint_mb": _median([c["last_mb"] for c in ckpts[arm]]),
                 "checkpoint_s": _median([c["last_s"] for c in ckpts[arm] if c["last_s"]]),
                 "checkpoints": ckpts[arm]}

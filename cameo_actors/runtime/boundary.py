@@ -233,6 +233,9 @@ class ExecutorStats(TypedDict, total=False):
     tenants: dict[str, dict[str, Any]]
     pid: int
     alive: bool  # False: the executor died (its dataflows failed)
+    # Python's cycle collector in the executor's process, per generation: passes, their
+    # total and longest time in ms; and the objects frozen out of its passes
+    gc: dict[str, Any]
 
 
 class DataflowMetrics(TypedDict):

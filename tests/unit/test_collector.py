@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import msgpack
 import pytest
 
-from cameo_actors.runtime._private.collector import collector_paused, state_coming_in
+from cameo_actors.runtime._private.collector import Pauses, collector_paused, state_coming_in
 
 
 @pytest.fixture(autouse=True)
@@ -60,3 +60,19 @@ def test_state_that_came_in_is_out_of_the_collectors_passes() -> None:
     walked = {id(o) for o in gc.get_objects()}
     assert id(state) not in walked and id(state["k7"]) not in walked
     assert state["k7"] == [7, 7.0]
+
+
+def test_the_collectors_passes_are_counted_and_timed_per_generation() -> None:
+    gc.enable()
+    pauses = Pauses()
+    try:
+        before = pauses.stats()
+        gc.collect(2)
+        gc.collect(0)
+        after = pauses.stats()
+    finally:
+        gc.callbacks.remove(pauses._on_pass)
+    assert after["collections"][2] == before["collections"][2] + 1
+    assert after["collections"][0] >= before["collections"][0] + 1
+    assert after["total_ms"][2] >= after["max_ms"][2] > 0
+    assert after["frozen"] == gc.get_freeze_count()

@@ -15,8 +15,10 @@ from __future__ import annotations
 import atexit
 import gc
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _pauses = 0
 _pauses_lock = threading.Lock()
@@ -54,3 +56,30 @@ def state_coming_in() -> Iterator[None]:
 # At exit, what is frozen goes back to the collector, whose last pass frees it (else
 # extension types count their objects as leaked).
 atexit.register(gc.unfreeze)
+
+
+class Pauses:
+    """What the collector's passes have cost this process since it started: per
+    generation, passes, their time and the longest (a pass holds the interpreter: the
+    worker thread waits for it however urgent its work)."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.total_ms = [0.0, 0.0, 0.0]
+        self.max_ms = [0.0, 0.0, 0.0]
+        self._began = 0.0
+        gc.callbacks.append(self._on_pass)
+
+    def _on_pass(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._began) * 1000.0
+        g = info["generation"]
+        self.count[g] += 1
+        self.total_ms[g] += ms
+        self.max_ms[g] = max(self.max_ms[g], ms)
+
+    def stats(self) -> dict[str, Any]:
+        return {"collections": list(self.count), "total_ms": [round(x, 1) for x in self.total_ms],
+                "max_ms": [round(x, 1) for x in self.max_ms], "frozen": gc.get_freeze_count()}

@@ -25,6 +25,7 @@ import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.runtime._private.checkpoint import ChainRead, PartBytes, Written, read_chain
+from cameo_actors.runtime._private.collector import Pauses
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
@@ -60,6 +61,7 @@ class Executor:
         self.peers: list[Any] = []
         self.core = ExecutorCore(index, self.config, self._send_to, persist=self._persist)
         self.core.channels.incarnation = self.incarnation
+        self.gc_pauses = Pauses()
         #: the checkpoint parts written and read here (and their local copies)
         self.parts = part_store(self.config, index)
         # Checkpoint parts are written here, off the worker thread, one at a time.
@@ -370,6 +372,7 @@ class Executor:
         stats["node"] = ray.get_runtime_context().get_node_id()
         stats["pid"] = os.getpid()
         stats["alive"] = True
+        stats["gc"] = self.gc_pauses.stats()
         return stats
 
     def pressure(self, dataflow: str) -> tuple[dict[str, int], list[str]]:
