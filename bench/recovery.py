@@ -32,7 +32,8 @@ Per state size and checkpoint interval (1 s and 5 s; `--quick`: 1 s only), on Ra
   out), gets `load` (0.5) of its measured capacity, checkpointed at the interval
   (incremental or full) or not; p99 of egress - ingest of the alerts whose input came in
   the measured `measure_s` (12 s; `--quick` 4 s), the executor's busy share over it, the
-  full passes of Python's cycle collector in it (`full_collector_passes`: count, ms), and
+  full passes of Python's cycle collector in it (`full_collector_passes`: count, ms, objects
+  found unreachable), and
   bulk's last checkpoint then (its size and duration: `steady_checkpoint_mb`, `_s`).
   First alerts alone (no bulk), once: this machine's baseline at the time. Arms
   alternate (off, each interval incremental and full), `alerts_repeats` rounds (2;
@@ -259,9 +260,11 @@ def _busy(rt: Any) -> tuple[float, float]:
 
 
 def _full_passes(rt: Any) -> tuple[int, float]:
-    """(the executors' full passes of Python's cycle collector so far, their ms), summed."""
+    """(the executors' full passes of Python's cycle collector so far, their ms, the objects
+    they found unreachable), summed."""
     gcs = [e["gc"] for e in rt.executor_stats() if "gc" in e]
-    return sum(g["collections"][2] for g in gcs), sum(g["total_ms"][2] for g in gcs)
+    return (sum(g["collections"][2] for g in gcs), sum(g["total_ms"][2] for g in gcs),
+            sum(g["collected"][2] for g in gcs))
 
 
 def _busy_share(a: tuple[float, float], b: tuple[float, float], executors: int) -> float:
@@ -332,7 +335,7 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
     p99s: dict[Arm, list[float]] = {arm: [] for arm in _arms(s.intervals_s)}
     counts: dict[Arm, list[int]] = {arm: [] for arm in p99s}
     busy: dict[Arm, list[float]] = {arm: [] for arm in p99s}
-    passes: dict[Arm, list[tuple[int, float]]] = {arm: [] for arm in p99s}
+    passes: dict[Arm, list[tuple[int, float, int]]] = {arm: [] for arm in p99s}
     ckpts: dict[Arm, list[dict[str, Any]]] = {arm: [] for arm in p99s}
     executors = len(rt.executor_stats())
     try:
@@ -358,7 +361,7 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
                     m1 = time.time() * 1000
                     busy[arm].append(_busy_share(b0, _busy(rt), executors))
                     g1 = _full_passes(rt)
-                    passes[arm].append((g1[0] - g0[0], round(g1[1] - g0[1], 1)))
+                    passes[arm].append((g1[0] - g0[0], round(g1[1] - g0[1], 1), g1[2] - g0[2]))
                     check_threads(feed, reader, feed_a)
                     ckpts[arm].append(_ckpt(rt.describe(name, refresh=True)))
                 finally:
@@ -373,7 +376,7 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
             log(f"  alerts p99 round {r + 1}: " + ", ".join(
                 f"{_label(arm)} {p99s[arm][-1] if p99s[arm] else float('nan'):,.1f} ms "
                 f"(busy {busy[arm][-1]:.2f}, {passes[arm][-1][0]} full collector passes "
-                f"{passes[arm][-1][1]:,.0f} ms, last checkpoint {ckpts[arm][-1]['last_mb']:,.1f} MB "
+                f"{passes[arm][-1][1]:,.0f} ms found {passes[arm][-1][2]} unreachable, last checkpoint {ckpts[arm][-1]['last_mb']:,.1f} MB "
                 f"in {ckpts[arm][-1]['last_s'] or 0:.2f} s)" for arm in p99s))
     finally:
         feed_a.stop.set()

@@ -234,7 +234,7 @@ class ExecutorStats(TypedDict, total=False):
     pid: int
     alive: bool  # False: the executor died (its dataflows failed)
     # Python's cycle collector in the executor's process, per generation: passes, their
-    # total and longest time in ms; and the objects frozen out of its passes
+    # total and longest time in ms, objects found unreachable; objects frozen out of it
     gc: dict[str, Any]
 
 

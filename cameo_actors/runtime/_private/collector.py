@@ -61,12 +61,14 @@ atexit.register(gc.unfreeze)
 class Pauses:
     """What the collector's passes have cost this process since it started: per
     generation, passes, their time and the longest (a pass holds the interpreter: the
-    worker thread waits for it however urgent its work)."""
+    worker thread waits for it however urgent its work), and the objects they found
+    unreachable (reference cycles: what a pass is for)."""
 
     def __init__(self) -> None:
         self.count = [0, 0, 0]
         self.total_ms = [0.0, 0.0, 0.0]
         self.max_ms = [0.0, 0.0, 0.0]
+        self.collected = [0, 0, 0]
         self._began = 0.0
         gc.callbacks.append(self._on_pass)
 
@@ -79,7 +81,9 @@ class Pauses:
         self.count[g] += 1
         self.total_ms[g] += ms
         self.max_ms[g] = max(self.max_ms[g], ms)
+        self.collected[g] += info["collected"]
 
     def stats(self) -> dict[str, Any]:
         return {"collections": list(self.count), "total_ms": [round(x, 1) for x in self.total_ms],
-                "max_ms": [round(x, 1) for x in self.max_ms], "frozen": gc.get_freeze_count()}
+                "max_ms": [round(x, 1) for x in self.max_ms], "collected": list(self.collected),
+                "frozen": gc.get_freeze_count()}
