@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 import pytest
@@ -76,3 +77,22 @@ def test_the_collectors_passes_are_counted_and_timed_per_generation() -> None:
     assert after["collections"][0] >= before["collections"][0] + 1
     assert after["total_ms"][2] >= after["max_ms"][2] > 0
     assert after["frozen"] == gc.get_freeze_count()
+
+
+def test_with_freeze_a_full_pass_that_found_no_garbage_is_the_last_over_what_it_walked() -> None:
+    gc.enable()
+    pauses = Pauses(freeze=True)
+    try:
+        state = {f"k{i}": [i, float(i)] for i in range(10_000)}  # plain data, no cycles
+        gc.collect(2)  # what garbage there was
+        gc.collect(2)  # none now: what it walked is frozen
+        assert id(state["k7"]) not in {id(o) for o in gc.get_objects()}  # frozen
+        cycle: list[Any] = []
+        cycle.append(cycle)
+        frozen = gc.get_freeze_count()
+        del cycle
+        gc.collect(2)  # found the cycle: nothing more frozen
+        assert pauses.stats()["collected"][2] >= 1 and gc.get_freeze_count() == frozen
+    finally:
+        gc.callbacks.remove(pauses._on_pass)
+    assert state["k7"] == [7, 7.0]

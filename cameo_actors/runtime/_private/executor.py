@@ -61,7 +61,7 @@ class Executor:
         self.peers: list[Any] = []
         self.core = ExecutorCore(index, self.config, self._send_to, persist=self._persist)
         self.core.channels.incarnation = self.incarnation
-        self.gc_pauses = Pauses()
+        self.gc_pauses = Pauses(freeze=self.config.gc_freeze)
         #: the checkpoint parts written and read here (and their local copies)
         self.parts = part_store(self.config, index)
         # Checkpoint parts are written here, off the worker thread, one at a time.
