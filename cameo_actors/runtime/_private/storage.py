@@ -404,8 +404,9 @@ class CheckpointStorage:
         in that hold none of them (for a store of parts without manifests: local copies);
         those above it may be being written."""
         kept = {int(m.group(1)) for path in paths for m in [_IN_CHECKPOINT.search(path)] if m}
+        newest = max(kept, default=-1)
         for ckpt, folder in self._folders(dataflow, deployment):
-            if kept and ckpt < max(kept) and ckpt not in kept:
+            if ckpt < newest and ckpt not in kept:
                 with contextlib.suppress(*_FS_ERRORS):
                     self._delete_dir(folder)
 
