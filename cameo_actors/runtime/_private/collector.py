@@ -70,8 +70,8 @@ class Pauses:
     object again: with 100 MB of keyed state, 0.6 s on the worker thread, finding
     nothing (measured in bench.recovery's alerts arms). With it, the next full pass
     walks only what came since. The price: reference cycles among what was frozen that
-    become garbage later are never freed (`collected` shows how many the younger passes
-    find: cycles are rare in an executor; `RuntimeConfig.gc_freeze` turns it off)."""
+    become garbage later are never freed (`collected` shows what the passes find; the full
+    passes in bench.recovery found none; `RuntimeConfig.gc_freeze` turns it off)."""
 
     def __init__(self, freeze: bool = False) -> None:
         self.freeze = freeze
