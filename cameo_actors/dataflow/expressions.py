@@ -614,6 +614,12 @@ class Expression:
     _body: ast.expr = field(repr=False, compare=False)
     _fn: Callable[[Event], Any] = field(repr=False, compare=False)
 
+    @property
+    def tree(self) -> ast.expr:
+        """The checked syntax tree: fields are subscripts of the event name, `*` between
+        values that may be strings is a call of the checked helper."""
+        return self._body
+
     def __call__(self, event: Event) -> Any:
         """Evaluate on one event; raises KeyError, TypeError, ... when the event does not fit."""
         return self._fn(event)

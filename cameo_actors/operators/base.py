@@ -17,9 +17,13 @@ from __future__ import annotations
 import math
 import reprlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
+
+from cameo_actors.operators.columns import Columns, rows
 
 Event = dict[str, Any]
+#: A message's events: rows, or columns (`columns.py`).
+Events: TypeAlias = list[Event] | Columns
 
 #: The watermark that ends a stream: every window fires, nothing is late after it.
 END_OF_STREAM = math.inf
@@ -66,6 +70,7 @@ def short_repr(value: Any) -> str:
 
 @dataclass(slots=True)
 class Output:
+    #: Rows, or columns where the step has a columnar kernel (the runtime reads both).
     events: list[Event] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
     #: The operator's new output watermark, or None when it did not advance.
@@ -91,9 +96,13 @@ class Operator:
         self.watermark = NO_WATERMARK
 
     # -- what the runtime calls -------------------------------------------------
-    def on_batch(self, events: list[Event], port: int = 0) -> Output:
+    def on_batch(self, events: Events, port: int = 0) -> Output:
+        """Events as rows (a list of dicts) or as columns (an Arrow record batch, which
+        the operator reads as rows unless `process_columns` takes it)."""
         out = Output()
-        self.process(events, port, out)
+        if events.__class__ is not list and self.process_columns(events, port, out):
+            return out
+        self.process(rows(events), port, out)
         return out
 
     def on_watermark(self, watermark: float, port: int = 0) -> Output:
@@ -110,6 +119,11 @@ class Operator:
     # -- what subclasses implement -------------------------------------------
     def process(self, events: list[Event], port: int, out: Output) -> None:
         raise NotImplementedError
+
+    def process_columns(self, batch: Columns, port: int, out: Output) -> bool:
+        """Process a columnar batch as `process` would its rows, or decline (False, with
+        `out` untouched): the batch then runs as rows. See `columns.py`."""
+        return False
 
     def advance_to(self, watermark: float, out: Output) -> None:
         """The input watermark rose to `watermark`: emit what is now complete."""

@@ -4,12 +4,31 @@ flat_map, key_by, union, sink."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from types import CodeType, FunctionType
 from typing import Any
 
-from cameo_actors.dataflow.expressions import compile_filter, compile_projection, compile_scalar
+import pyarrow as pa
+
+from cameo_actors.dataflow.expressions import (
+    Expression,
+    compile_filter,
+    compile_projection,
+    compile_scalar,
+    parse_expression,
+)
 from cameo_actors.dataflow.spec import SCHEMA_TYPES, schema_type
 from cameo_actors.operators.base import Event, Operator, Output, short_repr
+from cameo_actors.operators.columns import (
+    Columns,
+    Declined,
+    filter_columns,
+    hashable_column,
+    key_field,
+    max_of,
+    project_columns,
+    source_columns,
+)
 
 BatchFn = Callable[[list[Event]], tuple[list[Event], list[tuple[Event, str]]]]
 
@@ -47,6 +66,7 @@ class SourceOperator(Operator):
         self._strs = [name for name, base, _ in bases if base == "str"]
         self.max_string_chars = max_string_chars
         self._keep, self._ok = _compile_schema_check(schema, max_string_chars)
+        self._schema = list(schema)
         self.event_time = event_time
         self.allowed_lateness_ms = allowed_lateness_ms
         self.max_event_time = float("-inf")
@@ -69,13 +89,24 @@ class SourceOperator(Operator):
         out.events = good
         if self.event_time is not None and len(good):
             tf = self.event_time
-            batch_max = max(e[tf] for e in good)
-            if batch_max > self.max_event_time:
-                self.max_event_time = batch_max
-                wm = batch_max - self.allowed_lateness_ms
-                if wm > self.watermark:
-                    self.watermark = wm
-                    out.watermark = wm
+            self._saw(max(e[tf] for e in good), out)
+
+    def process_columns(self, batch: Columns, port: int, out: Output) -> bool:
+        if not source_columns(batch, self._schema, self.max_string_chars):
+            return False  # some event fails a check: the rows say which, and why
+        out.events = batch
+        if self.event_time is not None and len(batch):
+            self._saw(max_of(batch, self.event_time), out)
+        return True
+
+    def _saw(self, batch_max: Any, out: Output) -> None:
+        """The largest event time of a batch: the watermark follows."""
+        if batch_max > self.max_event_time:
+            self.max_event_time = batch_max
+            wm = batch_max - self.allowed_lateness_ms
+            if wm > self.watermark:
+                self.watermark = wm
+                out.watermark = wm
 
     def on_watermark(self, watermark: float, port: int = 0) -> Output:
         # An explicit watermark (a test script, end of stream) moves it forward too.
@@ -186,11 +217,25 @@ def _compile_lambda(source: str, scope: dict[str, Any]) -> Any:
 
 
 class BatchFnOperator(Operator):
-    """Runs a compiled batch function (a filter or a projection of safe expressions)."""
+    """Runs a compiled batch function (a filter or a projection of safe expressions), and
+    on columns its Arrow kernel (`columns.py`) where there is one."""
 
-    def __init__(self, step_id: str, fn: BatchFn) -> None:
+    def __init__(self, step_id: str, fn: BatchFn,
+                 columns: Callable[[Columns], Columns] | None = None) -> None:
         super().__init__(step_id)
         self._fn = fn
+        self._columns = columns
+
+    def process_columns(self, batch: Columns, port: int, out: Output) -> bool:
+        if self._columns is None:
+            return False
+        try:
+            out.events = self._columns(batch)
+        except Declined:
+            return False
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return False  # an overflow, a division by zero, ...: the rows say where
+        return True
 
     def process(self, events: list[Event], port: int, out: Output) -> None:
         good, bad = self._fn(events)
@@ -200,11 +245,16 @@ class BatchFnOperator(Operator):
 
 
 def filter_operator(step_id: str, predicate: str) -> BatchFnOperator:
-    return BatchFnOperator(step_id, compile_filter(predicate, step_id))
+    expression = parse_expression(predicate, step_id)
+    return BatchFnOperator(step_id, compile_filter(predicate, step_id),
+                           partial(filter_columns, expression))
 
 
 def project_operator(step_id: str, fields: Sequence[tuple[str, str]]) -> BatchFnOperator:
-    return BatchFnOperator(step_id, compile_projection(dict(fields), step_id))
+    expressions: dict[str, Expression] = {name: parse_expression(text, step_id)
+                                          for name, text in fields}
+    return BatchFnOperator(step_id, compile_projection(dict(fields), step_id),
+                           partial(project_columns, expressions))
 
 
 class FunctionOperator(Operator):
@@ -241,6 +291,13 @@ class KeyByOperator(Operator):
         super().__init__(step_id)
         self.key_fn = compile_scalar(key, step_id)
         self._key = key
+        self._field = key_field(self.key_fn)
+
+    def process_columns(self, batch: Columns, port: int, out: Output) -> bool:
+        if self._field is None or not hashable_column(batch, self._field):
+            return False
+        out.events = batch  # every value of a field of scalars is a key
+        return True
 
     def process(self, events: list[Event], port: int, out: Output) -> None:
         key_fn, good = self.key_fn, out.events
@@ -258,3 +315,7 @@ class PassOperator(Operator):
 
     def process(self, events: list[Event], port: int, out: Output) -> None:
         out.events = events
+
+    def process_columns(self, batch: Columns, port: int, out: Output) -> bool:
+        out.events = batch
+        return True

@@ -46,6 +46,7 @@ from typing import Any
 from cameo_actors.operators.aggregates import AggSpecLike, compile_aggregates, is_time
 from cameo_actors.operators.base import Event, Output
 from cameo_actors.operators.bins import stable_hash
+from cameo_actors.operators.columns import Columns, key_field, tumbling_counts
 from cameo_actors.operators.windowers import Admitted, AlignedWindower, SessionWindower, Windower
 from cameo_actors.operators.windowing import (
     RESULT_FIELDS,
@@ -217,6 +218,43 @@ class WindowOperator(WindowedOperator):
             self._count_tumbling(self._tumbling_counts, events, out)
         else:
             self._windower.add(self._admitted(events, out), self.watermark, out)
+
+    def process_columns(self, batch: Columns, port: int, out: Output) -> bool:
+        """A tumbling count on columns: the events grouped by window and key in Arrow and
+        numpy (`columns.tumbling_counts`), each group added to the state as the fused
+        loop below adds its events one by one."""
+        windower = self._tumbling_counts
+        field = None if self.key_fn is None else key_field(self.key_fn)
+        if windower is None or (self.key_fn is not None and field is None):
+            return False
+        groups = tumbling_counts(batch, self.time_field, field, windower.size, self.watermark)
+        if groups is None:
+            return False
+        state = windower.state
+        windows, index, mask = state.windows, state.index, state.mask
+        cur_end: Any = None
+        w: Any = None
+        bins: Any = None
+        changed: Any = None
+        for end, k, n in groups:
+            if end != cur_end:
+                w = windows.get(end)
+                if w is None:
+                    w = state.open(end)
+                bins, changed, cur_end = index[end], state.changed_in(end), end
+            had = w.get(k)
+            if had is None:
+                w[k] = n
+                keys = bins.get(b := stable_hash(k) & mask)
+                if keys is None:
+                    bins[b] = [k]
+                else:
+                    keys.append(k)
+            else:
+                w[k] = had + n
+            if changed is not None:
+                changed.add(k)
+        return True
 
     def _count_tumbling(self, windower: AlignedWindower, events: list[Event], out: Output) -> None:
         # The hot path (a tumbling count): `_admitted` and `AlignedWindower.add` fused

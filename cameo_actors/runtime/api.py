@@ -31,15 +31,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import pyarrow as pa
 import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError
 from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Event
+from cameo_actors.operators.columns import conform
 from cameo_actors.runtime._private import cluster, settle
 from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, get
 from cameo_actors.runtime._private.controller import Controller
-from cameo_actors.runtime._private.ingest import pack_ingest
+from cameo_actors.runtime._private.ingest import pack_columns, pack_ingest
 from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
 from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime._private.wire import pack_events
@@ -585,8 +587,8 @@ class Runtime:
         self._live(name)
 
     # -- input ----------------------------------------------------------------------------------
-    def push(self, name: str, source: str, events: Sequence[Event], *,
-             batch_size: int = DEFAULT_BATCH) -> builtins.list[Rejected]:
+    def push(self, name: str, source: str, events: Sequence[Event] | pa.RecordBatch | pa.Table,
+             *, batch_size: int = DEFAULT_BATCH) -> builtins.list[Rejected]:
         """Send events to a source of a running dataflow, in batches.
 
         Returns when the batches are handed over; blocks while the source has
@@ -599,7 +601,19 @@ class Runtime:
         goes to the error output (kind "unencodable"), and the rest of its batch goes
         on. Events that do not match the schema are found later, by the source, and
         show in the error output only (kind "malformed").
+
+        Columns (a `pyarrow.RecordBatch` or `Table`) travel as Arrow, without an object
+        per event, and run as columns where a step has a kernel for them (`columns.py`);
+        results are the same as for the same events as dicts. Their columns are checked
+        against the source's schema first: a column missing, or of a type that cannot
+        hold its field, raises `ColumnsRefused` (a ValueError) and nothing is sent.
         """
+        if isinstance(events, (pa.RecordBatch, pa.Table)):
+            step = self._source_step(name, source)
+            for batch in conform(source, events, step.schema):
+                for i in range(0, batch.num_rows, batch_size):
+                    self._send_packed(name, source, pack_columns(batch.slice(i, batch_size)))
+            return []
         rejected: builtins.list[Rejected] = []
         for i in range(0, len(events), batch_size):
             rejected += self._send(name, source, list(events[i:i + batch_size]), i)
@@ -628,13 +642,15 @@ class Runtime:
 
     def _send(self, name: str, source: str, events: builtins.list[Any],
               first_index: int) -> builtins.list[Rejected]:
-        targets = self._source_instances(name, source)
-        target = targets[next(self._round_robin) % len(targets)]
         # Packed before the call takes its sequence number: an event that cannot be
         # packed must not leave a gap that the executor's in-order delivery waits on.
         packed = pack_ingest(source, events, first_index)
-        self._send_to(name, target, packed.blob)
+        self._send_packed(name, source, packed.blob)
         return packed.rejected
+
+    def _send_packed(self, name: str, source: str, blob: bytes) -> None:
+        targets = self._source_instances(name, source)
+        self._send_to(name, targets[next(self._round_robin) % len(targets)], blob)
 
     def _send_to(self, name: str, target: str, blob: bytes) -> None:
         deployment = self.describe(name)["deployment"]
@@ -722,6 +738,10 @@ class Runtime:
         """`get` of calls to a dataflow's executors, made by `refs` (again after a
         recovery: see `_on_parts`)."""
         return self._on_parts(name, lambda: get(refs()))
+
+    def _source_step(self, name: str, source: str) -> Any:
+        self._source_instances(name, source)  # raises for a source the dataflow lacks
+        return self._spec(name).step(source)
 
     def _spec(self, name: str) -> DataflowSpec:
         return DataflowSpec.from_dict(self._live(name)["spec"])

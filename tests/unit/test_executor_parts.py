@@ -85,7 +85,7 @@ class Executor:
         for act in built:
             self.sched.add_activation(act.id, dataflow="d", tenant="t", latency_target_ms=50)
         self.path = Path(self.hosting, self.sched)
-        self.ingress = Ingress(3, self.hosting, self.sched, self.flow, self.egress, self.stats,
+        self.ingress = Ingress(3, 5.0, self.hosting, self.sched, self.flow, self.egress, self.stats,
                                None, self.clock.now_ms)
         self.persisted: list[tuple[str, int, str]] = []
         self.checkpointing = Checkpointing(

@@ -29,6 +29,13 @@ from cameo_actors.dataflow.spec import (
 from cameo_actors.operators.base import END_OF_STREAM, Event, Operator, Output
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.build import build_operator, key_function
+from cameo_actors.operators.columns import (
+    hashable_column,
+    is_columns,
+    key_field,
+    rows,
+    split_by_key,
+)
 from cameo_actors.operators.lease import build_lessee
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 from cameo_actors.runtime._private.checkpoint import Channel as InputChannel
@@ -129,7 +136,7 @@ class Activation:
     def on_data(self, events: list[Event], port: int) -> Output:
         epoch = self.epoch
         if epoch is not None and epoch.take:  # events of bins whose state has not arrived wait
-            mine = self._buffer(epoch, events, port)
+            mine = self._buffer(epoch, rows(events), port)
             if not mine:
                 return Output()
             events = mine
@@ -153,7 +160,8 @@ class Activation:
     # -- output --------------------------------------------------------------------
     def split(self, events: list[Event], waiting: Callable[[str], float] | None = None
               ) -> list[tuple[str, int, list[Event]]]:
-        """Output events -> [(target activation, port, events)]. With lessees, a part
+        """Output events -> [(target activation, port, events)]; columns stay columns
+        (split by key without copying the columns per event). With lessees, a part
         a lessee can start sooner than its owner goes there (`lease_to`; `waiting`:
         target -> this activation's events it has before these)."""
         out: list[tuple[str, int, list[Event]]] = []
@@ -164,14 +172,18 @@ class Activation:
                 out.append((route.sole, route.port, events))
             elif owners is not None and route.key_fn is not None:
                 mask, key_fn = self.bins - 1, route.key_fn
-                parts: dict[str, list[Event]] = {}
-                for e in events:
-                    t = owners[stable_hash(key_fn(e)) & mask]
-                    part = parts.get(t)
-                    if part is None:
-                        parts[t] = [e]
-                    else:
-                        part.append(e)
+                field = key_field(key_fn) if is_columns(events) else None
+                if field is not None and hashable_column(events, field):
+                    parts: dict[str, Any] = split_by_key(events, field, owners, mask)
+                else:
+                    parts = {}
+                    for e in rows(events):
+                        t = owners[stable_hash(key_fn(e)) & mask]
+                        part = parts.get(t)
+                        if part is None:
+                            parts[t] = [e]
+                        else:
+                            part.append(e)
                 if lend:
                     assert waiting is not None
                     out.extend((lease_to(t, len(part), route.lessees, waiting), route.port,
@@ -427,7 +439,7 @@ class Activation:
 
 
 def _merge(into: Output, out: Output) -> None:
-    into.events.extend(out.events)
+    into.events.extend(rows(out.events))
     into.errors.extend(out.errors)
     if out.watermark is not None:
         into.watermark = out.watermark

@@ -27,6 +27,7 @@ from urllib.parse import quote
 import msgpack
 
 from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.operators.columns import rows
 from cameo_actors.runtime._private.checkpoint import (
     CHECKPOINT,
     DELTA_SHARE,
@@ -203,7 +204,8 @@ class Checkpointing:
             return
         if msg.is_watermark and is_control(msg.payload) and msg.payload[0] != MERGE:
             return  # a lessee's partials change state, like events; other control does not
-        part.inflight.append((msg.port, msg.upstream, msg.is_watermark, msg.payload))
+        # Columns are kept as rows: the part is msgpack, and a replay runs rows as well.
+        part.inflight.append((msg.port, msg.upstream, msg.is_watermark, rows(msg.payload)))
         if msg.is_watermark and not is_control(msg.payload) and msg.payload >= END_OF_STREAM:
             # no barrier will follow
             part.pending.discard((msg.port, msg.upstream))

@@ -56,6 +56,7 @@ from cameo_actors.clock import Clock, SystemClock
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import ErrorRecord, Output, short_repr
+from cameo_actors.operators.columns import rows
 from cameo_actors.runtime._private.activation import Activation
 from cameo_actors.runtime._private.channels import Channels, Send
 from cameo_actors.runtime._private.checkpoint import (
@@ -119,8 +120,9 @@ class ExecutorCore:
 
         def now_ms() -> float:  # read through the core: a test may give it another clock
             return self.clock.now_ms()
-        self.ingress = Ingress(config.max_message_events, self.hosting, self.sched, self.flow,
-                               self.egress, self.stats, self.tracer, now_ms)
+        self.ingress = Ingress(config.max_message_events, config.quantum_ms, self.hosting,
+                               self.sched, self.flow, self.egress, self.stats, self.tracer,
+                               now_ms)
         self.checkpointing = Checkpointing(config, self.hosting, self.sched, self.flow,
                                            self.egress, self.ingress, now_ms, self, persist)
         #: source activation -> its write-ahead log (the checkpointing part's)
@@ -332,7 +334,7 @@ class ExecutorCore:
         except Exception as exc:  # an operator bug must not stop other dataflows
             text = f"{type(exc).__name__}: {exc}"
             out = Output(errors=[ErrorRecord(act.step.id, "operator_failure", text,
-                                             None if msg.is_watermark else msg.payload[:10])])
+                                             None if msg.is_watermark else rows(msg.payload[:10]))])
             self.stats.dataflows[act.dataflow].failures.append(f"{act.step.id}: {text}")
         now = self.clock.now_ms()
         if out.errors:
@@ -340,7 +342,7 @@ class ExecutorCore:
         if out.events:
             act.events_out += len(out.events)
             if act.is_sink:
-                self._egress(act, out.events, msg, now)
+                self._egress(act, rows(out.events), msg, now)
             waiting = None
             if act.lends:  # a hot key's owner behind: its events may go to a lessee
                 waiting = self._waiting_for(aid)
@@ -348,8 +350,8 @@ class ExecutorCore:
                 self.route(aid, self.sched.derive(msg, target, events, now, port=port))
         if out.watermark is not None:
             if act.lessee:  # its partials reach the owners before the watermark that fires
-                for target, rows in partials_by_owner(act.routes[0], act.bins, act.operator):
-                    self.route(aid, self.sched.derive(msg, target, [MERGE, rows], now, port=0,
+                for target, partials in partials_by_owner(act.routes[0], act.bins, act.operator):
+                    self.route(aid, self.sched.derive(msg, target, [MERGE, partials], now, port=0,
                                                       is_watermark=True))
             for target, port in act.watermark_targets():
                 self.route(aid, self.sched.derive(msg, target, float(out.watermark), now, port=port,

@@ -10,7 +10,8 @@ of its batch, as the third kind of item of an ingest call:
 
 - a list: events;
 - a number: a watermark;
-- a map {"errors": [[step, kind, message, event], ...]}: error records.
+- a map {"errors": [[step, kind, message, event], ...]}: error records;
+- an Arrow record batch (msgpack's extension `wire.ARROW`): events as columns.
 
 The fast path is one `msgpack.packb` of the whole batch; events are packed one
 by one only when that fails. On the executor, `unpack_ingest` never fails
@@ -31,7 +32,7 @@ import msgpack
 
 from cameo_actors.operators.base import ErrorRecord, short_repr
 from cameo_actors.operators.stateless import INT_RANGE
-from cameo_actors.runtime._private.wire import unpack_events
+from cameo_actors.runtime._private.wire import columns_item, pack_events, unpack_events
 from cameo_actors.runtime.boundary import Rejected
 
 #: Levels of containers an event may nest, the event object being the first:
@@ -90,6 +91,12 @@ def pack_ingest(source: str, events: list[Any], first_index: int = 0) -> Packed:
     items: list[Any] = [good] if good else []
     items.append({"errors": records})
     return Packed(_packb_capped(items, _ABOVE_EVENT), rejected)
+
+
+def pack_columns(batch: Any) -> bytes:
+    """An ingest call of one columnar batch (an Arrow record batch, checked against the
+    source's schema by `columns.conform`): its one item, read back as the batch."""
+    return pack_events([columns_item(batch)])
 
 
 def unpack_ingest(blob: bytes, step: str) -> list[Any]:

@@ -5,8 +5,9 @@ next one expected per client). A call that comes early (Ray may reorder calls)
 is parked until the ones before it came; a call applied already (resent after
 a failure, or replayed from the ingress log by a restore) is dropped. An
 applied call becomes messages in the source's mailbox: its events in messages
-of at most `max_message_events`, its watermarks, and its refused events'
-error records to the dataflow's error output (see `ingest.py`).
+(rows: of at most `max_message_events`; a columnar batch: cut without copying, by
+its measured cost), its watermarks, and its refused events' error records to the
+dataflow's error output (see `ingest.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from cameo_actors.operators.columns import is_columns, max_of
 from cameo_actors.runtime._private.ingest import error_records
 from cameo_actors.scheduling import Message
 from cameo_actors.tracing.records import FROM_CLIENT
@@ -29,21 +31,30 @@ if TYPE_CHECKING:
     from cameo_actors.scheduling import Scheduler
 
 
+#: The most events of one message of columns, and the events an activation must have
+#: run before its cost per event is trusted.
+MAX_COLUMN_MESSAGE_EVENTS = 50_000
+MEASURED_EVENTS = 5_000
+
+
 class Ingress:
     """Ingest calls at the sources of one executor.
 
     Args:
-        max_message_events: the most events of one message.
+        max_message_events: the most events of one message of rows (and the fewest of
+            one of columns, see `_columns_cut`).
+        quantum_ms: what a message of columns may cost at most, by the measured cost.
         hosting, sched, flow, egress, stats: the executor's parts an applied call feeds
             (its messages; a source's backpressure; error records; events in).
         tracer: samples the messages it makes for tracing (None: tracing is off).
         now_ms: the time now.
     """
 
-    def __init__(self, max_message_events: int, hosting: Hosting, sched: Scheduler,
+    def __init__(self, max_message_events: int, quantum_ms: float, hosting: Hosting, sched: Scheduler,
                  flow: FlowControl, egress: Egress, stats: Statistics, tracer: Tracer | None,
                  now_ms: Callable[[], float]) -> None:
         self.max_message_events = max_message_events
+        self.quantum_ms = quantum_ms
         self.hosting = hosting
         self.sched = sched
         self.flow = flow
@@ -77,6 +88,23 @@ class Ingress:
             del act.parked[client]
         act.positions[client] = seq
 
+    def _columns_cut(self, dataflow: str) -> int:
+        """Events per message of a columnar batch: as many as the dataflow's costliest step
+        here runs within the quantum, at its measured cost per event (a kernel runs a
+        message of thousands in what the rows take for a hundred, and preemption is at
+        message boundaries), within [max_message_events, MAX_COLUMN_MESSAGE_EVENTS];
+        max_message_events until measured."""
+        hosted = self.hosting.dataflows.get(dataflow)
+        worst = 0.0
+        for aid in hosted.ids if hosted is not None else ():
+            act = self.hosting.activations.get(aid)
+            if act is not None and act.events_in >= MEASURED_EVENTS:
+                worst = max(worst, self.sched.profile(aid).busy_ms / act.events_in)
+        if worst <= 0.0:
+            return self.max_message_events
+        fits = int(self.quantum_ms / worst)
+        return max(self.max_message_events, min(fits, MAX_COLUMN_MESSAGE_EVENTS))
+
     def _ingest_now(self, act: Activation, items: list[Any], ingest_ms: float) -> None:
         target = act.id
         spec = self.hosting.dataflows[act.dataflow].spec
@@ -89,23 +117,31 @@ class Ingress:
             if isinstance(item, dict):  # events msgpack could not carry: the error output
                 self.egress.errors(act.dataflow, error_records(item), ingest_ms, now)
                 continue
-            if not isinstance(item, list):  # a watermark
+            columns = is_columns(item)
+            if not columns and not isinstance(item, list):  # a watermark
                 wm = Message.ingress(target, float(item), dataflow=spec.name, tenant=spec.tenant,
                                      ingest_ms=ingest_ms, is_watermark=True)
                 if tracer is not None and tracer.sampled():
                     wm.trace = FROM_CLIENT
                 self.sched.enqueue(wm, now)
                 continue
-            for i in range(0, len(item), cut):
-                part = item[i:i + cut]
+            step = self._columns_cut(act.dataflow) if columns else cut
+            for i in range(0, len(item), step):
+                part = item.slice(i, step) if columns else item[i:i + step]
+                event_ms = _max_column(part, tf) if columns else _max_time(part, tf)
                 msg = Message.ingress(target, part, dataflow=spec.name, tenant=spec.tenant,
-                                      ingest_ms=ingest_ms, event_ms=_max_time(part, tf), size=len(part))
+                                      ingest_ms=ingest_ms, event_ms=event_ms, size=len(part))
                 if tracer is not None and tracer.sampled():
                     msg.trace = FROM_CLIENT
                 counters.events_in += len(part)
                 act.events_arrived += len(part)
                 self.flow.admitted(target, len(part))
                 self.sched.enqueue(msg, now)
+
+
+def _max_column(batch: Any, field_name: str | None) -> float:
+    got = max_of(batch, field_name)
+    return -math.inf if got is None else float(got)
 
 
 def _max_time(events: list[Any], field_name: str | None) -> float:

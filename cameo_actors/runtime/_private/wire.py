@@ -11,7 +11,11 @@ from typing import Any
 
 import msgpack
 
+from cameo_actors.operators.columns import from_ipc, is_columns, to_ipc
 from cameo_actors.scheduling import Message, PriorityContext
+
+#: The msgpack extension code of a columnar batch: an Arrow IPC stream of one batch.
+ARROW = 1
 
 #: (upstream activation, downstream activation, events consumed, downstream's path cost ms)
 Ack = tuple[str, str, int, float]
@@ -31,8 +35,20 @@ def packable(obj: Any) -> bool:
     return True
 
 
+def columns_item(batch: Any) -> msgpack.ExtType:
+    """A columnar batch as msgpack carries it (read back as the batch by the unpackers here)."""
+    return msgpack.ExtType(ARROW, to_ipc(batch))
+
+
+def _ext(code: int, data: bytes) -> Any:
+    if code == ARROW:
+        return from_ipc(data)
+    return msgpack.ExtType(code, data)
+
+
 def encode_message(m: Message) -> tuple[Any, ...]:
-    return (m.target, m.port, m.is_watermark, m.payload, m.ctx.to_tuple(), m.upstream, m.size,
+    payload = columns_item(m.payload) if is_columns(m.payload) else m.payload
+    return (m.target, m.port, m.is_watermark, payload, m.ctx.to_tuple(), m.upstream, m.size,
             m.sent_ms, m.generation, m.trace)
 
 
@@ -52,7 +68,7 @@ def pack_link(header: LinkHeader, messages: list[tuple[Any, ...]], acks: list[Ac
 
 def unpack_link(blob: bytes) -> tuple[int, str, str, int, list[Any], list[Any]]:
     sender, sender_inc, to_inc, seq, messages, acks = msgpack.unpackb(
-        blob, raw=False, strict_map_key=False)
+        blob, raw=False, strict_map_key=False, ext_hook=_ext)
     return sender, sender_inc, to_inc, seq, messages, acks
 
 
@@ -61,4 +77,4 @@ def pack_events(items: list[Any]) -> bytes:
 
 
 def unpack_events(blob: bytes) -> list[Any]:
-    return msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    return msgpack.unpackb(blob, raw=False, strict_map_key=False, ext_hook=_ext)
