@@ -61,6 +61,7 @@ class ColumnsRefused(ValueError):
 
 
 _TARGET = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
+_CAST_TO = {"int": "int64", "float": "float64", "str": "string", "bool": "bool"}
 _EXPECTED = {"int": "an integer column (int8 .. int64, uint8 .. uint64)",
              "float": "a floating-point or integer column",
              "str": "a string column (string, large_string, or dictionary of strings)",
@@ -133,7 +134,7 @@ def conform(source: str, data: pa.RecordBatch | pa.Table, schema: Sequence[tuple
             raise ColumnsRefused(source, name, _EXPECTED.get(base, "a column of JSON-like values "
                                  "(numbers, strings, booleans, binary, lists and structs of "
                                  "them)"), str(data.schema.field(name).type),
-                                 f"cast it to {_TARGET.get(base, 'int64, float64 or string')} "
+                                 f"cast it to {_CAST_TO.get(base, 'int64, float64 or string')} "
                                  "before pushing")
     for name in names:
         if name not in declared and not _json_like(_value_type(data.schema.field(name).type)):

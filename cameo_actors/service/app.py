@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cameo_actors import __version__
 from cameo_actors.errors import SpecError, UserError
+from cameo_actors.operators.columns import ARROW_STREAM
 from cameo_actors.runtime.boundary import PoolSnapshot
 from cameo_actors.service import metrics as prom
 from cameo_actors.service import operations, ui
@@ -48,8 +49,10 @@ from cameo_actors.service.protocol import (
     decode_body,
     encode_answer,
     json_safe,
+    media_type,
     parse_events,
     parse_model,
+    read_columns,
     too_large,
 )
 from cameo_actors.service.scaling import DecisionCounter
@@ -219,6 +222,13 @@ Caller = Annotated[Principal, Security(current)]
 async def read_body(request: Request, limit: int, what: str) -> Any:
     """The decoded body, refusing more than `limit` bytes without reading further, and
     more nesting than the service's `max_json_depth`."""
+    raw = await read_raw(request, limit, what)
+    depth = getattr(request.app.state, "max_json_depth", DEFAULT_MAX_DEPTH)
+    return decode_body(raw, request.headers.get("content-type"), what, max_depth=depth)
+
+
+async def read_raw(request: Request, limit: int, what: str) -> bytes:
+    """The body's bytes, refusing more than `limit` without reading further."""
     declared = request.headers.get("content-length")
     try:
         check_length(declared, limit, what)
@@ -242,9 +252,7 @@ async def read_body(request: Request, limit: int, what: str) -> Any:
                     break
             raise err
         chunks.append(chunk)
-    depth = getattr(request.app.state, "max_json_depth", DEFAULT_MAX_DEPTH)
-    return decode_body(b"".join(chunks), request.headers.get("content-type"), what,
-                       max_depth=depth)
+    return b"".join(chunks)
 
 
 async def read_optional_body(request: Request, limit: int, what: str) -> Any:
@@ -414,10 +422,19 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         surrogate, nesting too deep) is refused alone: counted in `rejected`, described in
         `rejections` (the first 10) and written to the error output; the other events of
         the batch go on. Events off the source's schema are accepted here and go to the
-        error output when the source checks them (kind `malformed`)."""
+        error output when the source checks them (kind `malformed`).
+
+        With `Content-Type: application/vnd.apache.arrow.stream` the body is an Arrow IPC
+        stream of the events as columns; a column missing or of a type that cannot hold
+        its field refuses the whole body (422 `invalid_columns`, naming the column)."""
         # Refusals first (unknown, ended, full: 4xx at once), before a large body is parsed.
         await run_in_threadpool(core.admit_push, p, name, source)
-        events = parse_events(await read_body(request, max_body_bytes, "events batch"))
+        events: Any
+        if media_type(request.headers.get("content-type")) == ARROW_STREAM:
+            raw = await read_raw(request, max_body_bytes, "events batch")
+            events = await run_in_threadpool(read_columns, source, raw)
+        else:
+            events = parse_events(await read_body(request, max_body_bytes, "events batch"))
         return await run_in_threadpool(lambda: core.push(p, name, source, events, admitted=True))
 
     decisions = DecisionCounter()  # cameo_scaling_decisions_total, counted across scrapes

@@ -23,6 +23,7 @@ from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError, ReconfigError, SpecError, UserError
 from cameo_actors.operators.base import Event
+from cameo_actors.operators.columns import ColumnsRefused
 from cameo_actors.runtime.boundary import (
     LIVE_STATES,
     RECOVERING,
@@ -47,7 +48,13 @@ from cameo_actors.runtime.exceptions import (
 )
 from cameo_actors.service import scaling as scaling_view
 from cameo_actors.service.auth import Principal
-from cameo_actors.service.errors import ApiError, ended, not_found, reconfig_refused
+from cameo_actors.service.errors import (
+    ApiError,
+    ended,
+    not_found,
+    reconfig_refused,
+    refused_columns,
+)
 from cameo_actors.service.outputs import (
     DEFAULT_PAGE,
     ERRORS,
@@ -500,14 +507,18 @@ class ServiceCore:
         return result
 
     def push(self, principal: Principal, name: str, source: str,
-             events: builtins.list[dict[str, Any]], *, admitted: bool = False) -> dict[str, Any]:
-        """Hand events to a source: {"accepted": n, "rejected": m, "rejections": the first
-        few}. An event msgpack cannot carry is refused alone (and goes to the error output);
+             events: builtins.list[dict[str, Any]] | Any, *, admitted: bool = False
+             ) -> dict[str, Any]:
+        """Hand events (rows, or an Arrow table) to a source: {"accepted": n, "rejected": m,
+        "rejections": the first few}. An event msgpack cannot carry is refused alone (and goes to the error output);
         the rest go on, so a writer never retries a whole batch for one event."""
         if not admitted:  # the HTTP route admits first, before it reads the body
             self.admit_push(principal, name, source)
         with self._ending(name), self.flow_lock(name):
-            rejected = self.rt.push(name, source, events)
+            try:
+                rejected = self.rt.push(name, source, events)
+            except ColumnsRefused as e:  # columns off the schema: nothing was sent
+                raise refused_columns(422, e) from None
         return {"accepted": len(events) - len(rejected), "rejected": len(rejected),
                 "rejections": rejected[:REJECTIONS_SHOWN]}
 

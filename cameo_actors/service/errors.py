@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError, SpecError, UserError
+from cameo_actors.operators.columns import ColumnsRefused
 from cameo_actors.runtime.exceptions import DataflowEnded
 
 
@@ -125,3 +126,8 @@ def ended(e: DataflowEnded, *, lost: bool = False) -> ApiError:
                     expected="a running dataflow", got=e.state,
                     fix="resubmit it to run it again (`cameo submit`); `cameo status NAME` shows "
                         "how it ended")
+
+
+def refused_columns(status: int, e: ColumnsRefused) -> ApiError:
+    """Columns that do not fit a source's schema (400: not Arrow at all; 422: off the schema)."""
+    return ApiError(status, "invalid_columns", str(e), expected=e.expected, got=e.got, fix=e.fix)

@@ -16,9 +16,10 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cameo_actors.dataflow.validate import MAX_LATENCY_TARGET_MS, MAX_NUMBER, NAME_RE
+from cameo_actors.operators.columns import ColumnsRefused, read_stream
 from cameo_actors.runtime.boundary import MAX_ADD_EXECUTORS, MAX_BINS, Strategy
 from cameo_actors.service.config import DEFAULT_MAX_JSON_DEPTH
-from cameo_actors.service.errors import ApiError
+from cameo_actors.service.errors import ApiError, refused_columns
 from cameo_actors.service.nesting import deeper_than, json_depth
 from cameo_actors.service.outputs import MAX_CURSOR_CHARS
 
@@ -134,6 +135,14 @@ def parse_model(model: type[BaseModel], data: Any, what: str) -> Any:
         return model.model_validate(data)
     except ValidationError as e:
         raise validation_error(e, what) from None
+
+
+def read_columns(source: str, raw: bytes) -> Any:
+    """An Arrow IPC stream body (a `pyarrow.Table`); 400 if it is not one."""
+    try:
+        return read_stream(source, raw)
+    except ColumnsRefused as e:
+        raise refused_columns(400, e) from None
 
 
 def parse_events(data: Any) -> list[dict[str, Any]]:

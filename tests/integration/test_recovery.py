@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from cameo_actors import Dataflow, count, run_local, sum_
@@ -175,9 +176,10 @@ class Feeder(threading.Thread):
     `gate[0]` (a share of its events), then flushes and closes the dataflow."""
 
     def __init__(self, rt: Any, name: str, inputs: dict[str, Rows], gate: list[float],
-                 batch: int = 500, pause_s: float = 0.03) -> None:
+                 batch: int = 500, pause_s: float = 0.03, columns: bool = False) -> None:
         super().__init__(name=f"feed-{name}", daemon=True)
         self.rt, self.df, self.inputs, self.gate = rt, name, inputs, gate
+        self.columns = columns  # pushed as Arrow tables
         self.batch, self.pause_s = batch, pause_s
         self.total = max(len(v) for v in inputs.values())
         self.progress = 0.0
@@ -190,7 +192,8 @@ class Feeder(threading.Thread):
                 while i / self.total > self.gate[0]:
                     time.sleep(0.01)
                 for source, data in self.inputs.items():
-                    h.push(self.df, source, data[i:i + self.batch])
+                    part = data[i:i + self.batch]
+                    h.push(self.df, source, pa.Table.from_pylist(part) if self.columns else part)
                 self.progress = min(1.0, (i + self.batch) / self.total)
                 time.sleep(self.pause_s)
             h.flush()
@@ -229,7 +232,10 @@ def test_chaos_kills_lose_and_repeat_no_result(pools: Any) -> None:
         gate = [1.0]
         points = sorted(rng.uniform(0.1, 0.8) for _ in range(3))
         gate[0] = points[0] + 0.05
-        feeders = [Feeder(rt, n, inputs, gate) for n, (_, inputs) in flows.items()]
+        # The window and the filter are fed columns: Arrow in the ingress logs, on the
+        # links and in flight at a checkpoint, replayed by a restore.
+        feeders = [Feeder(rt, n, inputs, gate, columns=n in ("rc-window", "rc-filter"))
+                   for n, (_, inputs) in flows.items()]
         for f in feeders:
             f.start()
         kills: list[tuple[int, float]] = []  # (executor, when)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from cameo_actors import Dataflow, SpecError, count
+from cameo_actors.operators.columns import ColumnsRefused
 from cameo_actors.testing import run_local
 from tests.shared.zoo import SCHEMA, canon, events, flows
 
@@ -19,12 +21,15 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{next(_names)}"
 
 
-def run_on(rt: Any, d: Dataflow, data: list[dict[str, Any]], batch: int = 300) -> list[dict[str, Any]]:
+def run_on(rt: Any, d: Dataflow, data: list[dict[str, Any]], batch: int = 300,
+           columns: bool = False) -> list[dict[str, Any]]:
+    """`data` through `d` on `rt`, pushed as rows or as Arrow tables."""
     name = rt.deploy(d)
     try:
         for i in range(0, len(data), batch):
+            part: Any = pa.Table.from_pylist(data[i:i + batch]) if columns else data[i:i + batch]
             for source in (s.id for s in d.spec.sources):
-                rt.push(name, source, data[i:i + batch], batch_size=batch)
+                rt.push(name, source, part, batch_size=batch)
         rt.close(name)
         rt.wait_idle()
         return rt.results(name)
@@ -43,6 +48,34 @@ def test_every_operator_equals_run_local(pools: Any, pool: str, p: int) -> None:
         assert expected.sinks["o"], f"{d.name}: the reference produced nothing; the test data is off"
         assert canon(got) == canon(expected.sinks["o"]), d.name
         assert d.name not in [x["name"] for x in rt.list(["running", "finishing"])]
+
+
+def test_every_operator_fed_columns_equals_run_local_fed_rows(pools: Any) -> None:
+    """Arrow pushes, across two executors (columns on the links between them): the
+    results of rows, with columns wherever a step has a kernel."""
+    rt = pools["cameo2"]
+    data = events(3000, seed=5)
+    for d in flows(unique("columns"), 2):
+        expected = run_local(d, {s.id: data for s in d.spec.sources})
+        got = run_on(rt, d, data, columns=True)
+        assert canon(got) == canon(expected.sinks["o"]), d.name
+
+
+def test_columns_that_do_not_fit_the_schema_are_refused_whole(pools: Any) -> None:
+    rt = pools["cameo2"]
+    d = Dataflow(unique("refused"), latency_target_ms=100).source("s", schema=SCHEMA).sink("o")
+    name = rt.deploy(d)
+    try:
+        good = pa.Table.from_pylist(events(10))
+        with pytest.raises(ColumnsRefused, match="column 'value': expected a floating-point or "
+                                                 "integer column, got string. Fix: cast it to float64"):
+            rt.push(name, "s", good.set_column(3, "value", pa.array(["x"] * 10)))
+        rt.push(name, "s", good)
+        rt.close(name)
+        rt.wait_idle()
+        assert canon(rt.results(name)) == canon(events(10))
+    finally:
+        rt.cancel(name)
 
 
 def test_isolated_mode_gives_each_dataflow_its_own_executor(pools: Any) -> None:

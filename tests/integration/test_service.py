@@ -452,6 +452,44 @@ def test_results_are_read_and_committed_over_http(svc: ServiceProcess,
             ops.cancel("echo")
 
 
+def test_events_pushed_as_arrow_over_http_give_the_results_of_json(
+        svc: ServiceProcess, tokens: dict[str, str]) -> None:
+    """An Arrow IPC body (the Python client's push of a table) beside JSON and msgpack
+    pushes to the same source: one result set, run_local's; a body that is not Arrow, or
+    whose columns do not fit the schema, is refused whole with the column named."""
+    import pyarrow as pa
+
+    from cameo_actors import run_local
+
+    flow = (Dataflow("columns", latency_target_ms=500, tenant="analytics")
+            .source("metrics", schema=SCHEMA, event_time="ts")
+            .filter("value > 2").key_by("key").window(tumbling_ms=100).aggregate(n=count())
+            .sink("totals"))
+    sent = events(0, 3000)
+    bulk = svc.client(tokens["analytics"])
+    assert bulk.submit(flow)["created"]
+    try:
+        assert bulk.push("columns", "metrics", pa.Table.from_pylist(sent[:2000]), batch_size=700) == 2000
+        bulk.push("columns", "metrics", sent[2000:2500])  # msgpack
+        bulk.push("columns", "metrics", sent[2500:], use_msgpack=False)  # JSON
+        url = "/v1/dataflows/columns/sources/metrics/events"
+        bad = bulk.http.post(url, content=b"\x00not arrow",
+                             headers={"Content-Type": "application/vnd.apache.arrow.stream"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_columns"
+        with pytest.raises(ServiceError) as e:
+            bulk.push("columns", "metrics", pa.table({"ts": [1], "level": ["x"], "key": [1],
+                                                      "value": [1.0]}))
+        assert (e.value.status, e.value.code) == (422, "invalid_columns")
+        assert "column 'key': expected a string column" in str(e.value)
+        bulk.close("columns")
+        got = [r["event"] for r in bulk.follow("columns", poll_s=0.1, until_ended=True)]
+        want = run_local(flow, {"metrics": sent}).sinks["totals"]
+        assert sorted(map(repr, got)) == sorted(map(repr, want)) and want
+    finally:
+        with contextlib.suppress(ServiceError):
+            bulk.cancel("columns")
+
+
 def test_a_tenant_scales_its_window_over_http_while_events_flow(
         svc: ServiceProcess, tokens: dict[str, str]) -> None:
     """Scale and migrations through the real service: the client, `cameo migrations`,
