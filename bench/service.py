@@ -6,8 +6,9 @@ Starts a real `cameo serve` (embedded Ray, two executors) on loopback and measur
 in one run:
 
 - **throughput**: events pushed per second and results read per second by one tenant,
-  with JSON bodies and with msgpack, through a pass-through dataflow (push everything,
-  then read and commit every result page by page);
+  with JSON bodies, with msgpack and with Arrow IPC streams (results read as msgpack),
+  through a pass-through dataflow (push everything, then read and commit every result
+  page by page);
 - **isolation**: the p99 of one tenant's API calls (push 100 events, read and commit its
   results) alone, and again while another tenant's result log is full and that tenant
   keeps pushing (answered 429; it waits the Retry-After it is given, as a writer should);
@@ -27,6 +28,8 @@ from typing import Any
 
 import httpx
 import msgpack
+import numpy as np
+import pyarrow as pa
 
 from bench.harness.output import save_json
 from bench.harness.stats import interpolated_p99
@@ -48,8 +51,16 @@ def events(start: int, n: int) -> list[dict[str, Any]]:
     return [{"ts": start + i, "level": "INFO", "value": i * 0.5, "extra": None} for i in range(n)]
 
 
+def columns(start: int, n: int) -> pa.Table:
+    """`events(start, n)` as columns, built as a columnar writer has them."""
+    i = np.arange(start, start + n, dtype=np.int64)
+    return pa.table({"ts": i, "level": pa.array(["INFO"] * n), "value": i * 0.5,
+                     "extra": pa.nulls(n)})
+
+
 class Tenant:
-    """One tenant's HTTP session (keep-alive), in JSON or msgpack."""
+    """One tenant's HTTP session (keep-alive), in JSON or msgpack (pushes of an Arrow
+    table go as Arrow IPC streams)."""
 
     def __init__(self, url: str, token: str, use_msgpack: bool = False) -> None:
         self.http = httpx.Client(base_url=url, timeout=60.0,
@@ -59,6 +70,12 @@ class Tenant:
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> httpx.Response:
         headers: dict[str, str] = {}
         content = None
+        if isinstance(body, pa.Table):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, body.schema) as writer:
+                writer.write_table(body)
+            content, body = sink.getvalue().to_pybytes(), None
+            headers["Content-Type"] = "application/vnd.apache.arrow.stream"
         if body is not None:
             if self.msgpack:
                 content = msgpack.packb(body, use_bin_type=True)
@@ -76,7 +93,7 @@ class Tenant:
             return msgpack.unpackb(r.content, raw=False)
         return r.json()
 
-    def push(self, name: str, batch: list[dict[str, Any]]) -> httpx.Response:
+    def push(self, name: str, batch: list[dict[str, Any]] | pa.Table) -> httpx.Response:
         return self.call("POST", f"/v1/dataflows/{name}/sources/in/events", batch)
 
     def read_page(self, name: str, limit: int = 10_000) -> int:
@@ -94,18 +111,19 @@ class Tenant:
 
 def throughput(svc: ServiceProcess, admin: Tenant, token: str, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for fmt in ("json", "msgpack"):
+    for fmt in ("json", "msgpack", "arrow"):
         name = f"tp-{fmt}"
+        make = columns if fmt == "arrow" else events
         # A budget that holds every result: pushing and reading are measured apart.
         admin.call("POST", "/v1/dataflows",
                    passthrough(name, "bench", state_bytes=2_000_000_000).spec.to_dict())
-        t = Tenant(svc.url, token, use_msgpack=fmt == "msgpack")
+        t = Tenant(svc.url, token, use_msgpack=fmt != "json")  # arrow: results read as msgpack
         t0 = time.perf_counter()
         for i in range(0, n, 5_000):
-            r = t.push(name, events(i, 5_000))
+            r = t.push(name, make(i, 5_000))
             while r.status_code == 429:  # the log is full: read, then push again
                 t.read_page(name)
-                r = t.push(name, events(i, 5_000))
+                r = t.push(name, make(i, 5_000))
             r.raise_for_status()
         pushed_s = time.perf_counter() - t0
         admin.call("POST", f"/v1/dataflows/{name}/close")

@@ -11,6 +11,8 @@ Measured in one run, side by side:
 - ray x1 busy / ray x2 busy: the same runs counted per second of executor
   busy time (time the worker threads spent running operators): the rate
   inside an executor, without the driver and Ray's transport.
+- *_arrow: the same events pushed as an Arrow table (`--arrow-batch` rows per
+  push), run as columns where a step has a kernel (`operators/columns.py`).
 Figures are medians over --repeat runs; on Ray they include the driver's
 cost of encoding and sending batches, which shares the machine's cores.
 """
@@ -55,9 +57,20 @@ def bench_operators(events: list[dict[str, Any]]) -> float:
     return len(events) / (time.perf_counter() - t0)
 
 
-def run_core(events: list[dict[str, Any]], batch: int = BATCH) -> Any:
-    """`events` through one ExecutorCore in-process (no Ray), to the end of the stream, in
-    `batch`-event pushes; returns the core (its results: `core.egress.dataflows["core"]`)."""
+def as_columns(events: list[dict[str, Any]]) -> Any:
+    """The events as one Arrow record batch in the source's types."""
+    import pyarrow as pa
+
+    from cameo_actors.operators.columns import conform
+
+    [batch] = conform("s", pa.Table.from_pylist(events), list(SCHEMA.items()))
+    return batch
+
+
+def run_core(events: Any, batch: int = BATCH) -> Any:
+    """`events` (rows, or an Arrow batch) through one ExecutorCore in-process (no Ray), to
+    the end of the stream, in `batch`-event pushes; returns the core (its results:
+    `core.egress.dataflows["core"]`)."""
     from cameo_actors.runtime._private.core import ExecutorCore
     from cameo_actors.runtime._private.routing import place
     from cameo_actors.runtime.config import RuntimeConfig
@@ -67,7 +80,8 @@ def run_core(events: list[dict[str, Any]], batch: int = BATCH) -> Any:
     core.deploy(spec, place(spec, [0], {}))
     seq = 0
     for seq, i in enumerate(range(0, len(events), batch)):
-        core.ingest("bench", seq, "core/s/0", [events[i:i + batch]], 0.0)
+        part = events.slice(i, batch) if hasattr(events, "slice") else events[i:i + batch]
+        core.ingest("bench", seq, "core/s/0", [part], 0.0)
         while core.run_slice():
             pass
     core.ingest("bench", seq + 1, "core/s/0", [END_OF_STREAM], 0.0)
@@ -76,21 +90,22 @@ def run_core(events: list[dict[str, Any]], batch: int = BATCH) -> Any:
     return core
 
 
-def bench_core(events: list[dict[str, Any]]) -> float:
+def bench_core(events: Any, batch: int = BATCH) -> float:
     t0 = time.perf_counter()
-    core = run_core(events)
+    core = run_core(events, batch)
     elapsed = time.perf_counter() - t0
     assert core.stats.dataflows["core"].events_out > 0
     return len(events) / elapsed
 
 
-def bench_ray(rt: Any, events: list[dict[str, Any]], p: int, tag: str) -> tuple[float, float]:
-    """(events/s end to end, events per second of executor busy time)."""
+def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH) -> tuple[float, float]:
+    """(events/s end to end, events per second of executor busy time); `events` rows or
+    an Arrow table."""
     name = rt.deploy(dataflow(f"tp-{tag}", p))
     try:
         busy0 = sum(e["busy_ms"] for e in rt.executor_stats())
         t0 = time.perf_counter()
-        rt.push(name, "s", events, batch_size=BATCH)
+        rt.push(name, "s", events, batch_size=batch)
         rt.close(name)
         rt.wait_idle(timeout_s=600)
         elapsed = time.perf_counter() - t0
@@ -105,36 +120,44 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=400_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--arrow-batch", type=int, default=20_000,
+                        help=f"rows per push of the Arrow arms (the row arms push {BATCH:,})")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
+
+    import pyarrow as pa
 
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
     events = make_events(args.events)
+    columns = as_columns(events)
+    table = pa.Table.from_batches([columns])
     one = Runtime.start(RuntimeConfig(num_executors=1), pool="bench-tp1")
     two = Runtime.start(RuntimeConfig(num_executors=2), pool="bench-tp2")
-    runs: dict[str, list[float]] = {"operators": [], "executor_core": [], "ray_x1": [], "ray_x2": [],
-                                    "ray_x1_busy": [], "ray_x2_busy": []}
+    arms = ["operators", "executor_core", "executor_core_arrow", "ray_x1", "ray_x1_arrow", "ray_x2",
+            "ray_x2_arrow", "ray_x1_busy", "ray_x1_arrow_busy", "ray_x2_busy", "ray_x2_arrow_busy"]
+    runs: dict[str, list[float]] = {arm: [] for arm in arms}
     try:
         for r in range(args.repeat):
             runs["operators"].append(bench_operators(events))
             runs["executor_core"].append(bench_core(events))
+            runs["executor_core_arrow"].append(bench_core(columns, args.arrow_batch))
             for key, rt, p in (("ray_x1", one, 1), ("ray_x2", two, 2)):
-                end_to_end, per_busy_s = bench_ray(rt, events, p, f"{key}-{r}")
-                runs[key].append(end_to_end)
-                runs[f"{key}_busy"].append(per_busy_s)
+                for arm, data, batch in ((key, events, BATCH), (f"{key}_arrow", table, args.arrow_batch)):
+                    end_to_end, per_busy_s = bench_ray(rt, data, p, f"{arm}-{r}", batch)
+                    runs[arm].append(end_to_end)
+                    runs[f"{arm}_busy"].append(per_busy_s)
     finally:
         one.shutdown(stop_ray=False)
         two.shutdown()
     # *_busy: events per second of executor busy time (the executors' own rate, per core).
-    cores = {"operators": 1, "executor_core": 1, "ray_x1": 1, "ray_x2": 2, "ray_x1_busy": 1,
-             "ray_x2_busy": 1}
+    cores = {arm: 2 if arm.startswith("ray_x2") and not arm.endswith("busy") else 1 for arm in arms}
     result = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
                   "runs": v} for k, v in runs.items()}
     print(f"filter -> map -> tumbling count, {args.events:,} events, median of {args.repeat}:")
     for k, v in result.items():
         spread = f"{min(v['runs']) / 1e3:,.0f}-{max(v['runs']) / 1e3:,.0f}k"
-        print(f"  {k:14s} {v['events_per_s'] / 1e3:9,.0f}k events/s  "
+        print(f"  {k:18s} {v['events_per_s'] / 1e3:9,.0f}k events/s  "
               f"({v['per_core'] / 1e3:,.0f}k per core; runs {spread})")
     save_json(args.json, result)
     return result
