@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cameo_actors.operators.columns import ColumnsRefused, conform
 from spark_ingest.schema import Column, base_type, coerce
 
 _ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_(),
@@ -122,6 +123,26 @@ def event_times(batch: pa.RecordBatch | pa.Table, field: str | None) -> np.ndarr
     if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
         return None  # not a time: the source reports such rows as malformed
     return np.asarray(pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def to_columns(batch: pa.RecordBatch | pa.Table, source: str, schema: Sequence[tuple[str, str]]
+               ) -> list[pa.RecordBatch] | None:
+    """A batch as the runtime's columns (`Runtime.push` of Arrow, without an object per
+    row), or None when its rows must go as events: a corrupt row (the source reports it
+    alone), a VARIANT (decoded per row), or columns that do not fit the source's schema
+    (the source reports each row that does not, as it does for rows)."""
+    names = batch.schema.names
+    if CORRUPT in names:
+        corrupt = batch.column(names.index(CORRUPT))
+        if corrupt.null_count < len(corrupt):
+            return None
+        batch = batch.drop_columns([CORRUPT])
+    if any(is_variant(f) for f in batch.schema):
+        return None
+    try:
+        return conform(source, batch, schema)
+    except ColumnsRefused:
+        return None
 
 
 def to_events(batch: pa.RecordBatch | pa.Table) -> list[dict[str, Any]]:

@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from spark_ingest import client
-from spark_ingest.arrow import CORRUPT, event_times, prepare, results_batch, to_events
+from spark_ingest.arrow import CORRUPT, event_times, prepare, results_batch, to_columns, to_events
 from spark_ingest.batching import bucket_ms, plan_messages
 from spark_ingest.exceptions import CameoSparkError, OptionError
 from spark_ingest.offsets import initial_offset, latest_offset, parse_offset, ranges, to_commit
@@ -121,7 +121,8 @@ class CameoDataSource(DataSource):
                 "str: string, bool: boolean)")
         step = spec.step(source)
         return CameoStreamWriter(opts, source, getattr(step, "event_time", None),
-                                 bucket_ms(spec, source), deployment, uuid.uuid4().hex)
+                                 bucket_ms(spec, source), deployment, uuid.uuid4().hex,
+                                 tuple(getattr(step, "schema", ())))
 
     def streamReader(self, schema: StructType) -> CameoStreamReader:
         opts = ReaderOptions.parse(self.options)
@@ -193,12 +194,17 @@ class CameoCommitMessage(WriterCommitMessage):
 
 class CameoStreamWriter(DataSourceStreamArrowWriter):
     """Each Spark task pushes its rows as bounded, window-aligned runtime messages and
-    returns once the runtime accepted them; the driver then hands the batch id over."""
+    returns once the runtime accepted them; the driver then hands the batch id over.
+    A message goes as Arrow columns when they fit the source's schema (`to_columns`),
+    as event dicts otherwise."""
 
     def __init__(self, opts: WriterOptions, source: str, event_time: str | None,
-                 bucket: int | None, deployment: str, run: str) -> None:
+                 bucket: int | None, deployment: str, run: str,
+                 schema: tuple[tuple[str, str], ...] = ()) -> None:
         self.opts = opts
         self.source = source
+        #: the source's schema: a span whose columns fit it is pushed as Arrow
+        self.schema = schema
         self.event_time = event_time
         self.bucket = bucket
         self.deployment = deployment
@@ -239,11 +245,18 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
             if plan.order is not None:
                 batch = batch.take(pa.array(plan.order))
             for start, end in plan.spans:
-                events = to_events(batch.slice(start, end - start))
-                # A row msgpack cannot carry (a Decimal or a timestamp nested in a struct or
-                # list, a duration) is refused alone, into the error output: the rest of the
-                # span goes on, and the task neither fails nor retries a poison batch.
-                rt.push(name, self.source, events, batch_size=len(events))
+                span = batch.slice(start, end - start)
+                columns = to_columns(span, self.source, self.schema)
+                if columns is not None:  # as Arrow: one call per span, as with rows
+                    for part in columns:
+                        rt.push(name, self.source, part, batch_size=max(1, part.num_rows))
+                else:
+                    events = to_events(span)
+                    # A row msgpack cannot carry (a Decimal or a timestamp nested in a struct
+                    # or list, a duration) is refused alone, into the error output: the rest
+                    # of the span goes on, and the task neither fails nor retries a poison
+                    # batch.
+                    rt.push(name, self.source, events, batch_size=len(events))
                 messages += 1
             rows += batch.num_rows
             corrupt += _corrupt_rows(batch)

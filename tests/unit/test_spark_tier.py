@@ -881,3 +881,19 @@ def test_a_local_master_retries_tasks() -> None:
         f"{PYTHON_CONNECT_TIMEOUT_S}s"
     with pytest.raises(ValueError, match="task_attempts >= 1"):
         SparkConfig(task_attempts=0)
+
+
+def test_spark_batches_that_fit_the_schema_go_as_columns_and_the_others_as_rows() -> None:
+    from spark_ingest.arrow import to_columns
+
+    schema = (("ts", "int"), ("level", "str"), ("value", "float"))
+    spark = pa.record_batch({"ts": pa.array([1, 2], pa.int32()), "level": ["a", None],
+                             "value": pa.array([1, 2], pa.int64()), CORRUPT: pa.nulls(2, pa.string())})
+    [cols] = to_columns(spark, "s", schema) or []
+    assert cols.to_pylist() == [{"ts": 1, "level": "a", "value": 1.0},
+                                {"ts": 2, "level": None, "value": 2.0}]  # a null: the source's to judge
+    corrupt = spark.set_column(3, CORRUPT, pa.array([None, "{bad"]))
+    assert to_columns(corrupt, "s", schema) is None  # the corrupt row is reported alone
+    off_schema = spark.set_column(0, "ts", pa.array(["1", "2"]))
+    assert to_columns(off_schema, "s", schema) is None  # each row reported malformed, as rows
+    assert to_events(off_schema)[0]["ts"] == "1"
