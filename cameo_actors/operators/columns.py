@@ -24,6 +24,7 @@ import ast
 import contextlib
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -454,14 +455,26 @@ def split_by_key(batch: pa.RecordBatch, name: str, owners: list[str], mask: int
             for i, t in enumerate(distinct)}
 
 
-def tumbling_counts(batch: pa.RecordBatch, time_field: str, key: str | None, size: float,
-                    watermark: float) -> list[tuple[Any, Any, int]] | None:
-    """A tumbling count's input grouped: (window end, key, events) per window and key,
-    in the order of their first event (the order the rows would open windows and
-    insert keys in). The end is computed as the rows compute it, `t - t % size + size`,
-    in the time column's type. None (run the rows) when an event's time is not a
-    finite number within 2**53, an event is late (its window ended by `watermark`), or
-    a key is not a scalar the rows would read alike."""
+@dataclass(slots=True)
+class Groups:
+    """A message's events grouped by tumbling window and key, the groups in the order of
+    their first event (the order the rows open windows and insert keys in)."""
+
+    ends: list[Any]
+    keys: list[Any]
+    counts: list[int]
+    #: the events' rows by group (group g: order[bounds[g]:bounds[g + 1]]), in order
+    #: within a group; None when only counts were asked for
+    order: Any = None
+    bounds: list[int] | None = None
+
+
+def tumbling_groups(batch: pa.RecordBatch, time_field: str, key: str | None, size: float,
+                    watermark: float, with_rows: bool = False) -> Groups | None:
+    """The groups of a tumbling window's input, each window's end computed as the rows
+    compute it, `t - t % size + size`, in the time column's type. None (run the rows)
+    when an event's time is not a finite number within 2**53, an event is late (its
+    window ended by `watermark`), or a key is not a scalar the rows would read alike."""
     names = batch.schema.names
     if time_field not in names or (key is not None and key not in names) or not len(batch):
         return None
@@ -490,9 +503,40 @@ def tumbling_counts(batch: pa.RecordBatch, time_field: str, key: str | None, siz
         values = encoded.dictionary.to_pylist()
         of_key = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     unique_ends, of_end = np.unique(ends, return_inverse=True)
-    codes, first, counts = np.unique(of_end * len(values) + of_key, return_index=True,
-                                     return_counts=True)
-    order = np.argsort(first, kind="stable")
-    end_list = unique_ends.tolist()
-    return [(end_list[c // len(values)], values[c % len(values)], n)
-            for c, n in zip(codes[order].tolist(), counts[order].tolist(), strict=True)]
+    codes, first, inverse, counts = np.unique(of_end * len(values) + of_key, return_index=True,
+                                              return_inverse=True, return_counts=True)
+    by_first = np.argsort(first, kind="stable")
+    nk, end_list = len(values), unique_ends.tolist()
+    groups = Groups([end_list[c // nk] for c in codes[by_first].tolist()],
+                    [values[c % nk] for c in codes[by_first].tolist()],
+                    counts[by_first].tolist())
+    if with_rows:
+        rank = np.empty(len(codes), dtype=np.int64)
+        rank[by_first] = np.arange(len(codes))
+        of_row = rank[inverse]
+        groups.order = np.argsort(of_row, kind="stable")
+        groups.bounds = np.searchsorted(of_row[groups.order], np.arange(len(codes) + 1)).tolist()
+    return groups
+
+
+def stat_columns(batch: pa.RecordBatch, stats: Sequence[tuple[str, str]], order: Any
+                 ) -> dict[str, list[Any]] | None:
+    """The values of the fields aggregates read, as Python numbers in `order` (by group);
+    None (run the rows) when a field is missing, has a null or is not int64 or float64
+    (the rows report such events), or holds a NaN or a -0.0 a min or max reads (the rows
+    keep the first of equal values; an array's min does not say which)."""
+    names = batch.schema.names
+    out: dict[str, list[Any]] = {}
+    for field, stat in stats:
+        if field not in names:
+            return None
+        col = batch.column(names.index(field))
+        if col.null_count or col.type not in (pa.int64(), pa.float64()):
+            return None
+        values = col.to_numpy()
+        if stat != "sum" and col.type == pa.float64() and (
+                np.isnan(values).any() or (np.signbit(values) & (values == 0)).any()):
+            return None
+        if field not in out:
+            out[field] = values[order].tolist()
+    return out

@@ -46,7 +46,7 @@ from typing import Any
 from cameo_actors.operators.aggregates import AggSpecLike, compile_aggregates, is_time
 from cameo_actors.operators.base import Event, Output
 from cameo_actors.operators.bins import stable_hash
-from cameo_actors.operators.columns import Columns, key_field, tumbling_counts
+from cameo_actors.operators.columns import Columns, key_field, stat_columns, tumbling_groups
 from cameo_actors.operators.windowers import Admitted, AlignedWindower, SessionWindower, Windower
 from cameo_actors.operators.windowing import (
     RESULT_FIELDS,
@@ -220,23 +220,35 @@ class WindowOperator(WindowedOperator):
             self._windower.add(self._admitted(events, out), self.watermark, out)
 
     def process_columns(self, batch: Columns, port: int, out: Output) -> bool:
-        """A tumbling count on columns: the events grouped by window and key in Arrow and
-        numpy (`columns.tumbling_counts`), each group added to the state as the fused
-        loop below adds its events one by one."""
-        windower = self._tumbling_counts
+        """A tumbling window of counts, sums, mins, maxes and averages on columns: the
+        events grouped by window and key in Arrow and numpy (`columns.tumbling_groups`),
+        each group folded into its accumulator as the rows fold its events one by one:
+        the same operations in the same order (a sum adds the group's values one after
+        the other, so floats round as they do for rows)."""
+        windower = self._windower
         field = None if self.key_fn is None else key_field(self.key_fn)
-        if windower is None or (self.key_fn is not None and field is None):
+        if not isinstance(windower, AlignedWindower) or not windower.tumbling \
+                or (self.key_fn is not None and field is None):
             return False
-        groups = tumbling_counts(batch, self.time_field, field, windower.size, self.watermark)
+        aggs = windower.aggs
+        if aggs.stats is None:
+            return False  # max_by, top: their slots hold events
+        groups = tumbling_groups(batch, self.time_field, field, windower.size, self.watermark,
+                                 with_rows=not aggs.count_only)
         if groups is None:
             return False
+        values = None
+        if not aggs.count_only:
+            values = stat_columns(batch, aggs.stats, groups.order)
+            if values is None:
+                return False
         state = windower.state
         windows, index, mask = state.windows, state.index, state.mask
         cur_end: Any = None
         w: Any = None
         bins: Any = None
         changed: Any = None
-        for end, k, n in groups:
+        for g, (end, k, n) in enumerate(zip(groups.ends, groups.keys, groups.counts, strict=True)):
             if end != cur_end:
                 w = windows.get(end)
                 if w is None:
@@ -244,14 +256,21 @@ class WindowOperator(WindowedOperator):
                 bins, changed, cur_end = index[end], state.changed_in(end), end
             had = w.get(k)
             if had is None:
-                w[k] = n
+                if values is None:
+                    w[k] = n
+                else:
+                    assert groups.bounds is not None
+                    w[k] = _new_acc(aggs.stats, values, groups.bounds[g], groups.bounds[g + 1])
                 keys = bins.get(b := stable_hash(k) & mask)
                 if keys is None:
                     bins[b] = [k]
                 else:
                     keys.append(k)
-            else:
+            elif values is None:
                 w[k] = had + n
+            else:
+                assert groups.bounds is not None
+                _fold(had, aggs.stats, values, groups.bounds[g], groups.bounds[g + 1])
             if changed is not None:
                 changed.add(k)
         return True
@@ -461,3 +480,34 @@ class WindowOperator(WindowedOperator):
 
     def _put_state(self, rows: list[Any], owned: bool) -> None:
         self._windower.put(rows, owned)
+
+
+def _new_acc(stats: Any, values: dict[str, list[Any]], lo: int, hi: int) -> list[Any]:
+    """The accumulator of a group's events (rows lo..hi of `values`): `new` of the first
+    event, then `add` of the others."""
+    acc: list[Any] = [1]
+    for field, _ in stats:
+        acc.append(values[field][lo])
+    if hi - lo > 1:
+        _fold(acc, stats, values, lo + 1, hi)
+    return acc
+
+
+def _fold(acc: list[Any], stats: Any, values: dict[str, list[Any]], lo: int, hi: int) -> None:
+    """`add` of a group's events, in order, to an accumulator [count, slots...]."""
+    acc[0] += hi - lo
+    for i, (field, stat) in enumerate(stats, 1):
+        seg = values[field][lo:hi]
+        if stat == "sum":
+            total = acc[i]
+            for v in seg:  # one by one: a float sum rounds as the rows' does
+                total += v
+            acc[i] = total
+        elif stat == "min":
+            m = min(seg)
+            if m < acc[i]:
+                acc[i] = m
+        else:
+            m = max(seg)
+            if m > acc[i]:
+                acc[i] = m
