@@ -13,7 +13,9 @@ second of event time, up to 500 ms out of order, the queries allowing 2 s):
   checkpoints every 2 s and the result log included, results read every 50,000 events
   (as a consumer would), to the end of the stream and the last result read;
 - `ray_busy`: the same run counted per second the executor was busy running operators
-  (its worker thread's own rate, without the idle time it spent waiting for the driver).
+  (its worker thread's own rate, without the idle time it spent waiting for the driver);
+- `ray_arrow`, `ray_arrow_busy`: the same, the events pushed as an Arrow table
+  (`ARROW_BATCH` rows per call), run as columns where a step has a kernel.
 
 Every run's results are compared with the DuckDB reference (cameo_actors/nexmark/reference.py);
 a mismatch fails the benchmark (exit status 1) before any figure is printed.
@@ -54,11 +56,13 @@ import time
 from typing import Any
 
 from bench.harness.output import save_json
-from cameo_actors.nexmark.generator import NexmarkConfig, NexmarkStream, generate
+from cameo_actors.nexmark.generator import SCHEMA, NexmarkConfig, NexmarkStream, generate
 from cameo_actors.nexmark.queries import QUERIES, SINK, SOURCE
 from cameo_actors.nexmark.reference import difference, reference
 
 BATCH = 2_000
+#: Rows per push of the Arrow runs (`ray_arrow`).
+ARROW_BATCH = 10_000
 #: Events pushed between two reads of the results.
 READ_EVERY = 50_000
 
@@ -122,16 +126,30 @@ def run_in_process(query: str, stream: NexmarkStream) -> tuple[float, list[dict[
     return time.perf_counter() - t0, result[SINK]
 
 
-def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str
+def as_table(stream: NexmarkStream) -> Any:
+    """The stream as one Arrow table in the source's types (what a columnar feeder has)."""
+    import pyarrow as pa
+
+    from cameo_actors.operators.columns import conform
+
+    return pa.Table.from_batches(conform(SOURCE, pa.Table.from_pylist(stream.events),
+                                         list(SCHEMA.items())))
+
+
+def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any = None
                ) -> tuple[float, float, list[dict[str, Any]]]:
-    """(seconds end to end, seconds of executor busy time, results) of the query on `rt`."""
+    """(seconds end to end, seconds of executor busy time, results) of the query on `rt`;
+    with `table` (`as_table`), the events pushed as Arrow, `ARROW_BATCH` rows per call."""
     name = rt.deploy(QUERIES[query](name=f"nexmark-{query}-{tag}"))
     events, rows = stream.events, []
     try:
         busy0 = sum(e["busy_ms"] for e in rt.executor_stats())
         t0 = time.perf_counter()
         for i in range(0, len(events), READ_EVERY):
-            rt.push(name, SOURCE, events[i:i + READ_EVERY], batch_size=BATCH)
+            if table is not None:
+                rt.push(name, SOURCE, table.slice(i, READ_EVERY), batch_size=ARROW_BATCH)
+            else:
+                rt.push(name, SOURCE, events[i:i + READ_EVERY], batch_size=BATCH)
             rows += rt.results(name)  # as a consumer would: a full result log holds the sink
         rt.close(name)
         rows += drain(rt, name)
@@ -177,11 +195,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     stream = generate(stream_config(events, args.rate, args.late_share))
+    columns = None if args.no_ray else as_table(stream)
     print(f"{events:,} events generated in {time.perf_counter() - t0:.1f} s "
           f"({stream.counts()}, {len(stream.late)} late)")
     out: dict[str, Any] = {
         "events": events, "rate_eps": args.rate, "late": len(stream.late), "repeat": repeat,
-        "batch": BATCH, "cores": {"in_process": 1, "ray": 1, "ray_busy": 1},
+        "batch": BATCH, "arrow_batch": ARROW_BATCH,
+        "cores": {"in_process": 1, "ray": 1, "ray_busy": 1, "ray_arrow": 1, "ray_arrow_busy": 1},
         "queries": {}, "peers": PEERS,
     }
     rt = None
@@ -195,7 +215,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rt = Runtime.start(RuntimeConfig(num_executors=1), pool="bench-nexmark")
         for query in chosen:
             expected = reference(query, stream)
-            runs: dict[str, list[float]] = {"in_process": [], "ray": [], "ray_busy": []}
+            runs: dict[str, list[float]] = {"in_process": [], "ray": [], "ray_busy": [],
+                                            "ray_arrow": [], "ray_arrow_busy": []}
             for r in range(repeat):
                 seconds, rows = run_in_process(query, stream)
                 check(query, "in-process", rows, expected)
@@ -205,6 +226,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     check(query, "on Ray", rows, expected)
                     runs["ray"].append(events / seconds)
                     runs["ray_busy"].append(events / busy if busy > 0 else 0.0)
+                    seconds, busy, rows = run_on_ray(rt, query, stream, f"{r}-arrow", columns)
+                    check(query, "on Ray, pushed as Arrow", rows, expected)
+                    runs["ray_arrow"].append(events / seconds)
+                    runs["ray_arrow_busy"].append(events / busy if busy > 0 else 0.0)
             figures = {mode: {"events_per_s": statistics.median(v),
                               "per_core": statistics.median(v) / out["cores"][mode], "runs": v}
                        for mode, v in runs.items() if v}
@@ -229,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def table(out: dict[str, Any]) -> str:
     """The figures as a Markdown table, next to Flink's published ones."""
-    modes = [m for m in ("in_process", "ray", "ray_busy")
+    modes = [m for m in ("in_process", "ray", "ray_busy", "ray_arrow", "ray_arrow_busy")
              if any(m in q for q in out["queries"].values())]
     flink = PEERS["flink-1.13"]["per_core_eps"]
     lines = [f"Nexmark on cameo, {out['events']:,} events, events/s per core "

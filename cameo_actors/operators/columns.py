@@ -320,6 +320,8 @@ class _Evaluator:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id == "_mul":  # `*` where a side could be a string
                 return self.arith(ast.Mult, node.args[0], node.args[1])
+            if node.func.id == "_mod":  # `%` where the left side could be a string
+                return self.arith(ast.Mod, node.args[0], node.args[1])
             if node.func.id == "abs" and len(node.args) == 1:
                 value, kind = self.eval(node.args[0])
                 if kind in _NUMERIC:
@@ -350,9 +352,13 @@ class _Evaluator:
         if op is ast.Div:  # Python's / of ints is a float: exact for ints within 2**53
             a, b = self.as_float(a, kind), self.as_float(b, kind)
             return pc.divide_checked(a, b), "float"  # refuses zero, as Python does
+        if op in (ast.FloorDiv, ast.Mod):
+            if kind != "int":
+                raise Declined  # floats: Python's floor rounds its own way near ties
+            return _floor_int(op, a, b), "int"
         fns = _ARITH.get(op)
         if fns is None:
-            raise Declined  # // and % round differently
+            raise Declined
         checked, plain = fns
         return (checked if kind == "int" else plain)(a, b), kind
 
@@ -391,6 +397,23 @@ class _Evaluator:
         if len(items) != len(node.elts) or any(_LITERAL_KINDS.get(type(i)) != kind for i in items):
             raise Declined  # a literal of another kind: Python's == between kinds
         return pc.is_in(value, value_set=pa.array(items, type=value.type))
+
+
+def _floor_int(op: type[ast.operator], a: Any, b: Any) -> Any:
+    """Python's `//` or `%` of ints (floored, the sign of the divisor), in numpy, whose
+    int64 floor_divide and mod round the same way. Declined where Python raises (a zero
+    divisor) or int64 cannot hold the result (-2**63 // -1)."""
+    x, y = _numbers(a), _numbers(b)
+    if np.any(y == 0) or np.any((x == np.iinfo(np.int64).min) & (y == -1)):
+        raise Declined
+    got = np.floor_divide(x, y) if op is ast.FloorDiv else np.mod(x, y)
+    return pa.array(got) if isinstance(got, np.ndarray) else int(got)
+
+
+def _numbers(value: Any) -> Any:
+    if isinstance(value, (pa.Array, pa.ChunkedArray)):
+        return value.to_numpy()
+    return np.int64(value)
 
 
 def as_array(value: Any, n: int) -> pa.Array:

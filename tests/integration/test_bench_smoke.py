@@ -211,13 +211,13 @@ def test_critical_path(ray_session: None, tmp_path: Path) -> None:
 
 
 def test_nexmark(ray_session: None, tmp_path: Path) -> None:
-    """bench.nexmark --quick on two queries, small: both modes measured and checked against
-    the DuckDB reference (a mismatch would exit)."""
+    """bench.nexmark --quick on two queries, small: every mode (rows and Arrow pushes on
+    Ray) measured and checked against the DuckDB reference (a mismatch would exit)."""
     out = tmp_path / "nexmark.json"
     res = nexmark.main(["--quick", "--events", "5000", "--query", "q1", "q7", "--json", str(out)])
     assert json.loads(out.read_text())["queries"].keys() == {"q1", "q7"}
     for q in res["queries"].values():
         assert q["checked"] is True and q["results"] > 0
-        for mode in ("in_process", "ray", "ray_busy"):
+        for mode in ("in_process", "ray", "ray_busy", "ray_arrow", "ray_arrow_busy"):
             assert q[mode]["per_core"] > 0 and math.isfinite(q[mode]["per_core"]), mode
     assert res["peers"]["flink-1.13"]["per_core_eps"]["q1"] > 0

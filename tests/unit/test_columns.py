@@ -46,6 +46,7 @@ PREDICATES = [
     "value - n >= 0 or flag", "abs(n) < 5", "-n < value", "n == 1.5", "key == 'a'",
     "0 <= value < 50", "n + 9007199254740000 > 0", "value / 0.5 > n", "key < 'b'",
     "n", "flag == True", "key not in ('c',)", "n in (1, 2)", "n * n > 100",
+    "n % 3 == 1", "ts // n > 2", "ts % -7 < -3", "value % 2 > 1", "value // 3 < n",
 ]
 PROJECTIONS = [
     {"ts": "ts", "key": "key", "value": "value"},
@@ -53,6 +54,7 @@ PROJECTIONS = [
     {"sum": "n + ts", "neg": "-value", "big": "n * 4611686018427387904"},
     {"ratio": "value / n", "n": "n", "flag": "flag"},
     {"one": "1", "lower": "lower(key)"},
+    {"m": "n % 7", "d": "ts // 3", "neg": "n // -2", "big": "n % 9007199254740993"},
 ]
 
 _ints = st.one_of(st.integers(-5, 5), st.integers(-2**62, 2**62), st.sampled_from([0, 2**53 + 1]))
