@@ -27,6 +27,9 @@ Checkpoints are on as users run them (the pool's default: every 2 s, exactly-onc
 results, incremental parts); `--checkpoints off` turns them off in every pool, and
 `--checkpoints both` runs each scenario with them and then without, in turn, and prints
 the ratios and the executors' busy share of both side by side (results["checkpoints_off"]).
+`--input arrow` has the feeders push the same events as Arrow tables (run as columns
+where a step has a kernel), and `--input both` runs each scenario with rows and then with
+Arrow, at the same offered load (results["arrow_input"]).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import Any
 from bench import scenarios
 from bench.harness.cluster import ensure_ray
 from bench.harness.output import save_json
+from bench.harness.runner import FEED
 from bench.harness.tenants import CONFIG, calibrate_capacity
 
 SCENARIOS = ("single", "multi", "spike", "fair", "overload")
@@ -59,6 +63,16 @@ def run_scenario(name: str, capacity: float, warmup: float, seconds: float, quic
         return scenarios.overload(capacity, warmup, seconds,
                                   levels=(0.9, 1.5) if quick else (0.9, 1.2, 1.5), log=log)
     raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
+
+
+@contextlib.contextmanager
+def fed(columns: bool) -> Iterator[None]:
+    """Every feeder meanwhile pushes its events as Arrow tables, or as rows."""
+    FEED["columns"] = columns
+    try:
+        yield
+    finally:
+        FEED["columns"] = False
 
 
 @contextlib.contextmanager
@@ -82,10 +96,10 @@ def busy(result: dict[str, Any]) -> dict[str, float]:
             if isinstance(r, dict) and "utilization" in r}
 
 
-def print_checkpoints(results: dict[str, Any]) -> None:
-    """Each scenario's ratios and busy shares with checkpoints and without, side by side."""
-    print("checkpoints on / off:")
-    for name, off in results["checkpoints_off"].items():
+def print_side_by_side(results: dict[str, Any], other: str, label: str) -> None:
+    """Each scenario's ratios and busy shares in the default arm and in `other`, side by side."""
+    print(f"{label}:")
+    for name, off in results[other].items():
         on = results[name]
         ratios = " ".join(f"{k} {on['ratios'][k]:.2f}/{v:.2f}" for k, v in off["ratios"].items()
                           if v is not None and on["ratios"].get(k) is not None)
@@ -107,10 +121,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--checkpoints", default="on", choices=("on", "off", "both"),
                         help="checkpoints in every pool as the default has them (on), none "
                              "(off), or each scenario with and then without (both)")
+    parser.add_argument("--input", default="rows", choices=("rows", "arrow", "both"),
+                        help="the feeders push rows (lists of dicts), Arrow tables of the same "
+                             "events, or each scenario with rows and then Arrow (both)")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--plots", help="write PNG plots to this folder (needs matplotlib)")
     args = parser.parse_args(argv)
-    arms = {"on": (True,), "off": (False,), "both": (True, False)}[args.checkpoints]
+    if args.checkpoints == "both" and args.input == "both":
+        parser.error("--checkpoints both and --input both: compare one thing at a time")
+    ckpt_arms = {"on": (True,), "off": (False,), "both": (True, False)}[args.checkpoints]
+    input_arms = {"rows": (False,), "arrow": (True,), "both": (False, True)}[args.input]
+    # (checkpoints on, columns); the first arm's results are the scenario's own
+    arms = [(on, cols) for on in ckpt_arms for cols in input_arms]
     warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 5.0)
     calib = args.calibrate if args.calibrate is not None else (2.0 if args.quick else 5.0)
     names = SCENARIOS if args.scenario == "all" else (args.scenario,)
@@ -121,29 +143,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         capacity = calibrate_capacity(calib)
         print(f"the shared pool sustains {capacity:,.0f} bulk events/s alone")
         results: dict[str, Any] = {}
-        for name, on in ((n, on) for n in names for on in arms):
+        for name, (on, cols) in ((n, arm) for n in names for arm in arms):
             default = (4.0 if args.quick else 12.0) if name == "fair" else (6.0 if args.quick else 20.0)
             seconds = args.duration if args.duration is not None else default
             runs = []
             for i in range(args.repeat):
                 print(f"{name}:" + (f" run {i + 1} of {args.repeat}" if args.repeat > 1 else "")
-                      + ("" if on else " (checkpoints off)"))
-                with checkpoints(on):
+                      + ("" if on else " (checkpoints off)") + (" (Arrow input)" if cols else ""))
+                with checkpoints(on), fed(cols):
                     runs.append(run_scenario(name, capacity, warmup, seconds, args.quick))
                 if any(v is not None for v in runs[-1]["ratios"].values()):
                     print("  ratios:", {k: round(v, 2) for k, v in runs[-1]["ratios"].items() if v is not None})
             r = scenarios.combine(runs)
-            if on or len(arms) == 1:
+            if (on, cols) == arms[0]:
                 results[name] = r
             else:
-                results.setdefault("checkpoints_off", {})[name] = r
+                arm = "checkpoints_off" if not on else "arrow_input"
+                results.setdefault(arm, {})[name] = r
             r["capacity_eps"] = capacity
             if args.repeat > 1 and any(v is not None for v in r["ratios"].values()):
                 print(f"  {name} median ratios over {args.repeat} runs:",
                       {k: f"{v:.2f} ({r['ratios_spread'][k][0]:.2f}-{r['ratios_spread'][k][1]:.2f})"
                        for k, v in r["ratios"].items() if v is not None})
         if "checkpoints_off" in results:
-            print_checkpoints(results)
+            print_side_by_side(results, "checkpoints_off", "checkpoints on / off")
+        if "arrow_input" in results:
+            print_side_by_side(results, "arrow_input", "rows / Arrow input")
         print(f"done in {time.monotonic() - t0:.0f} s")
     finally:
         if started:

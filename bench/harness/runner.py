@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from bench.harness.stats import quantile, summarize
 from bench.harness.tenants import CONFIG
 from bench.harness.workload import Workload
@@ -39,12 +41,22 @@ class Load:
         return float(self.flow.spec.latency_target_ms)
 
 
+#: How the feeders push: rows (lists of dicts), or the same events as Arrow tables.
+FEED = {"columns": False}
+
+
 def _push(rt: Any, load: Load, stop: threading.Event) -> None:
     """Play `load.workload` into `rt` until `stop`, after a late start if asked."""
     if stop.wait(load.start_s):
         return
     load.started_ms.append(time.time() * 1000)
-    load.workload.play(lambda events: rt.push(load.name, "s", events, batch_size=len(events)), stop)
+    columns = FEED["columns"]
+
+    def push(events: list[dict[str, Any]]) -> None:
+        if events:
+            data: Any = pa.Table.from_pylist(events) if columns else events
+            rt.push(load.name, "s", data, batch_size=len(events))
+    load.workload.play(push, stop)
 
 
 def _series(rows: list[tuple[dict[str, Any], float, float]], since_ms: float, seconds: float) -> list[float | None]:
