@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import threading
 import time
 from typing import Any
 
@@ -130,10 +131,11 @@ def as_table(stream: NexmarkStream) -> Any:
     """The stream as one Arrow table in the source's types (what a columnar feeder has)."""
     import pyarrow as pa
 
-    from cameo_actors.operators.columns import conform
+    from cameo_actors.operators.columns import arrow_schema, conform
 
-    return pa.Table.from_batches(conform(SOURCE, pa.Table.from_pylist(stream.events),
-                                         list(SCHEMA.items())))
+    fields = list(SCHEMA.items())
+    table = pa.Table.from_pylist(stream.events, schema=arrow_schema(fields))
+    return pa.Table.from_batches(conform(SOURCE, table, fields))
 
 
 def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any = None
@@ -160,16 +162,26 @@ def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any 
         rt.cancel(name)
 
 
-def drain(rt: Any, name: str) -> list[dict[str, Any]]:
-    """The results of a closed dataflow still to read: read until the runtime is idle and
-    nothing more comes (a read commits, which lets a sink held on a full log go on)."""
+def drain(rt: Any, name: str, timeout_s: float = 1_800.0) -> list[dict[str, Any]]:
+    """The results of a closed dataflow still to read, once the runtime is idle. A reader
+    of its own reads meanwhile: a log full of readable results holds its sink, and the
+    checkpoint that makes the last results readable waits for that sink, so a wait that
+    nobody reads beside may never end (q0's 276,000 results fill the log)."""
     rows: list[dict[str, Any]] = []
-    while True:
-        rt.wait_idle(timeout_s=1_800)
-        got = rt.results(name)
-        if not got:
-            return rows
-        rows += got
+    stop = threading.Event()
+    reader = rt.handle()
+
+    def read() -> None:
+        while not stop.wait(0.2):
+            rows.extend(reader.results(name))  # a read commits: a held sink goes on
+    thread = threading.Thread(target=read, name=f"read-{name}", daemon=True)
+    thread.start()
+    try:
+        rt.wait_idle(timeout_s=timeout_s, dataflows=[name])
+    finally:
+        stop.set()
+        thread.join()
+    return rows + reader.results(name)  # one reader from here on: its cursor is the one
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

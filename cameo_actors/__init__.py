@@ -6,7 +6,9 @@ What a user may import is exported here (and documented in the README):
   and `KeyedProcess`, the base of a `process` step's user class;
 - test them in-process: `run_local`, `TestingSource`, `TestingSink`, `Watermark`, `FakeClock`;
 - run them on a pool: `Runtime`, `RuntimeConfig` (Ray), or through the service: `Client`;
-- the errors: `CameoError` (the root), `UserError` and its `SpecError`, the runtime's
+- push events as Arrow columns: `arrow_schema` (a source's schema for pyarrow);
+- the errors: `CameoError` (the root), `UserError` and its `SpecError` and
+  `ColumnsRefused` (columns that do not fit a source's schema), the runtime's
   `DataflowNotFound`, `DataflowExists`, `PoolNotFound`, `RuntimeUnavailable`,
   `ReconfigFailed`, `PoolKept`, `PoolInUse`, and the
   service's `ServiceError`.
@@ -34,6 +36,7 @@ from cameo_actors.dataflow import (
 )
 from cameo_actors.errors import CameoError, SpecError, UserError
 from cameo_actors.operators.base import ErrorRecord
+from cameo_actors.operators.columns import ColumnsRefused, arrow_schema
 from cameo_actors.operators.process import KeyedProcess
 from cameo_actors.runtime import (
     DataflowEnded,
@@ -49,11 +52,11 @@ from cameo_actors.runtime import (
 from cameo_actors.testing import TestingSink, TestingSource, Watermark, run_local
 
 __all__ = [
-    "CameoError", "Client", "Clock", "ConnectorSpec", "Dataflow", "DataflowEnded", "DataflowExists",
+    "CameoError", "Client", "Clock", "ColumnsRefused", "ConnectorSpec", "Dataflow", "DataflowEnded", "DataflowExists",
     "DataflowNotFound", "DataflowSpec", "ErrorRecord", "FakeClock", "KeyedProcess", "PoolInUse", "PoolKept", "PoolNotFound",
     "ReconfigFailed", "Runtime", "RuntimeConfig", "RuntimeUnavailable", "ServiceError", "SpecError", "Stream",
     "SystemClock", "TestingSink", "TestingSource", "UserError", "Watermark", "avg", "count", "max_",
-    "max_by", "min_", "run_local", "sum_", "top",
+    "arrow_schema", "max_by", "min_", "run_local", "sum_", "top",
 ]
 __version__ = "0.1.0"
 

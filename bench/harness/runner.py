@@ -17,6 +17,7 @@ from bench.harness.stats import quantile, summarize
 from bench.harness.tenants import CONFIG
 from bench.harness.workload import Workload
 from cameo_actors import Dataflow
+from cameo_actors.operators.columns import arrow_schema
 
 #: Executors of every pool the runner starts (shared, or split between the dataflows).
 NUM_EXECUTORS = 2
@@ -51,10 +52,11 @@ def _push(rt: Any, load: Load, stop: threading.Event) -> None:
         return
     load.started_ms.append(time.time() * 1000)
     columns = FEED["columns"]
+    schema = arrow_schema(load.flow.spec.step("s").schema)
 
     def push(events: list[dict[str, Any]]) -> None:
         if events:
-            data: Any = pa.Table.from_pylist(events) if columns else events
+            data: Any = pa.Table.from_pylist(events, schema=schema) if columns else events
             rt.push(load.name, "s", data, batch_size=len(events))
     load.workload.play(push, stop)
 

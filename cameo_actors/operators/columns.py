@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from cameo_actors.dataflow.expressions import Expression
 from cameo_actors.dataflow.spec import schema_type
+from cameo_actors.errors import UserError
 from cameo_actors.operators.bins import stable_hash
 
 Columns: TypeAlias = pa.RecordBatch
@@ -52,13 +53,28 @@ def rows(events: Any) -> list[dict[str, Any]]:
 
 
 # -- the edge: an Arrow body checked against the source's schema --------------------------
-class ColumnsRefused(ValueError):
-    """A columnar batch that does not fit the source's schema; nothing of it was applied."""
+class ColumnsRefused(UserError):
+    """A columnar batch that does not fit the source's schema; nothing of it was applied.
+    The message names the source and the column, what was expected, what arrived, the fix."""
 
     def __init__(self, source: str, column: str | None, expected: str, got: str, fix: str) -> None:
-        where = f"column {column!r}: " if column is not None else ""
-        super().__init__(f"source {source!r}: {where}expected {expected}, got {got}. Fix: {fix}")
-        self.source, self.column, self.expected, self.got, self.fix = source, column, expected, got, fix
+        self.source, self.column = source, column
+        super().__init__(source, expected, _Shown(got), fix)
+
+    @property
+    def where(self) -> str:
+        column = f": column {self.column!r}" if self.column is not None else ""
+        return f"source {self.source!r}{column}"
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return (type(self), (self.source, self.column, self.expected, str(self.got), self.fix))
+
+
+class _Shown(str):
+    """What arrived, shown as it is (not quoted)."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 _TARGET = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
@@ -174,6 +190,14 @@ def _conform_batch(batch: pa.RecordBatch, schema: Sequence[tuple[str, str]],
                 col = col.cast(want, safe=base != "float")  # int -> float rounds, as float() does
         arrays[i] = col
     return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def arrow_schema(schema: Sequence[tuple[str, str]]) -> pa.Schema:
+    """The Arrow schema of a source's events (an `any` field as null: give it a type of
+    your own). Build tables of dicts with it: `pa.Table.from_pylist(events, schema=...)`;
+    without a schema pyarrow infers the columns from the first event alone, so a field
+    the first event lacks would be dropped (and read as null where nullable)."""
+    return pa.schema([(name, _TARGET.get(schema_type(typ)[0], pa.null())) for name, typ in schema])
 
 
 def to_ipc(batch: pa.RecordBatch) -> bytes:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.columns import (
     ColumnsRefused,
+    arrow_schema,
     conform,
     from_ipc,
     is_columns,
@@ -182,6 +183,15 @@ def test_columns_cross_links_and_ingest_calls_as_arrow() -> None:
     back = decode_message(messages[0])
     assert back.payload.equals(batch) and back.size == 3
     assert unpack_ingest(pack_columns(batch), "s")[0].equals(batch)
+
+
+def test_tables_of_dicts_built_with_the_sources_schema_keep_fields_the_first_event_lacks() -> None:
+    events = [{"ts": 1, "key": "a", "value": 1.0, "flag": True},
+              {"ts": 2, "key": "b", "value": 2.0, "flag": False, "n": 7}]
+    guessed = pa.Table.from_pylist(events)  # pyarrow infers the columns from the first event
+    assert "n" not in guessed.schema.names
+    [batch] = conform("s", pa.Table.from_pylist(events, schema=arrow_schema(SCHEMA)), SCHEMA)
+    assert batch.column("n").to_pylist() == [None, 7]
 
 
 def test_the_edge_conforms_types_and_refuses_what_cannot_hold_a_field() -> None:
