@@ -25,6 +25,10 @@ Event = dict[str, Any]
 #: A message's events: rows, or columns (`columns.py`).
 Events: TypeAlias = list[Event] | Columns
 
+#: Fewer events than this run as rows: a kernel's calls cost tens of µs whatever the
+#: batch, more than a few rows take (a latency-sensitive tenant's batches of ten).
+MIN_COLUMN_EVENTS = 128
+
 #: The watermark that ends a stream: every window fires, nothing is late after it.
 END_OF_STREAM = math.inf
 #: Before any watermark arrived.
@@ -100,7 +104,8 @@ class Operator:
         """Events as rows (a list of dicts) or as columns (an Arrow record batch, which
         the operator reads as rows unless `process_columns` takes it)."""
         out = Output()
-        if events.__class__ is not list and self.process_columns(events, port, out):
+        if events.__class__ is not list and len(events) >= MIN_COLUMN_EVENTS \
+                and self.process_columns(events, port, out):
             return out
         self.process(rows(events), port, out)
         return out

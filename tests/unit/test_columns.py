@@ -40,6 +40,17 @@ from cameo_actors.runtime._private.wire import (
 )
 from cameo_actors.scheduling import Message
 
+
+@pytest.fixture(scope="module", autouse=True)
+def small_batches_as_columns() -> Any:
+    """The batches here are small: every one is offered to the kernels."""
+    from cameo_actors.operators import base
+
+    kept, base.MIN_COLUMN_EVENTS = base.MIN_COLUMN_EVENTS, 0
+    yield
+    base.MIN_COLUMN_EVENTS = kept
+
+
 SCHEMA = [("ts", "int"), ("key", "str"), ("value", "float"), ("n", "int?"), ("flag", "bool")]
 
 PREDICATES = [
