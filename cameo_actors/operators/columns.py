@@ -4,8 +4,10 @@ A message's events are a list of dicts (rows) or a `pyarrow.RecordBatch` (column
 Columns come from the edges (an Arrow push by a client, the HTTP API or the Spark
 tier: `conform` checks them against the source's schema there) and stay columns
 through the steps with a kernel for them: the source's checks, filters and
-projections of safe expressions, key_by and keyed routing on a field, union and sink.
-A step without one reads the batch as rows (`rows`), once, and goes on with rows.
+projections of safe expressions, key_by and keyed routing on a field, union and sink,
+and a tumbling window's count, sum, min, max and avg (`tumbling_groups`). A step
+without one reads the batch as rows (`rows`), once, and goes on with rows; so does a
+batch of fewer than `base.MIN_COLUMN_EVENTS` events.
 
 A kernel gives exactly what the rows would. Where Arrow and Python could differ, it
 declines and the batch runs as rows, so results and error records are the row path's:
