@@ -34,6 +34,7 @@ import pyarrow as pa
 from bench.harness.output import save_json
 from bench.harness.stats import interpolated_p99
 from cameo_actors import Dataflow
+from cameo_actors.operators.columns import ARROW_STREAM, to_ipc
 from cameo_actors.service.testing import ServiceProcess, fresh_dir
 from corpora import bad_input as corpus
 
@@ -71,11 +72,8 @@ class Tenant:
         headers: dict[str, str] = {}
         content = None
         if isinstance(body, pa.Table):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, body.schema) as writer:
-                writer.write_table(body)
-            content, body = sink.getvalue().to_pybytes(), None
-            headers["Content-Type"] = "application/vnd.apache.arrow.stream"
+            content, body = to_ipc(body), None
+            headers["Content-Type"] = ARROW_STREAM
         if body is not None:
             if self.msgpack:
                 content = msgpack.packb(body, use_bin_type=True)

@@ -202,11 +202,12 @@ def arrow_schema(schema: Sequence[tuple[str, str]]) -> pa.Schema:
     return pa.schema([(name, _TARGET.get(schema_type(typ)[0], pa.null())) for name, typ in schema])
 
 
-def to_ipc(batch: pa.RecordBatch) -> bytes:
-    """An Arrow IPC stream of one batch (what travels in ingest calls and links)."""
+def to_ipc(data: pa.RecordBatch | pa.Table) -> bytes:
+    """An Arrow IPC stream of a batch or a table (what travels in ingest calls, links and
+    the HTTP API's bodies)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write(data)
     return sink.getvalue().to_pybytes()
 
 

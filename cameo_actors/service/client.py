@@ -32,7 +32,7 @@ import pyarrow as pa
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import SpecError
-from cameo_actors.operators.columns import ARROW_STREAM
+from cameo_actors.operators.columns import ARROW_STREAM, to_ipc
 from cameo_actors.runtime.boundary import CANCELLED, FAILED, FINISHED, MigrationInfo
 from cameo_actors.service.config import DEFAULT_URL, ClientConfig
 from cameo_actors.service.errors import ApiError
@@ -179,10 +179,7 @@ class Client:
         headers: dict[str, str] = {"Accept": MSGPACK_ACCEPT} if accept_msgpack else {}
         content: bytes | None = None
         if isinstance(body, (pa.Table, pa.RecordBatch)):  # events as columns
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, body.schema) as writer:
-                writer.write(body)
-            content, body = sink.getvalue().to_pybytes(), None
+            content, body = to_ipc(body), None
             headers["Content-Type"] = ARROW_STREAM
         if body is not None:
             if use_msgpack:
