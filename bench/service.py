@@ -6,7 +6,7 @@ Starts a real `cameo serve` (embedded Ray, two executors) on loopback and measur
 in one run:
 
 - **throughput**: events pushed per second and results read per second by one tenant,
-  with JSON bodies, with msgpack and with Arrow IPC streams (results read as msgpack),
+  with JSON bodies, with msgpack and with Arrow IPC streams (results read as each),
   through a pass-through dataflow (push everything, then read and commit every result
   page by page);
 - **isolation**: the p99 of one tenant's API calls (push 100 events, read and commit its
@@ -61,12 +61,14 @@ def columns(start: int, n: int) -> pa.Table:
 
 class Tenant:
     """One tenant's HTTP session (keep-alive), in JSON or msgpack (pushes of an Arrow
-    table go as Arrow IPC streams)."""
+    table go as Arrow IPC streams, and with `arrow` results are read as them)."""
 
-    def __init__(self, url: str, token: str, use_msgpack: bool = False) -> None:
+    def __init__(self, url: str, token: str, use_msgpack: bool = False,
+                 arrow: bool = False) -> None:
         self.http = httpx.Client(base_url=url, timeout=60.0,
                                  headers={"Authorization": f"Bearer {token}"})
         self.msgpack = use_msgpack
+        self.arrow = arrow
 
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> httpx.Response:
         headers: dict[str, str] = {}
@@ -81,7 +83,9 @@ class Tenant:
             else:
                 content = httpx.Request("POST", "/", json=body).content
                 headers["Content-Type"] = "application/json"
-        if self.msgpack:
+        if self.arrow:
+            headers["Accept"] = ARROW_STREAM
+        elif self.msgpack:
             headers["Accept"] = "application/msgpack"
         return self.http.request(method, path, content=content, headers=headers,
                                  params=params or None)
@@ -101,10 +105,14 @@ class Tenant:
             time.sleep(float(r.headers.get("Retry-After", 1)))
             return 0
         r.raise_for_status()
-        page = self.decode(r)
-        if page["rows"]:
-            self.call("POST", f"/v1/dataflows/{name}/results/commit", {"cursor": page["cursor"]})
-        return len(page["rows"])
+        if r.headers.get("content-type", "").startswith(ARROW_STREAM):
+            rows, cursor = pa.ipc.open_stream(r.content).read_all().num_rows, r.headers["cameo-cursor"]
+        else:
+            page = self.decode(r)
+            rows, cursor = len(page["rows"]), page["cursor"]
+        if rows:
+            self.call("POST", f"/v1/dataflows/{name}/results/commit", {"cursor": cursor})
+        return rows
 
 
 def throughput(svc: ServiceProcess, admin: Tenant, token: str, n: int) -> dict[str, Any]:
@@ -115,7 +123,7 @@ def throughput(svc: ServiceProcess, admin: Tenant, token: str, n: int) -> dict[s
         # A budget that holds every result: pushing and reading are measured apart.
         admin.call("POST", "/v1/dataflows",
                    passthrough(name, "bench", state_bytes=2_000_000_000).spec.to_dict())
-        t = Tenant(svc.url, token, use_msgpack=fmt != "json")  # arrow: results read as msgpack
+        t = Tenant(svc.url, token, use_msgpack=fmt != "json", arrow=fmt == "arrow")
         t0 = time.perf_counter()
         for i in range(0, n, 5_000):
             r = t.push(name, make(i, 5_000))

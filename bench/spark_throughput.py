@@ -1,10 +1,13 @@
 """Events/s through Spark into the runtime: JSON files -> Spark -> `cameo` sink -> executors.
 
-Run: `python -m bench.spark_throughput [--rows N] [--files F] [--max-files-per-trigger M]`
+Run: `python -m bench.spark_throughput [--rows N] [--files F] [--format json|parquet]
+[--push rows|columns|both] [--max-files-per-trigger M]`
 
-What is measured: N small JSON rows ({"ts", "level", "key", "value"}, ~70
-bytes) already landed in F files; one input query (file source, `cameo`
-sink) feeds a filter dataflow on a pool of 2 executors. The clock runs from
+What is measured: N small rows ({"ts", "level", "key", "value"}, ~70 bytes as
+JSON) already landed in F files (JSON, or the same rows as Parquet); one input
+query (file source, `cameo` sink) feeds a filter dataflow on a pool of 2
+executors. With `--push both` each repeat runs the sink pushing rows (one dict
+per event, msgpack) and pushing Arrow columns, one after the other. The clock runs from
 the query's start to the moment the runtime counted all N events in
 (`stats()["events_in"]`), so Spark's per-batch planning and checkpoint
 writes, JSON parsing, Arrow -> events, msgpack, Ray calls and the runtime's
@@ -31,18 +34,19 @@ from spark_ingest import SparkTier
 from spark_ingest.events import land_files
 
 
-def dataflow(name: str, folder: str, opts: dict[str, str], parallelism: int = 1) -> Dataflow:
+def dataflow(name: str, folder: str, opts: dict[str, str], parallelism: int = 1,
+             fmt: str = "json") -> Dataflow:
     # Keeps ~0.05% of the events: the benchmark is about getting events in.
     return (Dataflow(name, latency_target_ms=1000)
             .source("logs", schema=SCHEMA, event_time="ts", allowed_lateness_ms=10**9,
-                    connector={"format": "json", "path": folder, **opts}, parallelism=parallelism)
+                    connector={"format": fmt, "path": folder, **opts}, parallelism=parallelism)
             .filter("level == 'ERROR' and value > 99").sink("o"))
 
 
 def run_once(tier: SparkTier, rt: Any, name: str, folder: str, rows: int, opts: dict[str, str],
-             parallelism: int = 1, timeout_s: float = 600) -> dict[str, Any]:
+             parallelism: int = 1, timeout_s: float = 600, fmt: str = "json") -> dict[str, Any]:
     t0 = time.monotonic()
-    tier.deploy(dataflow(name, folder, opts, parallelism))
+    tier.deploy(dataflow(name, folder, opts, parallelism, fmt))
     while True:
         n = rt.stats(name)["events_in"]
         if n >= rows:
@@ -63,10 +67,24 @@ def run_once(tier: SparkTier, rt: Any, name: str, folder: str, rows: int, opts: 
             "batches": len(progress), "spark_rows_per_s": spark_rows / (spark_ms / 1000) if spark_ms else None}
 
 
-def spark_alone(spark: Any, folder: str, rows: int, opts: dict[str, str], ck: str) -> float:
+def to_parquet(folder: str) -> None:
+    """The landed JSON files of `folder` as Parquet files, in place."""
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".json"):
+            path = os.path.join(folder, f)
+            pq.write_table(pj.read_json(path), path[:-len(".json")] + ".parquet")
+            os.remove(path)
+
+
+def spark_alone(spark: Any, folder: str, rows: int, opts: dict[str, str], ck: str,
+                fmt: str = "json") -> float:
     """Rows/s of the same files into Spark's `noop` sink: Spark's own ceiling here."""
-    reader = spark.readStream.format("json").schema("ts BIGINT, level STRING, key STRING, "
-                                                     "value DOUBLE, _corrupt_record STRING")
+    corrupt = ", _corrupt_record STRING" if fmt == "json" else ""
+    reader = spark.readStream.format(fmt).schema("ts BIGINT, level STRING, key STRING, "
+                                                 "value DOUBLE" + corrupt)
     for k, v in opts.items():
         if not k.startswith("cameo."):
             reader = reader.option(k, v)
@@ -85,6 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-files-per-trigger", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None, help="events per runtime message")
     p.add_argument("--arrow-batch-rows", type=int, default=10_000)
+    p.add_argument("--format", choices=("json", "parquet"), default="json")
+    p.add_argument("--push", choices=("rows", "columns", "both"), default="both",
+                   help="how the sink hands events to the runtime")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--parallelism", type=int, default=1, help="source instances in the runtime")
     p.add_argument("--executors", type=int, default=2)
@@ -97,6 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     t = time.monotonic()
     list(land_files(data, args.files, args.rows // args.files))
     list(land_files(os.path.join(run, "warm"), 4, 5_000))
+    if args.format == "parquet":
+        for folder in (data, os.path.join(run, "warm")):
+            to_parquet(folder)
     print(f"generated {args.rows} rows in {args.files} files in {time.monotonic() - t:.1f} s")
     opts: dict[str, str] = {}
     if args.max_files_per_trigger:
@@ -106,19 +130,27 @@ def main(argv: list[str] | None = None) -> None:
 
     with spark_on_pool("bench-spark", run, args.executors,
                        arrow_batch_rows=args.arrow_batch_rows) as (rt, spark, tier):
-        warm = run_once(tier, rt, "warmup", os.path.join(run, "warm"), 20_000, {})
+        warm = run_once(tier, rt, "warmup", os.path.join(run, "warm"), 20_000, {},
+                        fmt=args.format)
         print(f"warm-up: {warm['events_per_s']:,.0f} events/s (cold Python workers and JIT)")
         results = []
+        arms = ("rows", "columns") if args.push == "both" else (args.push,)
         for i in range(args.repeat):
-            r = run_once(tier, rt, f"tput-{i}", data, args.files * (args.rows // args.files), opts,
-                         args.parallelism)
-            results.append(r)
-            print(f"run {i}: {r['rows']:,} events in {r['seconds']:.2f} s = "
-                  f"{r['events_per_s']:,.0f} events/s into the runtime; {r['batches']} Spark "
-                  f"batches; Spark's own rate {r['spark_rows_per_s'] or 0:,.0f} rows/s")
-            shutil.rmtree(os.path.join(tier.checkpoint_root, f"tput-{i}"), ignore_errors=True)
+            for arm in arms:
+                name = f"tput-{arm}-{i}"
+                r = run_once(tier, rt, name, data, args.files * (args.rows // args.files),
+                             {**opts, "cameo.columns": str(arm == "columns").lower()},
+                             args.parallelism, fmt=args.format)
+                results.append({"push": arm, **r})
+                print(f"run {i} {arm:7s}: {r['rows']:,} events in {r['seconds']:.2f} s = "
+                      f"{r['events_per_s']:,.0f} events/s into the runtime; {r['batches']} "
+                      f"Spark batches; Spark's own rate {r['spark_rows_per_s'] or 0:,.0f} rows/s")
+                shutil.rmtree(os.path.join(tier.checkpoint_root, name), ignore_errors=True)
+        for arm in arms:
+            rates = sorted(r["events_per_s"] for r in results if r["push"] == arm)
+            print(f"{arm}: median {rates[len(rates) // 2]:,.0f} events/s")
         alone = spark_alone(spark, data, args.files * (args.rows // args.files), opts,
-                            os.path.join(run, "noop-checkpoint"))
+                            os.path.join(run, "noop-checkpoint"), args.format)
         print(f"baseline: the same files into Spark's noop sink: {alone:,.0f} rows/s "
               "(JSON parsing and Spark's batch costs, no Python, no runtime)")
         save_json(args.json, {"cores": os.cpu_count(), "args": vars(args), "runs": results,

@@ -98,20 +98,36 @@ def bench_core(events: Any, batch: int = BATCH) -> float:
     return len(events) / elapsed
 
 
-def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH) -> tuple[float, float]:
-    """(events/s end to end, events per second of executor busy time); `events` rows or
-    an Arrow table."""
+def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH
+              ) -> tuple[float, float, dict[str, Any]]:
+    """(events/s end to end, events per second of executor busy time, where the time went);
+    `events` rows or an Arrow table. Where the time went: the wall time, the driver's CPU,
+    the executors' busy time (operators and scheduling on the worker thread) and their
+    threads' CPU by thread name (the worker thread, Ray's receiving and sending threads)."""
+    from bench.harness.cluster import thread_cpu_s
+
     name = rt.deploy(dataflow(f"tp-{tag}", p))
     try:
-        busy0 = sum(e["busy_ms"] for e in rt.executor_stats())
+        stats = rt.executor_stats()
+        pids = [e["pid"] for e in stats]
+        names = {e["worker_tid"]: "worker thread" for e in stats}
+        busy0, threads0, driver0 = sum(e["busy_ms"] for e in stats), thread_cpu_s(pids, names), \
+            time.process_time()
         t0 = time.perf_counter()
         rt.push(name, "s", events, batch_size=batch)
         rt.close(name)
         rt.wait_idle(timeout_s=600)
         elapsed = time.perf_counter() - t0
+        driver_s = time.process_time() - driver0
+        threads = {k: round(v - threads0.get(k, 0.0), 3)
+                   for k, v in thread_cpu_s(pids, names).items()}
         busy_s = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
         assert rt.stats(name)["events_in"] == len(events)
-        return len(events) / elapsed, len(events) / busy_s
+        profile = {"wall_s": round(elapsed, 3), "driver_cpu_s": round(driver_s, 3),
+                   "executor_busy_s": round(busy_s, 3),
+                   "executor_threads_cpu_s": {k: v for k, v in sorted(
+                       threads.items(), key=lambda kv: -kv[1]) if v >= 0.01}}
+        return len(events) / elapsed, len(events) / busy_s, profile
     finally:
         rt.cancel(name)
 
@@ -137,6 +153,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     arms = ["operators", "executor_core", "executor_core_arrow", "ray_x1", "ray_x1_arrow", "ray_x2",
             "ray_x2_arrow", "ray_x1_busy", "ray_x1_arrow_busy", "ray_x2_busy", "ray_x2_arrow_busy"]
     runs: dict[str, list[float]] = {arm: [] for arm in arms}
+    profiles: dict[str, dict[str, Any]] = {}  # the last run's, per Ray arm
     try:
         for r in range(args.repeat):
             runs["operators"].append(bench_operators(events))
@@ -144,7 +161,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             runs["executor_core_arrow"].append(bench_core(columns, args.arrow_batch))
             for key, rt, p in (("ray_x1", one, 1), ("ray_x2", two, 2)):
                 for arm, data, batch in ((key, events, BATCH), (f"{key}_arrow", table, args.arrow_batch)):
-                    end_to_end, per_busy_s = bench_ray(rt, data, p, f"{arm}-{r}", batch)
+                    end_to_end, per_busy_s, profiles[arm] = bench_ray(rt, data, p,
+                                                                      f"{arm}-{r}", batch)
                     runs[arm].append(end_to_end)
                     runs[f"{arm}_busy"].append(per_busy_s)
     finally:
@@ -152,13 +170,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         two.shutdown()
     # *_busy: events per second of executor busy time (the executors' own rate, per core).
     cores = {arm: 2 if arm.startswith("ray_x2") and not arm.endswith("busy") else 1 for arm in arms}
-    result = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
+    result: dict[str, Any] = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
                   "runs": v} for k, v in runs.items()}
     print(f"filter -> map -> tumbling count, {args.events:,} events, median of {args.repeat}:")
     for k, v in result.items():
         spread = f"{min(v['runs']) / 1e3:,.0f}-{max(v['runs']) / 1e3:,.0f}k"
         print(f"  {k:18s} {v['events_per_s'] / 1e3:9,.0f}k events/s  "
               f"({v['per_core'] / 1e3:,.0f}k per core; runs {spread})")
+    print("where the time went (the last run of each Ray arm; CPU seconds by thread name, "
+          "the executors' summed):")
+    for arm, prof in profiles.items():
+        threads = ", ".join(f"{k} {v:.2f}" for k, v in list(prof["executor_threads_cpu_s"].items())[:5])
+        print(f"  {arm:13s} wall {prof['wall_s']:.2f} s, driver CPU {prof['driver_cpu_s']:.2f} s, "
+              f"executors busy {prof['executor_busy_s']:.2f} s; threads: {threads}")
+    result["profiles"] = profiles
     save_json(args.json, result)
     return result
 

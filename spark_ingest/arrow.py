@@ -11,7 +11,10 @@ field the row did not have, so the event lacks it, as one sent to
 `Runtime.push` would.
 
 Out of the runtime: `results_batch` builds one Arrow record batch per read
-range (results or error records), each value coerced to its column's type.
+range (results or error records), each value coerced to its column's type;
+`results_columns` does the same from the results read as columns, without an
+object per row, where each column's values need no coercion beyond a cast that
+`coerce` would make too.
 
 >>> import pyarrow as pa
 >>> rb = pa.record_batch({"ts": [1, None], "_corrupt_record": [None, "{bad"]})
@@ -200,3 +203,29 @@ def results_batch(rows: Sequence[tuple[Any, float, float]], first: int, log: str
                 value = event.get(name) if isinstance(event, dict) else None
             data[name].append(value if kind == "raw" else coerce(value, kind))
     return pa.RecordBatch.from_pydict(data, schema=schema)
+
+
+def results_columns(table: pa.Table, first: int, log: str, columns: Sequence[Column],
+                    schema: pa.Schema) -> pa.RecordBatch | None:
+    """`results_batch` of results read as columns (`Runtime.read_result_columns`), or None
+    where a column would need `coerce` per value (JSON text, a float into an int column,
+    a type Spark's column does not have): read those results as rows."""
+    n = table.num_rows
+    meta = {"_log": pa.array([log] * n, pa.string()),
+            "_offset": pa.array(np.arange(first, first + n, dtype=np.int64)),
+            "_ingest_ms": table["_ingest_ms"], "_egress_ms": table["_egress_ms"]}
+    arrays = []
+    for (name, kind), target in zip(columns, schema, strict=True):
+        if name in meta:
+            col = meta[name]
+        elif name not in table.column_names or pa.types.is_null(table[name].type):
+            col = pa.nulls(n, target.type)
+        else:
+            col = table[name]
+            base = base_type(kind)
+            if base not in ("int", "float", "str", "bool") or col.type != target.type and \
+                    not (base == "float" and pa.types.is_integer(col.type)):
+                return None  # JSON text, an int from a float, a bool from another type: per value
+            col = col.cast(target.type, safe=False)  # ints to floats round as float() does
+        arrays.append(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -40,8 +40,17 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.operators.columns import ResultsNotColumnar
 from spark_ingest import client
-from spark_ingest.arrow import CORRUPT, event_times, prepare, results_batch, to_columns, to_events
+from spark_ingest.arrow import (
+    CORRUPT,
+    event_times,
+    prepare,
+    results_batch,
+    results_columns,
+    to_columns,
+    to_events,
+)
 from spark_ingest.batching import bucket_ms, plan_messages
 from spark_ingest.exceptions import CameoSparkError, OptionError
 from spark_ingest.offsets import initial_offset, latest_offset, parse_offset, ranges, to_commit
@@ -246,7 +255,8 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
                 batch = batch.take(pa.array(plan.order))
             for start, end in plan.spans:
                 span = batch.slice(start, end - start)
-                columns = to_columns(span, self.source, self.schema)
+                columns = to_columns(span, self.source, self.schema) if self.opts.columns \
+                    else None
                 if columns is not None:  # as Arrow: one call per span, as with rows
                     for part in columns:
                         rt.push(name, self.source, part, batch_size=max(1, part.num_rows))
@@ -373,6 +383,11 @@ class CameoStreamReader(DataSourceStreamReader):
             raise CameoSparkError(f"dataflow {name!r} was redeployed while Spark read "
                                   f"{partition.log}; the query will go on with the new deployment "
                                   "after a restart")
+        if self.opts.output == "results" and self.opts.columns and not self.event_column:
+            batch = self._read_columns(rt, partition)
+            if batch is not None:
+                yield batch
+                return
         if self.opts.output == "errors":
             first, rows = rt.read_errors(name, partition.log, partition.start, partition.end)
         else:
@@ -383,6 +398,20 @@ class CameoStreamReader(DataSourceStreamReader):
                                   f"{partition.end}, the runtime has {first}..{first + len(rows)}")
         yield results_batch(rows, first, partition.log, self.columns, self.schema,
                             event_column=self.event_column)
+
+    def _read_columns(self, rt: Any, partition: CameoPartition) -> pa.RecordBatch | None:
+        """A partition's results read as columns, or None if they must be read as rows
+        (`results_columns`)."""
+        try:
+            table = rt.read_result_columns(self.opts.dataflow, partition.log, partition.start,
+                                           partition.end)
+        except ResultsNotColumnar:
+            return None
+        if table.num_rows < partition.end - partition.start:
+            raise CameoSparkError(f"{partition.log}: expected rows {partition.start}.."
+                                  f"{partition.end}, the runtime has {partition.start}.."
+                                  f"{partition.start + table.num_rows}")
+        return results_columns(table, partition.start, partition.log, self.columns, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         rt, deployment, avail = self._available(end)

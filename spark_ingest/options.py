@@ -106,6 +106,8 @@ class WriterOptions:
         order_task: buffer a task's rows and send all of them in event-time window
             order (default: each Arrow batch on its own); with `coalesce(1)` upstream,
             the whole micro-batch goes out in order.
+        columns: push a span as Arrow columns where it fits the source's schema (false:
+            as rows, one dict per event: the comparison `bench.spark_throughput` makes).
     """
 
     connection: Connection
@@ -115,6 +117,7 @@ class WriterOptions:
     corrupt_column: str = "_corrupt_record"
     skip_replayed: bool = True
     order_task: bool = False
+    columns: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -125,7 +128,8 @@ class WriterOptions:
                    batch_size=_int(opts, "batch_size", DEFAULT_BATCH_SIZE, 1) or DEFAULT_BATCH_SIZE,
                    corrupt_column=opts.get("corrupt_column", "_corrupt_record"),
                    skip_replayed=_bool(opts, "skip_replayed", True),
-                   order_task=_bool(opts, "order_task", False))
+                   order_task=_bool(opts, "order_task", False),
+                   columns=_bool(opts, "columns", True))
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,8 @@ class ReaderOptions:
         max_rows_per_batch: most rows per Spark micro-batch (default: all available).
         rows_per_partition: a log's rows per Spark task (larger ranges are split).
         include_metadata: add the _log, _offset, _ingest_ms and _egress_ms columns.
+        columns: read results as Arrow columns where their types need no per-value
+            coercion (false: as rows).
     """
 
     connection: Connection
@@ -148,6 +154,7 @@ class ReaderOptions:
     max_rows_per_batch: int | None = None
     rows_per_partition: int = 100_000
     include_metadata: bool = True
+    columns: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
@@ -164,4 +171,5 @@ class ReaderOptions:
         return cls(connection=Connection.parse(opts), dataflow=dataflow, output=output, sink=sink,
                    max_rows_per_batch=_int(opts, "max_rows_per_batch", None, 1),
                    rows_per_partition=_int(opts, "rows_per_partition", 100_000, 1) or 100_000,
-                   include_metadata=_bool(opts, "include_metadata", True))
+                   include_metadata=_bool(opts, "include_metadata", True),
+                   columns=_bool(opts, "columns", True))

@@ -22,6 +22,7 @@ which the tier reads itself:
 | `cameo.event_time_type` | source | `timestamp`: read the event-time column as a Spark TIMESTAMP (converted to ms) |
 | `cameo.order` | source | `auto` (default): when windows or joins downstream group by the source's event time, each micro-batch is written by one task that sends its rows in event-time window order; `none`: parallel tasks, each in its own order |
 | `cameo.max_rows_per_batch` | sink, errors | most result rows per Spark micro-batch |
+| `cameo.columns` | source, sink | `true` (default): events go in, and results come out, as Arrow columns where they fit the schema; `false`: as rows (for comparison) |
 
 Checkpoints default to `<run_dir>/spark/checkpoints/<dataflow>/<in|out|errors>-<step>`,
 so a restarted tier resumes where it stopped. Each holds a marker of the query it
@@ -309,8 +310,9 @@ class SparkTier:
                   .option("dataflow", name).option("source", step.id)
                   .option("checkpointLocation", checkpoint)
                   .queryName(f"cameo-in-{name}-{step.id}"))
-        if "batch_size" in tier:
-            writer = writer.option("batch_size", tier["batch_size"])
+        for key in ("batch_size", "columns"):
+            if key in tier:
+                writer = writer.option(key, tier[key])
         if ordered(spec, step, tier):
             writer = writer.option("order_task", "true")
         if c.trigger_ms:
@@ -324,8 +326,9 @@ class SparkTier:
                   .option("dataflow", name).option("output", output))
         if output == "results":
             reader = reader.option("sink", step)
-        if "max_rows_per_batch" in tier:
-            reader = reader.option("max_rows_per_batch", tier["max_rows_per_batch"])
+        for key in ("max_rows_per_batch", "columns"):
+            if key in tier:
+                reader = reader.option(key, tier[key])
         kind = "out" if output == "results" else "errors"
         writer = (reader.load().writeStream.format(c.format).options(**spark_opts)
                   .option("checkpointLocation", checkpoint)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -26,6 +27,30 @@ def wait_finished(rt: Any, name: str, timeout_s: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{name} not finished {timeout_s:g} s after close")
         time.sleep(0.1)
+
+
+def thread_cpu_s(pids: list[int], names: dict[int, str] | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the threads of `pids`, summed by thread name
+    (`names` by thread id, else /proc/PID/task/TID/comm; `stat` fields 14-15 the ticks); a
+    thread that ended since is missing, so compare two readings over a span no thread
+    ends in."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    name = (names or {}).get(int(tid)) or f.read().strip()
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def process_memory_mb(pid: int, field: str) -> float | None:

@@ -234,6 +234,39 @@ def read_stream(source: str, body: bytes) -> pa.Table:
                              "or send JSON") from None
 
 
+# -- results read as columns ----------------------------------------------------------------
+class ResultsNotColumnar(UserError):
+    """Results whose values do not form Arrow columns (a field of mixed kinds, say): read
+    them as rows (JSON or msgpack)."""
+
+
+def results_table(chunks: Sequence[tuple[Any, float, float]]) -> pa.Table:
+    """Result chunks (events, ingest_ms, egress_ms) as one table: the events' columns (those
+    of rows inferred over every row; ints beside floats become floats), then `_ingest_ms`
+    and `_egress_ms`. ResultsNotColumnar if the values do not form columns.
+
+    >>> results_table([([{"k": 1}], 1.0, 2.0), ([{"k": 2, "v": "x"}], 1.0, 3.0)]).to_pylist()[1]
+    {'k': 2, 'v': 'x', '_ingest_ms': 1.0, '_egress_ms': 3.0}
+    """
+    tables = []
+    try:
+        for events, ingest_ms, egress_ms in chunks:
+            if not is_columns(events):
+                events = pa.RecordBatch.from_struct_array(pa.array(events))
+            n = len(events)
+            tables.append(pa.Table.from_batches([events])
+                          .append_column("_ingest_ms", pa.array(np.full(n, float(ingest_ms))))
+                          .append_column("_egress_ms", pa.array(np.full(n, float(egress_ms)))))
+        if not tables:
+            return pa.table({"_ingest_ms": pa.array([], pa.float64()),
+                             "_egress_ms": pa.array([], pa.float64())})
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise ResultsNotColumnar("results", "fields that each hold one kind of value",
+                                 _Shown(f"values that do not form Arrow columns ({exc})"),
+                                 "read these results as JSON or msgpack") from None
+
+
 # -- the source's checks, in columns -----------------------------------------------------------
 def source_columns(batch: pa.RecordBatch, schema: Sequence[tuple[str, str]],
                    max_string_chars: int) -> bool:

@@ -805,6 +805,14 @@ class Runtime:
         ex = self.executors[self._live(name)["hosts"][sink_activation]]
         return list(self._parts_get(name, lambda: ex.read_results.remote(name, sink_activation, start, end)))
 
+    def read_result_columns(self, name: str, sink_activation: str, start: int,
+                            end: int | None = None) -> pa.Table:
+        """The rows of `read_results` as one Arrow table: the results' columns, then
+        `_ingest_ms` and `_egress_ms` (`ResultsNotColumnar` if they do not form columns)."""
+        ex = self.executors[self._live(name)["hosts"][sink_activation]]
+        return self._parts_get(name, lambda: ex.read_result_columns.remote(
+            name, sink_activation, start, end))
+
     def commit_results(self, name: str, sink_activation: str, offset: int) -> None:
         """Let the runtime forget rows below `offset` (a reader persisted them)."""
         ex = self.executors[self._live(name)["hosts"][sink_activation]]

@@ -232,6 +232,7 @@ class ExecutorStats(TypedDict, total=False):
     # tenant -> weight, busy_ms, over_share_ms, demoted, demotions (tenant floors on)
     tenants: dict[str, dict[str, Any]]
     pid: int
+    worker_tid: int  # the worker thread's id in the OS (/proc/PID/task/TID)
     alive: bool  # False: the executor died (its dataflows failed)
     # Python's cycle collector in the executor's process, per generation: passes, their
     # total and longest time in ms, objects found unreachable; objects frozen out of it
@@ -383,6 +384,8 @@ class RuntimeLike(Protocol):
     def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]: ...
     def read_results(self, name: str, sink_activation: str, start: int,
                      end: int | None = None) -> builtins.list[ResultRow]: ...
+    def read_result_columns(self, name: str, sink_activation: str, start: int,
+                            end: int | None = None) -> Any: ...
     def commit_results(self, name: str, sink_activation: str, offset: int) -> None: ...
     def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]: ...
     def read_errors(self, name: str, log: str, start: int, end: int | None = None

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
+import pyarrow as pa
 from anyio import to_thread
 from fastapi import FastAPI, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -32,7 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cameo_actors import __version__
 from cameo_actors.errors import SpecError, UserError
-from cameo_actors.operators.columns import ARROW_STREAM
+from cameo_actors.operators.columns import ARROW_STREAM, to_ipc
 from cameo_actors.runtime.boundary import PoolSnapshot
 from cameo_actors.service import metrics as prom
 from cameo_actors.service import operations, ui
@@ -54,6 +55,7 @@ from cameo_actors.service.protocol import (
     parse_model,
     read_columns,
     too_large,
+    wants_arrow,
 )
 from cameo_actors.service.scaling import DecisionCounter
 
@@ -278,7 +280,11 @@ def _answer(op: Operation, request: Request, result: Any) -> Any:
         result = {op.wrap: result}
     if op.answer == "json_safe":
         return json_safe(result)
-    if op.answer == "negotiated":
+    if op.answer == "columns" and isinstance(result.get("rows"), pa.Table):
+        page = {k: str(v) for k, v in result.items() if k != "rows" and v is not None}
+        return Response(to_ipc(result["rows"]), media_type=ARROW_STREAM,
+                        headers={f"Cameo-{k.capitalize()}": v for k, v in page.items()})
+    if op.answer in ("negotiated", "columns"):
         body, kind = encode_answer(result, request.headers.get("accept"))
         return Response(body, media_type=kind)
     return result
@@ -302,6 +308,8 @@ def _endpoint(op: Operation, targets: dict[str, Any], limits: dict[str, int]
             data = await reader(request, limit, body.what)
             args.update(parse_model(body.model, data, body.model_what or body.what).arguments()
                         if body.model is not None else {"data": data})
+        if op.answer == "columns" and wants_arrow(request.headers.get("accept")):
+            args["columns"] = True
         call = getattr(target, method)  # at each request, as a method replaced later is
         return _answer(op, request, await run_in_threadpool(lambda: call(p, **args)))
 

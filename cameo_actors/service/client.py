@@ -157,7 +157,7 @@ class Client:
     # -- transport ---------------------------------------------------------------------------
     def call(self, operation: str | Operation, *, body: Any = None,
              params: dict[str, Any] | None = None, use_msgpack: bool = False,
-             accept_msgpack: bool = False, **path: Any) -> Any:
+             accept: str | None = None, **path: Any) -> Any:
         """Send one operation of the service (`operations.OPERATIONS`, by name) and return
         its answer: the methods below are this with their arguments; an operation without
         a method of its own is called the same way.
@@ -171,12 +171,12 @@ class Client:
                              f"{sorted(OPERATION)}, got {operation!r}")
         return self._request(op.method, op.url(**path), body=body, params=params,
                              use_msgpack=use_msgpack, raw=op.answer == "text",
-                             accept_msgpack=accept_msgpack)
+                             accept=accept)
 
     def _request(self, method: str, path: str, *, body: Any = None, use_msgpack: bool = False,
                  params: dict[str, Any] | None = None, raw: bool = False,
-                 accept_msgpack: bool = False) -> Any:
-        headers: dict[str, str] = {"Accept": MSGPACK_ACCEPT} if accept_msgpack else {}
+                 accept: str | None = None) -> Any:
+        headers: dict[str, str] = {"Accept": accept} if accept else {}
         content: bytes | None = None
         if isinstance(body, (pa.Table, pa.RecordBatch)):  # events as columns
             content, body = to_ipc(body), None
@@ -202,8 +202,16 @@ class Client:
             raise self._error(r)
         if raw:
             return r.text
-        if r.headers.get("content-type", "").startswith("application/msgpack"):
+        kind = r.headers.get("content-type", "")
+        if kind.startswith("application/msgpack"):
             return msgpack.unpackb(r.content, raw=False)
+        if kind.startswith(ARROW_STREAM):  # a page's rows; the rest of the page in headers
+            page: dict[str, Any] = {k.lower().removeprefix("cameo-"): v
+                                    for k, v in r.headers.items()
+                                    if k.lower().startswith("cameo-")}
+            if "pending" in page:
+                page["pending"] = int(page["pending"])
+            return {**page, "rows": pa.ipc.open_stream(pa.py_buffer(r.content)).read_all()}
         return r.json() if r.content else None
 
     @staticmethod
@@ -310,17 +318,20 @@ class Client:
 
     # -- outputs: results and the error output, one HTTP round trip per page ------------------
     def results(self, name: str, sink: str | None = None, cursor: str | None = None,
-                limit: int = DEFAULT_PAGE) -> dict[str, Any]:
+                limit: int = DEFAULT_PAGE, *, columns: bool = False) -> dict[str, Any]:
         """A page of at most `limit` results after `cursor` (None: after the committed rows).
         Reading commits nothing: pass the answer's cursor back to read on, and to
         `commit_results` once the rows are kept.
 
         Returns {"rows": [{"event", "ingest_ms", "egress_ms"}, ...], "cursor", "sink",
-        "pending"} (pending: rows after the cursor when the page was read).
+        "pending"} (pending: rows after the cursor when the page was read). With `columns`,
+        "rows" is a `pyarrow.Table` read as an Arrow stream: the results' columns, then
+        `_ingest_ms` and `_egress_ms` (a ServiceError 406 if they do not form columns).
         """
         params = {k: v for k, v in (("sink", sink), ("cursor", cursor), ("limit", limit))
                   if v is not None}
-        return self.call("results", params=params, accept_msgpack=True, name=name)  # type: ignore[no-any-return]
+        return self.call("results", params=params, name=name,  # type: ignore[no-any-return]
+                         accept=ARROW_STREAM if columns else MSGPACK_ACCEPT)
 
     def commit_results(self, name: str, cursor: str, sink: str | None = None) -> dict[str, Any]:
         """Let the service forget the results before `cursor` (a sink held on a full log
@@ -335,7 +346,7 @@ class Client:
         "cursor", "pending", "skipped", "dropped"} (skipped: records before this page the
         service dropped unread; dropped: all it dropped so far)."""
         params = {k: v for k, v in (("cursor", cursor), ("limit", limit)) if v is not None}
-        return self.call("errors", params=params, accept_msgpack=True, name=name)  # type: ignore[no-any-return]
+        return self.call("errors", params=params, accept=MSGPACK_ACCEPT, name=name)  # type: ignore[no-any-return]
 
     def commit_errors(self, name: str, cursor: str) -> dict[str, Any]:
         """Let the service forget the error-output records before `cursor`."""

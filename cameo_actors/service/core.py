@@ -23,7 +23,7 @@ from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError, ReconfigError, SpecError, UserError
 from cameo_actors.operators.base import Event
-from cameo_actors.operators.columns import ColumnsRefused
+from cameo_actors.operators.columns import ColumnsRefused, ResultsNotColumnar
 from cameo_actors.runtime.boundary import (
     LIVE_STATES,
     RECOVERING,
@@ -51,6 +51,7 @@ from cameo_actors.service.auth import Principal
 from cameo_actors.service.errors import (
     ApiError,
     ended,
+    not_columnar,
     not_found,
     reconfig_refused,
     refused_columns,
@@ -64,6 +65,7 @@ from cameo_actors.service.outputs import (
     below_committed,
     committed_rows,
     error_item,
+    merge_tables,
     plan_page,
     result_item,
 )
@@ -119,6 +121,8 @@ class CoreRuntime(Protocol):
     def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]: ...
     def read_results(self, name: str, sink_activation: str, start: int,
                      end: int | None = None) -> builtins.list[ResultRow]: ...
+    def read_result_columns(self, name: str, sink_activation: str, start: int,
+                            end: int | None = None) -> Any: ...
     def commit_results(self, name: str, sink_activation: str, offset: int) -> None: ...
     def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]: ...
     def read_errors(self, name: str, log: str, start: int, end: int | None = None
@@ -736,14 +740,17 @@ class ServiceCore:
     # Only the runtime's read and commit calls, never a dataflow's push lock: a reader does
     # not wait for a pusher, and its commit is what frees a sink held on a full result log.
     def read_results(self, principal: Principal, name: str, *, sink: str | None = None,
-                     cursor: str | None = None, limit: int = DEFAULT_PAGE) -> dict[str, Any]:
+                     cursor: str | None = None, limit: int = DEFAULT_PAGE,
+                     columns: bool = False) -> dict[str, Any]:
         """At most `limit` results after `cursor` (none: after the committed rows), shared
         fairly among the sink's instances. Commits nothing.
 
         Returns {"rows", "cursor", "sink", "pending"}; each row {"event", "ingest_ms",
-        "egress_ms"}, in egress order (one instance's rows in their order).
+        "egress_ms"}, in egress order (one instance's rows in their order). With `columns`,
+        "rows" is one Arrow table in that order: the results' columns, then `_ingest_ms`
+        and `_egress_ms` (406 if the results do not form columns).
         """
-        return self._read(principal, name, RESULTS, sink, cursor, limit)
+        return self._read(principal, name, RESULTS, sink, cursor, limit, columns)
 
     def read_errors(self, principal: Principal, name: str, *, cursor: str | None = None,
                     limit: int = DEFAULT_PAGE) -> dict[str, Any]:
@@ -766,7 +773,7 @@ class ServiceCore:
         return self._commit(principal, name, ERRORS, None, cursor)
 
     def _read(self, principal: Principal, name: str, output: str, sink: str | None,
-              cursor: str | None, limit: int) -> dict[str, Any]:
+              cursor: str | None, limit: int, columns: bool = False) -> dict[str, Any]:
         if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise ApiError(422, "invalid_request", f"limit {limit!r} is out of range",
                            expected=f"1 to {MAX_PAGE} rows", got=limit,
@@ -791,21 +798,31 @@ class ServiceCore:
             starts.update({log: c for log, (_, c) in below.items()})
         stops = plan_page(starts, {log: end for log, (_, end) in available.items()}, limit)
         positions = dict(starts)
-        pages: builtins.list[builtins.list[dict[str, Any]]] = []
+        pages: builtins.list[Any] = []
         with self._reading(name, cursor):
             for log, stop in stops.items():
                 if stop <= starts[log]:
                     continue  # nothing new there: no call
-                if output == RESULTS:
+                if columns:
+                    try:
+                        table = self.rt.read_result_columns(name, log, starts[log], stop)
+                    except ResultsNotColumnar as e:
+                        raise not_columnar(e) from None
+                    first, n = starts[log], table.num_rows
+                    pages.append(table)
+                elif output == RESULTS:
                     first, rows = starts[log], self.rt.read_results(name, log, starts[log], stop)
                     pages.append([result_item(r) for r in rows])
+                    n = len(rows)
                 else:
                     first, rows = self.rt.read_errors(name, log, starts[log], stop)
                     skipped += first - starts[log]
                     pages.append([error_item(r) for r in rows])
-                positions[log] = first + len(rows)
+                    n = len(rows)
+                positions[log] = first + n
         page: dict[str, Any] = {
-            "rows": list(heapq.merge(*pages, key=lambda r: r["egress_ms"])),
+            "rows": merge_tables(pages) if columns else
+            list(heapq.merge(*pages, key=lambda r: r["egress_ms"])),
             "cursor": Cursor(output, name, deployment, sink, positions).encode(),
             "pending": sum(max(0, end - positions[log]) for log, (_, end) in available.items())}
         if output == RESULTS:

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError, SpecError, UserError
-from cameo_actors.operators.columns import ColumnsRefused
+from cameo_actors.operators.columns import ColumnsRefused, ResultsNotColumnar
 from cameo_actors.runtime.exceptions import DataflowEnded
 
 
@@ -126,6 +126,11 @@ def ended(e: DataflowEnded, *, lost: bool = False) -> ApiError:
                     expected="a running dataflow", got=e.state,
                     fix="resubmit it to run it again (`cameo submit`); `cameo status NAME` shows "
                         "how it ended")
+
+
+def not_columnar(e: ResultsNotColumnar) -> ApiError:
+    """Results asked for as Arrow that do not form columns: 406 (they read as JSON)."""
+    return ApiError.from_user_error(e, 406, "not_columnar")
 
 
 def refused_columns(status: int, e: ColumnsRefused) -> ApiError:

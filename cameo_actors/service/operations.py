@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel
 
+from cameo_actors.operators.columns import ARROW_STREAM
 from cameo_actors.runtime.boundary import Strategy
 from cameo_actors.service.auth import Principal
 from cameo_actors.service.errors import ApiError
@@ -76,8 +77,10 @@ PUBLIC: Permission = "public"
 TENANT: Permission = "tenant"
 ADMIN: Permission = "admin"
 #: How an answer is sent: through the response model, the same with NaN and infinities as
-#: null (JSON has none), JSON or msgpack as the Accept header asks, or plain text.
-Answer = Literal["model", "json_safe", "negotiated", "text"]
+#: null (JSON has none), JSON or msgpack as the Accept header asks, the same or an Arrow
+#: stream of its rows (the call gets `columns=True`; the rest of the page in headers), or
+#: plain text.
+Answer = Literal["model", "json_safe", "negotiated", "columns", "text"]
 
 #: A commit body: a cursor (one offset per sink instance or executor) and a sink name.
 COMMIT_BODY_BYTES = 2 * MAX_CURSOR_CHARS
@@ -94,6 +97,15 @@ PAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     410: {"model": ErrorBody, "description": "the dataflow was replaced since the cursor was "
                                              "made"},
 }
+
+#: A results page as msgpack, or as an Arrow stream with the rest of the page in headers.
+RESULTS_200: dict[str, Any] = {"content": {
+    **PAGE_RESPONSES[200]["content"],
+    ARROW_STREAM: {"schema": {
+        "type": "string", "format": "binary",
+        "description": "the rows as an Arrow IPC stream (Accept: " + ARROW_STREAM + "): the "
+                       "results' columns, then _ingest_ms and _egress_ms; the cursor, sink and "
+                       "pending rows in the Cameo-Cursor, Cameo-Sink and Cameo-Pending headers"}}}}
 
 
 @dataclass(frozen=True)
@@ -296,14 +308,17 @@ OPERATIONS: tuple[Operation, ...] = (
     # -- outputs: pages after a cursor; a commit frees what was read
     Operation("results", "GET", _NAME_DF + "/results", "outputs",
               "A page of results after a cursor (reading commits nothing)",
-              call="core.read_results", response=ResultsPage, answer="negotiated", cli="results",
+              call="core.read_results", response=ResultsPage, answer="columns", cli="results",
               params=(Param("sink", str | None, None, {"description": (
                           "the sink (optional when there is one, or with a cursor)")}),
                       Param("cursor", str | None, None, {
                           "description": _CURSOR + "rows", "max_length": MAX_CURSOR_CHARS}),
                       _LIMIT),
-              responses={**PAGE_RESPONSES, 409: {"model": ErrorBody, "description":
-                         "rows before the cursor were committed already"}}),
+              responses={**PAGE_RESPONSES, 200: RESULTS_200,
+                         409: {"model": ErrorBody, "description":
+                               "rows before the cursor were committed already"},
+                         406: {"model": ErrorBody, "description": "asked for Arrow, and the "
+                               "results do not form columns (read them as JSON)"}}),
     Operation("commit_results", "POST", _NAME_DF + "/results/commit", "outputs",
               "Free the results before a cursor (a sink held on a full log resumes)",
               call="core.commit_results", response=CommitResponse, answer="negotiated",

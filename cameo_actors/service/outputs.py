@@ -22,10 +22,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cameo_actors.operators.columns import results_table
 from cameo_actors.runtime.boundary import ResultRow
 from cameo_actors.service.errors import ApiError
 
@@ -158,6 +162,15 @@ def plan_page(starts: Mapping[str, int], ends: Mapping[str, int], limit: int) ->
 def result_item(row: ResultRow) -> dict[str, Any]:
     event, ingest_ms, egress_ms = row
     return {"event": event, "ingest_ms": ingest_ms, "egress_ms": egress_ms}
+
+
+def merge_tables(tables: Sequence[pa.Table]) -> pa.Table:
+    """The sink instances' result tables as one, in egress order (one instance's rows in
+    their order: the sort is stable)."""
+    if not tables:
+        return results_table([])
+    merged = pa.concat_tables(tables, promote_options="permissive")
+    return merged.take(pc.sort_indices(merged["_egress_ms"]))
 
 
 def error_item(row: ResultRow) -> dict[str, Any]:

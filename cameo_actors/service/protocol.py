@@ -16,7 +16,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cameo_actors.dataflow.validate import MAX_LATENCY_TARGET_MS, MAX_NUMBER, NAME_RE
-from cameo_actors.operators.columns import ColumnsRefused, read_stream
+from cameo_actors.operators.columns import ARROW_STREAM, ColumnsRefused, read_stream
 from cameo_actors.runtime.boundary import MAX_ADD_EXECUTORS, MAX_BINS, Strategy
 from cameo_actors.service.config import DEFAULT_MAX_JSON_DEPTH
 from cameo_actors.service.errors import ApiError, refused_columns
@@ -163,6 +163,17 @@ def parse_events(data: Any) -> list[dict[str, Any]]:
 
 
 # -- answers in the format asked for (results and error-output pages) -------------------------
+def wants_arrow(accept: str | None) -> bool:
+    """Whether an Accept header's first known type is an Arrow stream."""
+    for part in (accept or "").split(","):
+        kind = media_type(part)
+        if kind == ARROW_STREAM:
+            return True
+        if kind in _MSGPACK_TYPES or kind in _JSON_TYPES:
+            return False
+    return False
+
+
 def wants_msgpack(accept: str | None) -> bool:
     """Whether an Accept header prefers msgpack: its first JSON or msgpack type is msgpack."""
     for part in (accept or "").split(","):

@@ -74,6 +74,7 @@ class ServiceRuntime:
         self.scaling, self.set_scaling = rt.scaling, rt.set_scaling
         # outputs: read with offsets, committed by their readers
         self.result_offsets, self.read_results = rt.result_offsets, rt.read_results
+        self.read_result_columns = rt.read_result_columns
         self.commit_results = rt.commit_results
         self.error_offsets, self.read_errors = rt.error_offsets, rt.read_errors
         self.commit_errors = rt.commit_errors

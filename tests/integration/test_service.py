@@ -482,9 +482,13 @@ def test_events_pushed_as_arrow_over_http_give_the_results_of_json(
         assert (e.value.status, e.value.code) == (422, "invalid_columns")
         assert "column 'key': expected a string column" in str(e.value)
         bulk.close("columns")
-        got = [r["event"] for r in bulk.follow("columns", poll_s=0.1, until_ended=True)]
+        got = [r["event"] for r in bulk.follow("columns", poll_s=0.1, until_ended=True,
+                                               commit=False)]
+        page = bulk.results("columns", limit=10_000, columns=True)  # read as Arrow: the same rows
+        table = page["rows"].drop_columns(["_ingest_ms", "_egress_ms"])
         want = run_local(flow, {"metrics": sent}).sinks["totals"]
         assert sorted(map(repr, got)) == sorted(map(repr, want)) and want
+        assert page["pending"] == 0 and sorted(map(repr, table.to_pylist())) == sorted(map(repr, want))
     finally:
         with contextlib.suppress(ServiceError):
             bulk.cancel("columns")

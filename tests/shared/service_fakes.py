@@ -13,6 +13,7 @@ from cameo_actors.clock import FakeClock
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.errors import ReconfigConflict, ReconfigError
+from cameo_actors.operators.columns import results_table
 from cameo_actors.runtime._private.ingest import pack_ingest
 from cameo_actors.runtime.boundary import LIVE_STATES, STRATEGIES, MigrationInfo, Rejected
 from cameo_actors.runtime.exceptions import (
@@ -321,6 +322,12 @@ class FakeRuntime:
                      ) -> list[tuple[Any, float, float]]:
         self.reads.append((sink_activation, start, end))
         return self._outputs(name).results[sink_activation].read(start, end)
+
+    def read_result_columns(self, name: str, sink_activation: str, start: int,
+                            end: int | None = None) -> Any:
+        self.reads.append((sink_activation, start, end))
+        return results_table([([e], ing, eg) for e, ing, eg
+                              in self._outputs(name).results[sink_activation].read(start, end)])
 
     def commit_results(self, name: str, sink_activation: str, offset: int) -> None:
         self._outputs(name).results[sink_activation].commit(offset)

@@ -195,9 +195,8 @@ def test_messages_before_a_channels_barrier_are_recorded_in_flight(tmp_path: Pat
     assert got["state"]["channels"] == [[0, "u/a/0", 2.0], [1, "u/b/0", float("-inf")]]
     # The sink's part holds its result log as it was at its barrier: b's event came after.
     sink = part(cluster, "u", 1, "u/o/0")
-    base, rows, seen = sink["results"]
-    assert (base, [r[0] for r in rows], seen) == (0, [ev(1), ev(2)], None)
-    assert [e for e, _, _ in rows] == [ev(1), ev(2)]
+    base, chunks, seen = sink["results"]  # a chunk per message the sink appended
+    assert (base, [e for events, _, _ in chunks for e in events], seen) == (0, [ev(1), ev(2)], None)
     assert sorted(cluster.results("u"), key=lambda e: e["ts"]) == [ev(1), ev(2)], \
         "exactly once: the rows before checkpoint 1's barrier are readable, not the one after"
     assert_persisted_once(cluster)
@@ -326,8 +325,8 @@ class Driver:
         for aid, offset in self.offsets.items():
             cut = 0
             if done is not None:
-                base, rows, _ = unpack_part(self.cluster.parts[(self.name, done)][aid][0])["results"]
-                cut = base + len(rows)
+                base, chunks, _ = unpack_part(self.cluster.parts[(self.name, done)][aid][0])["results"]
+                cut = base + sum(len(events) for events, _, _ in chunks)
             assert offset <= cut, f"{aid}: read to {offset}, past checkpoint {done}'s cut {cut}"
 
     def start(self) -> None:

@@ -8,16 +8,19 @@ import pickle
 import shutil
 import tempfile
 
+import msgpack
+import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cameo_actors import Dataflow, count
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.errors import SpecError
 from cameo_actors.operators.base import ErrorRecord
+from cameo_actors.operators.columns import ResultsNotColumnar
 from cameo_actors.runtime._private.channels import Channels
-from cameo_actors.runtime._private.egress import ERROR_LOG_CAPACITY, Egress
+from cameo_actors.runtime._private.egress import ERROR_LOG_CAPACITY, Egress, ResultLog
 from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
 from cameo_actors.runtime._private.hosting import Hosting
 from cameo_actors.runtime._private.routing import place
@@ -158,6 +161,51 @@ def test_results_are_read_with_offsets_and_a_full_log_holds_its_sink() -> None:
     assert egress.result_offsets("d") == {"d/o/0": (3, 4)}
     with pytest.raises(ValueError, match="committed already"):
         egress.read_results("d", "d/o/0", 0, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("rows"), st.integers(0, 5)), st.tuples(st.just("columns"), st.integers(0, 5)),
+    st.tuples(st.just("commit"), st.integers(0, 6)), st.tuples(st.just("restore"), st.just(0))),
+    max_size=25), st.integers(0, 4), st.integers(0, 6))
+def test_a_result_log_of_rows_and_columns_reads_as_the_rows_appended(
+        steps: list[tuple[str, int]], lo: int, span: int) -> None:
+    """Chunks of rows and of columns, commits inside a chunk, a checkpoint's round trip
+    (msgpack, columns as Arrow IPC): the log reads as a plain list of the rows would."""
+    log, model, base, n = ResultLog(), [], 0, 0
+    for kind, k in steps:
+        if kind in ("rows", "columns"):
+            events = [{"i": n + j, "x": (n + j) * 0.5} for j in range(k)]
+            n += k
+            log.append(pa.RecordBatch.from_pylist(events) if kind == "columns" else events,
+                       float(n), float(n + 1))
+            model += [(e, float(n), float(n + 1)) for e in events]
+        elif kind == "commit":
+            base = min(base + k, base + len(model))
+            model = model[base - log.committed_offset:] if base > log.committed_offset else model
+            log.commit(base)
+        else:
+            saved = msgpack.unpackb(msgpack.packb(log.snapshot(1), use_bin_type=True))
+            log = ResultLog()
+            log.restore(*saved)
+        assert (log.committed_offset, log.end_offset, len(log)) == (base, base + len(model), len(model))
+        assert log.bytes >= 0 and (log.bytes > 0) == bool(model)
+    assert log.read(base) == model
+    got = log.read(base + lo, base + lo + span)
+    assert got == model[lo:lo + span]
+    table = log.read_columns(base + lo, base + lo + span)
+    assert table.to_pylist() == [{**e, "_ingest_ms": i, "_egress_ms": o} for e, i, o in got]
+
+
+def test_a_result_log_with_ids_keeps_rows_and_reads_mixed_kinds_as_rows_only() -> None:
+    log = ResultLog(ids=True)
+    log.append(pa.RecordBatch.from_pylist([{"k": 1}, {"k": 1}]), 1.0, 2.0)
+    ids = [e["_id"] for e, _, _ in log.read(0)]
+    assert len(set(ids)) == 2  # identical rows get ids of their own
+    mixed = ResultLog()
+    mixed.append([{"v": 1}, {"v": "one"}], 1.0, 2.0)
+    with pytest.raises(ResultsNotColumnar, match="read these results as JSON or msgpack"):
+        mixed.read_columns(0)
 
 
 def test_the_error_output_keeps_counts_and_drops_the_oldest_unread_records() -> None:

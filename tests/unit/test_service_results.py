@@ -16,12 +16,14 @@ import threading
 from typing import Any
 
 import msgpack
+import pyarrow as pa
 import pytest
 
 from cameo_actors import Dataflow
+from cameo_actors.operators.columns import ARROW_STREAM
 from cameo_actors.service.client import Client, ServiceError
 from cameo_actors.service.outputs import ERRORS, RESULTS, Cursor, plan_page
-from cameo_actors.service.protocol import encode_answer, wants_msgpack
+from cameo_actors.service.protocol import encode_answer, wants_arrow, wants_msgpack
 from tests.shared.service_fakes import ADMIN, SCHEMA, Service, auth, flow
 
 
@@ -266,7 +268,41 @@ def test_json_answers_have_null_for_non_finite_floats_and_msgpack_keeps_them(svc
     assert math.isnan(c.results("a")["rows"][0]["event"]["v"])
 
 
+def test_results_read_as_arrow_match_the_rows_and_carry_the_page_in_headers(svc: Service) -> None:
+    c = svc.client(ADMIN)
+    c.submit(parallel_sink("p", 3))
+    c.push("p", "s", events(12))
+    page = c.results("p", limit=7, columns=True)
+    table = page["rows"]
+    assert isinstance(table, pa.Table) and table.num_rows == 7 and page["pending"] == 5
+    assert table.column_names == ["ts", "level", "key", "_ingest_ms", "_egress_ms"]
+    assert table["_egress_ms"].to_pylist() == sorted(table["_egress_ms"].to_pylist())
+    rest = c.results("p", cursor=page["cursor"], columns=True)
+    assert (rest["sink"], rest["pending"]) == ("o", 0)
+    got = sorted(table["ts"].to_pylist() + rest["rows"]["ts"].to_pylist())
+    assert got == list(range(12))
+    # The same rows as JSON, page for page.
+    rows = c.results("p", limit=7)["rows"]
+    assert [{**r["event"], "_ingest_ms": r["ingest_ms"], "_egress_ms": r["egress_ms"]}
+            for r in rows] == table.to_pylist()
+    raw = svc.http.get("/v1/dataflows/p/results", params={"limit": 2},
+                       headers={**auth(), "Accept": ARROW_STREAM})
+    assert raw.headers["content-type"] == ARROW_STREAM and raw.headers["cameo-pending"] == "10"
+
+
+def test_results_that_do_not_form_columns_are_406_and_read_as_json(svc: Service) -> None:
+    c = svc.client(ADMIN)
+    c.submit(flow("a"))
+    c.push("a", "s", [{"ts": 1, "level": "ERROR", "key": "k", "v": 1},
+                      {"ts": 2, "level": "ERROR", "key": "k", "v": "one"}])
+    e = refused(lambda: c.results("a", columns=True))
+    assert (e.status, e.code) == (406, "not_columnar") and "JSON or msgpack" in e.fix
+    assert [r["event"]["v"] for r in c.results("a")["rows"]] == [1, "one"]
+
+
 def test_accept_header_and_encoding_rules() -> None:
+    assert wants_arrow(ARROW_STREAM + ", application/json;q=0.5")
+    assert not wants_arrow("application/json, " + ARROW_STREAM) and not wants_arrow(None)
     assert wants_msgpack("application/msgpack")
     assert wants_msgpack("application/x-msgpack, application/json;q=0.5")
     assert not wants_msgpack("application/json, application/msgpack")

@@ -342,7 +342,7 @@ class ExecutorCore:
         if out.events:
             act.events_out += len(out.events)
             if act.is_sink:
-                self._egress(act, rows(out.events), msg, now)
+                self._egress(act, out.events, msg, now)
             waiting = None
             if act.lends:  # a hot key's owner behind: its events may go to a lessee
                 waiting = self._waiting_for(aid)

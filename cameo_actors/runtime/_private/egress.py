@@ -23,13 +23,21 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from cameo_actors.operators.base import ErrorRecord, Event
+from cameo_actors.operators.columns import (
+    Columns,
+    from_ipc,
+    is_columns,
+    results_table,
+    rows,
+    to_ipc,
+)
 from cameo_actors.runtime._private.footprint import approx_bytes
 from cameo_actors.runtime.boundary import ErrorLogOffsets, LogOffsets, ResultRow
 
@@ -41,23 +49,32 @@ if TYPE_CHECKING:
 ERROR_LOG_CAPACITY = 100_000
 #: What a row costs beside its event: the (event, ingest_ms, egress_ms) tuple and two floats.
 ROW_OVERHEAD = 120
+#: The same for a row of columns: its two times, once per chunk, and the offsets of strings.
+COLUMN_ROW_OVERHEAD = 8
 #: The field of an at-least-once result that names it across replays.
 ID_FIELD = "_id"
 #: Distinct rows whose count of repeats a sink remembers for their ids (the oldest go first:
 #: an identical row further apart than this may get an id again).
 ID_MEMORY = 100_000
 
+#: What a sink appended at once: (events, ingest_ms, egress_ms).
+Chunk = tuple[Any, float, float]
+
 
 class ResultLog:
     """A sink's results with offsets, kept until a reader commits them.
 
-    Each row is (event, ingest_ms, egress_ms). Offsets count rows from the
-    first result ever appended, so a reader that restarts resumes exactly.
+    The log holds what the sink appended, a chunk per message: (events, ingest_ms,
+    egress_ms), the events a list of dicts or Arrow columns (a sink of columns keeps
+    them: no object per row until a reader asks for rows). A row is (event, ingest_ms,
+    egress_ms). Offsets count rows from the first result ever appended, so a reader
+    that restarts resumes exactly.
     """
 
     def __init__(self, exactly_once: bool = False, ids: bool = False) -> None:
-        self._rows: deque[ResultRow] = deque()
-        self._base = 0  # offset of self._rows[0]
+        self._chunks: deque[Chunk] = deque()
+        self._base = 0  # offset of the first row of self._chunks[0]
+        self._rows = 0  # rows kept
         self.bytes = 0  # estimated memory of the rows kept
         #: rows below this offset are readable (None: every row, at once)
         self.stable: int | None = 0 if exactly_once else None
@@ -76,32 +93,53 @@ class ResultLog:
         upstream waiting on its credits, must run to pass the checkpoint's barrier that
         makes them readable."""
         rows = self.readable_end - self._base
-        return rows, self.bytes * rows // len(self._rows) if self._rows else 0
+        return rows, self.bytes * rows // self._rows if self._rows else 0
 
     @property
     def end_offset(self) -> int:
-        return self._base + len(self._rows)
+        return self._base + self._rows
 
     @property
     def committed_offset(self) -> int:
         return self._base
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return self._rows
 
-    def append(self, events: list[Event], ingest_ms: float, egress_ms: float) -> None:
-        if self.seen is not None:
-            events = [self._with_id(e) if isinstance(e, dict) else e for e in events]
-        if events:  # one event measured per batch: the estimate must stay cheap
-            self.bytes += (approx_bytes(events[0]) + ROW_OVERHEAD) * len(events)
-        self._rows.extend((e, ingest_ms, egress_ms) for e in events)
+    def append(self, events: list[Event] | Columns, ingest_ms: float, egress_ms: float) -> None:
+        if self.seen is not None:  # ids hash each row
+            events = [self._with_id(e) if isinstance(e, dict) else e for e in rows(events)]
+        if not len(events):
+            return
+        self._chunks.append((events, ingest_ms, egress_ms))
+        self._rows += len(events)
+        self.bytes += _chunk_bytes(events)
 
-    def read(self, start: int, end: int | None = None) -> list[ResultRow]:
-        """Rows with offsets in [start, end); start below the committed offset is an error."""
+    def _slices(self, start: int, end: int | None) -> Iterator[Chunk]:
+        """The chunks' parts with offsets in [start, min(end, readable end))."""
         if start < self._base:
             raise ValueError(f"offset {start} was committed already (first kept: {self._base})")
         stop = self.readable_end if end is None else min(end, self.readable_end)
-        return [self._rows[i - self._base] for i in range(start, max(start, stop))]
+        at = self._base
+        for events, ingest_ms, egress_ms in self._chunks:
+            if at >= stop:
+                return
+            n = len(events)
+            if at + n > start:
+                lo, hi = max(start - at, 0), min(stop - at, n)
+                if lo < hi:
+                    yield (events if lo == 0 and hi == n else events[lo:hi]), ingest_ms, egress_ms
+            at += n
+
+    def read(self, start: int, end: int | None = None) -> list[ResultRow]:
+        """Rows with offsets in [start, end); start below the committed offset is an error."""
+        return [(e, ingest_ms, egress_ms) for events, ingest_ms, egress_ms
+                in self._slices(start, end) for e in rows(events)]
+
+    def read_columns(self, start: int, end: int | None = None) -> Any:
+        """The rows of `read` as one table: the events' columns, then `_ingest_ms` and
+        `_egress_ms`. ResultsNotColumnar if the rows' values do not form columns."""
+        return results_table(list(self._slices(start, end)))
 
     def _with_id(self, event: Event) -> Event:
         """The event with its id: the same for the same row after a replay (the counts
@@ -116,12 +154,14 @@ class ResultLog:
             seen.popitem(last=False)
         return {**event, ID_FIELD: f"{digest}-{n}"}
 
-    def snapshot(self, ckpt: int) -> tuple[int, list[ResultRow], list[Any] | None]:
-        """The log at checkpoint `ckpt`'s barrier: (first offset, rows not committed,
-        the counts behind at-least-once ids)."""
+    def snapshot(self, ckpt: int) -> tuple[int, list[Any], list[Any] | None]:
+        """The log at checkpoint `ckpt`'s barrier: (first offset, chunks not committed, the
+        counts behind at-least-once ids); columns as Arrow IPC (the part is msgpack)."""
         self.marks[ckpt] = self.end_offset
         seen = [[h, n] for h, n in self.seen.items()] if self.seen is not None else None
-        return self._base, list(self._rows), seen
+        chunks = [(to_ipc(events) if is_columns(events) else events, ingest_ms, egress_ms)
+                  for events, ingest_ms, egress_ms in self._chunks]
+        return self._base, chunks, seen
 
     def checkpointed(self, ckpt: int) -> None:
         """Checkpoint `ckpt` completed: the rows before its barrier can be read."""
@@ -131,27 +171,43 @@ class ResultLog:
         for c in done:
             del self.marks[c]
 
-    def restore(self, base: int, rows: list[Any], seen: list[Any] | None = None) -> None:
+    def restore(self, base: int, chunks: list[Any], seen: list[Any] | None = None) -> None:
         """The log as a checkpoint has it: every row of it readable (it completed)."""
         if self.seen is not None and seen is not None:
             self.seen = OrderedDict((h, n) for h, n in seen)
-        self._rows = deque((e, ing, eg) for e, ing, eg in rows)
+        self._chunks = deque((from_ipc(events) if isinstance(events, bytes) else events,
+                              ingest_ms, egress_ms) for events, ingest_ms, egress_ms in chunks)
         self._base = base
-        self.bytes = 0
-        if rows:
-            self.bytes = (approx_bytes(rows[0][0]) + ROW_OVERHEAD) * len(rows)
+        self._rows = sum(len(events) for events, _, _ in self._chunks)
+        self.bytes = sum(_chunk_bytes(events) for events, _, _ in self._chunks)
         if self.stable is not None:
             self.stable = self.end_offset
         self.marks.clear()
 
     def commit(self, offset: int) -> None:
         """Drop rows below `offset` (a reader persisted them)."""
-        before = len(self._rows)
-        while self._base < offset and self._rows:
-            self._rows.popleft()
-            self._base += 1
-        if before:
-            self.bytes = self.bytes * len(self._rows) // before
+        chunks = self._chunks
+        while self._base < offset and chunks:
+            events, ingest_ms, egress_ms = chunks[0]
+            n = len(events)
+            cut = min(offset - self._base, n)
+            size = _chunk_bytes(events)
+            if cut == n:
+                chunks.popleft()
+            else:  # a slice of a batch is zero-copy; of a list, a copy of what stays
+                chunks[0] = (events[cut:], ingest_ms, egress_ms)
+                size = size * cut // n
+            self._rows -= cut
+            self._base += cut
+            self.bytes = max(0, self.bytes - size) if self._rows else 0
+
+
+def _chunk_bytes(events: Any) -> int:
+    """Estimated memory of a chunk: one event measured per list (the estimate must stay
+    cheap), the buffers of columns."""
+    if is_columns(events):  # a slice's nbytes is its share of the buffers
+        return events.nbytes + COLUMN_ROW_OVERHEAD * len(events)
+    return (approx_bytes(events[0]) + ROW_OVERHEAD) * len(events) if events else 0
 
 
 class ErrorLog:
@@ -237,6 +293,10 @@ class Egress:
     def read_results(self, dataflow: str, sink: str, start: int, end: int | None
                      ) -> list[ResultRow]:
         return self.dataflows[dataflow].results[sink].read(start, end)
+
+    def read_result_columns(self, dataflow: str, sink: str, start: int, end: int | None) -> Any:
+        """The rows of `read_results` as an Arrow table (`ResultLog.read_columns`)."""
+        return self.dataflows[dataflow].results[sink].read_columns(start, end)
 
     def commit_results(self, dataflow: str, sink: str, offset: int) -> None:
         out = self.dataflows[dataflow]

@@ -338,6 +338,11 @@ class Executor:
                      ) -> list[ResultRow]:
         return self._call(self.core.egress.read_results, dataflow, sink_activation, start, end)
 
+    def read_result_columns(self, dataflow: str, sink_activation: str, start: int,
+                            end: int | None = None) -> Any:
+        return self._call(self.core.egress.read_result_columns, dataflow, sink_activation,
+                          start, end)
+
     def commit_results(self, dataflow: str, sink_activation: str, offset: int) -> None:
         self._call(self.core.egress.commit_results, dataflow, sink_activation, offset)
 
@@ -371,6 +376,7 @@ class Executor:
         stats = self._call(self.core.executor_stats)
         stats["node"] = ray.get_runtime_context().get_node_id()
         stats["pid"] = os.getpid()
+        stats["worker_tid"] = self._thread.native_id or 0
         stats["alive"] = True
         stats["gc"] = self.gc_pauses.stats()
         return stats
