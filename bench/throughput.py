@@ -1,6 +1,6 @@
 """Throughput of filter -> map -> tumbling count, per core.
 
-Run: `python -m bench.throughput [--events N] [--repeat R] [--json FILE]`
+Run: `python -m bench.throughput [--events N] [--arrow-copies K] [--repeat R] [--json FILE]`
 
 Measured in one run, side by side:
 - operators: the three operators alone, in-process (`run_local`);
@@ -12,9 +12,16 @@ Measured in one run, side by side:
   busy time (time the worker threads spent running operators): the rate
   inside an executor, without the driver and Ray's transport.
 - *_arrow: the same events pushed as an Arrow table (`--arrow-batch` rows per
-  push), run as columns where a step has a kernel (`operators/columns.py`).
-Figures are medians over --repeat runs; on Ray they include the driver's
-cost of encoding and sending batches, which shares the machine's cores.
+  push), run as columns where a step has a kernel (`operators/columns.py`); K
+  copies of them one after the other in event time (`--arrow-copies`, default
+  10), so that a run lasts long enough for its rate not to be the fixed cost of
+  a run (a deploy, the last checkpoint).
+Figures are medians over --repeat runs, after a warm-up run of each Ray arm; on
+Ray they include the driver's cost of encoding and sending batches, which shares
+the machine's cores, and the checkpoint `wait_idle` takes at the end (exactly
+once: results are readable only after it). One pool runs at a time. Printed
+after them: where the time went in each Ray arm's last run (wall time, the
+driver's CPU, the executors' busy time and their threads' CPU by name).
 """
 
 from __future__ import annotations
@@ -57,14 +64,20 @@ def bench_operators(events: list[dict[str, Any]]) -> float:
     return len(events) / (time.perf_counter() - t0)
 
 
-def as_columns(events: list[dict[str, Any]]) -> Any:
-    """The events as one Arrow record batch in the source's types."""
+def as_columns(events: list[dict[str, Any]], copies: int = 1) -> Any:
+    """The events as one Arrow record batch in the source's types; `copies` of them one
+    after the other, each later in event time than the one before."""
+    import numpy as np
     import pyarrow as pa
 
     from cameo_actors.operators.columns import conform
 
     [batch] = conform("s", pa.Table.from_pylist(events), list(SCHEMA.items()))
-    return batch
+    ts = batch["ts"].to_numpy()
+    span = int(ts.max()) + 1
+    whole = pa.Table.from_batches([batch] * copies).combine_chunks().to_batches()[0]
+    shifted = np.concatenate([ts + i * span for i in range(copies)])
+    return whole.set_column(whole.schema.get_field_index("ts"), "ts", pa.array(shifted))
 
 
 def run_core(events: Any, batch: int = BATCH) -> Any:
@@ -135,6 +148,8 @@ def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=400_000)
+    parser.add_argument("--arrow-copies", type=int, default=10,
+                        help="the Arrow arms run this many copies of the events")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--arrow-batch", type=int, default=20_000,
                         help=f"rows per push of the Arrow arms (the row arms push {BATCH:,})")
@@ -146,33 +161,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
     events = make_events(args.events)
-    columns = as_columns(events)
+    columns = as_columns(events, args.arrow_copies)
     table = pa.Table.from_batches([columns])
-    one = Runtime.start(RuntimeConfig(num_executors=1), pool="bench-tp1")
-    two = Runtime.start(RuntimeConfig(num_executors=2), pool="bench-tp2")
     arms = ["operators", "executor_core", "executor_core_arrow", "ray_x1", "ray_x1_arrow", "ray_x2",
             "ray_x2_arrow", "ray_x1_busy", "ray_x1_arrow_busy", "ray_x2_busy", "ray_x2_arrow_busy"]
     runs: dict[str, list[float]] = {arm: [] for arm in arms}
     profiles: dict[str, dict[str, Any]] = {}  # the last run's, per Ray arm
-    try:
-        for r in range(args.repeat):
-            runs["operators"].append(bench_operators(events))
-            runs["executor_core"].append(bench_core(events))
-            runs["executor_core_arrow"].append(bench_core(columns, args.arrow_batch))
-            for key, rt, p in (("ray_x1", one, 1), ("ray_x2", two, 2)):
-                for arm, data, batch in ((key, events, BATCH), (f"{key}_arrow", table, args.arrow_batch)):
+    # One pool at a time: an idle pool's executors and controller beside a run made its
+    # figures vary 2.5x here. The in-process arms run between the one-executor runs.
+    for key, p in (("ray_x1", 1), ("ray_x2", 2)):
+        rt = Runtime.start(RuntimeConfig(num_executors=p), pool=f"bench-tp{p}")
+        try:
+            ray_arms = ((key, events, BATCH), (f"{key}_arrow", table, args.arrow_batch))
+            for arm, data, batch in ray_arms:  # warm-up: the first run of a kind is slower
+                bench_ray(rt, data, p, f"{arm}-warm", batch)
+            for r in range(args.repeat):
+                if p == 1:
+                    runs["operators"].append(bench_operators(events))
+                    runs["executor_core"].append(bench_core(events))
+                    runs["executor_core_arrow"].append(bench_core(columns, args.arrow_batch))
+                for arm, data, batch in ray_arms:
                     end_to_end, per_busy_s, profiles[arm] = bench_ray(rt, data, p,
                                                                       f"{arm}-{r}", batch)
                     runs[arm].append(end_to_end)
                     runs[f"{arm}_busy"].append(per_busy_s)
-    finally:
-        one.shutdown(stop_ray=False)
-        two.shutdown()
+        finally:
+            rt.shutdown(stop_ray=p == 2)
     # *_busy: events per second of executor busy time (the executors' own rate, per core).
     cores = {arm: 2 if arm.startswith("ray_x2") and not arm.endswith("busy") else 1 for arm in arms}
     result: dict[str, Any] = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
                   "runs": v} for k, v in runs.items()}
-    print(f"filter -> map -> tumbling count, {args.events:,} events, median of {args.repeat}:")
+    print(f"filter -> map -> tumbling count, {args.events:,} events ({len(columns):,} in the "
+          f"Arrow arms), median of {args.repeat}:")
     for k, v in result.items():
         spread = f"{min(v['runs']) / 1e3:,.0f}-{max(v['runs']) / 1e3:,.0f}k"
         print(f"  {k:18s} {v['events_per_s'] / 1e3:9,.0f}k events/s  "

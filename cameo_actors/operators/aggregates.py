@@ -108,9 +108,10 @@ class CompiledAggregates:
     merge: Callable[[Any, Any], Any]
     fill: Callable[[dict[str, Any], Any], None]
     copy: Callable[[Any], Any] = list
-    #: (field, "sum" | "min" | "max") of accumulator slots 1.. (after the count); None
-    #: when there are event slots (max_by, top), which only events fill
-    stats: tuple[tuple[str, str], ...] | None = ()
+    #: (field, "sum" | "min" | "max") of accumulator slots 1.. (after the count)
+    stats: tuple[tuple[str, str], ...] = ()
+    #: (field, "max_by" | "top", n) of the event slots after them (lists of events)
+    events: tuple[tuple[str, str, int | None], ...] = ()
 
 
 def compile_aggregates(specs: Sequence[AggSpecLike]) -> CompiledAggregates:
@@ -250,7 +251,7 @@ def compile_aggregates(specs: Sequence[AggSpecLike]) -> CompiledAggregates:
     exec(compile(src, "<cameo aggregates>", "exec"), ns)  # noqa: S102  # template-only source
     copy = ns["copy"] if event_slots else list
     return CompiledAggregates(tuple(names), False, ns["new"], ns["add"], ns["merge"], ns["fill"],
-                              copy, None if event_slots else tuple(slots))
+                              copy, tuple(slots), tuple(event_slots))
 
 
 def _compile_count_only(names: tuple[str, ...]) -> CompiledAggregates:

@@ -4,8 +4,10 @@ A message's events are a list of dicts (rows) or a `pyarrow.RecordBatch` (column
 Columns come from the edges (an Arrow push by a client, the HTTP API or the Spark
 tier: `conform` checks them against the source's schema there) and stay columns
 through the steps with a kernel for them: the source's checks, filters and
-projections of safe expressions, key_by and keyed routing on a field, union and sink,
-and a tumbling window's count, sum, min, max and avg (`tumbling_groups`). A step
+projections of safe expressions, key_by and keyed routing on a field, union and sink
+(whose result log keeps the columns), and a tumbling window's count, sum, min, max,
+avg, max_by and top (`tumbling_groups`; of max_by and top only the events that can
+be among the best become dicts). A step
 without one reads the batch as rows (`rows`), once, and goes on with rows; so does a
 batch of fewer than `base.MIN_COLUMN_EVENTS` events.
 
@@ -585,20 +587,17 @@ def tumbling_groups(batch: pa.RecordBatch, time_field: str, key: str | None, siz
         encoded = pc.dictionary_encode(col, null_encoding="encode")
         values = encoded.dictionary.to_pylist()
         of_key = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    unique_ends, of_end = np.unique(ends, return_inverse=True)
-    codes, first, inverse, counts = np.unique(of_end * len(values) + of_key, return_index=True,
-                                              return_inverse=True, return_counts=True)
-    by_first = np.argsort(first, kind="stable")
+    unique_ends, of_end = np.unique(ends, return_inverse=True)  # a message spans few windows
     nk, end_list = len(values), unique_ends.tolist()
-    groups = Groups([end_list[c // nk] for c in codes[by_first].tolist()],
-                    [values[c % nk] for c in codes[by_first].tolist()],
-                    counts[by_first].tolist())
+    # Hashed, not sorted: the dictionary holds each (window, key) in order of first event.
+    encoded = pc.dictionary_encode(pa.array(of_end.astype(np.int64) * nk + of_key))
+    codes = encoded.dictionary.to_numpy().tolist()
+    counts = np.bincount(encoded.indices.to_numpy(), minlength=len(codes))
+    groups = Groups([end_list[c // nk] for c in codes], [values[c % nk] for c in codes],
+                    counts.tolist())
     if with_rows:
-        rank = np.empty(len(codes), dtype=np.int64)
-        rank[by_first] = np.arange(len(codes))
-        of_row = rank[inverse]
-        groups.order = np.argsort(of_row, kind="stable")
-        groups.bounds = np.searchsorted(of_row[groups.order], np.arange(len(codes) + 1)).tolist()
+        groups.order = pc.sort_indices(encoded.indices).to_numpy()  # stable: rows in order
+        groups.bounds = [0, *np.cumsum(counts).tolist()]
     return groups
 
 

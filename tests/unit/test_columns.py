@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.operators.base import END_OF_STREAM, Output
 from cameo_actors.operators.columns import (
     ColumnsRefused,
     arrow_schema,
@@ -144,7 +144,9 @@ AGGREGATES = [
     [("c", "count", None), ("s", "sum", "value"), ("lo", "min", "value"), ("hi", "max", "value"),
      ("mean", "avg", "value"), ("t", "sum", "ts"), ("first", "min", "ts")],
     [("s", "sum", "n"), ("hi", "max", "n")],  # a nullable field: nulls run as rows
-    [("top", "max_by", "value")],  # events as values: always rows
+    [("top", "max_by", "value")],  # -0.0 among the values: which is first decides, rows
+    [("best", "max_by", "ts"), ("c", "count", None), ("t3", "top", "ts", 3), ("s", "sum", "value")],
+    [("t1", "top", "ts", 1), ("t9", "top", "ts", 9), ("hi", "max_by", "ts")],
 ]
 
 
@@ -160,7 +162,8 @@ def test_a_tumbling_window_on_columns_folds_fires_and_snapshots_as_its_rows(
     def window() -> WindowOperator:
         return WindowOperator("w", kind="tumbling", size_ms=size, time_field="ts",
                               key_fn=compile_scalar("key", "w") if keyed else None,
-                              aggregates=[A(name=n, fn=f, field=x) for n, f, x in aggregates])
+                              aggregates=[A(name=a[0], fn=a[1], field=a[2], n=a[3] if a[3:] else None)
+                                          for a in aggregates])
     by_rows, by_columns = window(), window()
     for i, events in enumerate(batches):
         same(by_rows, by_columns, events)
@@ -171,6 +174,21 @@ def test_a_tumbling_window_on_columns_folds_fires_and_snapshots_as_its_rows(
     assert repr(by_rows.snapshot()) == repr(by_columns.snapshot())
     assert repr(by_rows.on_watermark(END_OF_STREAM).events) == \
         repr(by_columns.on_watermark(END_OF_STREAM).events)
+
+
+def test_max_by_and_top_run_on_columns_and_make_only_their_best_events_dicts() -> None:
+    from types import SimpleNamespace as A
+
+    from cameo_actors.dataflow.expressions import compile_scalar
+
+    w = WindowOperator("w", kind="tumbling", size_ms=1000, time_field="ts",
+                       key_fn=compile_scalar("key", "w"),
+                       aggregates=[A(name="best", fn="max_by", field="ts", n=None),
+                                   A(name="top2", fn="top", field="ts", n=2)])
+    events = [{"ts": t, "key": "a", "value": 1.0, "n": 1, "flag": False} for t in (5, 9, 9, 7, 1)]
+    assert w.process_columns(columns_of(events), 0, Output())
+    [got] = w.on_watermark(END_OF_STREAM).events
+    assert [e["ts"] for e in got["best"]] == [9, 9] and [e["ts"] for e in got["top2"]] == [9, 9]
 
 
 def test_key_by_and_routing_split_columns_as_the_rows() -> None:
@@ -194,6 +212,33 @@ def test_columns_cross_links_and_ingest_calls_as_arrow() -> None:
     back = decode_message(messages[0])
     assert back.payload.equals(batch) and back.size == 3
     assert unpack_ingest(pack_columns(batch), "s")[0].equals(batch)
+
+
+def test_a_clients_columns_are_cut_as_they_run_by_the_cost_measured_since() -> None:
+    """Calls taken in before anything ran are one message each; each is cut when it runs:
+    500 events while nothing is measured, then what fits the quantum at the measured cost."""
+    from cameo_actors import Dataflow, count
+    from cameo_actors.runtime._private.core import ExecutorCore
+    from cameo_actors.runtime._private.ingress import MAX_COLUMN_MESSAGE_EVENTS
+    from cameo_actors.runtime._private.routing import place
+    from cameo_actors.runtime.config import RuntimeConfig
+
+    spec = (Dataflow("d", latency_target_ms=1000).source("s", schema=dict(SCHEMA), event_time="ts")
+            .key_by("key").window(tumbling_ms=100).aggregate(n=count()).sink("o")).spec
+    core = ExecutorCore(0, RuntimeConfig(), lambda host, blob: None)
+    core.deploy(spec, place(spec, [0], {}))
+    source = core.hosting.activations["d/s/0"]
+    ran: list[int] = []
+    on_data = source.on_data
+    source.on_data = lambda events, port: (ran.append(len(events)), on_data(events, port))[1]  # type: ignore[method-assign]
+    events = [{"ts": i, "key": "abc"[i % 3], "value": 1.0, "n": i, "flag": True} for i in range(60_000)]
+    for seq in range(3):  # taken in at once, as Ray's threads do while the worker is busy
+        core.ingest("c", seq, "d/s/0", [columns_of(events[seq * 20_000:(seq + 1) * 20_000])], 0.0)
+    while core.run_slice():
+        pass
+    assert sum(ran) == 60_000 and ran[0] == RuntimeConfig().max_message_events
+    assert max(ran) > 5 * ran[0] and max(ran) <= MAX_COLUMN_MESSAGE_EVENTS
+    assert len(ran) < 60_000 // ran[0] // 4  # not 500 each: the cost measured cut the rest
 
 
 def test_tables_of_dicts_built_with_the_sources_schema_keep_fields_the_first_event_lacks() -> None:

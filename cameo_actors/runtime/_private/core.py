@@ -50,13 +50,14 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from cameo_actors.clock import Clock, SystemClock
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import ErrorRecord, Output, short_repr
-from cameo_actors.operators.columns import rows
+from cameo_actors.operators.columns import is_columns, rows
 from cameo_actors.runtime._private.activation import Activation
 from cameo_actors.runtime._private.channels import Channels, Send
 from cameo_actors.runtime._private.checkpoint import (
@@ -304,6 +305,8 @@ class ExecutorCore:
 
     def _execute_message(self, aid: str, msg: Message) -> None:
         act = self.hosting.activations[aid]
+        if not msg.upstream and not msg.is_watermark and is_columns(msg.payload):
+            self._cut_columns(act, msg)
         if act.part is not None and act.part.pending:  # a checkpoint waits for barriers here
             self.checkpointing.record(act, msg)
         try:
@@ -360,6 +363,19 @@ class ExecutorCore:
             self._ack(msg.upstream, aid, msg.size, self.sched.feedback_for(aid, msg.upstream).path_cost_ms)
         elif msg.size:
             self.flow.consumed(aid, msg.size)
+
+    def _cut_columns(self, act: Activation, msg: Message) -> None:
+        """A client's columns run in messages that fit the quantum at the cost measured
+        now (`Ingress.columns_cut`): the events beyond go back to the front of the
+        mailbox as a message of their own, with the same deadline; other due work may
+        run in between."""
+        cut = self.ingress.columns_cut(act.dataflow)
+        events = msg.payload
+        if len(events) <= cut:
+            return
+        rest = replace(msg, payload=events.slice(cut), size=msg.size - cut, ctx=replace(msg.ctx))
+        msg.payload, msg.size = events.slice(0, cut), cut
+        self.sched.enqueue(rest, self.clock.now_ms(), first=True)
 
     def _waiting_for(self, sender: str) -> Callable[[str], float]:
         """target -> events of `sender` it has before the next ones (sent, not yet done);

@@ -42,7 +42,7 @@ class Ingress:
 
     Args:
         max_message_events: the most events of one message of rows (and the fewest of
-            one of columns, see `_columns_cut`).
+            one of columns, see `columns_cut`).
         quantum_ms: what a message of columns may cost at most, by the measured cost.
         hosting, sched, flow, egress, stats: the executor's parts an applied call feeds
             (its messages; a source's backpressure; error records; events in).
@@ -88,12 +88,14 @@ class Ingress:
             del act.parked[client]
         act.positions[client] = seq
 
-    def _columns_cut(self, dataflow: str) -> int:
+    def columns_cut(self, dataflow: str) -> int:
         """Events per message of a columnar batch: as many as the dataflow's costliest step
         here runs within the quantum, at its measured cost per event (a kernel runs a
         message of thousands in what the rows take for a hundred, and preemption is at
         message boundaries), within [max_message_events, MAX_COLUMN_MESSAGE_EVENTS];
-        max_message_events until measured."""
+        max_message_events until measured. Asked when a message of columns starts to run
+        (`ExecutorCore._cut_columns`), so that calls taken in before anything was
+        measured are cut by the cost measured since."""
         hosted = self.hosting.dataflows.get(dataflow)
         worst = 0.0
         for aid in hosted.ids if hosted is not None else ():
@@ -125,7 +127,7 @@ class Ingress:
                     wm.trace = FROM_CLIENT
                 self.sched.enqueue(wm, now)
                 continue
-            step = self._columns_cut(act.dataflow) if columns else cut
+            step = MAX_COLUMN_MESSAGE_EVENTS if columns else cut  # columns: cut as they run
             for i in range(0, len(item), step):
                 part = item.slice(i, step) if columns else item[i:i + step]
                 event_ms = _max_column(part, tf) if columns else _max_time(part, tf)
