@@ -49,8 +49,17 @@ def ratios(modes: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
+#: How far the executors' busy share may be from a scenario's stated load before its
+#: ratios are not reported (they would compare runs at another load than stated).
+LOAD_TOLERANCE = 0.15
+
+
 def _scenario(loads_for_mode: Any, modes: dict[str, dict[str, Any]], warmup: float, seconds: float,
-              sample_s: float | None = None, log: Any = print) -> dict[str, Any]:
+              sample_s: float | None = None, log: Any = print,
+              load: float | None = None) -> dict[str, Any]:
+    """Each mode's run, and the ratios between them; with `load` (the executors' busy share
+    the scenario states), the ratios only if every shared mode's run was within
+    `LOAD_TOLERANCE` of it, else None with the reason in "load_refused"."""
     res: dict[str, Any] = {}
     for mode, cfg in modes.items():
         r = res[mode] = run(loads_for_mode(), mode, cfg, warmup, seconds, sample_s)
@@ -60,7 +69,31 @@ def _scenario(loads_for_mode: Any, modes: dict[str, dict[str, Any]], warmup: flo
             + " | ".join(parts) + f" | busy {r['utilization']:.0%}")
     res["ratios"] = ratios(res)
     res["ratios_over"] = RATIO_NOTE
+    if load is not None:
+        res["stated_load"] = load
+        refused = off_load({m: res[m]["utilization"] for m in modes}, load)
+        if refused:
+            res["load_refused"] = refused
+            res["ratios"] = {k: None for k in res["ratios"]}
+            log(f"  {refused}")
     return res
+
+
+def off_load(busy: dict[str, float], load: float) -> str | None:
+    """Why runs whose executors were `busy` (mode -> share) are not at `load`, or None if
+    every shared mode's was within `LOAD_TOLERANCE` of it (isolated: placed apart on
+    purpose, its executors are not loaded alike).
+
+    >>> off_load({"fifo": 0.82, "cameo": 0.41, "isolated": 0.5}, 0.85)
+    'the executors were cameo 41% busy, not 85% (within 15%): no ratio'
+    >>> off_load({"fifo": 0.82, "cameo": 0.9}, 0.85) is None
+    True
+    """
+    off = {m: u for m, u in busy.items() if m != "isolated" and abs(u - load) > LOAD_TOLERANCE}
+    if not off:
+        return None
+    return (f"the executors were {', '.join(f'{m} {u:.0%}' for m, u in off.items())} busy, "
+            f"not {load:.0%} (within {LOAD_TOLERANCE:.0%}): no ratio")
 
 
 # -- the scenarios ---------------------------------------------------------------------------------
@@ -83,7 +116,7 @@ def single(capacity: float, warmup: float, seconds: float, load: float = 0.85, w
     second, so a p99 over a short run is not the max of a handful of windows)."""
     def loads() -> list[Load]:
         return [Load(bulk(window_ms=window_ms), bulk_workload(load * capacity), latency_sensitive=True)]
-    res = _scenario(loads, MODES, warmup, seconds, log=log)
+    res = _scenario(loads, MODES, warmup, seconds, log=log, load=load)
     res["single"] = {"load": load, "window_ms": window_ms}
     return res
 
@@ -92,7 +125,7 @@ def multi(capacity: float, warmup: float, seconds: float, load: float = 0.85, lo
     """bench/multitenant.py's setup: alerts (1,000 ev/s, 50 ms) + bulk at `load` of capacity."""
     def loads() -> list[Load]:
         return [alerts_load(), Load(bulk(), bulk_workload(load * capacity))]
-    res = _scenario(loads, MODES, warmup, seconds, log=log)
+    res = _scenario(loads, MODES, warmup, seconds, log=log, load=load)
     res["multi"] = {"load": load}
     return res
 

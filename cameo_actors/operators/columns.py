@@ -242,6 +242,23 @@ class ResultsNotColumnar(UserError):
     them as rows (JSON or msgpack)."""
 
 
+#: The times a result table carries after the results' own columns.
+RESULT_TIMES = ("_ingest_ms", "_egress_ms")
+
+
+def concat_results(tables: Sequence[pa.Table]) -> pa.Table:
+    """Result tables as one (a column some lack is null there; ints beside floats become
+    floats), the times last. ResultsNotColumnar if a column's kinds do not mix."""
+    if not tables:
+        return pa.table({name: pa.array([], pa.float64()) for name in RESULT_TIMES})
+    try:
+        merged = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise _not_columnar(exc) from None
+    return merged.select([n for n in merged.column_names if n not in RESULT_TIMES]
+                         + list(RESULT_TIMES))
+
+
 def results_table(chunks: Sequence[tuple[Any, float, float]]) -> pa.Table:
     """Result chunks (events, ingest_ms, egress_ms) as one table: the events' columns (those
     of rows inferred over every row; ints beside floats become floats), then `_ingest_ms`
@@ -259,14 +276,15 @@ def results_table(chunks: Sequence[tuple[Any, float, float]]) -> pa.Table:
             tables.append(pa.Table.from_batches([events])
                           .append_column("_ingest_ms", pa.array(np.full(n, float(ingest_ms))))
                           .append_column("_egress_ms", pa.array(np.full(n, float(egress_ms)))))
-        if not tables:
-            return pa.table({"_ingest_ms": pa.array([], pa.float64()),
-                             "_egress_ms": pa.array([], pa.float64())})
-        return pa.concat_tables(tables, promote_options="permissive")
+        return concat_results(tables)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise ResultsNotColumnar("results", "fields that each hold one kind of value",
-                                 _Shown(f"values that do not form Arrow columns ({exc})"),
-                                 "read these results as JSON or msgpack") from None
+        raise _not_columnar(exc) from None
+
+
+def _not_columnar(exc: Exception) -> ResultsNotColumnar:
+    return ResultsNotColumnar("results", "fields that each hold one kind of value",
+                              _Shown(f"values that do not form Arrow columns ({exc})"),
+                              "read these results as JSON or msgpack")
 
 
 # -- the source's checks, in columns -----------------------------------------------------------

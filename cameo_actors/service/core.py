@@ -803,26 +803,23 @@ class ServiceCore:
             for log, stop in stops.items():
                 if stop <= starts[log]:
                     continue  # nothing new there: no call
-                if columns:
-                    try:
-                        table = self.rt.read_result_columns(name, log, starts[log], stop)
-                    except ResultsNotColumnar as e:
-                        raise not_columnar(e) from None
-                    first, n = starts[log], table.num_rows
-                    pages.append(table)
+                got: Any
+                if columns:  # an Arrow table
+                    first, got = starts[log], self.rt.read_result_columns(name, log, starts[log],
+                                                                          stop)
+                    pages.append(got)
                 elif output == RESULTS:
-                    first, rows = starts[log], self.rt.read_results(name, log, starts[log], stop)
-                    pages.append([result_item(r) for r in rows])
-                    n = len(rows)
+                    first, got = starts[log], self.rt.read_results(name, log, starts[log], stop)
+                    pages.append([result_item(r) for r in got])
                 else:
-                    first, rows = self.rt.read_errors(name, log, starts[log], stop)
+                    first, got = self.rt.read_errors(name, log, starts[log], stop)
                     skipped += first - starts[log]
-                    pages.append([error_item(r) for r in rows])
-                    n = len(rows)
-                positions[log] = first + n
+                    pages.append([error_item(r) for r in got])
+                positions[log] = first + len(got)
+            merged = merge_tables(pages) if columns else \
+                list(heapq.merge(*pages, key=lambda r: r["egress_ms"]))
         page: dict[str, Any] = {
-            "rows": merge_tables(pages) if columns else
-            list(heapq.merge(*pages, key=lambda r: r["egress_ms"])),
+            "rows": merged,
             "cursor": Cursor(output, name, deployment, sink, positions).encode(),
             "pending": sum(max(0, end - positions[log]) for log, (_, end) in available.items())}
         if output == RESULTS:
@@ -889,6 +886,8 @@ class ServiceCore:
             raise ended(e) from None
         except KeyError:  # cancelled meanwhile (an executor forgot it before the controller)
             raise not_found(name) from None
+        except ResultsNotColumnar as e:  # asked for Arrow: read them as JSON or msgpack
+            raise not_columnar(e) from None
         except ValueError as e:  # the runtime refuses to read rows another reader committed
             raise ApiError(409, "cursor_committed", f"rows of dataflow {name!r} after this cursor "
                            f"were committed meanwhile by another reader ({e})",

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cameo_actors.operators.columns import results_table
+from cameo_actors.operators.columns import concat_results
 from cameo_actors.runtime.boundary import ResultRow
 from cameo_actors.service.errors import ApiError
 
@@ -167,9 +167,7 @@ def result_item(row: ResultRow) -> dict[str, Any]:
 def merge_tables(tables: Sequence[pa.Table]) -> pa.Table:
     """The sink instances' result tables as one, in egress order (one instance's rows in
     their order: the sort is stable)."""
-    if not tables:
-        return results_table([])
-    merged = pa.concat_tables(tables, promote_options="permissive")
+    merged = concat_results(tables)
     return merged.take(pc.sort_indices(merged["_egress_ms"]))
 
 

@@ -95,3 +95,14 @@ def test_the_in_process_core_benchmark_runs_the_query_to_run_locals_results() ->
     expected = run_local(dataflow("core"), {"s": events}).sinks
     assert sorted(map(repr, got)) == sorted(map(repr, next(iter(expected.values()))))
     assert core.stats.dataflows["core"].events_in == len(events) and got
+
+
+def test_a_ratio_is_refused_for_runs_far_from_the_stated_load() -> None:
+    import doctest
+
+    from bench import scenarios
+
+    assert scenarios.off_load({"fifo": 0.80, "cameo": 0.95, "floor": 0.71}, 0.85) is None
+    why = scenarios.off_load({"fifo": 0.42, "cameo": 0.39, "isolated": 0.1}, 0.85)
+    assert why == "the executors were fifo 42%, cameo 39% busy, not 85% (within 15%): no ratio"
+    assert doctest.testmod(scenarios).failed == 0

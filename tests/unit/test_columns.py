@@ -277,3 +277,11 @@ def test_the_edge_conforms_types_and_refuses_what_cannot_hold_a_field() -> None:
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
     assert read_stream("s", sink.getvalue().to_pybytes()).equals(table)
+
+
+def test_the_modules_examples() -> None:
+    import doctest
+
+    from cameo_actors.operators import columns
+
+    assert doctest.testmod(columns).failed == 0

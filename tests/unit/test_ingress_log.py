@@ -267,3 +267,11 @@ def test_records_are_the_appends_minus_what_a_crash_cut(tmp_path_factory: Any,
     assert sorted(model) == log.segments()
     log.drop()
     assert not os.path.exists(folder)
+
+
+def test_the_modules_examples() -> None:
+    import doctest
+
+    from cameo_actors.runtime._private import ingress_log
+
+    assert doctest.testmod(ingress_log).failed == 0

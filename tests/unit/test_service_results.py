@@ -298,6 +298,12 @@ def test_results_that_do_not_form_columns_are_406_and_read_as_json(svc: Service)
     e = refused(lambda: c.results("a", columns=True))
     assert (e.status, e.code) == (406, "not_columnar") and "JSON or msgpack" in e.fix
     assert [r["event"]["v"] for r in c.results("a")["rows"]] == [1, "one"]
+    # Each instance's rows form columns, the page does not: refused the same.
+    c.submit(parallel_sink("p", 2))
+    c.push("p", "s", [{"ts": i, "level": "ERROR", "key": "k", "v": [1, "one"][i % 2]}
+                      for i in range(6)])
+    e = refused(lambda: c.results("p", columns=True))
+    assert (e.status, e.code) == (406, "not_columnar")
 
 
 def test_accept_header_and_encoding_rules() -> None:

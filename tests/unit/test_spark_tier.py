@@ -391,8 +391,8 @@ def test_results_read_as_columns_make_the_batch_the_rows_make(events: list[dict[
                    and not (kind == "float" and pa.types.is_integer(kinds[name]))
                    for name, kind in cols[:4] if name in kinds)
     assert (got is None) == declines
-    if got is not None:
-        assert got.equals(want)
+    if got is not None:  # repr: NaN equals itself there
+        assert got.schema == want.schema and repr(got.to_pylist()) == repr(want.to_pylist())
 
 
 def test_results_columns_decline_what_needs_coercion_per_value() -> None:
