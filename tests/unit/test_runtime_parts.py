@@ -197,6 +197,20 @@ def test_a_result_log_of_rows_and_columns_reads_as_the_rows_appended(
     assert table.to_pylist() == [{**e, "_ingest_ms": i, "_egress_ms": o} for e, i, o in got]
 
 
+def test_a_result_log_of_many_small_chunks_reads_from_its_middle_and_drops_what_was_read() -> None:
+    log = ResultLog()
+    for i in range(300):  # a chunk per message: one row each, or a batch of two
+        log.append(pa.RecordBatch.from_pylist([{"i": 2 * i}, {"i": 2 * i + 1}]) if i % 2
+                   else [{"i": 2 * i}, {"i": 2 * i + 1}], 0.0, 1.0)
+    assert [e["i"] for e, _, _ in log.read(301, 305)] == [301, 302, 303, 304]
+    log.commit(401)
+    assert (log.committed_offset, len(log)) == (401, 199)
+    assert [e["i"] for e, _, _ in log.read(401, 404)] == [401, 402, 403]
+    assert log.read_columns(590)["i"].to_pylist() == list(range(590, 600))
+    log.commit(600)
+    assert (len(log), log.bytes, log.read(600)) == (0, 0, [])
+
+
 def test_a_result_log_with_ids_keeps_rows_and_reads_mixed_kinds_as_rows_only() -> None:
     log = ResultLog(ids=True)
     log.append(pa.RecordBatch.from_pylist([{"k": 1}, {"k": 1}]), 1.0, 2.0)

@@ -21,7 +21,9 @@ can drop the rows it has.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -72,8 +74,12 @@ class ResultLog:
     """
 
     def __init__(self, exactly_once: bool = False, ids: bool = False) -> None:
-        self._chunks: deque[Chunk] = deque()
-        self._base = 0  # offset of the first row of self._chunks[0]
+        # The chunks from `_head` on are kept (those before it were committed; dropped in
+        # bulk), `_starts` their first rows' offsets: a read finds its chunk by bisection.
+        self._chunks: list[Chunk] = []
+        self._starts: list[int] = []
+        self._head = 0
+        self._base = 0  # offset of the first row kept
         self._rows = 0  # rows kept
         self.bytes = 0  # estimated memory of the rows kept
         #: rows below this offset are readable (None: every row, at once)
@@ -111,6 +117,7 @@ class ResultLog:
             events = [self._with_id(e) if isinstance(e, dict) else e for e in rows(events)]
         if not len(events):
             return
+        self._starts.append(self.end_offset)
         self._chunks.append((events, ingest_ms, egress_ms))
         self._rows += len(events)
         self.bytes += _chunk_bytes(events)
@@ -120,16 +127,15 @@ class ResultLog:
         if start < self._base:
             raise ValueError(f"offset {start} was committed already (first kept: {self._base})")
         stop = self.readable_end if end is None else min(end, self.readable_end)
-        at = self._base
-        for events, ingest_ms, egress_ms in self._chunks:
+        i = max(self._head, bisect.bisect_right(self._starts, start, lo=self._head) - 1)
+        for at, (events, ingest_ms, egress_ms) in zip(self._starts[i:], self._chunks[i:],
+                                                      strict=True):
             if at >= stop:
                 return
             n = len(events)
-            if at + n > start:
-                lo, hi = max(start - at, 0), min(stop - at, n)
-                if lo < hi:
-                    yield (events if lo == 0 and hi == n else events[lo:hi]), ingest_ms, egress_ms
-            at += n
+            lo, hi = max(start - at, 0), min(stop - at, n)
+            if lo < hi:
+                yield (events if lo == 0 and hi == n else events[lo:hi]), ingest_ms, egress_ms
 
     def read(self, start: int, end: int | None = None) -> list[ResultRow]:
         """Rows with offsets in [start, end); start below the committed offset is an error."""
@@ -160,7 +166,7 @@ class ResultLog:
         self.marks[ckpt] = self.end_offset
         seen = [[h, n] for h, n in self.seen.items()] if self.seen is not None else None
         chunks = [(to_ipc(events) if is_columns(events) else events, ingest_ms, egress_ms)
-                  for events, ingest_ms, egress_ms in self._chunks]
+                  for events, ingest_ms, egress_ms in self._chunks[self._head:]]
         return self._base, chunks, seen
 
     def checkpointed(self, ckpt: int) -> None:
@@ -175,8 +181,11 @@ class ResultLog:
         """The log as a checkpoint has it: every row of it readable (it completed)."""
         if self.seen is not None and seen is not None:
             self.seen = OrderedDict((h, n) for h, n in seen)
-        self._chunks = deque((from_ipc(events) if isinstance(events, bytes) else events,
-                              ingest_ms, egress_ms) for events, ingest_ms, egress_ms in chunks)
+        self._chunks = [(from_ipc(events) if isinstance(events, bytes) else events,
+                         ingest_ms, egress_ms) for events, ingest_ms, egress_ms in chunks]
+        self._starts = list(itertools.accumulate((len(e) for e, _, _ in self._chunks[:-1]),
+                                                 initial=base))[:len(self._chunks)]
+        self._head = 0
         self._base = base
         self._rows = sum(len(events) for events, _, _ in self._chunks)
         self.bytes = sum(_chunk_bytes(events) for events, _, _ in self._chunks)
@@ -187,19 +196,23 @@ class ResultLog:
     def commit(self, offset: int) -> None:
         """Drop rows below `offset` (a reader persisted them)."""
         chunks = self._chunks
-        while self._base < offset and chunks:
-            events, ingest_ms, egress_ms = chunks[0]
+        while self._base < offset and self._head < len(chunks):
+            events, ingest_ms, egress_ms = chunks[self._head]
             n = len(events)
             cut = min(offset - self._base, n)
             size = _chunk_bytes(events)
             if cut == n:
-                chunks.popleft()
+                self._head += 1
             else:  # a slice of a batch is zero-copy; of a list, a copy of what stays
-                chunks[0] = (events[cut:], ingest_ms, egress_ms)
+                chunks[self._head] = (events[cut:], ingest_ms, egress_ms)
+                self._starts[self._head] += cut
                 size = size * cut // n
             self._rows -= cut
             self._base += cut
             self.bytes = max(0, self.bytes - size) if self._rows else 0
+        if self._head > 64 and self._head * 2 > len(chunks):  # drop committed chunks in bulk
+            del chunks[:self._head], self._starts[:self._head]
+            self._head = 0
 
 
 def _chunk_bytes(events: Any) -> int:
