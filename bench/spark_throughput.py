@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         alone = spark_alone(spark, data, args.files * (args.rows // args.files), opts,
                             os.path.join(run, "noop-checkpoint"), args.format)
         print(f"baseline: the same files into Spark's noop sink: {alone:,.0f} rows/s "
-              "(JSON parsing and Spark's batch costs, no Python, no runtime)")
+              f"({args.format} reading and Spark's batch costs, no Python, no runtime)")
         save_json(args.json, {"cores": os.cpu_count(), "args": vars(args), "runs": results,
                               "spark_noop_rows_per_s": alone})
 
