@@ -141,9 +141,11 @@ def as_table(stream: NexmarkStream) -> Any:
 def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any = None
                ) -> tuple[float, float, list[dict[str, Any]]]:
     """(seconds end to end, seconds of executor busy time, results) of the query on `rt`;
-    with `table` (`as_table`), the events pushed as Arrow, `ARROW_BATCH` rows per call."""
+    with `table` (`as_table`), the events pushed as Arrow, `ARROW_BATCH` rows per call, and
+    the results read as Arrow tables (made rows after the clock stops, for the check)."""
     name = rt.deploy(QUERIES[query](name=f"nexmark-{query}-{tag}"))
-    events, rows = stream.events, []
+    events, got = stream.events, []
+    read = (lambda h: read_table(h, name)) if table is not None else (lambda h: h.results(name))
     try:
         busy0 = sum(e["busy_ms"] for e in rt.executor_stats())
         t0 = time.perf_counter()
@@ -152,36 +154,56 @@ def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any 
                 rt.push(name, SOURCE, table.slice(i, READ_EVERY), batch_size=ARROW_BATCH)
             else:
                 rt.push(name, SOURCE, events[i:i + READ_EVERY], batch_size=BATCH)
-            rows += rt.results(name)  # as a consumer would: a full result log holds the sink
+            got.append(read(rt))  # as a consumer would: a full result log holds the sink
         rt.close(name)
-        rows += drain(rt, name)
+        got += drain(rt, name, read)
         elapsed = time.perf_counter() - t0
         busy = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
-        return elapsed, busy, rows
+        return elapsed, busy, [row for part in got for row in as_rows(part)]
     finally:
         rt.cancel(name)
 
 
-def drain(rt: Any, name: str, timeout_s: float = 1_800.0) -> list[dict[str, Any]]:
-    """The results of a closed dataflow still to read, once the runtime is idle. A reader
-    of its own reads meanwhile: a log full of readable results holds its sink, and the
-    checkpoint that makes the last results readable waits for that sink, so a wait that
-    nobody reads beside may never end (q0's 276,000 results fill the log)."""
-    rows: list[dict[str, Any]] = []
+def read_table(rt: Any, name: str) -> Any:
+    """New results as an Arrow table, or as rows where they do not form columns."""
+    from cameo_actors.operators.columns import ResultsNotColumnar
+
+    try:
+        return rt.result_table(name)
+    except ResultsNotColumnar:
+        return rt.results(name)
+
+
+def as_rows(part: Any) -> list[dict[str, Any]]:
+    """Results read as rows, or as a table: its rows without the times, and without the
+    nulls of fields a row did not have (a Nexmark result has no null field)."""
+    if isinstance(part, list):
+        return part
+    return [{k: v for k, v in r.items() if v is not None}
+            for r in part.drop_columns(["_ingest_ms", "_egress_ms"]).to_pylist()]
+
+
+def drain(rt: Any, name: str, read: Any, timeout_s: float = 1_800.0) -> list[Any]:
+    """The results of a closed dataflow still to read, once the runtime is idle, as
+    `read(handle)` reads them (a part per read). A reader of its own reads meanwhile: a log
+    full of readable results holds its sink, and the checkpoint that makes the last
+    results readable waits for that sink, so a wait that nobody reads beside may never
+    end (q0's 276,000 results fill the log)."""
+    parts: list[Any] = []
     stop = threading.Event()
     reader = rt.handle()
 
-    def read() -> None:
+    def loop() -> None:
         while not stop.wait(0.2):
-            rows.extend(reader.results(name))  # a read commits: a held sink goes on
-    thread = threading.Thread(target=read, name=f"read-{name}", daemon=True)
+            parts.append(read(reader))  # a read commits: a held sink goes on
+    thread = threading.Thread(target=loop, name=f"read-{name}", daemon=True)
     thread.start()
     try:
         rt.wait_idle(timeout_s=timeout_s, dataflows=[name])
     finally:
         stop.set()
         thread.join()
-    return rows + reader.results(name)  # one reader from here on: its cursor is the one
+    return [*parts, read(reader)]  # one reader from here on: its cursor is the one
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -37,7 +37,7 @@ import ray
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError
 from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Event
-from cameo_actors.operators.columns import conform
+from cameo_actors.operators.columns import concat_results, conform
 from cameo_actors.runtime._private import cluster, settle
 from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, get
 from cameo_actors.runtime._private.controller import Controller
@@ -751,6 +751,20 @@ class Runtime:
                     ) -> Rows:
         """New results since the last read: (event, ingest_ms, egress_ms) rows.
         With commit, the runtime forgets them (and a sink held on a full log resumes)."""
+        return [row for part in self._read_new(name, sink, commit, columns=False)
+                for row in part]
+
+    def result_table(self, name: str, sink: str | None = None, *, commit: bool = True
+                     ) -> pa.Table:
+        """The new results of `result_rows` as one Arrow table (a sink fed columns kept
+        them: no object per row on the way): the results' columns, then `_ingest_ms` and
+        `_egress_ms`, each sink instance's in their order. `ResultsNotColumnar` if they do
+        not form columns."""
+        return concat_results(self._read_new(name, sink, commit, columns=True))
+
+    def _read_new(self, name: str, sink: str | None, commit: bool, columns: bool
+                  ) -> builtins.list[Any]:
+        """Each sink activation's new results (rows, or a table with `columns`)."""
         spec = self._spec(name)
         sinks = [s for s in spec.sinks if sink is None or s.id == sink]
         info = self._live(name)
@@ -762,23 +776,22 @@ class Runtime:
                 # order; read again from the last commit (rows come again with their ids).
                 for key in [k for k in self._offsets if k[0] == name]:
                     del self._offsets[key]
-        rows: Rows = []
-        for s in sinks:
-            for aid in map(str, ActivationId.of_step(name, s.id, s.parallelism)):
-                rows.extend(self._read_sink(name, self.executors[hosts[aid]], aid, commit))
-        return rows
+        return [self._read_sink(name, self.executors[hosts[aid]], aid, commit, columns)
+                for s in sinks for aid in map(str, ActivationId.of_step(name, s.id, s.parallelism))]
 
-    def _read_sink(self, name: str, ex: Any, aid: str, commit: bool) -> Rows:
-        """One sink activation's new rows, from this handle's offset (or the committed one)."""
+    def _read_sink(self, name: str, ex: Any, aid: str, commit: bool, columns: bool) -> Any:
+        """One sink activation's new results, from this handle's offset (or the committed
+        one): rows, or a table with `columns`."""
         start = self._offsets.get((name, aid))
         if start is None:
             start = self._parts_get(name, lambda: ex.result_offsets.remote(name))[aid][0]
-        got = self._parts_get(name, lambda: ex.read_results.remote(name, aid, start, None))
+        read = ex.read_result_columns if columns else ex.read_results
+        got = self._parts_get(name, lambda: read.remote(name, aid, start, None))
         end = start + len(got)
         self._offsets[(name, aid)] = end
         if commit:
             self._parts_get(name, lambda: ex.commit_results.remote(name, aid, end))
-        return [(e, ing, eg) for e, ing, eg in got]
+        return got if columns else [(e, ing, eg) for e, ing, eg in got]
 
     def results(self, name: str, sink: str | None = None) -> Events:
         """New results since the last read (and committed)."""
