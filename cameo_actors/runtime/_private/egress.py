@@ -360,15 +360,25 @@ class Egress:
         out = self.dataflows.get(dataflow)
         return sum(log.end_offset - log.readable_end for log in out.results.values()) if out else 0
 
-    def held_full(self, dataflow: str) -> list[str]:
+    def held_full(self, dataflow: str, ahead: dict[str, int] | None = None) -> list[str]:
         """The sinks of `dataflow` here whose log is full, counting the rows that wait for a
-        checkpoint too: a client is refused more events by these (the sink itself is held
-        by readable rows only, see `ResultLog.unread`)."""
+        checkpoint too, and `ahead` (sink -> events accepted that may still reach it, at
+        the log's bytes per row): a client is refused more events by these. Events taken
+        in while the executors are behind reach the log after the refusals start, and a
+        checkpoint then makes them readable at once; counted ahead, they cannot carry
+        the log past its bytes. (The sink itself is held by readable rows only, see
+        `ResultLog.unread`.)"""
         out = self.dataflows.get(dataflow)
         if out is None:
             return []
-        return [sink for sink, log in out.results.items()
-                if len(log) >= self.result_capacity or log.bytes >= out.log_bytes]
+        full = []
+        for sink, log in out.results.items():
+            rows = len(log)
+            coming = (ahead or {}).get(sink, 0)
+            size = log.bytes + (log.bytes * coming // rows if rows else 0)
+            if rows + coming >= self.result_capacity or size >= out.log_bytes:
+                full.append(sink)
+        return full
 
     def footprint(self, dataflow: str) -> int:
         """Estimated bytes of the dataflow's readable unread results and error output here."""

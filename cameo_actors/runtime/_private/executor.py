@@ -389,7 +389,14 @@ class Executor:
         ids = core.hosting.dataflows[dataflow].ids if dataflow in core.hosting.dataflows else []
         with core.flow.ingress_cond:
             waiting = {a: core.flow.ingress_pending[a] for a in ids if a in core.flow.ingress_pending}
-        return waiting, core.egress.held_full(dataflow)
+        # What may still reach each sink here: the events its sources here took in and
+        # have not run, and those in its own mailbox (a guess on the high side for steps
+        # that filter or aggregate, which only makes the refusals start a little early).
+        taken_in = sum(waiting.values())
+        acts = core.hosting.activations
+        ahead = {a: taken_in + max(0, acts[a].events_arrived - acts[a].events_in)
+                 for a in ids if a in acts and acts[a].is_sink}
+        return waiting, core.egress.held_full(dataflow, ahead)
 
     def traces(self) -> tuple[list[tuple[Any, ...]], int]:
         """The activities traced since the last call, and how many were lost before
