@@ -19,7 +19,10 @@ Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,all} [-
 
 Modes: fifo, cameo (deadline order alone) and floor (deadline order within each tenant's
 guaranteed floor, the default) share two executors; isolated gives each dataflow its own
-(same total). Capacity is measured once, at the start (bulk alone, flat out).
+(same total). Capacity is measured once, at the start: the executors' busy time per
+bulk event, bulk alone at a rate well within reach (`tenants.calibrate_capacity`); single
+and multi report their ratios only if the executors' busy share was within 15 points of
+the stated load in every shared mode (`scenarios.off_load`).
 Ratios: p99 of the latency-sensitive dataflows (max over them), fifo / cameo,
 floor / cameo and isolated / cameo. Inputs come from bench/harness/workload.py, seeded.
 
