@@ -948,15 +948,20 @@ class Runtime:
     def pressure(self, name: str) -> Pressure:
         """Whether the dataflow can take more events now, in one parallel round of calls
         that never wait on a busy executor: its full result logs (a reader is behind) and
-        the events waiting at its sources against the limit (`ingress_events`)."""
+        the events waiting at its sources against the limit (`ingress_events`). A log is
+        full when the events its sources took in and have not run would fill it (a guess
+        on the high side for steps that filter or aggregate: the refusals then start a
+        little early, when the log is nearly full anyway)."""
         info = self._live(name)
         answers = self._parts_get(name, lambda: [self.executors[h].pressure.remote(name)
                                          for h in info["executors"]])
         waiting: dict[str, int] = {}
-        full: builtins.list[str] = []
-        for part_waiting, part_full in answers:
+        rooms: dict[str, int] = {}
+        for part_waiting, part_rooms in answers:
             waiting.update(part_waiting)
-            full.extend(part_full)
+            rooms.update(part_rooms)
+        taken_in = sum(waiting.values())
+        full = [sink for sink, room in rooms.items() if room <= taken_in]
         return {"full_sinks": sorted(full), "waiting": waiting,
                 "limit": self.config.ingress_events}
 

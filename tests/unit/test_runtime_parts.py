@@ -222,17 +222,16 @@ def test_a_result_log_with_ids_keeps_rows_and_reads_mixed_kinds_as_rows_only() -
         mixed.read_columns(0)
 
 
-def test_a_client_is_refused_once_the_events_taken_in_would_fill_the_log() -> None:
+def test_a_sinks_room_counts_its_queue_and_its_bytes_per_row() -> None:
     egress, held = make_egress(capacity=100)
+    assert egress.room("d", {}) == {"d/o/0": 100}  # empty: by rows only
     egress.results("d", "d/o/0", [{"n": i} for i in range(40)], 1.0, 2.0)
-    assert egress.held_full("d") == [] and held == []
-    # 60 events accepted and not yet run would bring it to its capacity: refused now.
-    assert egress.held_full("d", {"d/o/0": 60}) == ["d/o/0"]
-    assert egress.held_full("d", {"d/o/0": 59}) == []
-    # By bytes: the log's bytes per row times the events ahead.
+    assert held == [] and egress.room("d", {}) == {"d/o/0": 60}
+    assert egress.room("d", {"d/o/0": 15}) == {"d/o/0": 45}  # its mailbox is taken in too
+    # By bytes: as many rows again as the log holds, at its bytes per row.
     egress.dataflows["d"].log_bytes = egress.dataflows["d"].results["d/o/0"].bytes * 2
-    assert egress.held_full("d", {"d/o/0": 40}) == ["d/o/0"]
-    assert egress.held_full("d", {"d/o/0": 39}) == []
+    assert egress.room("d", {}) == {"d/o/0": 40}
+    assert egress.room("d", {"d/o/0": 50}) == {"d/o/0": 0}
 
 
 def test_the_error_output_keeps_counts_and_drops_the_oldest_unread_records() -> None:

@@ -360,25 +360,26 @@ class Egress:
         out = self.dataflows.get(dataflow)
         return sum(log.end_offset - log.readable_end for log in out.results.values()) if out else 0
 
-    def held_full(self, dataflow: str, ahead: dict[str, int] | None = None) -> list[str]:
-        """The sinks of `dataflow` here whose log is full, counting the rows that wait for a
-        checkpoint too, and `ahead` (sink -> events accepted that may still reach it, at
-        the log's bytes per row): a client is refused more events by these. Events taken
-        in while the executors are behind reach the log after the refusals start, and a
-        checkpoint then makes them readable at once; counted ahead, they cannot carry
-        the log past its bytes. (The sink itself is held by readable rows only, see
-        `ResultLog.unread`.)"""
+    def room(self, dataflow: str, queued: dict[str, int]) -> dict[str, int]:
+        """Sink -> the events its log here can still take, by rows and by bytes (at its
+        bytes per row), counting the rows that wait for a checkpoint and `queued` (events
+        in the sink's mailbox) as taken: at 0 a client is refused more events. The caller
+        compares it with the events its sources took in and have not run: those reach the
+        log after the refusals start, and the next checkpoint makes them readable at
+        once, past the dataflow's state budget if nobody counted them. (The sink itself
+        is held by readable rows only, see `ResultLog.unread`.)"""
         out = self.dataflows.get(dataflow)
         if out is None:
-            return []
-        full = []
+            return {}
+        rooms = {}
         for sink, log in out.results.items():
-            rows = len(log)
-            coming = (ahead or {}).get(sink, 0)
-            size = log.bytes + (log.bytes * coming // rows if rows else 0)
-            if rows + coming >= self.result_capacity or size >= out.log_bytes:
-                full.append(sink)
-        return full
+            rows = len(log) + queued.get(sink, 0)
+            room = self.result_capacity - rows
+            if len(log):
+                room = min(room, (out.log_bytes - log.bytes) * len(log) // log.bytes
+                           - queued.get(sink, 0))
+            rooms[sink] = max(0, room)
+        return rooms
 
     def footprint(self, dataflow: str) -> int:
         """Estimated bytes of the dataflow's readable unread results and error output here."""

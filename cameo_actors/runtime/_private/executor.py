@@ -381,22 +381,19 @@ class Executor:
         stats["gc"] = self.gc_pauses.stats()
         return stats
 
-    def pressure(self, dataflow: str) -> tuple[dict[str, int], list[str]]:
-        """(events waiting at each of the dataflow's sources here, its sinks here whose
-        result log is full). Answered by Ray's threads from counters, so that a client can
-        decide to refuse a push before sending it, however busy the worker thread is."""
+    def pressure(self, dataflow: str) -> tuple[dict[str, int], dict[str, int]]:
+        """(events waiting at each of the dataflow's sources here, the events each of its
+        sinks here can still take: `Egress.room`). Answered by Ray's threads from
+        counters, so that a client can decide to refuse a push before sending it, however
+        busy the worker thread is."""
         core = self.core
         ids = core.hosting.dataflows[dataflow].ids if dataflow in core.hosting.dataflows else []
         with core.flow.ingress_cond:
             waiting = {a: core.flow.ingress_pending[a] for a in ids if a in core.flow.ingress_pending}
-        # What may still reach each sink here: the events its sources here took in and
-        # have not run, and those in its own mailbox (a guess on the high side for steps
-        # that filter or aggregate, which only makes the refusals start a little early).
-        taken_in = sum(waiting.values())
         acts = core.hosting.activations
-        ahead = {a: taken_in + max(0, acts[a].events_arrived - acts[a].events_in)
-                 for a in ids if a in acts and acts[a].is_sink}
-        return waiting, core.egress.held_full(dataflow, ahead)
+        queued = {a: max(0, acts[a].events_arrived - acts[a].events_in)
+                  for a in ids if a in acts and acts[a].is_sink}
+        return waiting, core.egress.room(dataflow, queued)
 
     def traces(self) -> tuple[list[tuple[Any, ...]], int]:
         """The activities traced since the last call, and how many were lost before
