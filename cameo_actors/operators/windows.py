@@ -504,10 +504,11 @@ def _chosen(batch: Columns, events: Sequence[tuple[str, str, int | None]],
         per_slot = []
         for field, fn, n in events:
             seg = values[field][lo:hi]
-            least = max(seg) if fn == "max_by" else heapq.nlargest(n or 1, seg)[-1]
             if fn == "max_by":
-                per_slot.append([lo + j for j, v in enumerate(seg) if v == least])
+                best = max(seg)
+                per_slot.append([lo + j for j, v in enumerate(seg) if v == best])
             else:
+                least = heapq.nlargest(n or 1, seg)[-1]
                 per_slot.append([lo + j for j, v in enumerate(seg) if v >= least])
         picks.append(per_slot)
     at = sorted({j for per_slot in picks for js in per_slot for j in js})

@@ -163,26 +163,19 @@ def parse_events(data: Any) -> list[dict[str, Any]]:
 
 
 # -- answers in the format asked for (results and error-output pages) -------------------------
+def _first_of(accept: str | None, kinds: set[str]) -> str | None:
+    """The first media type of an Accept header that is one of `kinds`."""
+    return next((k for k in map(media_type, (accept or "").split(",")) if k in kinds), None)
+
+
 def wants_arrow(accept: str | None) -> bool:
     """Whether an Accept header's first known type is an Arrow stream."""
-    for part in (accept or "").split(","):
-        kind = media_type(part)
-        if kind == ARROW_STREAM:
-            return True
-        if kind in _MSGPACK_TYPES or kind in _JSON_TYPES:
-            return False
-    return False
+    return _first_of(accept, {ARROW_STREAM, *_MSGPACK_TYPES, *_JSON_TYPES}) == ARROW_STREAM
 
 
 def wants_msgpack(accept: str | None) -> bool:
     """Whether an Accept header prefers msgpack: its first JSON or msgpack type is msgpack."""
-    for part in (accept or "").split(","):
-        kind = media_type(part)
-        if kind in _MSGPACK_TYPES:
-            return True
-        if kind in _JSON_TYPES:
-            return False
-    return False
+    return _first_of(accept, {*_MSGPACK_TYPES, *_JSON_TYPES}) in _MSGPACK_TYPES
 
 
 def json_safe(data: Any) -> Any:

@@ -127,9 +127,10 @@ class ResultLog:
         if start < self._base:
             raise ValueError(f"offset {start} was committed already (first kept: {self._base})")
         stop = self.readable_end if end is None else min(end, self.readable_end)
-        i = max(self._head, bisect.bisect_right(self._starts, start, lo=self._head) - 1)
-        for at, (events, ingest_ms, egress_ms) in zip(self._starts[i:], self._chunks[i:],
-                                                      strict=True):
+        starts, chunks = self._starts, self._chunks
+        for i in range(max(self._head, bisect.bisect_right(starts, start, lo=self._head) - 1),
+                       len(chunks)):
+            at, (events, ingest_ms, egress_ms) = starts[i], chunks[i]
             if at >= stop:
                 return
             n = len(events)
@@ -375,7 +376,7 @@ class Egress:
         for sink, log in out.results.items():
             rows = len(log) + queued.get(sink, 0)
             room = self.result_capacity - rows
-            if len(log):
+            if log.bytes:  # by bytes too, at the log's bytes per row
                 room = min(room, (out.log_bytes - log.bytes) * len(log) // log.bytes
                            - queued.get(sink, 0))
             rooms[sink] = max(0, room)
