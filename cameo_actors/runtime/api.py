@@ -949,21 +949,24 @@ class Runtime:
         """Whether the dataflow can take more events now, in one parallel round of calls
         that never wait on a busy executor: its full result logs (a reader is behind) and
         the events waiting at its sources against the limit (`ingress_events`). A log is
-        full when the events its sources took in and have not run would fill it (a guess
-        on the high side for steps that filter or aggregate: the refusals then start a
-        little early, when the log is nearly full anyway)."""
+        full when the events taken in and not yet at the sinks (waiting at the sources or
+        queued between steps) would fill it: a guess on the high side for steps that
+        filter or aggregate, so the refusals start a little early, when the log is nearly
+        full anyway."""
         info = self._live(name)
         answers = self._parts_get(name, lambda: [self.executors[h].pressure.remote(name)
                                          for h in info["executors"]])
         waiting: dict[str, int] = {}
-        rooms: dict[str, int] = {}
-        for part_waiting, part_rooms in answers:
+        room_here: dict[str, int] = {}
+        inside = 0
+        for part_waiting, part_inside, part_rooms in answers:
             waiting.update(part_waiting)
-            rooms.update(part_rooms)
-        taken_in = sum(waiting.values())
-        full = [sink for sink, room in rooms.items() if room <= taken_in]
-        return {"full_sinks": sorted(full), "waiting": waiting,
-                "limit": self.config.ingress_events}
+            room_here.update(part_rooms)
+            inside += part_inside
+        taken_in = sum(waiting.values()) + inside
+        rooms = {sink: max(0, room - taken_in) for sink, room in room_here.items()}
+        return {"full_sinks": sorted(s for s, room in rooms.items() if room == 0),
+                "rooms": rooms, "waiting": waiting, "limit": self.config.ingress_events}
 
     # -- for the service (cameo serve): fresh reads and one-round snapshots ----------------------
     def stats_all(self) -> PoolSnapshot:

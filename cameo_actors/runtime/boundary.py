@@ -265,6 +265,7 @@ class Pressure(TypedDict):
     """`pressure()`: whether a dataflow can take more events now."""
 
     full_sinks: list[str]  # sink activations whose result log is full (a reader is behind)
+    rooms: dict[str, int]  # sink activation -> events the dataflow may still take for it
     waiting: dict[str, int]  # source activation -> events waiting to run
     limit: int  # events waiting at a source before its writers are held back
 

@@ -62,7 +62,8 @@ class ServiceRuntime:
         self.pool = rt.pool
         self._pushers: dict[str, tuple[Runtime, threading.Lock]] = {}
         self._pushers_guard = threading.Lock()
-        self._pressure: dict[str, tuple[float, Pressure]] = {}
+        # name -> (when asked, the runtime's answer, events pushed since)
+        self._pressure: dict[str, tuple[float, Pressure, int]] = {}
         # control
         self.deploy, self.predict, self.update = rt.deploy, rt.predict, rt.update
         self.list, self.describe, self.stats = rt.list, rt.describe, rt.stats
@@ -90,6 +91,7 @@ class ServiceRuntime:
         result = self.rt.cancel(name)
         with self._pushers_guard:
             self._pushers.pop(name, None)
+        self._pressure.pop(name, None)
         return result
 
     def push(self, name: str, source: str, events: Sequence[Event], **kwargs: Any
@@ -98,6 +100,9 @@ class ServiceRuntime:
         with lock:
             rejected = handle.push(name, source, events, **kwargs)
             handle.flush()
+            cached = self._pressure.get(name)  # one push at a time per dataflow: no race
+            if cached is not None:
+                self._pressure[name] = (cached[0], cached[1], cached[2] + len(events))
             return rejected
 
     def close(self, name: str) -> None:
@@ -107,12 +112,18 @@ class ServiceRuntime:
 
     def pressure(self, name: str) -> Pressure:
         """The runtime's answer, reused for `PRESSURE_TTL_S`: a push asks before sending,
-        and a burst of pushes should not each cost a round of calls."""
+        and a burst of pushes should not each cost a round of calls. The events pushed
+        since the answer count against its sinks' room, so that a burst cannot fill a
+        log past its bytes before the answer is renewed."""
         now = time.monotonic()
         cached = self._pressure.get(name)
         if cached is None or now - cached[0] > PRESSURE_TTL_S:
-            cached = self._pressure[name] = (now, self.rt.pressure(name))
-        return cached[1]
+            cached = self._pressure[name] = (now, self.rt.pressure(name), 0)
+        _, answer, pushed = cached
+        if not pushed:
+            return answer
+        full = {s for s, room in answer["rooms"].items() if room <= pushed}
+        return {**answer, "full_sinks": sorted(full | set(answer["full_sinks"]))}
 
     def wait_idle(self, timeout_s: float = 60.0, *,
                   dataflows: Sequence[str] | None = None) -> None:

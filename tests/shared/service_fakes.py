@@ -193,7 +193,9 @@ class FakeRuntime:
 
     def pressure(self, name: str) -> dict[str, Any]:
         f = self._get(name)
-        return {"full_sinks": list(f.get("full_sinks", [])), "waiting": {}, "limit": 20_000}
+        full = list(f.get("full_sinks", []))
+        return {"full_sinks": full, "rooms": {s: 0 for s in full}, "waiting": {},
+                "limit": 20_000}
 
     def close(self, name: str) -> None:
         f = self._get(name)

@@ -20,7 +20,12 @@ from cameo_actors.errors import SpecError
 from cameo_actors.operators.base import ErrorRecord
 from cameo_actors.operators.columns import ResultsNotColumnar
 from cameo_actors.runtime._private.channels import Channels
-from cameo_actors.runtime._private.egress import ERROR_LOG_CAPACITY, Egress, ResultLog
+from cameo_actors.runtime._private.egress import (
+    ERROR_LOG_CAPACITY,
+    FIRST_ROW_BYTES,
+    Egress,
+    ResultLog,
+)
 from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
 from cameo_actors.runtime._private.hosting import Hosting
 from cameo_actors.runtime._private.routing import place
@@ -232,6 +237,21 @@ def test_a_sinks_room_counts_its_queue_and_its_bytes_per_row() -> None:
     egress.dataflows["d"].log_bytes = egress.dataflows["d"].results["d/o/0"].bytes * 2
     assert egress.room("d", {}) == {"d/o/0": 40}
     assert egress.room("d", {"d/o/0": 50}) == {"d/o/0": 0}
+
+
+def test_a_sinks_room_by_bytes_is_guessed_high_before_its_first_rows_and_kept_after_commits(
+        ) -> None:
+    egress, _ = make_egress(capacity=10**6)
+    out = egress.dataflows["d"]
+    out.log_bytes = 100 * FIRST_ROW_BYTES
+    assert egress.room("d", {}) == {"d/o/0": 100}  # nothing known yet: the high guess
+    egress.results("d", "d/o/0", [{"n": i} for i in range(10)], 1.0, 2.0)
+    log = out.results["d/o/0"]
+    per_row = log.bytes // 10
+    assert per_row < FIRST_ROW_BYTES and egress.room("d", {}) == {
+        "d/o/0": (out.log_bytes - log.bytes) // per_row}
+    log.commit(10)  # an empty log keeps what its rows cost
+    assert log.bytes == 0 and egress.room("d", {}) == {"d/o/0": out.log_bytes // per_row}
 
 
 def test_the_error_output_keeps_counts_and_drops_the_oldest_unread_records() -> None:

@@ -53,6 +53,9 @@ ERROR_LOG_CAPACITY = 100_000
 ROW_OVERHEAD = 120
 #: The same for a row of columns: its two times, once per chunk, and the offsets of strings.
 COLUMN_ROW_OVERHEAD = 8
+#: A log's bytes per row before it held any: a guess on the high side (a row of a few
+#: fields costs about 500 bytes), so that a first burst cannot pass the log's bytes.
+FIRST_ROW_BYTES = 1_024
 #: The field of an at-least-once result that names it across replays.
 ID_FIELD = "_id"
 #: Distinct rows whose count of repeats a sink remembers for their ids (the oldest go first:
@@ -82,6 +85,7 @@ class ResultLog:
         self._base = 0  # offset of the first row kept
         self._rows = 0  # rows kept
         self.bytes = 0  # estimated memory of the rows kept
+        self.row_bytes = FIRST_ROW_BYTES  # per row, of the rows kept last (kept when empty)
         #: rows below this offset are readable (None: every row, at once)
         self.stable: int | None = 0 if exactly_once else None
         #: at-least-once with ids: row hash -> rows of that hash so far
@@ -121,6 +125,7 @@ class ResultLog:
         self._chunks.append((events, ingest_ms, egress_ms))
         self._rows += len(events)
         self.bytes += _chunk_bytes(events)
+        self.row_bytes = max(1, self.bytes // self._rows)
 
     def _slices(self, start: int, end: int | None) -> Iterator[Chunk]:
         """The chunks' parts with offsets in [start, min(end, readable end))."""
@@ -190,6 +195,7 @@ class ResultLog:
         self._base = base
         self._rows = sum(len(events) for events, _, _ in self._chunks)
         self.bytes = sum(_chunk_bytes(events) for events, _, _ in self._chunks)
+        self.row_bytes = max(1, self.bytes // self._rows) if self._rows else FIRST_ROW_BYTES
         if self.stable is not None:
             self.stable = self.end_offset
         self.marks.clear()
@@ -363,7 +369,7 @@ class Egress:
 
     def room(self, dataflow: str, queued: dict[str, int]) -> dict[str, int]:
         """Sink -> the events its log here can still take, by rows and by bytes (at its
-        bytes per row), counting the rows that wait for a checkpoint and `queued` (events
+        bytes per row, or the last known), counting the rows that wait for a checkpoint and `queued` (events
         in the sink's mailbox) as taken: at 0 a client is refused more events. The caller
         compares it with the events its sources took in and have not run: those reach the
         log after the refusals start, and the next checkpoint makes them readable at
@@ -374,12 +380,9 @@ class Egress:
             return {}
         rooms = {}
         for sink, log in out.results.items():
-            rows = len(log) + queued.get(sink, 0)
-            room = self.result_capacity - rows
-            if log.bytes:  # by bytes too, at the log's bytes per row
-                room = min(room, (out.log_bytes - log.bytes) * len(log) // log.bytes
-                           - queued.get(sink, 0))
-            rooms[sink] = max(0, room)
+            by_bytes = (out.log_bytes - log.bytes) // log.row_bytes
+            rooms[sink] = max(0, min(self.result_capacity - len(log), by_bytes)
+                              - queued.get(sink, 0))
         return rooms
 
     def footprint(self, dataflow: str) -> int:

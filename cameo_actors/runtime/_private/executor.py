@@ -381,19 +381,20 @@ class Executor:
         stats["gc"] = self.gc_pauses.stats()
         return stats
 
-    def pressure(self, dataflow: str) -> tuple[dict[str, int], dict[str, int]]:
-        """(events waiting at each of the dataflow's sources here, the events each of its
-        sinks here can still take: `Egress.room`). Answered by Ray's threads from
-        counters, so that a client can decide to refuse a push before sending it, however
-        busy the worker thread is."""
+    def pressure(self, dataflow: str) -> tuple[dict[str, int], int, dict[str, int]]:
+        """(events waiting at each of the dataflow's sources here, events queued at its
+        other steps here before their sinks, the events each of its sinks here can still
+        take: `Egress.room`). Answered by Ray's threads from counters, so that a client
+        can decide to refuse a push before sending it, however busy the worker thread is."""
         core = self.core
         ids = core.hosting.dataflows[dataflow].ids if dataflow in core.hosting.dataflows else []
         with core.flow.ingress_cond:
             waiting = {a: core.flow.ingress_pending[a] for a in ids if a in core.flow.ingress_pending}
         acts = core.hosting.activations
-        queued = {a: max(0, acts[a].events_arrived - acts[a].events_in)
-                  for a in ids if a in acts and acts[a].is_sink}
-        return waiting, core.egress.room(dataflow, queued)
+        queued = {a: max(0, acts[a].events_arrived - acts[a].events_in) for a in ids if a in acts}
+        sinks = {a: n for a, n in queued.items() if acts[a].is_sink}
+        inside = sum(n for a, n in queued.items() if a not in sinks and a not in waiting)
+        return waiting, inside, core.egress.room(dataflow, sinks)
 
     def traces(self) -> tuple[list[tuple[Any, ...]], int]:
         """The activities traced since the last call, and how many were lost before
