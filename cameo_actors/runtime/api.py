@@ -64,7 +64,7 @@ from cameo_actors.runtime.boundary import (
     ResultRow,
     error_log_id,
 )
-from cameo_actors.runtime.config import RuntimeConfig, default_run_dir
+from cameo_actors.runtime.config import RuntimeConfig, default_run_dir, storage_not_shared
 from cameo_actors.runtime.exceptions import (
     DataflowEnded,
     DataflowNotFound,
@@ -73,6 +73,7 @@ from cameo_actors.runtime.exceptions import (
     PoolNotFound,
     ReconfigFailed,
     RuntimeUnavailable,
+    StorageNotShared,
 )
 
 T = TypeVar("T")
@@ -219,8 +220,10 @@ class Runtime:
             PoolKept: not `resume`, and the storage holds a pool kept to be restored.
             PoolInUse: not `resume`, and a process on this machine runs the pool whose
                 storage this is (another script with the same pool name and run folder).
+            StorageNotShared: a new pool on a Ray cluster of more than one node, its
+                checkpoints or ingress logs left to the run folder of this node.
         """
-        config = config or RuntimeConfig()
+        given = config = config or RuntimeConfig()
         # Checkpoints, ingress logs and local copies under the run folder unless the config
         # says where.
         run = os.path.abspath(run_dir or default_run_dir())
@@ -245,12 +248,17 @@ class Runtime:
                 cluster.join(address)
             owns = True
         found = cluster.find_actor(controller_name(pool)) is not None
+        if not found and address is not None:
+            problem = storage_not_shared(given, cluster.alive_nodes())
+            if problem:
+                raise StorageNotShared(problem)
         if not found and not resume and not private:
             _start_afresh(storage, config, pool)
         # Ray restarts a controller that dies; it reads its registry back from storage.
         controller = Controller.options(  # type: ignore[attr-defined]
             name=controller_name(pool), namespace=NAMESPACE, lifetime="detached",
-            max_restarts=-1, max_task_retries=-1, get_if_exists=True).remote(
+            max_restarts=-1, max_task_retries=-1, get_if_exists=True,
+            **cluster.ON_THE_HEAD).remote(
                 pool, config.to_dict(), resume)
         rt = cls(pool, controller, owns, found=found, embedded=owns and address is None)
         if rt.embedded:

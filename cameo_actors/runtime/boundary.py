@@ -216,7 +216,8 @@ class ExecutorStats(TypedDict, total=False):
     """`executor_stats()`: one executor's scheduler counters."""
 
     executor: int
-    node: str
+    node: str  # Ray's node id
+    address: str  # the node's address
     activations: int
     backlog: int
     executed: int

@@ -249,6 +249,30 @@ class RuntimeConfig:
         return cls(**d)
 
 
+def storage_not_shared(given: RuntimeConfig, nodes: int) -> str | None:
+    """Why a new pool on a Ray cluster of `nodes` live nodes cannot keep its checkpoints
+    and ingress logs where `given` (the configuration as its user wrote it) says, or None.
+
+    On more than one node, the defaults (folders under the run folder) are on the
+    starting node only: an executor restarted on another node would find no checkpoint
+    and no ingress log to restore from. Storage named explicitly is trusted to be shared
+    (a folder every node mounts, or a URL every node reaches)."""
+    if nodes <= 1:
+        return None
+    left = [what for what, value in (("checkpoint_url (cameo serve --checkpoint-url)",
+                                      given.checkpoint_url),
+                                     ("ingress_log_dir (cameo serve --ingress-log-dir)",
+                                      given.ingress_log_dir)) if not value]
+    if not left:
+        return None
+    return (f"starting a pool on a Ray cluster of {nodes} nodes: expected storage every node "
+            f"reaches, got {' and '.join(left)} left to a folder under the run folder, on this "
+            "node only (an executor restarted on another node would find nothing to restore). "
+            "Fix: name them: a URL pyarrow.fs understands (s3://, gs://, hdfs://) or a folder "
+            "every node mounts for the checkpoints, and a folder every node mounts for the "
+            "ingress logs")
+
+
 def default_run_dir() -> str:
     """The project's own run folder for Ray's and Spark's temporary files."""
     return os.path.abspath(os.environ.get("CAMEO_RUN_DIR", ".run"))

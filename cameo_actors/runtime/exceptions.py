@@ -54,6 +54,11 @@ class PoolInUse(CameoError, RuntimeError):
     this machine still runs (another script, another service): nothing of it was touched."""
 
 
+class StorageNotShared(CameoError, ValueError):
+    """A new pool on a cluster of more than one node was left its node-local default
+    storage (`config.storage_not_shared`): nothing was started."""
+
+
 class RuntimeUnavailable(CameoError, TimeoutError):
     """The pool did not answer in time (an executor died or is overloaded)."""
 

@@ -610,8 +610,8 @@ def cmd_executors(args: argparse.Namespace) -> int:
         return 0
     for r in rows:
         r["node"] = (r.get("node") or "")[:12]
-        r["busy_s"] = round(r["busy_ms"] / 1000.0, 2)
-    print(render_table(rows, ["executor", "node", "activations", "backlog", "executed",
+        r["busy_s"] = round(r.get("busy_ms", 0.0) / 1000.0, 2)
+    print(render_table(rows, ["executor", "node", "address", "activations", "backlog", "executed",
                               "busy_s", "overhead_us_per_message", "held"]))
     return 0
 

@@ -116,7 +116,12 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            f"a power of two (default {POOL_DEFAULTS['bins']})", _int),
     Option("checkpoint_url", "--checkpoint-url", ("CAMEO_CHECKPOINT_URL",),
            "where a new pool keeps its checkpoints and registry: a folder, or a URL pyarrow.fs "
-           "understands (s3://, gs://, hdfs://) (default: <run-dir>/checkpoints/<pool>)"),
+           "understands (s3://, gs://, hdfs://) (default: <run-dir>/checkpoints/<pool>; on a "
+           "cluster of more than one node, name storage every node reaches)"),
+    Option("ingress_log_dir", "--ingress-log-dir", ("CAMEO_INGRESS_LOG_DIR",),
+           "the folder of a new pool's ingress logs (every accepted push is written there "
+           "first) (default: <run-dir>/ingress/<pool>; on a cluster of more than one node, a "
+           "folder every node mounts)"),
     Option("checkpoint_interval_s", "--checkpoint-interval", ("CAMEO_CHECKPOINT_INTERVAL_S",),
            "seconds between checkpoints of each dataflow in a new pool, unless its spec says "
            f"otherwise; 0: none, a dataflow then fails with its executor "
@@ -208,6 +213,7 @@ class ServiceConfig:
     max_windows_per_event: int = POOL_DEFAULTS["max_windows_per_event"]
     bins: int = POOL_DEFAULTS["bins"]
     checkpoint_url: str | None = POOL_DEFAULTS["checkpoint_url"]
+    ingress_log_dir: str | None = POOL_DEFAULTS["ingress_log_dir"]
     checkpoint_interval_s: float = POOL_DEFAULTS["checkpoint_interval_s"]
     delivery: str = POOL_DEFAULTS["delivery"]
     admission: str = POOL_DEFAULTS["admission"]

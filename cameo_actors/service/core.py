@@ -413,6 +413,7 @@ class ServiceCore:
             "cause": info.get("cause"),
             "exceptions": list(info.get("exceptions") or [])[-10:],
             "history": list(info.get("history") or []),
+            "recoveries": info.get("recoveries", 0),
             "state_bytes": info.get("state_bytes", 0),
             "held": list(s.get("held", [])),
             "migrations": self._migrations_of(name),

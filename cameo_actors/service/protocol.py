@@ -559,6 +559,8 @@ class DataflowStatus(BaseModel):
     cause: str | None = Field(None, description="why it failed")
     exceptions: list[str] = Field([], description="its last operator failures")
     history: list[Transition] = Field([], description="its state changes, oldest first")
+    recoveries: int = Field(0, description="times it was restored from a checkpoint after a "
+                                           "part of the pool died")
     state_bytes: int = Field(0, description="estimated operator state and unread results")
     held: list[str] = Field([], description="activations held by flow control (e.g. a sink "
                                             "whose result log is full)")

@@ -169,6 +169,7 @@ def serve(cfg: ServiceConfig) -> int:
     url = f"http://{host}:{port}"
 
     from cameo_actors.runtime import Runtime, RuntimeConfig
+    from cameo_actors.runtime.exceptions import StorageNotShared
 
     t0 = time.monotonic()
     executors = cfg.executors or ((os.cpu_count() or 1) if cfg.embedded else None)
@@ -180,6 +181,7 @@ def serve(cfg: ServiceConfig) -> int:
                            max_string_chars=cfg.max_string_chars,
                            ended_retention_s=cfg.keep_ended_s,
                            checkpoint_url=cfg.checkpoint_url,
+                           ingress_log_dir=cfg.ingress_log_dir,
                            checkpoint_interval_s=cfg.checkpoint_interval_s,
                            delivery=cfg.delivery, admission=cfg.admission,
                            tenant_floor=cfg.tenant_floor == "on", scaling=dict(cfg.scaling))
@@ -188,6 +190,9 @@ def serve(cfg: ServiceConfig) -> int:
         rt = Runtime.start(config, pool=cfg.pool, address=None if cfg.embedded else cfg.address,
                            run_dir=cfg.run_dir, num_cpus=cfg.num_cpus, node_ip=cfg.node_ip,
                            resume=True)
+    except StorageNotShared as e:
+        log.error("%s", e)
+        return 1
     except (ConnectionError, RuntimeError, ValueError) as e:
         log.error("cannot start or join Ray (address %s): %s. Fix: check --address / "
                   "RAY_ADDRESS and that Ray's token (~/.ray/auth_token or RAY_AUTH_TOKEN) "

@@ -12,6 +12,7 @@ ids this kit started (never `ray stop`, which would end every Ray on the host).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -154,6 +155,14 @@ class ServiceProcess:
         self.stop()
 
 
+#: Ray's health checks of a test cluster: a node that stops answering is declared dead
+#: after about 3 s instead of Ray's 15 (3 s x 5), so that a lost node's executors are
+#: restarted elsewhere, and recovery begins, within a test's time. A real cluster keeps
+#: Ray's defaults or sets its own (docs/service.md, "When a node dies").
+NODE_DEATH_CONFIG = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
+                     "health_check_failure_threshold": 3}
+
+
 class LocalCluster:
     """A Ray cluster of `ray start --block` processes on loopback addresses of this machine:
     a head on 127.0.0.2 and workers on 127.0.0.3, .4, ... (Ray replaces 127.0.0.1 itself
@@ -182,8 +191,11 @@ class LocalCluster:
             write_private(token_path, new_token())
         # Ray's settings as a local Ray gets them (`config.RAY_SYSTEM_CONFIG`), as variables.
         self.env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path,
-                    **{f"RAY_{k}": str(v) for k, v in RAY_SYSTEM_CONFIG.items()}}
-        self.procs: list[subprocess.Popen[bytes]] = []
+                    **{f"RAY_{k}": str(v) for k, v in {**RAY_SYSTEM_CONFIG,
+                                                        **NODE_DEATH_CONFIG}.items()}}
+        #: node number (0: the head; its address 127.0.0.{2 + number}) -> its `ray start`
+        self.nodes: dict[int, subprocess.Popen[bytes]] = {}
+        self._added = 0
 
     def _ray(self, *args: str, log_name: str) -> subprocess.Popen[bytes]:
         ray = os.path.join(os.path.dirname(sys.executable), "ray")
@@ -196,32 +208,85 @@ class LocalCluster:
             proc = subprocess.Popen([*cmd, "start", "--block", "--disable-usage-stats",
                                      "--object-store-memory", str(150 * 1024 * 1024), *args],
                                     stdout=log, stderr=subprocess.STDOUT, env=env)
-        self.procs.append(proc)
         _wait_for(log_path, "block forever", 120.0, proc)
         return proc
 
     def start(self) -> LocalCluster:
-        self._ray("--head", f"--node-ip-address={self.head_ip}", f"--port={self.port}",
-                  f"--num-cpus={self.cpus[0]}", "--include-dashboard=false",
-                  f"--dashboard-agent-listen-port={free_port()}",
-                  f"--temp-dir={ray_temp_dir(self.run_dir)}", log_name="head.log")
-        for i, n in enumerate(self.cpus[1:], start=1):
-            self._ray(f"--address={self.address}", f"--node-ip-address=127.0.0.{2 + i}",
-                      f"--num-cpus={n}", f"--dashboard-agent-listen-port={free_port()}",
-                      log_name=f"worker-{i}.log")
+        self.nodes[0] = self._ray(
+            "--head", f"--node-ip-address={self.head_ip}", f"--port={self.port}",
+            f"--num-cpus={self.cpus[0]}", "--include-dashboard=false",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--temp-dir={ray_temp_dir(self.run_dir)}", log_name="head.log")
+        for n in self.cpus[1:]:
+            self.add_node(n)
         return self
+
+    def add_node(self, cpus: int) -> int:
+        """A worker node more, with `cpus` logical CPUs; its number."""
+        self._added += 1
+        number = self._added
+        self.nodes[number] = self._ray(
+            f"--address={self.address}", f"--node-ip-address=127.0.0.{2 + number}",
+            f"--num-cpus={cpus}", f"--dashboard-agent-listen-port={free_port()}",
+            log_name=f"worker-{number}.log")
+        return number
+
+    def node_ip(self, number: int) -> str:
+        return f"127.0.0.{2 + number}"
+
+    def kill_node(self, number: int) -> None:
+        """Worker node `number` lost without grace, as when its machine dies: its
+        `ray start`, raylet, workers and agents all SIGKILLed at once."""
+        proc = self.nodes.pop(number)
+        for pid in [proc.pid, *processes_under(proc.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(10)
 
     def stop(self) -> None:
         """Stop the workers, then the head (each `ray start --block` ends its node)."""
-        for proc in reversed(self.procs):
-            _stop(proc, 30.0)
-        self.procs.clear()
+        for number in sorted(self.nodes, reverse=True):
+            _stop(self.nodes.pop(number), 30.0)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def processes_under(pid: int) -> dict[int, tuple[str, str]]:
+    """Every process descending from `pid` (an embedded Ray: GCS, raylet, workers, agents):
+    pid -> (start time, so that a reused pid is not taken for it; command line)."""
+    parents: dict[int, int] = {}
+    started: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        stat = proc_stat(int(entry)) if entry.isdigit() else None
+        if stat is not None:
+            parents[int(entry)], started[int(entry)] = int(stat[1]), stat[19]
+    found: dict[int, tuple[str, str]] = {}
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for child in (p for p, pp in parents.items() if pp == parent):
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            found[child] = (started[child], command)
+            todo.append(child)
+    return found
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state, ppid, ...), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
 
 
 def fresh_dir(path: str) -> str:

@@ -22,7 +22,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cameo_actors import Dataflow, count, run_local, sum_
-from cameo_actors.service.testing import LocalCluster, ServiceProcess, fresh_dir
+from cameo_actors.service.testing import (
+    LocalCluster,
+    ServiceProcess,
+    fresh_dir,
+    proc_stat,
+    processes_under,
+)
 from tests.integration.test_service_limits import read_on
 from tests.shared import zoo
 
@@ -52,11 +58,19 @@ def cluster() -> Iterator[LocalCluster]:
     c.stop()
 
 
+def shared_storage(cluster: LocalCluster) -> list[str]:
+    """Storage every node of the cluster reaches (one machine: any folder), named."""
+    shared = os.path.join(cluster.run_dir, "shared")
+    return ["--checkpoint-url", os.path.join(shared, "checkpoints"),
+            "--ingress-log-dir", os.path.join(shared, "ingress")]
+
+
 @pytest.fixture(scope="module")
 def service(cluster: LocalCluster) -> Iterator[ServiceProcess]:
     svc = ServiceProcess(os.path.join(cluster.run_dir, "service"), env=cluster.env,
                          args=["--address", cluster.address, "--executors", str(EXECUTORS),
-                               "--pool", "two-nodes", "--drain-timeout", "5"])
+                               "--pool", "two-nodes", "--drain-timeout", "5",
+                               *shared_storage(cluster)])
     svc.start()
     yield svc
     svc.stop()
@@ -70,6 +84,18 @@ def wait_results(svc: ServiceProcess, at_least: int, timeout_s: float = 60.0) ->
             return n
         assert time.monotonic() < deadline, f"only {n} of {at_least} results after {timeout_s} s"
         time.sleep(0.3)
+
+
+def test_a_pool_on_two_nodes_left_node_local_storage_is_refused(cluster: LocalCluster) -> None:
+    svc = ServiceProcess(os.path.join(cluster.run_dir, "refused"), env=cluster.env,
+                         args=["--address", cluster.address, "--pool", "local-storage"])
+    with pytest.raises(TimeoutError) as refused:
+        svc.start(timeout_s=60)
+    assert svc.proc is not None and svc.proc.wait(10) == 1
+    log = svc.log()
+    assert "Ray cluster of 2 nodes: expected storage every node reaches" in log, log[-2000:]
+    assert "--checkpoint-url" in log and "--ingress-log-dir" in log and "Fix: name them" in log
+    assert "exit code 1" in str(refused.value)
 
 
 def test_executors_on_both_nodes_and_metrics_from_both(service: ServiceProcess) -> None:
@@ -143,46 +169,12 @@ def window_flow() -> Dataflow:
 RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
-def processes_under(pid: int) -> dict[int, tuple[str, str]]:
-    """Every process descending from `pid` (an embedded Ray: GCS, raylet, workers, agents):
-    pid -> (start time, so that a reused pid is not taken for it; command line)."""
-    parents: dict[int, int] = {}
-    started: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        stat = _stat(int(entry)) if entry.isdigit() else None
-        if stat is not None:
-            parents[int(entry)], started[int(entry)] = int(stat[1]), stat[19]
-    found: dict[int, tuple[str, str]] = {}
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        for child in (p for p, pp in parents.items() if pp == parent):
-            try:
-                with open(f"/proc/{child}/cmdline", "rb") as f:
-                    command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
-                continue
-            found[child] = (started[child], command)
-            todo.append(child)
-    return found
-
-
 def still_running(procs: dict[int, tuple[str, str]], *, agents: bool = True) -> list[str]:
     """The command lines of those of `procs` that run (the same processes: same start
     times; not zombies), Ray's agents left out unless `agents`."""
     return [command[:80] for pid, (start, command) in procs.items()
             if (agents or not command.startswith(RAY_AGENTS))
-            and (stat := _stat(pid)) is not None and stat[19] == start and stat[0] != "Z"]
-
-
-def _stat(pid: int) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name (state, ppid, ...), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()
+            and (stat := proc_stat(pid)) is not None and stat[19] == start and stat[0] != "Z"]
 
 
 def wait_until(check: Callable[[], bool], what: str | Callable[[], str],

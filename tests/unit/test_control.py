@@ -22,7 +22,7 @@ from cameo_actors.runtime._private.control.checkpoints import CheckpointPhase
 from cameo_actors.runtime._private.control.tracing import Tracing
 from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime.boundary import CANCELLED, RUNNING
-from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.config import RuntimeConfig, storage_not_shared
 from cameo_actors.testing import run_local
 from tests.shared.gateway import ControlPlane
 from tests.shared.zoo import SCHEMA, canon, events
@@ -460,3 +460,14 @@ def test_local_recovery_is_on_by_default_only_for_storage_that_is_not_a_local_fo
     assert copies(f"file://{tmp_path}/checkpoints") is None
     assert copies(str(tmp_path / "checkpoints"), on=True) == str(tmp_path / "executor-3")
     assert copies("s3://bucket/cameo", on=False) is None
+
+
+def test_a_pool_on_more_than_one_node_must_name_storage_every_node_reaches() -> None:
+    named = RuntimeConfig(checkpoint_url="s3://bucket/cameo", ingress_log_dir="/mnt/shared/in")
+    assert storage_not_shared(RuntimeConfig(), 1) is None  # one node: its folders are shared
+    assert storage_not_shared(named, 3) is None
+    why = storage_not_shared(RuntimeConfig(checkpoint_url="s3://bucket/cameo"), 3)
+    assert why is not None and "cluster of 3 nodes" in why and "Fix: name them" in why
+    assert "ingress_log_dir" in why and "checkpoint_url" not in why
+    both = storage_not_shared(RuntimeConfig(), 2)
+    assert both is not None and "checkpoint_url" in both and "ingress_log_dir" in both

@@ -91,6 +91,19 @@ def gcs_address() -> str | None:
     return str(ray.get_runtime_context().gcs_address)
 
 
+#: Actor options that place an actor on the head node, needing no CPU there (a head is
+#: often started with none). Ray gives the head, and a head started again in its place,
+#: this resource: a pool's controller goes there, since the head's loss is the cluster's,
+#: and a worker node's loss then never takes the control plane with it. (A soft affinity
+#: to the head's node id let Ray place the controller on a worker now and then.)
+ON_THE_HEAD: dict[str, Any] = {"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}}
+
+
+def node_address() -> str:
+    """This process's node's address (what an operator knows a machine by)."""
+    return str(ray.util.get_node_ip_address())
+
+
 def find_actor(name: str) -> Any | None:
     """A named cameo actor of this cluster, or None."""
     try:
@@ -107,7 +120,11 @@ def info() -> dict[str, Any]:
         token_auth: bool | None = bool(is_token_auth_enabled())
     except ImportError:  # a Ray without token auth
         token_auth = None
-    return {"token_auth": token_auth, "nodes": len([n for n in ray.nodes() if n.get("Alive")])}
+    return {"token_auth": token_auth, "nodes": alive_nodes()}
+
+
+def alive_nodes() -> int:
+    return len([n for n in ray.nodes() if n.get("Alive")])
 
 
 def unwrap(e: Exception) -> Exception:

@@ -25,6 +25,7 @@ import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.runtime._private.checkpoint import ChainRead, PartBytes, Written, read_chain
+from cameo_actors.runtime._private.cluster import node_address
 from cameo_actors.runtime._private.collector import Pauses
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
@@ -58,6 +59,7 @@ class Executor:
         self.index = index
         #: names this run of the process: Ray restarts a dead executor by running this again
         self.incarnation = uuid.uuid4().hex[:12]
+        self.address = node_address()
         self.peers: list[Any] = []
         self.core = ExecutorCore(index, self.config, self._send_to, persist=self._persist)
         self.core.channels.incarnation = self.incarnation
@@ -375,6 +377,7 @@ class Executor:
     def executor_stats(self) -> ExecutorStats:
         stats = self._call(self.core.executor_stats)
         stats["node"] = ray.get_runtime_context().get_node_id()
+        stats["address"] = self.address
         stats["pid"] = os.getpid()
         stats["worker_tid"] = self._thread.native_id or 0
         stats["alive"] = True

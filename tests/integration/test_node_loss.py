@@ -1,0 +1,213 @@
+"""Nodes lost without grace on a three-node Ray cluster on this machine (`ray start`
+processes on loopback: a head and two workers), with `cameo serve` joined to it: a
+worker node's raylet, workers and agents SIGKILLed at once, twice, as when machines die.
+Every dataflow with an activation there is restored on the nodes left (or on a node
+added meanwhile) from its last checkpoint; pushes and reads through the API go on; a
+tenant on the other nodes produces results throughout; and then the head's processes
+(the pool's controller, the service) are killed and started again. The results equal
+`run_local`'s, each exactly once.
+
+One cluster for the module; its storage is a folder every node of it sees (one machine),
+named explicitly as a real cluster must.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cameo_actors import Dataflow, count, run_local, sum_
+from cameo_actors.service.testing import LocalCluster, ServiceProcess, fresh_dir, processes_under
+from tests.integration.test_service_cluster import wait_until
+from tests.integration.test_service_limits import read_on
+from tests.shared.zoo import SCHEMA, canon, events
+
+pytestmark = pytest.mark.integration
+
+RUN_DIR = os.path.abspath(os.path.join(os.environ.get("CAMEO_RUN_DIR", ".run"), "test-nodes"))
+EXECUTORS = 3  # SPREAD: one per node; the head has a CPU to spare for one restarted there
+VICTIMS = ("win", "filt")
+
+
+def keyed_window() -> Dataflow:
+    d = Dataflow("win", latency_target_ms=1000, tenant="a")
+    (d.source("s", schema=SCHEMA, event_time="ts", allowed_lateness_ms=40, parallelism=EXECUTORS)
+     .key_by("key").window(tumbling_ms=50, parallelism=EXECUTORS)
+     .aggregate(n=count(), total=sum_("value")).sink("o"))
+    return d
+
+
+def a_filter() -> Dataflow:
+    d = Dataflow("filt", latency_target_ms=1000, tenant="b")
+    (d.source("s", schema=SCHEMA, event_time="ts", parallelism=EXECUTORS)
+     .filter("level == 'ERROR'").sink("o"))
+    return d
+
+
+def bystander() -> Dataflow:
+    d = Dataflow("bystander", latency_target_ms=1000, tenant="c")
+    d.source("s", schema=SCHEMA, event_time="ts").filter("value > 0").sink("o")
+    return d
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    c = LocalCluster(fresh_dir(RUN_DIR), cpus=(2, 1, 1))
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def service(cluster: LocalCluster) -> Iterator[ServiceProcess]:
+    storage = os.path.join(cluster.run_dir, "shared")
+    svc = ServiceProcess(os.path.join(cluster.run_dir, "service"), env=cluster.env, args=[
+        "--address", cluster.address, "--executors", str(EXECUTORS), "--pool", "nodes",
+        "--checkpoint-interval", "0.5", "--checkpoint-url", os.path.join(storage, "checkpoints"),
+        "--ingress-log-dir", os.path.join(storage, "ingress")])
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+class Bystander(threading.Thread):
+    """Pushes to the bystander and reads its results, every 0.2 s, until stopped;
+    remembers when each result arrived."""
+
+    def __init__(self, svc: ServiceProcess) -> None:
+        super().__init__(daemon=True)
+        self.client = svc.client()
+        self.stopped = threading.Event()
+        self.pushed = 0
+        self.results: list[tuple[float, dict[str, Any]]] = []
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        cursor = None
+        data = events(50_000, seed=3)
+        while not self.stopped.is_set():
+            try:
+                if self.pushed < len(data):
+                    self.client.push("bystander", "s", data[self.pushed:self.pushed + 200])
+                    self.pushed += 200
+                page = self.client.results("bystander", cursor=cursor, limit=5_000)
+                if page["rows"]:
+                    cursor = page["cursor"]
+                    self.client.commit_results("bystander", cursor)
+                    now = time.monotonic()
+                    self.results += [(now, r["event"]) for r in page["rows"]]
+            except Exception as e:  # noqa: BLE001 - recorded and asserted on
+                self.failures.append(repr(e)[:300])
+            self.stopped.wait(0.2)
+
+    def since(self, t: float) -> int:
+        return sum(1 for at, _ in self.results if at >= t)
+
+
+def hosting(svc: ServiceProcess, names: tuple[str, ...]) -> set[str]:
+    """The addresses of the nodes whose executors host an activation of `names`."""
+    c = svc.client()
+    where = {e["executor"]: e.get("address") for e in c.executors()}
+    return {where[i] for name in names for i in c.status(name)["executors"]}
+
+
+def kill_a_worker(cluster: LocalCluster, svc: ServiceProcess) -> tuple[str, bool]:
+    """Kill a worker node that hosts the victims, one that spares the bystander if there
+    is one; (its address, whether the bystander was spared)."""
+    spared = hosting(svc, ("bystander",))
+    hit = hosting(svc, VICTIMS)
+    workers = [n for n in sorted(cluster.nodes) if n and cluster.node_ip(n) in hit]
+    number = next((n for n in workers if cluster.node_ip(n) not in spared), workers[0])
+    cluster.kill_node(number)
+    return cluster.node_ip(number), cluster.node_ip(number) not in spared
+
+
+def recovered(svc: ServiceProcess, lost: str, times: int) -> bool:
+    """The victims run again, restored `times` times in all, on executors all answering
+    from nodes other than `lost`."""
+    c = svc.client()
+    executors = c.executors()
+    return all(c.status(n)["state"] == "running" and c.status(n)["recoveries"] == times
+               for n in VICTIMS) and all(e.get("address") for e in executors) \
+        and lost not in hosting(svc, VICTIMS)
+
+
+def test_worker_nodes_lost_twice_then_the_heads_processes_killed_nothing_lost(
+        cluster: LocalCluster, service: ServiceProcess) -> None:
+    c = service.client()
+    flows = {"win": keyed_window(), "filt": a_filter()}
+    for flow in (*flows.values(), bystander()):
+        c.submit(flow)
+    assert len({e["address"] for e in c.executors()}) == 3  # one executor per node
+    data = events(24_000)
+    want = {name: canon(run_local(flow, {"s": data})["o"]) for name, flow in flows.items()}
+    got: dict[str, list[dict[str, Any]]] = {name: [] for name in flows}
+    cursors: dict[str, str | None] = dict.fromkeys(flows)
+
+    def push_and_read(part: list[dict[str, Any]]) -> None:
+        for name in flows:
+            assert c.push(name, "s", part, batch_size=2_000) == len(part)
+        for name in flows:
+            rows, cursors[name] = read_on(c, name, cursors[name], 1, timeout_s=10.0)
+            got[name] += rows
+
+    side = Bystander(service)
+    side.start()
+    try:
+        push_and_read(data[:6_000])
+        # A worker node dies: the victims recover on the nodes left, the bystander goes on.
+        # (Of two workers, at least one spares the bystander.)
+        t_lost = time.monotonic()
+        lost, spared = kill_a_worker(cluster, service)
+        assert spared
+        push_and_read(data[6_000:12_000])  # taken while they recover (a push waits)
+        wait_until(lambda: recovered(service, lost, 1), f"recovered without node {lost}", 120)
+        assert side.since(t_lost) > 0, "the bystander produced nothing while the others recovered"
+
+        # A node joins, and another worker dies: its executor restarts on the new node.
+        # (The bystander may be on it this time: then it recovers too.)
+        cluster.add_node(1)
+        t_lost = time.monotonic()
+        lost, spared_again = kill_a_worker(cluster, service)
+        push_and_read(data[12_000:18_000])
+        wait_until(lambda: recovered(service, lost, 2), f"recovered without node {lost}", 120)
+        assert side.since(t_lost) > 0
+        assert len({e["address"] for e in c.executors() if e.get("alive", True)}) == 2
+        side.stopped.set()
+        side.join(30)
+
+        # The head's processes: the pool's controller (Ray restarts it) and the service.
+        controller = next(pid for pid, (_, command) in processes_under(cluster.nodes[0].pid)
+                          .items() if command.startswith("ray::Controller"))
+        os.kill(controller, signal.SIGKILL)
+        service.kill()
+        service.start()
+        push_and_read(data[18_000:])
+        for name in flows:
+            c.close(name)
+        wait_until(lambda: all(c.status(n)["state"] == "finished" for n in flows), "finished", 120)
+        for name in flows:
+            rows, cursors[name] = read_on(c, name, cursors[name], len(want[name]) - len(got[name]),
+                                          timeout_s=60.0)
+            got[name] += rows
+            assert not c.results(name, cursor=cursors[name])["rows"]  # nothing more
+    finally:
+        side.stopped.set()
+        side.join(30)
+    for name in flows:
+        g, w = Counter(canon(got[name])), Counter(want[name])
+        assert g == w, (f"{name}: {len(got[name])} results, {len(want[name])} expected: "
+                        f"{sum((g - w).values())} extra or repeated, "
+                        f"{sum((w - g).values())} missing")
+    assert not side.failures, side.failures[:3]
+    expected = canon([e for e in events(50_000, seed=3)[:side.pushed] if e["value"] > 0])
+    assert Counter(canon([e for _, e in side.results])) <= Counter(expected)
+    history = [h["state"] for h in c.status("bystander")["history"]]
+    assert history == (["running"] if spared_again else ["running", "recovering", "running"])
