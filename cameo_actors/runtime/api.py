@@ -87,6 +87,8 @@ DEFAULT_BATCH = 2_000
 MAX_IN_FLIGHT = 8
 #: How long a handle trusts what it knows of a dataflow (placement, state) before asking again.
 DESCRIBE_TTL_S = 1.0
+#: How often a push waiting for its batches' answers asks whether their sources moved.
+MOVED_CHECK_S = 1.0
 #: How long a reconfiguration called with `wait=True` is waited for by default.
 WAIT_TIMEOUT_S = 120.0
 
@@ -592,6 +594,7 @@ class Runtime:
         """After a call failed for want of an executor: wait until the monitor noticed
         (the dataflow recovers) and it is done, or a moment if it noticed nothing."""
         time.sleep(0.1)
+        self.describe(name, refresh=True)
         self._live(name)
 
     # -- input ----------------------------------------------------------------------------------
@@ -696,13 +699,12 @@ class Runtime:
         while True:
             pending = self._in_flight.get(host, [])
             want = min(n, len(pending))
-            done, _ = ray.wait([p[0] for p in pending], num_returns=want,
-                               timeout=cluster.CALL_TIMEOUT_S)
-            if len(done) < want:
+            done, moved = self._answered(host, pending, want)
+            if len(done) < want and not moved:
                 raise RuntimeUnavailable(f"executor {host} accepted no batch in "
                                          f"{cluster.CALL_TIMEOUT_S:g} s")
             finished = set(done)
-            failed = False
+            failed = moved
             for ref in done:
                 try:
                     get(ref, timeout_s=0)
@@ -717,7 +719,8 @@ class Runtime:
             # Every call not answered yet may fail as well: all of them again, in order,
             # but those to a dataflow that ended: it takes no more input, and its end must
             # not fail the batches of the others sharing the executor.
-            cluster.get_each([p[0] for p in pending])  # let them finish (or fail) first
+            if not moved:  # let them finish (or fail) first
+                cluster.get_each([p[0] for p in pending])
             self._in_flight[host] = []
             ended = set()
             for name in dict.fromkeys(p[1] for p in pending):
@@ -733,6 +736,25 @@ class Runtime:
                 self._in_flight.setdefault(to, []).append((ref, name, target, seq, blob))
             n = len(self._in_flight.get(host, []))
 
+    def _answered(self, host: int, pending: builtins.list[Any], want: int
+                  ) -> tuple[builtins.list[Any], bool]:
+        """The calls of `pending` (to `host`) answered once the oldest `want` are, or after
+        `CALL_TIMEOUT_S`; with True as soon as a source they went to is hosted elsewhere
+        (`host` was retired and its dataflows restored on the others: they never will be)."""
+        refs = [p[0] for p in pending]
+        deadline = time.monotonic() + cluster.CALL_TIMEOUT_S
+        while True:
+            done, _ = ray.wait(refs, num_returns=want, timeout=MOVED_CHECK_S)
+            if len(done) >= want or time.monotonic() > deadline:
+                return done, False
+            for name in dict.fromkeys(p[1] for p in pending):
+                try:
+                    hosts = self.describe(name, refresh=True)["hosts"]
+                except CameoError:  # ended, or the controller is busy: the deadline decides
+                    continue
+                if any(hosts.get(p[2], host) != host for p in pending if p[1] == name):
+                    return done, True
+
     def _source_instances(self, name: str, source: str) -> builtins.list[str]:
         spec = self._spec(name)
         try:
@@ -742,10 +764,22 @@ class Runtime:
                              f"{[s.id for s in spec.sources]}") from None
         return [str(a) for a in ActivationId.of_step(name, step.id, step.parallelism)]
 
-    def _parts_get(self, name: str, refs: Callable[[], Any]) -> Any:
-        """`get` of calls to a dataflow's executors, made by `refs` (again after a
-        recovery: see `_on_parts`)."""
-        return self._on_parts(name, lambda: get(refs()))
+    def _parts_get(self, name: str, refs: Callable[[DataflowInfo], Any]) -> Any:
+        """`get` of calls to a dataflow's executors, made by `refs` from its record: again
+        from its new record after a recovery (`_on_parts`), which may have moved its
+        instances to other executors."""
+        return self._parts(name, refs)[1]
+
+    def _parts(self, name: str, refs: Callable[[DataflowInfo], Any]) -> tuple[DataflowInfo, Any]:
+        """`_parts_get`, with the record the calls were made from."""
+        def call() -> tuple[DataflowInfo, Any]:
+            info = self._live(name)
+            return info, get(refs(info))
+        return self._on_parts(name, call)
+
+    def _at(self, info: DataflowInfo, aid: str) -> Any:
+        """The executor hosting activation `aid`."""
+        return self.executors[info["hosts"][aid]]
 
     def _source_step(self, name: str, source: str) -> Any:
         self._source_instances(name, source)  # raises for a source the dataflow lacks
@@ -776,7 +810,6 @@ class Runtime:
         spec = self._spec(name)
         sinks = [s for s in spec.sinks if sink is None or s.id == sink]
         info = self._live(name)
-        hosts = info["hosts"]
         if self._recoveries.setdefault(name, info["recoveries"]) != info["recoveries"]:
             self._recoveries[name] = info["recoveries"]
             if (spec.fault_tolerance.delivery or self.config.delivery) == "at_least_once":
@@ -784,21 +817,23 @@ class Runtime:
                 # order; read again from the last commit (rows come again with their ids).
                 for key in [k for k in self._offsets if k[0] == name]:
                     del self._offsets[key]
-        return [self._read_sink(name, self.executors[hosts[aid]], aid, commit, columns)
+        return [self._read_sink(name, aid, commit, columns)
                 for s in sinks for aid in map(str, ActivationId.of_step(name, s.id, s.parallelism))]
 
-    def _read_sink(self, name: str, ex: Any, aid: str, commit: bool, columns: bool) -> Any:
+    def _read_sink(self, name: str, aid: str, commit: bool, columns: bool) -> Any:
         """One sink activation's new results, from this handle's offset (or the committed
         one): rows, or a table with `columns`."""
         start = self._offsets.get((name, aid))
         if start is None:
-            start = self._parts_get(name, lambda: ex.result_offsets.remote(name))[aid][0]
-        read = ex.read_result_columns if columns else ex.read_results
-        got = self._parts_get(name, lambda: read.remote(name, aid, start, None))
+            start = self._parts_get(name, lambda i: self._at(i, aid).result_offsets.remote(name)
+                                    )[aid][0]
+        got = self._parts_get(name, lambda i: (
+            self._at(i, aid).read_result_columns if columns else self._at(i, aid).read_results
+        ).remote(name, aid, start, None))
         end = start + len(got)
         self._offsets[(name, aid)] = end
         if commit:
-            self._parts_get(name, lambda: ex.commit_results.remote(name, aid, end))
+            self._parts_get(name, lambda i: self._at(i, aid).commit_results.remote(name, aid, end))
         return got if columns else [(e, ing, eg) for e, ing, eg in got]
 
     def results(self, name: str, sink: str | None = None) -> Events:
@@ -813,49 +848,49 @@ class Runtime:
 
     def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]:
         """sink activation -> (committed offset, end offset) of each sink's result log."""
-        info = self._live(name)
         sinks = [s for s in self._spec(name).sinks if sink is None or s.id == sink]
         wanted = {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
-        hosts = sorted({info["hosts"][a] for a in wanted})
-        parts = self._parts_get(name, lambda: [self.executors[h].result_offsets.remote(name) for h in hosts])
+        parts = self._parts_get(name, lambda i: [self.executors[h].result_offsets.remote(name)
+                                                 for h in sorted({i["hosts"][a] for a in wanted})])
         return {a: (int(c), int(e)) for part in parts for a, (c, e) in part.items() if a in wanted}
 
     def read_results(self, name: str, sink_activation: str, start: int, end: int | None = None
                      ) -> builtins.list[ResultRow]:
         """Rows [start, end) of one sink activation's result log, without committing."""
-        ex = self.executors[self._live(name)["hosts"][sink_activation]]
-        return list(self._parts_get(name, lambda: ex.read_results.remote(name, sink_activation, start, end)))
+        return list(self._parts_get(name, lambda i: self._at(i, sink_activation).read_results
+                                    .remote(name, sink_activation, start, end)))
 
     def read_result_columns(self, name: str, sink_activation: str, start: int,
                             end: int | None = None) -> pa.Table:
         """The rows of `read_results` as one Arrow table: the results' columns, then
         `_ingest_ms` and `_egress_ms` (`ResultsNotColumnar` if they do not form columns)."""
-        ex = self.executors[self._live(name)["hosts"][sink_activation]]
-        return self._parts_get(name, lambda: ex.read_result_columns.remote(
-            name, sink_activation, start, end))
+        return self._parts_get(name, lambda i: self._at(i, sink_activation).read_result_columns
+                               .remote(name, sink_activation, start, end))
 
     def commit_results(self, name: str, sink_activation: str, offset: int) -> None:
         """Let the runtime forget rows below `offset` (a reader persisted them)."""
-        ex = self.executors[self._live(name)["hosts"][sink_activation]]
-        self._parts_get(name, lambda: ex.commit_results.remote(name, sink_activation, offset))
+        self._parts_get(name, lambda i: self._at(i, sink_activation).commit_results
+                        .remote(name, sink_activation, offset))
 
     def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]:
         """Error log id (`error_log_id`, one per executor the dataflow runs on) ->
         (committed, end, dropped unread) of the error output."""
-        hosts = self._live(name)["executors"]
-        parts = self._parts_get(name, lambda: [self.executors[h].error_offsets.remote(name) for h in hosts])
+        info, parts = self._parts(name, lambda i: [self.executors[h].error_offsets.remote(name)
+                                                   for h in i["executors"]])
         return {error_log_id(name, h): (int(c), int(e), int(d))
-                for h, (c, e, d) in zip(hosts, parts, strict=True)}
+                for h, (c, e, d) in zip(info["executors"], parts, strict=True)}
 
     def read_errors(self, name: str, log: str, start: int, end: int | None = None
                     ) -> tuple[int, builtins.list[ResultRow]]:
         """(offset of the first row, rows) of one error log (a key of error_offsets);
         each row is (ErrorRecord dict, ingest_ms, egress_ms)."""
-        first, rows = self._parts_get(name, lambda: self._error_log_host(name, log).read_errors.remote(name, start, end))
+        first, rows = self._parts_get(name, lambda i: self._error_log_host(name, log)
+                                      .read_errors.remote(name, start, end))
         return int(first), list(rows)
 
     def commit_errors(self, name: str, log: str, offset: int) -> None:
-        self._parts_get(name, lambda: self._error_log_host(name, log).commit_errors.remote(name, offset))
+        self._parts_get(name, lambda i: self._error_log_host(name, log)
+                        .commit_errors.remote(name, offset))
 
     def _error_log_host(self, name: str, log: str) -> Any:
         for h in self._live(name)["executors"]:
@@ -867,15 +902,15 @@ class Runtime:
     def mark_input_batch(self, name: str, source: str, batch_id: int, query: str = "") -> None:
         """Hand a Spark input batch id to the runtime: every event of it was pushed (and
         flushed) before this call; recorded on each executor hosting the source."""
-        hosts = self._live(name)["hosts"]
-        targets = sorted({hosts[t] for t in self._source_instances(name, source)})
-        self._parts_get(name, lambda: [self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
-              for h in targets])
+        sources = self._source_instances(name, source)
+        self._parts_get(name, lambda i: [
+            self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
+            for h in sorted({i["hosts"][t] for t in sources})])
 
     def input_batches(self, name: str) -> dict[str, int]:
         """"<source>@<query>" -> the last input batch id marked (see mark_input_batch)."""
-        parts = self._parts_get(name, lambda: [self.executors[h].input_batches.remote(name)
-                      for h in self._live(name)["executors"]])
+        parts = self._parts_get(name, lambda i: [self.executors[h].input_batches.remote(name)
+                                                 for h in i["executors"]])
         merged: dict[str, int] = {}
         for part in parts:
             for key, batch in part.items():
@@ -886,14 +921,13 @@ class Runtime:
         """Latency percentiles, share within target, throughput counters, backlog, the executor
         time its operators took (busy_ms), errors. For an ended dataflow whose parts were
         freed, DataflowEnded (its last statistics are in describe()["final"])."""
-        info = self._live(name)
-        return dataflow_stats(info, self._parts_get(name, lambda: [self.executors[i].dataflow_stats.remote(name)
-                                          for i in info["executors"]]))
+        return dataflow_stats(*self._parts(name, lambda i: [
+            self.executors[h].dataflow_stats.remote(name) for h in i["executors"]]))
 
     def errors(self, name: str, limit: int = 100) -> builtins.list[ErrorRecord]:
         """Recent records of the dataflow's error output (counts are in stats())."""
-        info = self._live(name)
-        parts = self._parts_get(name, lambda: [self.executors[i].error_records.remote(name, limit) for i in info["executors"]])
+        parts = self._parts_get(name, lambda i: [self.executors[h].error_records.remote(name, limit)
+                                                 for h in i["executors"]])
         return [ErrorRecord(**r) for part in parts for r in part][-limit:]
 
     def executor_stats(self) -> builtins.list[ExecutorStats]:
@@ -961,9 +995,8 @@ class Runtime:
         queued between steps) would fill it: a guess on the high side for steps that
         filter or aggregate, so the refusals start a little early, when the log is nearly
         full anyway."""
-        info = self._live(name)
-        answers = self._parts_get(name, lambda: [self.executors[h].pressure.remote(name)
-                                         for h in info["executors"]])
+        answers = self._parts_get(name, lambda i: [self.executors[h].pressure.remote(name)
+                                                   for h in i["executors"]])
         waiting: dict[str, int] = {}
         room_here: dict[str, int] = {}
         inside = 0

@@ -97,6 +97,9 @@ class RuntimeConfig:
             the worker thread at 100 MB of state). False: Python's default.
         recovery_timeout_s: how long a restarted executor may take to come back, and how
             long a client's call waits for a recovering dataflow.
+        replace_lost_after_s: how long recovery waits for Ray to restart a lost executor
+            (on a node with room) before it restores that executor's dataflows on the
+            executors left instead and retires it (its node died and no other has room).
         max_recoveries: recoveries of one dataflow in a row without a checkpoint completing
             in between before it is failed (a poison event that crashes its executor).
         trace_sample: the share of messages from clients whose story is traced, with
@@ -163,6 +166,7 @@ class RuntimeConfig:
     local_recovery_dir: str | None = None
     gc_freeze: bool = True
     recovery_timeout_s: float = 60.0
+    replace_lost_after_s: float = 20.0
     max_recoveries: int = 3
     trace_sample: float = 1.0
     trace_capacity: int = 100_000
@@ -205,7 +209,8 @@ class RuntimeConfig:
         if self.delivery not in DELIVERY_MODES:
             raise ValueError(f"RuntimeConfig.delivery: expected one of {DELIVERY_MODES}, got "
                              f"{self.delivery!r}")
-        for name in ("checkpoints_kept", "recovery_timeout_s", "max_recoveries"):
+        for name in ("checkpoints_kept", "recovery_timeout_s", "replace_lost_after_s",
+                     "max_recoveries"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
         if not 0 <= self.trace_sample <= 1:

@@ -126,6 +126,10 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "seconds between checkpoints of each dataflow in a new pool, unless its spec says "
            f"otherwise; 0: none, a dataflow then fails with its executor "
            f"(default {POOL_DEFAULTS['checkpoint_interval_s']:g})", _float),
+    Option("replace_lost_after_s", "--replace-lost-after", ("CAMEO_REPLACE_LOST_AFTER_S",),
+           "seconds a new pool waits for Ray to restart a lost executor (on a node with room) "
+           "before it restores that executor's dataflows on the executors left and retires it "
+           f"(default {POOL_DEFAULTS['replace_lost_after_s']:g})", _float),
     Option("delivery", "--delivery", ("CAMEO_DELIVERY",),
            "results of a new pool's dataflows, unless a spec says otherwise: exactly_once "
            "(readable once the checkpoint after them completed) or at_least_once (at once, "
@@ -215,6 +219,7 @@ class ServiceConfig:
     checkpoint_url: str | None = POOL_DEFAULTS["checkpoint_url"]
     ingress_log_dir: str | None = POOL_DEFAULTS["ingress_log_dir"]
     checkpoint_interval_s: float = POOL_DEFAULTS["checkpoint_interval_s"]
+    replace_lost_after_s: float = POOL_DEFAULTS["replace_lost_after_s"]
     delivery: str = POOL_DEFAULTS["delivery"]
     admission: str = POOL_DEFAULTS["admission"]
     tenant_floor: str = "on" if POOL_DEFAULTS["tenant_floor"] else "off"
@@ -252,6 +257,9 @@ class ServiceConfig:
         if not (self.checkpoint_interval_s == 0 or 0.1 <= self.checkpoint_interval_s <= 3600):
             raise ConfigError("checkpoint_interval_s", "0 (none) or 0.1 to 3600 seconds",
                               self.checkpoint_interval_s, "use e.g. 2")
+        if not self.replace_lost_after_s > 0:
+            raise ConfigError("replace_lost_after_s", "> 0 seconds", self.replace_lost_after_s,
+                              "use e.g. 20 (Ray declares a node dead after 15 s by default)")
         if self.delivery not in DELIVERY_MODES:
             raise ConfigError("delivery", f"one of {DELIVERY_MODES}", self.delivery,
                               "use exactly_once, or at_least_once for results at once")

@@ -183,6 +183,7 @@ def serve(cfg: ServiceConfig) -> int:
                            checkpoint_url=cfg.checkpoint_url,
                            ingress_log_dir=cfg.ingress_log_dir,
                            checkpoint_interval_s=cfg.checkpoint_interval_s,
+                           replace_lost_after_s=cfg.replace_lost_after_s,
                            delivery=cfg.delivery, admission=cfg.admission,
                            tenant_floor=cfg.tenant_floor == "on", scaling=dict(cfg.scaling))
     try:

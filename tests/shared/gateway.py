@@ -83,6 +83,8 @@ class InProcessGateway(ExecutorGateway):
         #: executors down: every call to one fails until it is asked for again (then it
         #: is back, restarted empty)
         self.down: set[int] = set()
+        #: executors down for good (their node died, no other has room): never back
+        self.lost: set[int] = set()
         self.killed: set[int] = set()
         #: called before each call: (executor, method); a test's way to fail at a moment
         self.before: Callable[[int, str], None] = lambda index, method: None
@@ -111,6 +113,8 @@ class InProcessGateway(ExecutorGateway):
             self.cluster.step()
         if index in self.killed:
             return Reply(error=RuntimeUnavailable(f"executor {index} was removed"))
+        if index in self.lost:
+            return Reply(error=RuntimeUnavailable(f"executor {index}'s node is gone"))
         if index in self.down:
             if method == "ping":  # asked for again: the platform restarted it meanwhile
                 self._back(index)
@@ -156,6 +160,7 @@ class InProcessGateway(ExecutorGateway):
 
     def kill(self, index: int) -> None:
         self.killed.add(index)
+        self.cluster.restart_core(index)  # its process ended: nothing of it is left
 
     def request_cpus(self, cpus: float) -> None:
         pass  # one process: nothing to add

@@ -7,6 +7,7 @@ pauses the dataflow's checkpoints; the pool's load follows placements."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,33 @@ def test_an_executor_restarted_is_noticed_and_its_dataflow_restored(tmp_path: Pa
     assert [h["state"] for h in info["history"]] == ["running", "recovering", "running"]
     assert "executor 1 died: it was restarted" in info["history"][1]["reason"]
     feed(plane, "rc", data[450:], end=True)
+    finished(plane, flow, data)
+
+
+def test_an_executor_never_restarted_is_retired_and_its_instances_restored_on_the_others(
+        tmp_path: Path) -> None:
+    plane = ControlPlane(3, replace(config(tmp_path), replace_lost_after_s=1e-9))
+    flow, bystander, data = keyed("gone", 3), keyed("by", 1), events(600, seed=6)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    plane.lifecycle.deploy(bystander.spec.to_dict())
+    assert plane.registry.record("gone")["executors"] == [0, 1, 2]
+    feed(plane, "gone", data[:300])
+    assert plane.checkpoints.take("gone")
+    feed(plane, "gone", data[300:450])  # after the checkpoint: replayed from the ingress log
+    plane.gateway.lost.add(1)  # its node died and no other has room for it
+    plane.recovery.check_executors()
+    info = plane.registry.record("gone")
+    assert info["state"] == RUNNING and info["recoveries"] == 1, info["history"]
+    assert 1 in plane.pool.dead and "restored on the executors left" in plane.pool.dead[1]
+    assert plane.gateway.killed == {1} and not plane.pool.restarting
+    # Executor 1's instances moved to an executor left; the others stayed.
+    placed = plane.registry.placements["gone"]
+    assert placed.executors() == {0, 2} and len(placed.on(0)) == 4  # source to sink, win 0
+    assert all(1 not in p.executors() for p in plane.registry.placements.values())
+    assert plane.registry.record("by")["state"] == RUNNING
+    assert sum(plane.pool.load.values()) == sum(
+        len(p.instances) for p in plane.registry.placements.values())
+    feed(plane, "gone", data[450:], end=True)
     finished(plane, flow, data)
 
 

@@ -28,7 +28,7 @@ from cameo_actors.runtime._private.egress import (
 )
 from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
 from cameo_actors.runtime._private.hosting import Hosting
-from cameo_actors.runtime._private.routing import place
+from cameo_actors.runtime._private.routing import moved_off, place
 from cameo_actors.runtime._private.stats import Statistics, dataflow_stats
 from cameo_actors.runtime._private.wire import decode_message
 from cameo_actors.runtime.boundary import ActivationId, DataflowInfo
@@ -51,6 +51,18 @@ def test_activation_id_keeps_its_parts_and_crosses_processes() -> None:
 
 
 # -- channels -------------------------------------------------------------------------------
+def test_instances_of_executors_gone_move_together_to_the_least_loaded_left() -> None:
+    spec = keyed(p=3).spec
+    load: dict[int, int] = {}
+    placement = place(spec, [0, 1, 2], load)
+    load[2] += 5  # another dataflow's instances
+    moved = moved_off(placement, {1}, [0, 2], load)
+    assert moved.on(1) == [] and set(moved.on(0)) == set(placement.on(0) + placement.on(1))
+    assert moved.on(2) == placement.on(2) and moved.tables == placement.tables
+    assert load[0] == len(moved.on(0))  # counted where they went
+    assert moved_off(placement, {7}, [0], dict(load)) == placement  # not there: no change
+
+
 def test_batches_of_a_restarted_executor_are_dropped_and_the_link_counts_from_zero() -> None:
     sent: list[bytes] = []
     old = Channels(1, lambda host, blob: sent.append(blob))

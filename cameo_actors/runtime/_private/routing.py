@@ -14,8 +14,8 @@ neighbour list comes from the `Placement`, not from the step's parallelism.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, ProcessStep, Step, WindowStep
@@ -108,6 +108,20 @@ class Placement:
                    {s: RoutingTable(v, tuple(o)) for s, (v, o) in d["tables"].items()},
                    d["bins"], frozenset(ActivationId(df, st, i) for df, st, i in d["retired"]),
                    frozenset(ActivationId(df, st, i) for df, st, i in d.get("lessees", [])))
+
+
+def moved_off(placement: Placement, gone: Collection[int], executors: Sequence[int],
+              load: dict[int, int]) -> Placement:
+    """`placement` with the instances of each executor in `gone` moved together (their
+    hops stay local) to the least loaded of `executors`; `load` is updated. Routing
+    tables name instances, not executors: they stay."""
+    if not executors:
+        raise ValueError("moved_off: no executors to move to")
+    to: dict[int, int] = {}
+    for ex in sorted(set(gone) & placement.executors()):
+        to[ex] = min(executors, key=lambda x: (load.get(x, 0), x))
+        load[to[ex]] = load.get(to[ex], 0) + len(placement.on(ex))
+    return replace(placement, instances={a: to.get(ex, ex) for a, ex in placement.instances.items()})
 
 
 def place(spec: DataflowSpec, executors: Sequence[int], load: dict[int, int],

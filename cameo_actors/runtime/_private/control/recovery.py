@@ -23,7 +23,7 @@ from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordina
 from cameo_actors.runtime._private.control.gateway import Spawn, in_thread
 from cameo_actors.runtime._private.control.pool import Pool
 from cameo_actors.runtime._private.control.registry import Registry
-from cameo_actors.runtime._private.routing import Placement
+from cameo_actors.runtime._private.routing import Placement, moved_off
 from cameo_actors.runtime._private.storage import CheckpointDamaged
 from cameo_actors.runtime.boundary import LIVE_STATES, RECOVERING, RestoreSummary
 from cameo_actors.runtime.config import RuntimeConfig
@@ -104,16 +104,24 @@ class Recovery:
 
     def _restart(self, index: int, why: str, hit: list[str]) -> None:
         """Wait for executor `index` to be restarted (on any node with room), link it to
-        the others, then restore the dataflows it hosted; fail them if it never comes."""
+        the others, then restore the dataflows it hosted. One not back within
+        `replace_lost_after_s` (its node died, no other has room) is retired and its
+        dataflows restored on the executors left; with none left, they fail once
+        `recovery_timeout_s` has passed."""
         pool, gateway = self.pool, self.pool.gateway
-        deadline = time.time() + self.config.recovery_timeout_s
+        began = time.time()
+        deadline = began + self.config.recovery_timeout_s
         incarnation = None
         while incarnation is None and time.time() < deadline and not self.stopped.is_set():
             answer = gateway.poll([gateway.send(index, "ping")], 5.0)[0]
-            if answer is None or isinstance(answer, BaseException):  # still restarting
-                time.sleep(0.1)
-            else:
+            if answer is not None and not isinstance(answer, BaseException):
                 incarnation = answer[1]
+            elif time.time() - began >= self.config.replace_lost_after_s and \
+                    self._retire(index, why):
+                self.recover_all(hit, why)
+                return
+            else:  # still restarting
+                time.sleep(0.1)
         if incarnation is None:
             with self.lock:
                 pool.dead[index] = f"{why}; it was not restarted within " \
@@ -129,6 +137,30 @@ class Recovery:
             gateway.relink(others, index, incarnation)
             pool.restarting.discard(index)
         self.recover_all(hit, why)
+
+    def _retire(self, index: int, why: str) -> bool:
+        """Take executor `index` out of the pool for good, if others are left to take its
+        instances (the next restores move them there); False if none is."""
+        with self.lock:
+            if not [i for i in self.pool.usable() if i != index and i not in self.pool.restarting]:
+                return False
+            self.pool.dead[index] = f"{why}; it was not restarted within " \
+                                    f"{self.config.replace_lost_after_s:g} s: its instances " \
+                                    "were restored on the executors left"
+            self.pool.restarting.discard(index)
+        logger.error("executor %d retired: %s", index, self.pool.dead[index])
+        self.pool.gateway.kill(index)  # for good: Ray must not start it later, empty
+        return True
+
+    def placement_of(self, manifest: dict[str, Any]) -> Placement:
+        """A checkpoint's placement, the instances of executors gone for good moved to
+        the executors left (`routing.moved_off`)."""
+        placement = Placement.from_dict(manifest["placement"])
+        gone = placement.executors() & set(self.pool.dead)
+        if not gone:
+            return placement
+        left = [i for i in self.pool.usable() if i not in self.pool.restarting]
+        return moved_off(placement, gone, left, dict(self.pool.load))
 
     # -- restoring -------------------------------------------------------------------------
     def recover_all(self, names: list[str], why: str) -> None:
@@ -185,9 +217,9 @@ class Recovery:
         found = self._fetch(name, info["deployment"])
         if found is None:
             return False
-        manifest, skipped, (read_bytes, local_bytes) = found
+        manifest, placement, skipped, (read_bytes, local_bytes) = found
         read = time.time()
-        if manifest is None:
+        if manifest is None or placement is None:
             registry.fail(name, f"{why}; no checkpoint of it can be restored"
                                 f"{': ' + '; '.join(skipped) if skipped else ''}", lost=True)
             return True
@@ -201,7 +233,6 @@ class Recovery:
         # The checkpoint's steps (their parallelism) and placement, today's target and weight.
         restored = {**manifest["spec"], "latency_target_ms": info["spec"]["latency_target_ms"],
                     "scheduling": info["spec"]["scheduling"]}
-        placement = Placement.from_dict(manifest["placement"])
         before = registry.placements.get(name)
         left = set(before.executors()) - placement.executors() if before else set()
         gateway.call_each([i for i in sorted(left) if i not in self.pool.dead], "cancel", name)
@@ -233,22 +264,24 @@ class Recovery:
         return True
 
     def _fetch(self, name: str, deployment: str
-               ) -> tuple[dict[str, Any] | None, list[str], tuple[int, int]] | None:
-        """The newest checkpoint of `name` whose manifest and parts are whole, its parts
-        read by the executors that restore them; why each newer one was skipped
-        (damaged); and the bytes read (all, and from local copies). None if a part of
-        the pool died meanwhile."""
+               ) -> tuple[dict[str, Any] | None, Placement | None, list[str],
+                          tuple[int, int]] | None:
+        """The newest checkpoint of `name` whose manifest and parts are whole, and where
+        it is restored (`placement_of`), its parts read by the executors that restore
+        them; why each newer one was skipped (damaged); and the bytes read (all, and from
+        local copies). None if a part of the pool died meanwhile."""
         registry, gateway = self.registry, self.pool.gateway
         assert registry.storage is not None
         skipped: list[str] = []
         for ckpt, manifest, damage in registry.storage.restorable(name, deployment):
             if manifest is not None:
-                placement = Placement.from_dict(manifest["placement"])
+                placement = self.placement_of(manifest)
                 try:
                     read = gateway.call(sorted(placement.executors()), "fetch", name, placement,
                                         part_chains(manifest),
                                         timeout_s=self.config.recovery_timeout_s)
-                    return manifest, skipped, (sum(r[0] for r in read), sum(r[1] for r in read))
+                    return manifest, placement, skipped, (sum(r[0] for r in read),
+                                                          sum(r[1] for r in read))
                 except CheckpointDamaged as e:
                     damage = str(e)
                 except RuntimeUnavailable as e:
@@ -257,7 +290,7 @@ class Recovery:
                     return None
             skipped.append(f"checkpoint {ckpt} is damaged: {damage}")
             logger.error("dataflow %s: checkpoint %d is damaged: %s", name, ckpt, damage)
-        return None, skipped, (0, 0)
+        return None, None, skipped, (0, 0)
 
     # -- a controller that restarts ------------------------------------------------------
     def resume(self, saved: dict[str, Any]) -> None:
