@@ -501,6 +501,20 @@ class Runtime:
                                  "stays in the pool", ended)
         return {**started, **ended}
 
+    def drain_node(self, node: str) -> dict[str, Any]:
+        """Take the executors on `node` (its address, or its Ray node id or the first 8+
+        hex digits of it) out of the pool before the node is removed: each dataflow with
+        instances there is checkpointed, its instances restored on the executors left,
+        and those executors stopped; the dataflows pause meanwhile (pushes wait).
+        Returns {"node", "executors", "dataflows", "seconds"} once done.
+
+        Raises:
+            ReconfigError: no live executor is on that node.
+            ReconfigConflict: no executor would be left.
+        """
+        return dict(get(self.controller.drain_node.remote(node),
+                        timeout_s=self.config.recovery_timeout_s + cluster.CALL_TIMEOUT_S))
+
     # -- self-scaling ------------------------------------------------------------------------
     def scaling(self, name: str | None = None) -> dict[str, Any]:
         """The scaling controller's view: the policy and bounds, executors there are and

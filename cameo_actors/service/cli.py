@@ -460,6 +460,17 @@ def cmd_pool(args: argparse.Namespace) -> int:
         for aid in moving:
             print("  " + aid)
         return _wait_removed(client, r["executor"], args.wait_timeout) if args.wait else 0
+    if args.action == "drain":
+        if not args.arg:
+            raise ConfigError("pool drain", "a node's address or Ray node id", args.arg,
+                              "cameo pool drain NODE (see `cameo executors`)")
+        r = client.drain_node(args.arg)
+        print(f"node {r['node']} drained in {r['seconds']:.1f} s: executor(s) "
+              f"{', '.join(map(str, r['executors']))} retired; "
+              f"{len(r['dataflows'])} dataflow(s) restored on the executors left")
+        for name in r["dataflows"]:
+            print("  " + name)
+        return 0
     if args.arg is not None:
         raise ConfigError("pool rebalance", "no argument", args.arg, "cameo pool rebalance")
     moves = client.rebalance(strategy=args.strategy)
@@ -807,10 +818,12 @@ def build_parser(operations: tuple[Operation, ...] = OPERATIONS) -> argparse.Arg
                        help="add, remove executors or rebalance the pool (admin)",
                        description="cameo pool add [--count N]: start executors. cameo pool "
                                    "remove INDEX: drain an executor (its instances move), then "
-                                   "stop it. cameo pool rebalance: even out the executors' load.")
-    p.add_argument("action", choices=["add", "remove", "rebalance"])
-    p.add_argument("arg", nargs="?", default=None, metavar="INDEX",
-                   help="remove: the executor's index")
+                                   "stop it. cameo pool rebalance: even out the executors' load. "
+                                   "cameo pool drain NODE: before a node goes, restore its "
+                                   "executors' dataflows on the others and stop them.")
+    p.add_argument("action", choices=["add", "remove", "rebalance", "drain"])
+    p.add_argument("arg", nargs="?", default=None, metavar="INDEX|NODE",
+                   help="remove: the executor's index; drain: the node's address or Ray id")
     p.add_argument("--count", type=int, default=1, metavar="N", help="add: executors to start (1)")
     p.set_defaults(func=cmd_pool)
 

@@ -491,6 +491,12 @@ class Client:
         params = None if strategy == "batched" else {"strategy": strategy}
         return self.call("remove_executor", params=params, index=int(index))  # type: ignore[no-any-return]
 
+    def drain_node(self, node: str) -> dict[str, Any]:
+        """Take the executors on `node` (an address or Ray node id) out of the pool before
+        the node goes (admin): its dataflows are checkpointed and restored on the
+        executors left. Returns {"node", "executors", "dataflows", "seconds"}."""
+        return self.call("drain_node", node=node)  # type: ignore[no-any-return]
+
     # -- self-scaling ------------------------------------------------------------------------
     def scaling(self, name: str | None = None) -> dict[str, Any]:
         """The scaling controller's view: of dataflow `name`, or pool-wide (a tenant token

@@ -111,6 +111,7 @@ class CoreRuntime(Protocol):
     def rebalance(self, *, strategy: str = "batched") -> builtins.list[MigrationInfo]: ...
     def add_executors(self, n: int = 1) -> builtins.list[int]: ...
     def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]: ...
+    def drain_node(self, node: str) -> dict[str, Any]: ...
 
     # -- input
     def pressure(self, name: str) -> Pressure: ...
@@ -675,6 +676,14 @@ class ServiceCore:
         self._refuse_while_stopping()
         with self._reconfiguring(None):
             return self.rt.remove_executor(index, strategy=strategy)
+
+    def drain_node(self, principal: Principal, node: str) -> dict[str, Any]:
+        """Take a node's executors out of the pool before it goes: its dataflows are
+        checkpointed and restored on the executors left. Returns {"node", "executors",
+        "dataflows", "seconds"} once done."""
+        self._refuse_while_stopping()
+        with self._reconfiguring(None):
+            return self.rt.drain_node(node)
 
     # -- self-scaling: the controller's view, and a dataflow's own settings and pins ---------
     def scaling(self, principal: Principal, name: str | None = None) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from cameo_actors.service.protocol import (
     MigrateRequest,
     Migration,
     MigrationList,
+    NodeDrained,
     Prediction,
     PushResponse,
     RebalanceRequest,
@@ -381,6 +382,15 @@ OPERATIONS: tuple[Operation, ...] = (
                       Param("strategy", Strategy, "batched",
                             {"description": "how its instances' bins move"})),
               status=202, response=ExecutorRemoval, cli="pool remove"),
+    Operation("drain_node", "POST", "/v1/pool/nodes/{node}/drain", "reconfiguration",
+              "Take a node's executors out of the pool before the node goes: its dataflows "
+              "are checkpointed and restored on the executors left (admin)",
+              call="core.drain_node", permission=ADMIN, forbidden="draining nodes is",
+              params=(Param("node", str, bounds={"min_length": 1, "max_length": 64,
+                                                 "description": "the node's address, or its "
+                                                                "Ray node id (8+ hex digits)"},
+                            query=False),),
+              response=NodeDrained, cli="pool drain"),
     # -- self-scaling: the controller's view; a dataflow's own settings and pins
     Operation("scaling_status", "GET", "/v1/scaling", "scaling",
               "The scaling controller: each dataflow's steps (parallelism, lessees, true "

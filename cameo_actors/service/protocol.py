@@ -606,6 +606,13 @@ class ExecutorsAdded(BaseModel):
     added: list[int] = Field(description="the new executors' indices")
 
 
+class NodeDrained(BaseModel):
+    node: str
+    executors: list[int] = Field(description="the executors that were on it, now retired")
+    dataflows: list[str] = Field(description="the dataflows restored on the executors left")
+    seconds: float = Field(description="how long the drain took, checkpoints included")
+
+
 class ExecutorRemoval(BaseModel):
     model_config = ConfigDict(extra="allow")
 

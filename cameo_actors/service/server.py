@@ -72,6 +72,7 @@ class ServiceRuntime:
         self.scale, self.migrate, self.migrations = rt.scale, rt.migrate, rt.migrations
         self.rebalance = rt.rebalance
         self.add_executors, self.remove_executor = rt.add_executors, rt.remove_executor
+        self.drain_node = rt.drain_node
         self.scaling, self.set_scaling = rt.scaling, rt.set_scaling
         # outputs: read with offsets, committed by their readers
         self.result_offsets, self.read_results = rt.result_offsets, rt.read_results

@@ -243,6 +243,10 @@ class LocalCluster:
                 os.kill(pid, signal.SIGKILL)
         proc.wait(10)
 
+    def stop_node(self, number: int) -> None:
+        """Worker node `number` stopped on purpose (SIGTERM: Ray ends it cleanly)."""
+        _stop(self.nodes.pop(number), 30.0)
+
     def stop(self) -> None:
         """Stop the workers, then the head (each `ray start --block` ends its node)."""
         for number in sorted(self.nodes, reverse=True):

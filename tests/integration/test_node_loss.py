@@ -8,7 +8,10 @@ Pushes and reads through the API go on; a tenant elsewhere produces results thro
 and then the head's processes (the pool's controller, the service) are killed and
 started again. The results equal `run_local`'s, each exactly once.
 
-One cluster for the module; its storage is a folder every node of it sees (one machine),
+Then a node is added, work placed on it, and it is drained before it goes: its
+dataflows are restored on the executors left from checkpoints taken then.
+
+One cluster for the module (the tests run in file order); its storage is a folder every node of it sees (one machine),
 named explicitly as a real cluster must.
 """
 
@@ -38,10 +41,10 @@ REPLACE_AFTER_S = 8.0  # a lost executor not restarted by then (Ray: 3-4 s here)
 VICTIMS = ("win", "filt")
 
 
-def keyed_window() -> Dataflow:
-    d = Dataflow("win", latency_target_ms=1000, tenant="a")
-    (d.source("s", schema=SCHEMA, event_time="ts", allowed_lateness_ms=40, parallelism=EXECUTORS)
-     .key_by("key").window(tumbling_ms=50, parallelism=EXECUTORS)
+def keyed_window(name: str = "win", parallelism: int = EXECUTORS) -> Dataflow:
+    d = Dataflow(name, latency_target_ms=1000, tenant="a")
+    (d.source("s", schema=SCHEMA, event_time="ts", allowed_lateness_ms=40, parallelism=parallelism)
+     .key_by("key").window(tumbling_ms=50, parallelism=parallelism)
      .aggregate(n=count(), total=sum_("value")).sink("o"))
     return d
 
@@ -217,3 +220,35 @@ def test_worker_nodes_lost_twice_then_the_heads_processes_killed_nothing_lost(
     assert Counter(canon([e for _, e in side.results])) <= Counter(expected)
     history = [h["state"] for h in c.status("bystander")["history"]]
     assert history == (["running"] if spared_again else ["running", "recovering", "running"])
+
+
+def test_a_node_added_then_drained_before_it_goes_loses_nothing(
+        cluster: LocalCluster, service: ServiceProcess) -> None:
+    c = service.client()
+    number = cluster.add_node(2)
+    address = cluster.node_ip(number)
+    added = c.add_executors(2)
+    assert {e["address"] for e in c.executors() if e["executor"] in added} == {address}
+    flow = keyed_window("moved", parallelism=4)
+    c.submit(flow)
+    assert address in hosting(service, ("moved",))
+    data = events(12_000, seed=8)
+    want = canon(run_local(flow, {"s": data})["o"])
+    assert c.push("moved", "s", data[:6_000], batch_size=2_000) == 6_000
+    got, cursor = read_on(c, "moved", None, 1, timeout_s=10.0)
+
+    drained = c.drain_node(address)
+    assert drained["executors"] == sorted(added) and "moved" in drained["dataflows"]
+    assert address not in hosting(service, ("moved",))
+    gone = [e for e in c.executors() if e["executor"] in added]
+    assert all(e["alive"] is False and "drained" in e["faults"][0] for e in gone), gone
+    cluster.stop_node(number)  # the node goes: nothing of the pool was left on it
+
+    assert c.push("moved", "s", data[6_000:], batch_size=2_000) == 6_000
+    c.close("moved")
+    wait_until(lambda: c.status("moved")["state"] == "finished", "finished", 120)
+    more, cursor = read_on(c, "moved", cursor, len(want) - len(got), timeout_s=60.0)
+    got += more
+    assert Counter(canon(got)) == Counter(want)
+    status = c.status("moved")
+    assert status["recoveries"] == 1 and "drained" in status["history"][1]["reason"]

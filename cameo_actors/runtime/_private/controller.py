@@ -155,6 +155,9 @@ class Controller:
     def wait_removed(self, index: int, timeout_s: float = 120.0) -> dict[str, Any]:
         return self.reconfig.wait_removed(index, timeout_s)
 
+    def drain_node(self, node: str) -> dict[str, Any]:
+        return self.recovery.drain(node)
+
     def wait_migration(self, mid: str, timeout_s: float = 120.0) -> dict[str, Any]:
         return self.reconfig.wait_migration(mid, timeout_s)
 

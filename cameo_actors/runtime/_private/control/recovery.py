@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.errors import CameoError
+from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError
 from cameo_actors.runtime._private.checkpoint import interval_s, part_chains
 from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.control.gateway import Spawn, in_thread
@@ -151,6 +151,48 @@ class Recovery:
         logger.error("executor %d retired: %s", index, self.pool.dead[index])
         self.pool.gateway.kill(index)  # for good: Ray must not start it later, empty
         return True
+
+    # -- a node leaving on purpose -----------------------------------------------------------
+    def drain(self, node: str) -> dict[str, Any]:
+        """Take the executors on `node` (an address, or a node id or its first 8+ hex
+        digits) out of the pool before the node goes: each dataflow with instances there
+        is checkpointed now, the executors are retired, and the dataflows restored on the
+        executors left from those checkpoints (only the events taken in since are
+        replayed). Returns {"node", "executors", "dataflows", "seconds"}.
+
+        Raises:
+            ReconfigError: no live executor is on that node.
+            ReconfigConflict: no executor would be left.
+        """
+        began = time.time()
+        stats = {e["executor"]: e for e in self.pool.stats() if "address" in e}
+        on = sorted(i for i, e in stats.items() if node and (
+            e["address"] == node or (len(node) >= 8 and str(e.get("node", "")).startswith(node))))
+        if not on:
+            nodes = sorted({e["address"] for e in stats.values()})
+            raise ReconfigError("pool drain", f"the address or node id of a node hosting "
+                                f"executors, one of {nodes}", node, "see `cameo executors`")
+        why = f"node {node} drained: executor(s) {on} retired"
+        with self.lock:
+            left = [i for i in self.pool.usable() if i not in on and i not in self.pool.restarting]
+            if not left:
+                raise ReconfigConflict("pool drain", "executors on other nodes to move to",
+                                       f"every usable executor on {node}",
+                                       "add executors elsewhere first (`cameo pool add`)")
+            hit = [d["name"] for d in self.registry.named(LIVE_STATES)
+                   if not d["released"] and set(d["executors"]) & set(on)]
+        self.checkpoints.now(hit)  # the restores start from here: little to replay
+        with self.lock:
+            for i in on:
+                self.pool.dead[i] = why
+            for name in hit:
+                self.mark(name, why)
+        for i in on:
+            self.pool.gateway.kill(i)
+        logger.warning("%s; restoring %s on executors %s", why, hit, left)
+        self.recover_all(hit, why)
+        return {"node": node, "executors": on, "dataflows": hit,
+                "seconds": round(time.time() - began, 3)}
 
     def placement_of(self, manifest: dict[str, Any]) -> Placement:
         """A checkpoint's placement, the instances of executors gone for good moved to
