@@ -37,6 +37,7 @@ def test_ray_up_config_passes_rays_launcher_validation() -> None:
     validate_config(prepare_config(config))  # raises on a schema error
     head = " ".join(config["head_start_ray_commands"])
     assert "RAY_AUTH_MODE=token" in head and "cameo serve --address auto" in head
+    assert "--checkpoint-url" in head and "--ingress-log-dir" in head  # storage every node reaches
     assert all("RAY_AUTH_MODE=token" in c for c in config["worker_start_ray_commands"]
                if "ray start" in c)
     assert "~/.ray/auth_token" in config["file_mounts"]
@@ -50,6 +51,13 @@ def test_kuberay_manifest_runs_the_service_on_the_head() -> None:
     head = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     script = " ".join(head["args"])
     assert "$KUBERAY_GEN_RAY_START_CMD" in script and "exec cameo serve --address auto" in script
+    # The ingress logs on a volume every pod mounts at the same path.
+    assert "--checkpoint-url" in script and "--ingress-log-dir /shared/ingress" in script
+    worker = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    for pod, container in ((rc["spec"]["headGroupSpec"]["template"]["spec"], head),
+                           (worker, worker["containers"][0])):
+        assert {"name": "shared", "mountPath": "/shared"} in container["volumeMounts"]
+        assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "cameo-shared"
     assert {p["containerPort"] for p in head["ports"]} >= {8470}
     assert any(e["name"] == "CAMEO_ADMIN_TOKEN" and "secretKeyRef" in e["valueFrom"]
                for e in head["env"])
