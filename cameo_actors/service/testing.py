@@ -13,6 +13,7 @@ ids this kit started (never `ray stop`, which would end every Ray on the host).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -177,7 +178,8 @@ class LocalCluster:
         cpus: logical CPUs per node, head first (e.g. (1, 2): a head with 1, a worker with 2).
     """
 
-    def __init__(self, run_dir: str, cpus: Sequence[int] = (1, 2)) -> None:
+    def __init__(self, run_dir: str, cpus: Sequence[int] = (1, 2),
+                 autoscale: tuple[int, int] | None = None) -> None:
         if not cpus:
             raise ValueError("cpus: expected at least one node (the head), got ()")
         self.run_dir = os.path.abspath(run_dir)
@@ -196,6 +198,7 @@ class LocalCluster:
         #: node number (0: the head; its address 127.0.0.{2 + number}) -> its `ray start`
         self.nodes: dict[int, subprocess.Popen[bytes]] = {}
         self._added = 0
+        self.autoscale = autoscale
 
     def _ray(self, *args: str, log_name: str) -> subprocess.Popen[bytes]:
         ray = os.path.join(os.path.dirname(sys.executable), "ray")
@@ -205,6 +208,10 @@ class LocalCluster:
             # No drain wait on SIGTERM: a test cluster goes down at once (Ray waits 30 s).
             env = {**os.environ, **self.env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
                    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}  # a multi-node cluster, on purpose
+            if self.autoscale is not None and "--head" in args:
+                # The autoscaler's nodes take the address Ray finds for this machine:
+                # loopback (127.0.0.1) with this off. The head keeps the address it is given.
+                env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
             proc = subprocess.Popen([*cmd, "start", "--block", "--disable-usage-stats",
                                      "--object-store-memory", str(150 * 1024 * 1024), *args],
                                     stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -216,10 +223,39 @@ class LocalCluster:
             "--head", f"--node-ip-address={self.head_ip}", f"--port={self.port}",
             f"--num-cpus={self.cpus[0]}", "--include-dashboard=false",
             f"--dashboard-agent-listen-port={free_port()}",
-            f"--temp-dir={ray_temp_dir(self.run_dir)}", log_name="head.log")
+            f"--temp-dir={ray_temp_dir(self.run_dir)}", *self._autoscaler(), log_name="head.log")
         for n in self.cpus[1:]:
             self.add_node(n)
         return self
+
+    def _autoscaler(self) -> list[str]:
+        """With `autoscale` (CPUs per node, most nodes): Ray's autoscaler on the head with
+        its fake multi-node provider, which starts worker nodes on this machine when
+        Ray is asked for resources it lacks (`request_resources`, pending actors)."""
+        if self.autoscale is None:
+            return []
+        cpus, most = self.autoscale
+        config = {
+            "cluster_name": "cameo-test", "max_workers": most, "upscaling_speed": 1.0,
+            "idle_timeout_minutes": 60, "head_node_type": "ray.head.default",
+            "provider": {"type": "fake_multinode", "gcs_address": self.address,
+                         "use_node_id_as_ip": True, "disable_node_updaters": True,
+                         "disable_launch_config_check": True},
+            "available_node_types": {
+                # (the provider names the head's type so)
+                "ray.head.default": {"resources": {"CPU": self.cpus[0]}, "node_config": {},
+                                     "max_workers": 0},
+                "worker": {"resources": {"CPU": cpus}, "node_config": {}, "min_workers": 0,
+                           "max_workers": most}},
+            "auth": {"ssh_user": "nobody"}, "file_mounts": {}, "cluster_synced_files": [],
+            "file_mounts_sync_continuously": False, "initialization_commands": [],
+            "setup_commands": [], "head_setup_commands": [], "worker_setup_commands": [],
+            "head_start_ray_commands": [], "worker_start_ray_commands": []}
+        path = os.path.join(self.run_dir, "autoscaler.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        self.env.update({"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"})
+        return [f"--autoscaling-config={path}"]
 
     def add_node(self, cpus: int) -> int:
         """A worker node more, with `cpus` logical CPUs; its number."""
@@ -248,9 +284,19 @@ class LocalCluster:
         _stop(self.nodes.pop(number), 30.0)
 
     def stop(self) -> None:
-        """Stop the workers, then the head (each `ray start --block` ends its node)."""
+        """Stop the workers, then the head (each `ray start --block` ends its node); then
+        what outlived them (the nodes Ray's autoscaler started are its children, and
+        outlive it)."""
+        started: dict[int, tuple[str, str]] = {}
         for number in sorted(self.nodes, reverse=True):
-            _stop(self.nodes.pop(number), 30.0)
+            proc = self.nodes.pop(number)
+            started.update(processes_under(proc.pid))
+            _stop(proc, 30.0)
+        for pid, (start, _) in started.items():
+            stat = proc_stat(pid)
+            if stat is not None and stat[19] == start:  # the same process, still there
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
