@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import string
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any
@@ -279,8 +280,13 @@ def generate(config: NexmarkConfig | None = None, **overrides: Any) -> NexmarkSt
 
 def events_in_time_order(config: NexmarkConfig) -> list[Event]:
     """The events in event-number (and time) order, without disorder or late events."""
+    return list(in_time_order(config))
+
+
+def in_time_order(config: NexmarkConfig) -> Iterator[Event]:
+    """`events_in_time_order`, made one at a time (a long feed need not hold them all)."""
     gen = _Generator(config)
-    return [gen.event(i) for i in range(config.events)]
+    return (gen.event(i) for i in range(config.events))
 
 
 class _Generator:
