@@ -75,6 +75,10 @@ def source(i: int) -> str:
     return queries.SOURCE if KINDS[i % len(KINDS)].startswith("nexmark") else "s"
 
 
+def sink(i: int) -> str:
+    return queries.SINK if KINDS[i % len(KINDS)].startswith("nexmark") else "o"
+
+
 def events(i: int, rate: float) -> Iterator[dict[str, Any]]:
     """Dataflow i's events, the same on every call: event time advances as the feed does
     (`rate` per second of event time), in order."""
@@ -312,7 +316,7 @@ def run(minutes: float, n: int, rate: float, chaos_every: float, run_dir: str
         pushed = feeder.pushed[name]
         want = run_local(flows[name], {source(i): list(itertools.islice(events(i, rate), pushed))})
         exact[name] = Counter(map(repr, map(sorted, (r.items() for r in reader.rows[name])))) \
-            == Counter(map(repr, map(sorted, (r.items() for r in want["o"]))))
+            == Counter(map(repr, map(sorted, (r.items() for r in want[sink(i)]))))
     failures = [t0_wall + t for t, what in chaos if what.startswith("killed")]
 
     def counted(bucket: int) -> bool:  # its results came in no failure's first seconds

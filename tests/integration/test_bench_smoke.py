@@ -1,7 +1,8 @@
 """bench.cameo's scenarios, a few seconds each, bench.migration --quick, bench.recovery
 --quick (small state), bench.scaling --smoke, bench.critical_path (one short round, one
-run) and bench.nexmark --quick (two queries, checked against DuckDB), in-process on the
-session's Ray: the shape and sanity of the results, not their speed."""
+run), bench.nexmark --quick (two queries, checked against DuckDB) and bench.soak (half a
+minute, a migration and a kill), in-process on the session's Ray: the shape and sanity of
+the results, not their speed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench import critical_path, migration, nexmark, recovery, scaling, scenarios
+from bench import critical_path, migration, nexmark, recovery, scaling, scenarios, soak
 from bench.harness.cluster import ensure_ray
 
 pytestmark = pytest.mark.integration
@@ -227,3 +228,20 @@ def test_nexmark(ray_session: None, tmp_path: Path) -> None:
         for mode in ("in_process", "ray", "ray_busy", "ray_arrow", "ray_arrow_busy"):
             assert q[mode]["per_core"] > 0 and math.isfinite(q[mode]["per_core"]), mode
     assert res["peers"]["flink-1.13"]["per_core_eps"]["q1"] > 0
+
+
+def test_soak(ray_session: None, tmp_path: Path) -> None:
+    """bench.soak for half a minute: 4 dataflows of the 4 kinds, a migration and a kill;
+    every dataflow finished, the checked ones exactly run_local's, every figure sampled."""
+    out = tmp_path / "soak.json"
+    soak.main(["--minutes", "0.5", "--dataflows", "4", "--chaos-every", "9", "--run-dir",
+               str(tmp_path / "run"), "--json", str(out), "--plot", str(tmp_path / "soak.png")])
+    res = json.loads(out.read_text())
+    assert res["states"] == {"finished": 4}
+    assert res["chaos"][0][1].startswith("scale") and res["chaos"][1][1].startswith("killed")
+    assert res["results_exact"] == {"soak-00": True}
+    assert len(res["samples"]) >= 3 and (tmp_path / "soak.png").stat().st_size > 0
+    for key in ("checkpoints_bytes", "ingress_bytes", "state_bytes", "rss_mb:controller",
+                "open_files:executor-0"):
+        assert res["growth"][key]["max"] > 0, key
+    assert set(res["within_target"]) == {f"soak-0{i}" for i in range(4)}

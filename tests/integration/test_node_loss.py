@@ -9,7 +9,9 @@ and then the head's processes (the pool's controller, the service) are killed an
 started again. The results equal `run_local`'s, each exactly once.
 
 Then a node is added, work placed on it, and it is drained before it goes: its
-dataflows are restored on the executors left from checkpoints taken then.
+dataflows are restored on the executors left from checkpoints taken then. Last, the
+upgrade procedure: the service replaced, the controller restarted, each worker node
+drained, stopped and started again.
 
 One cluster for the module (the tests run in file order); its storage is a folder every node of it sees (one machine),
 named explicitly as a real cluster must.
@@ -252,3 +254,48 @@ def test_a_node_added_then_drained_before_it_goes_loses_nothing(
     assert Counter(canon(got)) == Counter(want)
     status = c.status("moved")
     assert status["recoveries"] == 1 and "drained" in status["history"][1]["reason"]
+
+
+def test_a_rolling_upgrade_service_controller_then_node_by_node_loses_nothing(
+        cluster: LocalCluster, service: ServiceProcess) -> None:
+    """The upgrade procedure of docs/service.md, with the same version (what the code
+    sees is the same): the service replaced (SIGTERM with --on-shutdown keep, a new one
+    started), the controller restarted, then each worker node drained, stopped and
+    started again, its executors added back; a dataflow runs and is pushed to meanwhile."""
+    c = service.client()
+    workers = [cluster.add_node(1), cluster.add_node(1)]
+    c.add_executors(2)
+    flow = keyed_window("rolled", parallelism=4)
+    c.submit(flow)
+    data = events(16_000, seed=10)
+    want = canon(run_local(flow, {"s": data})["o"])
+    parts = iter(range(0, 16_000, 4_000))
+
+    def push_next() -> None:
+        i = next(parts)
+        assert c.push("rolled", "s", data[i:i + 4_000], batch_size=2_000) == 4_000
+
+    push_next()
+    service.kill()  # (to start it again with --on-shutdown keep: the upgrade's setting)
+    service.args += ["--on-shutdown", "keep"]
+    service.start()
+    assert service.stop() == 0  # the old service leaves the dataflows running
+    service.args = service.args[:-2]
+    service.start()  # the new one finds them
+    found = next(line for line in service.log().splitlines() if "still running: " in line)
+    assert "rolled (tenant a)" in found, found
+    controller = next(pid for pid, (_, command) in processes_under(cluster.nodes[0].pid)
+                      .items() if command.startswith("ray::Controller"))
+    os.kill(controller, signal.SIGKILL)  # Ray starts it again: the code installed now
+    push_next()
+    for number in workers:
+        c.drain_node(cluster.node_ip(number))
+        cluster.stop_node(number)
+        cluster.add_node(1)  # the node back, upgraded
+        c.add_executors(1)
+        push_next()
+    c.close("rolled")
+    wait_until(lambda: c.status("rolled")["state"] == "finished", "finished", 120)
+    got, _ = read_on(c, "rolled", None, len(want), timeout_s=60.0)
+    assert Counter(canon(got)) == Counter(want)
+    assert c.status("rolled")["recoveries"] <= 2  # one per drained node it was on

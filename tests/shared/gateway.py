@@ -279,7 +279,8 @@ class InProcessGateway(ExecutorGateway):
         return core.dataflow_stats(dataflow)
 
     def _executor_stats(self, core: Any) -> Any:
-        return core.executor_stats()
+        # Its node's address, as the Ray executor adds it: executor i on "node-i".
+        return {**core.executor_stats(), "address": f"node-{core.index}"}
 
     def _ended(self, core: Any, dataflow: str) -> bool:
         return bool(core.ended(dataflow))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cameo_actors import Dataflow, count, sum_
-from cameo_actors.errors import ReconfigConflict
+from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.runtime._private import checkpointing
@@ -109,6 +109,31 @@ def test_an_executor_never_restarted_is_retired_and_its_instances_restored_on_th
     assert sum(plane.pool.load.values()) == sum(
         len(p.instances) for p in plane.registry.placements.values())
     feed(plane, "gone", data[450:], end=True)
+    finished(plane, flow, data)
+
+
+def test_a_drained_node_moves_its_dataflows_through_a_checkpoint_and_loses_nothing(
+        tmp_path: Path) -> None:
+    plane = ControlPlane(3, config(tmp_path))
+    flow, data = keyed("dn", 3), events(600, seed=7)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "dn", data[:400])
+    with pytest.raises(ReconfigError, match="one of \\['node-0', 'node-1', 'node-2'\\]"):
+        plane.recovery.drain("node-9")
+    unsaved = keyed("nock", 1)
+    unsaved.fault_tolerance(checkpoint_interval_ms=0)
+    plane.lifecycle.deploy(unsaved.spec.to_dict())
+    on = plane.registry.record("nock")["executors"][0]
+    with pytest.raises(ReconfigConflict, match="nock"):
+        plane.recovery.drain(f"node-{on}")
+    plane.lifecycle.cancel("nock")
+
+    drained = plane.recovery.drain("node-2")
+    assert drained["executors"] == [2] and drained["dataflows"] == ["dn"]
+    info = plane.registry.record("dn")
+    assert info["state"] == RUNNING and 2 not in info["executors"] and info["recoveries"] == 1
+    assert "node node-2 drained" in plane.pool.dead[2] and plane.gateway.killed == {2}
+    feed(plane, "dn", data[400:], end=True)
     finished(plane, flow, data)
 
 

@@ -162,7 +162,8 @@ class Recovery:
 
         Raises:
             ReconfigError: no live executor is on that node.
-            ReconfigConflict: no executor would be left.
+            ReconfigConflict: no executor would be left, or a dataflow there takes no
+                checkpoints (nothing changed).
         """
         began = time.time()
         stats = {e["executor"]: e for e in self.pool.stats() if "address" in e}
@@ -181,6 +182,12 @@ class Recovery:
                                        "add executors elsewhere first (`cameo pool add`)")
             hit = [d["name"] for d in self.registry.named(LIVE_STATES)
                    if not d["released"] and set(d["executors"]) & set(on)]
+            unsaved = [n for n in hit if self.registry.dataflows[n]["checkpoints"]["interval_s"] <= 0]
+            if unsaved:
+                raise ReconfigConflict("pool drain", "dataflows on the node that take "
+                                       "checkpoints (they move through one)", unsaved,
+                                       "cancel those dataflows, or deploy them again with "
+                                       "checkpoints on, then drain the node")
         self.checkpoints.now(hit)  # the restores start from here: little to replay
         with self.lock:
             for i in on:
