@@ -510,7 +510,8 @@ class Runtime:
 
         Raises:
             ReconfigError: no live executor is on that node.
-            ReconfigConflict: no executor would be left.
+            ReconfigConflict: no executor would be left, or a dataflow there takes no
+                checkpoints (nothing changed).
         """
         return dict(get(self.controller.drain_node.remote(node),
                         timeout_s=self.config.recovery_timeout_s + cluster.CALL_TIMEOUT_S))
@@ -841,9 +842,9 @@ class Runtime:
         if start is None:
             start = self._parts_get(name, lambda i: self._at(i, aid).result_offsets.remote(name)
                                     )[aid][0]
-        got = self._parts_get(name, lambda i: (
-            self._at(i, aid).read_result_columns if columns else self._at(i, aid).read_results
-        ).remote(name, aid, start, None))
+        read = "read_result_columns" if columns else "read_results"
+        got = self._parts_get(name, lambda i: getattr(self._at(i, aid), read)
+                              .remote(name, aid, start, None))
         end = start + len(got)
         self._offsets[(name, aid)] = end
         if commit:
