@@ -262,7 +262,7 @@ class LocalCluster:
         self._added += 1
         number = self._added
         self.nodes[number] = self._ray(
-            f"--address={self.address}", f"--node-ip-address=127.0.0.{2 + number}",
+            f"--address={self.address}", f"--node-ip-address={self.node_ip(number)}",
             f"--num-cpus={cpus}", f"--dashboard-agent-listen-port={free_port()}",
             log_name=f"worker-{number}.log")
         return number

@@ -99,11 +99,6 @@ def gcs_address() -> str | None:
 ON_THE_HEAD: dict[str, Any] = {"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}}
 
 
-def node_address() -> str:
-    """This process's node's address (what an operator knows a machine by)."""
-    return str(ray.util.get_node_ip_address())
-
-
 def find_actor(name: str) -> Any | None:
     """A named cameo actor of this cluster, or None."""
     try:

@@ -25,7 +25,6 @@ import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.runtime._private.checkpoint import ChainRead, PartBytes, Written, read_chain
-from cameo_actors.runtime._private.cluster import node_address
 from cameo_actors.runtime._private.collector import Pauses
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
@@ -59,7 +58,7 @@ class Executor:
         self.index = index
         #: names this run of the process: Ray restarts a dead executor by running this again
         self.incarnation = uuid.uuid4().hex[:12]
-        self.address = node_address()
+        self.address = ray.util.get_node_ip_address()  # what an operator knows a machine by
         self.peers: list[Any] = []
         self.core = ExecutorCore(index, self.config, self._send_to, persist=self._persist)
         self.core.channels.incarnation = self.incarnation

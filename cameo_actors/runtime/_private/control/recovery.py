@@ -142,15 +142,26 @@ class Recovery:
         """Take executor `index` out of the pool for good, if others are left to take its
         instances (the next restores move them there); False if none is."""
         with self.lock:
-            if not [i for i in self.pool.usable() if i != index and i not in self.pool.restarting]:
+            if not self._left([index]):
                 return False
-            self.pool.dead[index] = f"{why}; it was not restarted within " \
-                                    f"{self.config.replace_lost_after_s:g} s: its instances " \
-                                    "were restored on the executors left"
-            self.pool.restarting.discard(index)
+            self._take_out([index], f"{why}; it was not restarted within "
+                                    f"{self.config.replace_lost_after_s:g} s: its instances "
+                                    "were restored on the executors left")
         logger.error("executor %d retired: %s", index, self.pool.dead[index])
-        self.pool.gateway.kill(index)  # for good: Ray must not start it later, empty
         return True
+
+    def _left(self, leaving: list[int]) -> list[int]:
+        """The executors that can take work now, but `leaving` (under the lock)."""
+        return [i for i in self.pool.usable()
+                if i not in leaving and i not in self.pool.restarting]
+
+    def _take_out(self, indices: list[int], why: str) -> None:
+        """Executors out of the pool for good (under the lock): ended, so that Ray never
+        starts them again, empty; the next restores move their instances (`placement_of`)."""
+        for i in indices:
+            self.pool.dead[i] = why
+            self.pool.restarting.discard(i)
+            self.pool.gateway.kill(i)
 
     # -- a node leaving on purpose -----------------------------------------------------------
     def drain(self, node: str) -> dict[str, Any]:
@@ -175,7 +186,7 @@ class Recovery:
                                 f"executors, one of {nodes}", node, "see `cameo executors`")
         why = f"node {node} drained: executor(s) {on} retired"
         with self.lock:
-            left = [i for i in self.pool.usable() if i not in on and i not in self.pool.restarting]
+            left = self._left(on)
             if not left:
                 raise ReconfigConflict("pool drain", "executors on other nodes to move to",
                                        f"every usable executor on {node}",
@@ -190,12 +201,9 @@ class Recovery:
                                        "checkpoints on, then drain the node")
         self.checkpoints.now(hit)  # the restores start from here: little to replay
         with self.lock:
-            for i in on:
-                self.pool.dead[i] = why
+            self._take_out(on, why)
             for name in hit:
                 self.mark(name, why)
-        for i in on:
-            self.pool.gateway.kill(i)
         logger.warning("%s; restoring %s on executors %s", why, hit, left)
         self.recover_all(hit, why)
         return {"node": node, "executors": on, "dataflows": hit,
@@ -208,8 +216,7 @@ class Recovery:
         gone = placement.executors() & set(self.pool.dead)
         if not gone:
             return placement
-        left = [i for i in self.pool.usable() if i not in self.pool.restarting]
-        return moved_off(placement, gone, left, dict(self.pool.load))
+        return moved_off(placement, gone, self._left([]), dict(self.pool.load))
 
     # -- restoring -------------------------------------------------------------------------
     def recover_all(self, names: list[str], why: str) -> None:
