@@ -235,12 +235,12 @@ def test_soak(ray_session: None, tmp_path: Path) -> None:
     every dataflow finished, the checked ones exactly run_local's, every figure sampled."""
     out = tmp_path / "soak.json"
     soak.main(["--minutes", "0.5", "--dataflows", "4", "--chaos-every", "9", "--run-dir",
-               str(tmp_path / "run"), "--json", str(out), "--plot", str(tmp_path / "soak.png")])
+               str(tmp_path / "run"), "--json", str(out)])
     res = json.loads(out.read_text())
     assert res["states"] == {"finished": 4}
     assert res["chaos"][0][1].startswith("scale") and res["chaos"][1][1].startswith("killed")
     assert res["results_exact"] == {"soak-00": True}
-    assert len(res["samples"]) >= 3 and (tmp_path / "soak.png").stat().st_size > 0
+    assert len(res["samples"]) >= 3
     for key in ("checkpoints_bytes", "ingress_bytes", "state_bytes", "rss_mb:controller",
                 "open_files:executor-0"):
         assert res["growth"][key]["max"] > 0, key
