@@ -83,8 +83,12 @@ InFlight = tuple[Any, str, str, int, bytes]
 
 #: Events per ingest call: a Ray call costs about 1 ms, so batches, not single events.
 DEFAULT_BATCH = 2_000
-#: Ingest calls in flight per executor before push waits for one to return.
+#: Ingest calls in flight per executor before push waits for one to return; only one
+#: while that executor's answers say a source of it is pressed (`PRESSED_SHARE` full).
+#: A call to a full source holds one of the executor's ingest threads until there is
+#: room, so a writer that kept eight there would keep other tenants' batches out.
 MAX_IN_FLIGHT = 8
+PRESSED_SHARE = 0.5
 #: How long a handle trusts what it knows of a dataflow (placement, state) before asking again.
 DESCRIBE_TTL_S = 1.0
 #: How often a push waiting for its batches' answers asks whether their sources moved.
@@ -180,6 +184,8 @@ class Runtime:
         self._seq: dict[str, itertools.count[int]] = {}
         #: calls not yet answered, per executor: kept to be sent again after a failure
         self._in_flight: dict[int, builtins.list[InFlight]] = {}
+        #: executors whose last answers said a source of theirs was pressed (backpressure)
+        self._pressed: set[int] = set()
         self._described: dict[str, tuple[float, DataflowInfo]] = {}  # name -> (when, info)
         self._offsets: dict[tuple[str, str], int] = {}
         self._recoveries: dict[str, int] = {}  # dataflow -> recoveries when last read
@@ -697,7 +703,8 @@ class Runtime:
                                 timeout=0)[0]) if pending else 0
         # The answered calls are taken in order (and any that failed sent again), so that a
         # failure is noticed by the next push, not left as a gap a source would wait on.
-        want = max(answered, len(pending) - MAX_IN_FLIGHT + 1)
+        most = 1 if host in self._pressed else MAX_IN_FLIGHT
+        want = max(answered, len(pending) - most + 1)
         if want > 0:
             self._settle(host, want)
             pending = self._in_flight.setdefault(host, [])
@@ -720,11 +727,16 @@ class Runtime:
                                          f"{cluster.CALL_TIMEOUT_S:g} s")
             finished = set(done)
             failed = moved
+            waiting = 0
             for ref in done:
                 try:
-                    get(ref, timeout_s=0)
+                    waiting = max(waiting, get(ref, timeout_s=0))
                 except RuntimeUnavailable:  # an executor died, or the source is being restored
                     failed = True
+            if waiting >= PRESSED_SHARE * self.config.ingress_events:
+                self._pressed.add(host)
+            elif done:
+                self._pressed.discard(host)
             if not failed:
                 self._in_flight[host] = [p for p in pending if p[0] not in finished]
                 return

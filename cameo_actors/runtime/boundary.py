@@ -228,6 +228,7 @@ class ExecutorStats(TypedDict, total=False):
     overhead_ms: float
     overhead_us_per_message: float
     held: int
+    ingest_waiting: int  # clients' ingest calls blocked now by backpressure (a thread each)
     faults: list[str]
     demotions: int  # times a tenant went over its share here and was demoted
     # tenant -> weight, busy_ms, over_share_ms, demoted, demotions (tenant floors on)

@@ -48,9 +48,13 @@ EPOCH_WATCH_S = 0.001
 CALL_TIMEOUT_S = 60.0
 
 
-# Ingest calls may block (backpressure); enough threads that one tenant's blocked
-# calls never keep another tenant's batches out.
-@ray.remote(max_concurrency=8, concurrency_groups={"ingest": 16})  # type: ignore[call-overload]
+# Ingest calls may block (backpressure), each holding a thread of the "ingest" group
+# until there is room. A handle keeps one call in flight to an executor whose sources
+# are pressed (eight before it knows; `api.MAX_IN_FLIGHT`), so the threads full sources
+# hold are about one per writer, and 32 leave room for other tenants' batches. (With 16
+# threads and eight calls per writer, two bulk writers took them all, and a 20 ms
+# tenant's calls waited 1.5 s for a thread.) A blocked thread costs only its stack.
+@ray.remote(max_concurrency=8, concurrency_groups={"ingest": 32})  # type: ignore[call-overload]
 class Executor:
     def __init__(self, index: int, config: dict[str, Any]) -> None:
         self.config = RuntimeConfig.from_dict(config)
@@ -381,6 +385,7 @@ class Executor:
         stats["worker_tid"] = self._thread.native_id or 0
         stats["alive"] = True
         stats["gc"] = self.gc_pauses.stats()
+        stats["ingest_waiting"] = self.core.flow.ingest_waiting
         return stats
 
     def pressure(self, dataflow: str) -> tuple[dict[str, int], int, dict[str, int]]:

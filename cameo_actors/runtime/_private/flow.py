@@ -55,6 +55,8 @@ class FlowControl:
         #: source activation -> events enqueued there, not yet run
         self.ingress_pending: Counter[str] = Counter()
         self.ingress_cond = threading.Condition()
+        #: ingest calls blocked now for room at their source (each holds a Ray thread)
+        self.ingest_waiting = 0
 
     # -- credits ------------------------------------------------------------------------
     def sent(self, sender: str, target: str, n: int) -> None:
@@ -103,9 +105,14 @@ class FlowControl:
         """Block (a Ray thread) while `source` has `ingress_events` waiting and is still
         hosted; returns the events waiting there."""
         with self.ingress_cond:
-            self.ingress_cond.wait_for(
-                lambda: self.ingress_pending[source] < self.ingress_events or not hosted(),
-                timeout=timeout_s)
+            if self.ingress_pending[source] >= self.ingress_events:
+                self.ingest_waiting += 1
+                try:
+                    self.ingress_cond.wait_for(
+                        lambda: self.ingress_pending[source] < self.ingress_events or not hosted(),
+                        timeout=timeout_s)
+                finally:
+                    self.ingest_waiting -= 1
             return self.ingress_pending[source]
 
     # -- lifecycle (DataflowScoped) -----------------------------------------------------------
