@@ -49,6 +49,16 @@ def check_ratios(res: dict[str, Any]) -> None:
         assert v is not None and v > 0 and math.isfinite(v)
 
 
+def check_load(res: dict[str, Any], load: float) -> None:
+    """A ratio is reported only at the stated load (a fixed capacity here: either way)."""
+    refused = scenarios.off_load({m: res[m]["utilization"] for m in POLICIES if m in res}, load)
+    assert res["stated_load"] == pytest.approx(load) and res.get("load_refused") == refused
+    if refused:
+        assert all(v is None for v in res["ratios"].values())
+    else:
+        check_ratios(res)
+
+
 POLICIES = {"fifo": "fifo", "cameo": "cameo", "floor": "cameo", "isolated": "fifo"}
 
 
@@ -57,20 +67,14 @@ def test_latency_scenarios(ray_session: None) -> None:
     for fn in (scenarios.single, scenarios.multi):
         res = fn(CAPACITY, 0.5, 1.5, log=lambda _: None)
         check_modes(res, tuple(POLICIES), POLICIES)
-        # A ratio is reported only at the stated load (a fixed capacity here: either way).
-        refused = scenarios.off_load({m: res[m]["utilization"] for m in POLICIES}, 0.85)
-        assert res["stated_load"] == 0.85 and res.get("load_refused") == refused
-        if refused:
-            assert all(v is None for v in res["ratios"].values())
-        else:
-            check_ratios(res)
+        check_load(res, 0.85)
         assert [res[m]["tenant_floor"] for m in POLICIES] == [False, False, True, False]
 
 
 def test_spike(ray_session: None) -> None:
     res = scenarios.spike(CAPACITY, 0.5, 2.0, every_s=1.5, spike_s=0.5, log=lambda _: None)
     check_modes(res, tuple(POLICIES), POLICIES)
-    check_ratios(res)
+    check_load(res, min(1.0, 0.6 * (1.0 + 4 * 0.5) / 1.5))  # the mean offered, at most capacity
     for mode in POLICIES:
         series = res[mode]["dataflows"]["alerts"]["p99_series_ms"]
         assert len(series) == 2 and any(v is not None and v > 0 for v in series)
@@ -95,6 +99,8 @@ def test_fair(ray_session: None) -> None:
 def test_overload(ray_session: None) -> None:
     res = scenarios.overload(CAPACITY, 0.5, 2.0, levels=(1.5,), log=lambda _: None)
     level = res["levels"]["1.50"]
+    assert level["stated_load"] == 1.5 and level.get("load_refused") == scenarios.off_load(
+        {m: level[m]["utilization"] for m in ("fifo", "cameo", "floor")}, 1.5)
     # (No check_modes: under cameo a starved tenant may have no results at all.)
     assert [level[m]["policy"] for m in ("fifo", "cameo", "floor")] == ["fifo", "cameo", "cameo"]
     names = {n for n, _ in scenarios.OVERLOAD_SENSITIVE} | {n for n, _, _ in scenarios.OVERLOAD_BULK}

@@ -71,7 +71,7 @@ from cameo_actors.runtime._private.checkpointing import Checkpointing, Persist
 from cameo_actors.runtime._private.egress import Egress
 from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
 from cameo_actors.runtime._private.hosting import Hosting
-from cameo_actors.runtime._private.ingress import Ingress
+from cameo_actors.runtime._private.ingress import MEASURED_EVENTS, Ingress
 from cameo_actors.runtime._private.ingress_log import IngressLog
 from cameo_actors.runtime._private.migration import MERGE, is_control
 from cameo_actors.runtime._private.parts import DataflowScoped
@@ -91,6 +91,14 @@ from cameo_actors.tracing.records import DESERIALIZE, SERIALIZE, UNTRACED
 PACE_IDLE_MS = 5.0
 #: Tracebacks of faults in the runtime itself kept for executor stats (never expected).
 FAULTS_KEPT = 20
+#: A message of rows runs within this share of the tightest latency target hosted on its
+#: executor (and within the quantum), at its step's measured cost per event: a message
+#: is never preempted, so a tight tenant's message that arrives waits for the one running.
+MESSAGE_TARGET_SHARE = 0.1
+#: ... but a message is never cut to run shorter than this (each costs its scheduling).
+MIN_MESSAGE_MS = 1.0
+#: How often (ms) the tightest target hosted is looked up again.
+BUDGET_TTL_MS = 1000.0
 
 
 class ExecutorCore:
@@ -131,6 +139,8 @@ class ExecutorCore:
         self.plan_changes = PlanChanges(self.hosting, self.sched, now_ms, self)
         self.reports = Reports(self.hosting, self.sched, self.flow, self.egress, self.stats,
                                self.channels, self.faults)
+        #: what one message of rows may cost here (`_message_ms`), and when it was computed
+        self._message_budget = (config.quantum_ms, -math.inf)
         #: the traced activity running now (its outputs carry it), and the results it wrote
         self._trace = UNTRACED
         self._egressed: Egressed | None = None
@@ -305,8 +315,8 @@ class ExecutorCore:
 
     def _execute_message(self, aid: str, msg: Message) -> None:
         act = self.hosting.activations[aid]
-        if not msg.upstream and not msg.is_watermark and is_columns(msg.payload):
-            self._cut_columns(act, msg)
+        if not msg.is_watermark:
+            self._cut(act, msg)
         if act.part is not None and act.part.pending:  # a checkpoint waits for barriers here
             self.checkpointing.record(act, msg)
         try:
@@ -364,18 +374,48 @@ class ExecutorCore:
         elif msg.size:
             self.flow.consumed(aid, msg.size)
 
-    def _cut_columns(self, act: Activation, msg: Message) -> None:
-        """A client's columns run in messages that fit the quantum at the cost measured
-        now (`Ingress.columns_cut`): the events beyond go back to the front of the
-        mailbox as a message of their own, with the same deadline; other due work may
+    def _cut(self, act: Activation, msg: Message) -> None:
+        """A message runs in parts that fit what a message may cost at its step's cost
+        measured now: a client's columns the quantum (`Ingress.columns_cut`), rows the
+        tightest target's share (`_rows_cut`). The events beyond go back to the front of
+        the mailbox as a message of their own, with the same deadline; other due work may
         run in between."""
-        cut = self.ingress.columns_cut(act.dataflow)
         events = msg.payload
+        columns = is_columns(events)
+        if columns:
+            if msg.upstream:
+                return
+            cut = self.ingress.columns_cut(act.dataflow)
+        else:
+            cut = self._rows_cut(act, len(events))
         if len(events) <= cut:
             return
-        rest = replace(msg, payload=events.slice(cut), size=msg.size - cut, ctx=replace(msg.ctx))
-        msg.payload, msg.size = events.slice(0, cut), cut
+        # (A restored in-flight message has size 0: its credits were returned before.)
+        rest = replace(msg, payload=events.slice(cut) if columns else events[cut:],
+                       size=max(0, msg.size - cut), ctx=replace(msg.ctx))
+        msg.payload = events.slice(0, cut) if columns else events[:cut]
+        msg.size = min(msg.size, cut)
         self.sched.enqueue(rest, self.clock.now_ms(), first=True)
+
+    def _rows_cut(self, act: Activation, n: int) -> int:
+        """Events of `n` rows one message of `act` may have (all until its cost is measured)."""
+        if act.events_in < MEASURED_EVENTS:
+            return n
+        per_event = self.sched.profile(act.id).busy_ms / act.events_in
+        return max(1, min(n, int(self._message_ms() / per_event))) if per_event > 0 else n
+
+    def _message_ms(self) -> float:
+        """What one message of rows may cost here: `MESSAGE_TARGET_SHARE` of the tightest
+        latency target hosted, within [MIN_MESSAGE_MS, quantum]."""
+        budget, at = self._message_budget
+        now = self.clock.now_ms()
+        if now - at > BUDGET_TTL_MS:
+            tightest = min((c.latency.target_ms for c in self.stats.dataflows.values()),
+                           default=math.inf)
+            budget = max(MIN_MESSAGE_MS, min(self.config.quantum_ms,
+                                             MESSAGE_TARGET_SHARE * tightest))
+            self._message_budget = (budget, now)
+        return budget
 
     def _waiting_for(self, sender: str) -> Callable[[str], float]:
         """target -> events of `sender` it has before the next ones (sent, not yet done);

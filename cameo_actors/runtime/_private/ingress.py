@@ -94,7 +94,7 @@ class Ingress:
         message of thousands in what the rows take for a hundred, and preemption is at
         message boundaries), within [max_message_events, MAX_COLUMN_MESSAGE_EVENTS];
         max_message_events until measured. Asked when a message of columns starts to run
-        (`ExecutorCore._cut_columns`), so that calls taken in before anything was
+        (`ExecutorCore._cut`), so that calls taken in before anything was
         measured are cut by the cost measured since."""
         hosted = self.hosting.dataflows.get(dataflow)
         worst = 0.0
