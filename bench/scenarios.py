@@ -58,14 +58,27 @@ LOAD_TOLERANCE = 0.15
 SATURATED_BUSY = 0.75
 
 
+def rotated(modes: dict[str, Any], turn: int) -> dict[str, Any]:
+    """`modes` starting from the `turn`-th (modulo), so that over repeated runs no mode
+    always runs after the same others, on a machine that earlier pools may leave busier.
+
+    >>> list(rotated({"fifo": 1, "cameo": 2, "floor": 3}, 4))
+    ['cameo', 'floor', 'fifo']
+    """
+    names = list(modes)
+    k = turn % len(names)
+    return {m: modes[m] for m in names[k:] + names[:k]}
+
+
 def _scenario(loads_for_mode: Any, modes: dict[str, dict[str, Any]], warmup: float, seconds: float,
               sample_s: float | None = None, log: Any = print,
-              load: float | None = None) -> dict[str, Any]:
-    """Each mode's run, and the ratios between them; with `load` (the executors' busy share
-    the scenario states), the ratios only if every shared mode's run was within
-    `LOAD_TOLERANCE` of it, else None with the reason in "load_refused"."""
+              load: float | None = None, turn: int = 0) -> dict[str, Any]:
+    """Each mode's run (from the `turn`-th: `rotated`), and the ratios between them; with
+    `load` (the executors' busy share the scenario states), the ratios only if every shared
+    mode's run was within `LOAD_TOLERANCE` of it, else None with the reason in
+    "load_refused"."""
     res: dict[str, Any] = {}
-    for mode, cfg in modes.items():
+    for mode, cfg in rotated(modes, turn).items():
         r = res[mode] = run(loads_for_mode(), mode, cfg, warmup, seconds, sample_s)
         parts = [f"{n} p99 {d.get('p99_ms', float('nan')):7.1f} ms {d.get('within_target', 0):6.1%} in target "
                  f"{d['throughput_eps']:8,.0f} ev/s" for n, d in r["dataflows"].items()]
@@ -122,27 +135,28 @@ def bulk_workload(rate: float, seed: int = 2, **kw: Any) -> Workload:
 
 
 def single(capacity: float, warmup: float, seconds: float, load: float = 0.85, window_ms: int = 250,
-           log: Any = print) -> dict[str, Any]:
+           log: Any = print, turn: int = 0) -> dict[str, Any]:
     """bulk alone at `load` of capacity, with `window_ms` tumbling windows (several results a
     second, so a p99 over a short run is not the max of a handful of windows)."""
     def loads() -> list[Load]:
         return [Load(bulk(window_ms=window_ms), bulk_workload(load * capacity), latency_sensitive=True)]
-    res = _scenario(loads, MODES, warmup, seconds, log=log, load=load)
+    res = _scenario(loads, MODES, warmup, seconds, log=log, load=load, turn=turn)
     res["single"] = {"load": load, "window_ms": window_ms}
     return res
 
 
-def multi(capacity: float, warmup: float, seconds: float, load: float = 0.85, log: Any = print) -> dict[str, Any]:
+def multi(capacity: float, warmup: float, seconds: float, load: float = 0.85, log: Any = print,
+          turn: int = 0) -> dict[str, Any]:
     """bench/multitenant.py's setup: alerts (1,000 ev/s, 50 ms) + bulk at `load` of capacity."""
     def loads() -> list[Load]:
         return [alerts_load(), Load(bulk(), bulk_workload(load * capacity))]
-    res = _scenario(loads, MODES, warmup, seconds, log=log, load=load)
+    res = _scenario(loads, MODES, warmup, seconds, log=log, load=load, turn=turn)
     res["multi"] = {"load": load}
     return res
 
 
 def spike(capacity: float, warmup: float, seconds: float, load: float = 0.6, factor: float = 4.0,
-          every_s: float = 6.0, spike_s: float = 1.0, log: Any = print) -> dict[str, Any]:
+          every_s: float = 6.0, spike_s: float = 1.0, log: Any = print, turn: int = 0) -> dict[str, Any]:
     """multi with bulk at `load` of capacity, offered `factor` x that for `spike_s` s every
     `every_s` s (the first spike starts at every_s - spike_s). The defaults overload the pool
     2.4x during a spike and leave it time to drain before the next: a transient, not a new level."""
@@ -152,14 +166,14 @@ def spike(capacity: float, warmup: float, seconds: float, load: float = 0.6, fac
                                                               burst_s=spike_s))]
     # The load it states: the mean offered, at most the pool's capacity.
     mean = min(1.0, load * (every_s - spike_s + factor * spike_s) / every_s)
-    res = _scenario(loads, MODES, warmup, seconds, log=log, load=mean)
+    res = _scenario(loads, MODES, warmup, seconds, log=log, load=mean, turn=turn)
     res["spike"] = {"load": load, "factor": factor, "every_s": every_s, "spike_s": spike_s,
                     "mean_load": mean}
     return res
 
 
 def fair(capacity: float, seconds: float, stagger_s: float = 3.0, weights: tuple[float, ...] = (1, 1, 2),
-         offered: float = 1.0, log: Any = print) -> dict[str, Any]:
+         offered: float = 1.0, log: Any = print, turn: int = 0) -> dict[str, Any]:
     """Three bulk tenants a, b, c (weights 1, 1, 2), started `stagger_s` apart, each offered
     `offered` x capacity; fifo vs fair_share. Runs 2 x stagger_s + `seconds` (all three
     active for the last `seconds`), measured from the start; final shares over the last part."""
@@ -171,7 +185,7 @@ def fair(capacity: float, seconds: float, stagger_s: float = 3.0, weights: tuple
                 for i, (t, w) in enumerate(zip(names, weights, strict=True))]
     total = 2 * stagger_s + seconds
     res = _scenario(loads, FAIR_MODES, 0.0, total, sample_s=1.0, log=log,
-                    load=len(names) * offered)
+                    load=len(names) * offered, turn=turn)
     for mode in FAIR_MODES:
         dfs = res[mode]["dataflows"]
         tail = max(1, int(seconds) - 1)  # whole seconds with all three pushing
@@ -204,7 +218,7 @@ OVERLOAD_BULK = (("bulk-1s", 1000.0, 1.0), ("bulk-3s", 3000.0, 2.0))
 
 
 def overload(capacity: float, warmup: float, seconds: float, levels: tuple[float, ...] = (0.9, 1.2, 1.5),
-             log: Any = print) -> dict[str, Any]:
+             log: Any = print, turn: int = 0) -> dict[str, Any]:
     """Three latency-sensitive tenants (targets 20, 50, 150 ms; 500 ev/s each) beside two bulk
     tenants with 1 s windows (targets 1 s and 3 s, weights 1 and 2), the bulk ones offered
     together `level` x capacity, for each level under fifo, cameo and floor.
@@ -219,10 +233,6 @@ def overload(capacity: float, warmup: float, seconds: float, levels: tuple[float
 
     out: dict[str, Any] = {"levels": {}, "ratios": {}}
     for i, level in enumerate(levels):
-        # Each level starts from another mode, so that none always runs last on a machine
-        # that earlier pools may have left busier.
-        names = list(OVERLOAD_MODES)
-        order = {m: OVERLOAD_MODES[m] for m in names[i % len(names):] + names[:i % len(names)]}
         def loads(level: float = level) -> list[Load]:
             sensitive = [latency_sensitive(n, t, seed=20 + i) for i, (n, t) in enumerate(OVERLOAD_SENSITIVE)]
             heavy = [Load(bulk(n, n, w, target_ms=t),
@@ -230,7 +240,9 @@ def overload(capacity: float, warmup: float, seconds: float, levels: tuple[float
                      for i, (n, t, w) in enumerate(OVERLOAD_BULK)]
             return sensitive + heavy
         log(f"overload at {level:.0%} of capacity:")
-        res = _scenario(loads, order, warmup, seconds, sample_s=1.0, log=log, load=level)
+        # Each level starts from another mode (and each run from another again).
+        res = _scenario(loads, OVERLOAD_MODES, warmup, seconds, sample_s=1.0, log=log, load=level,
+                        turn=turn + i)
         weights = {n: 1.0 for n, _ in OVERLOAD_SENSITIVE} | {n: w for n, _, w in OVERLOAD_BULK}
         tail = max(1, int(seconds) - 1)  # whole seconds with every tenant pushing
         busy = {m: {n: sum(d["busy_series_ms"][-tail:]) for n, d in res[m]["dataflows"].items()}

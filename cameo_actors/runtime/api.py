@@ -43,7 +43,7 @@ from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, ge
 from cameo_actors.runtime._private.controller import Controller
 from cameo_actors.runtime._private.ingest import pack_columns, pack_ingest
 from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
-from cameo_actors.runtime._private.storage import CheckpointStorage
+from cameo_actors.runtime._private.storage import CheckpointStorage, leave_marks, remove_marks
 from cameo_actors.runtime._private.wire import pack_events
 from cameo_actors.runtime.boundary import (
     FINISHED,
@@ -269,6 +269,11 @@ class Runtime:
             **cluster.ON_THE_HEAD).remote(
                 pool, config.to_dict(), resume)
         rt = cls(pool, controller, owns, found=found, embedded=owns and address is None)
+        if not found and address is not None:
+            problem = rt._storage_unseen(cluster.alive_nodes())
+            if problem:
+                rt.shutdown(stop_ray=False)
+                raise StorageNotShared(problem)
         if rt.embedded:
             atexit.register(rt._at_exit, keep=resume)
         return rt
@@ -295,6 +300,26 @@ class Runtime:
             raise PoolNotFound(f"no cameo pool named {pool!r} on this Ray cluster; start one with "
                                "Runtime.start() or `cameo serve`")
         return cls(pool, controller, owns_ray=False)
+
+    def _storage_unseen(self, nodes: int) -> str | None:
+        """Why the pool's storage is not one that every executor's node reaches, or None:
+        marks left in it from here, looked for by every executor (a folder of the same
+        name on each node is a disk of each node's own)."""
+        token = uuid.uuid4().hex
+        leave_marks(self.config, token)
+        try:
+            answers = get([e.marks_missing.remote(token) for e in self.executors])
+        finally:
+            remove_marks(self.config, token)
+        unseen = [f"executor {i} on node {node} does not find a mark left in {', '.join(missing)}"
+                  for i, (node, missing) in enumerate(answers) if missing]
+        if not unseen:
+            return None
+        return (f"starting a pool on a Ray cluster of {nodes} nodes: expected storage every "
+                f"node reaches, got storage of this node's own: {'; '.join(unseen)}. Fix: a "
+                "URL pyarrow.fs understands (s3://, gs://, hdfs://) or a folder every node "
+                "mounts (NFS, a shared volume) for the checkpoints, and a folder every node "
+                "mounts for the ingress logs")
 
     def handle(self, client: str | None = None) -> Runtime:
         """Another handle on the same pool, with its own ingest order (for another thread).

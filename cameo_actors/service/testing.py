@@ -200,9 +200,13 @@ class LocalCluster:
         self._added = 0
         self.autoscale = autoscale
 
-    def _ray(self, *args: str, log_name: str) -> subprocess.Popen[bytes]:
+    def _ray(self, *args: str, log_name: str, own: str | None = None) -> subprocess.Popen[bytes]:
         ray = os.path.join(os.path.dirname(sys.executable), "ray")
         cmd = [ray] if os.path.exists(ray) else [sys.executable, "-m", "ray.scripts.scripts"]
+        if own is not None:  # the node's processes see a folder of their own at `own`
+            os.makedirs(own, exist_ok=True)
+            cmd = ["unshare", "--mount", "--", "sh", "-c",
+                   'mount -t tmpfs cameo-own "$1" && shift && exec "$@"', "sh", own, *cmd]
         log_path = os.path.join(self.run_dir, log_name)
         with open(log_path, "wb") as log:
             # No drain wait on SIGTERM: a test cluster goes down at once (Ray waits 30 s).
@@ -257,14 +261,16 @@ class LocalCluster:
         self.env.update({"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"})
         return [f"--autoscaling-config={path}"]
 
-    def add_node(self, cpus: int) -> int:
-        """A worker node more, with `cpus` logical CPUs; its number."""
+    def add_node(self, cpus: int, own: str | None = None) -> int:
+        """A worker node more, with `cpus` logical CPUs; its number. With `own`, its
+        processes see an empty folder of their own there (a tmpfs in a mount namespace of
+        their own: a disk of that node's), where the others see this machine's."""
         self._added += 1
         number = self._added
         self.nodes[number] = self._ray(
             f"--address={self.address}", f"--node-ip-address={self.node_ip(number)}",
             f"--num-cpus={cpus}", f"--dashboard-agent-listen-port={free_port()}",
-            log_name=f"worker-{number}.log")
+            log_name=f"worker-{number}.log", own=own)
         return number
 
     def node_ip(self, number: int) -> str:

@@ -98,6 +98,33 @@ def test_a_pool_on_two_nodes_left_node_local_storage_is_refused(cluster: LocalCl
     assert "exit code 1" in str(refused.value)
 
 
+def test_a_pool_whose_storage_is_each_nodes_own_is_refused(cluster: LocalCluster) -> None:
+    """Storage named, but a folder of that name is a disk of each node's own (a third
+    node sees a tmpfs of its own there): the executor on it does not find the mark the
+    service left, and the service refuses to start, naming the node and the folders."""
+    own = os.path.join(cluster.run_dir, "not-shared")
+    node = cluster.add_node(1, own=own)
+    try:
+        svc = ServiceProcess(os.path.join(cluster.run_dir, "not-shared-service"), env=cluster.env,
+                             args=["--address", cluster.address, "--pool", "not-shared",
+                                   "--executors", "4",
+                                   "--checkpoint-url", os.path.join(own, "checkpoints"),
+                                   "--ingress-log-dir", os.path.join(own, "ingress")])
+        with pytest.raises(TimeoutError):
+            svc.start(timeout_s=90)
+        assert svc.proc is not None and svc.proc.wait(10) == 1
+        log = svc.log()
+        assert "expected storage every node reaches, got storage of this node's own" in log, \
+            log[-2000:]
+        assert f"on node {cluster.node_ip(node)} does not find a mark left in checkpoint_url" \
+            f" {own}/checkpoints, ingress_log_dir {own}/ingress" in log, log[-2000:]
+        assert "127.0.0.2 does not find" not in log  # the nodes that share it do
+        marks = os.path.join(own, "checkpoints", "_marks")
+        assert not os.path.exists(marks) or not os.listdir(marks)  # the marks were removed
+    finally:
+        cluster.stop_node(node)
+
+
 def test_executors_on_both_nodes_and_metrics_from_both(service: ServiceProcess) -> None:
     info = service.client().info()
     assert info["ray"]["nodes"] == 2 and not info["ray"]["embedded"]

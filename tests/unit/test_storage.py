@@ -374,3 +374,24 @@ def test_a_part_given_as_pieces_is_written_one_after_the_other(backend: Backend)
     _damage(backend, path, lambda b: b.replace(b"piece 2", b"piece 3"))
     with pytest.raises(CheckpointDamaged, match="crc32"):
         s.read_part(path)
+
+
+def test_marks_show_which_storage_a_process_reaches(tmp_path: Path) -> None:
+    """The start of a pool leaves marks; a process that sees other folders of the same
+    names (another node's disks) finds neither, and removing them leaves none behind."""
+    from cameo_actors.runtime._private.storage import leave_marks, marks_missing, remove_marks
+    from cameo_actors.runtime.config import RuntimeConfig
+
+    here = RuntimeConfig(checkpoint_url=str(tmp_path / "a" / "ck"), ingress_log_dir=str(tmp_path / "a" / "in"))
+    elsewhere = RuntimeConfig(checkpoint_url=str(tmp_path / "b" / "ck"),
+                              ingress_log_dir=str(tmp_path / "b" / "in"))
+    leave_marks(here, "t1")
+    assert marks_missing(here, "t1") == []
+    assert marks_missing(here, "t2") == [f"checkpoint_url {here.checkpoint_url}",
+                                         f"ingress_log_dir {here.ingress_log_dir}"]
+    assert marks_missing(elsewhere, "t1") == [f"checkpoint_url {elsewhere.checkpoint_url}",
+                                              f"ingress_log_dir {elsewhere.ingress_log_dir}"]
+    remove_marks(here, "t1")
+    assert marks_missing(here, "t1") != []
+    assert not list((tmp_path / "a" / "ck" / "_marks").iterdir())
+    assert not list((tmp_path / "a" / "in" / "_marks").iterdir())

@@ -29,7 +29,7 @@ from cameo_actors.runtime._private.collector import Pauses
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
-from cameo_actors.runtime._private.storage import part_store
+from cameo_actors.runtime._private.storage import marks_missing, part_store
 from cameo_actors.runtime.boundary import (
     DataflowPart,
     ErrorLogOffsets,
@@ -387,6 +387,11 @@ class Executor:
         stats["gc"] = self.gc_pauses.stats()
         stats["ingest_waiting"] = self.core.flow.ingest_waiting
         return stats
+
+    def marks_missing(self, token: str) -> tuple[str, list[str]]:
+        """(this node's address, the pool's storage in which it does not find the marks
+        `token`: `storage.leave_marks`)."""
+        return self.address, marks_missing(self.config, token)
 
     def pressure(self, dataflow: str) -> tuple[dict[str, int], int, dict[str, int]]:
         """(events waiting at each of the dataflow's sources here, events queued at its

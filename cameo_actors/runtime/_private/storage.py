@@ -243,6 +243,20 @@ class CheckpointStorage:
                                f"file read back {len(back)} bytes, {len(data)} were written). "
                                f"Fix: {_FIX_WRITABLE}")
 
+    def leave_mark(self, token: str) -> None:
+        """A file for other processes to look for (`has_mark`): do they reach this storage?"""
+        self._write(f"_marks/{_name(token)}", token.encode())
+
+    def has_mark(self, token: str) -> bool:
+        try:
+            return self._read(self._path(f"_marks/{_name(token)}")) == token.encode()
+        except _FS_ERRORS:
+            return False
+
+    def remove_mark(self, token: str) -> None:
+        with contextlib.suppress(*_FS_ERRORS):
+            self._fs.delete_file(self._path(f"_marks/{_name(token)}"))
+
     def write_part(self, dataflow: str, deployment: str, ckpt: int, part: str,
                    data: bytes | list[bytes]) -> str:
         """Writes one part of checkpoint `ckpt` (e.g. one activation's state), given whole
@@ -572,3 +586,44 @@ class PartStore:
         if self.copies is not None:
             with contextlib.suppress(StorageError):
                 self.copies.drop(dataflow)
+
+
+# -- is the storage shared? ----------------------------------------------------------------
+# A pool on several nodes needs its checkpoints and ingress logs where every node reaches
+# them: an executor restarted on another node restores from them. A folder of the same
+# name may be a disk of each node's own, so the process that starts the pool leaves a
+# mark in each, and every executor looks for it (`Runtime.start`).
+
+def leave_marks(config: RuntimeConfig, token: str) -> None:
+    """Marks named `token` in `config`'s checkpoint storage and ingress log folder."""
+    if config.checkpoint_url:
+        CheckpointStorage(config.checkpoint_url).leave_mark(token)
+    if config.ingress_log_dir:
+        folder = os.path.join(config.ingress_log_dir, "_marks")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, token), "w", encoding="utf-8") as f:
+            f.write(token)
+
+
+def marks_missing(config: RuntimeConfig, token: str) -> list[str]:
+    """The storage of `config` in which this process does not find the marks `token`."""
+    missing = []
+    if config.checkpoint_url and not CheckpointStorage(config.checkpoint_url).has_mark(token):
+        missing.append(f"checkpoint_url {config.checkpoint_url}")
+    if config.ingress_log_dir:
+        try:
+            with open(os.path.join(config.ingress_log_dir, "_marks", token), encoding="utf-8") as f:
+                seen = f.read() == token
+        except OSError:
+            seen = False
+        if not seen:
+            missing.append(f"ingress_log_dir {config.ingress_log_dir}")
+    return missing
+
+
+def remove_marks(config: RuntimeConfig, token: str) -> None:
+    if config.checkpoint_url:
+        CheckpointStorage(config.checkpoint_url).remove_mark(token)
+    if config.ingress_log_dir:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(config.ingress_log_dir, "_marks", token))
