@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from bench.harness.feeds import generate
@@ -31,37 +32,73 @@ def bulk(name: str = "bulk", tenant: str = "analytics", weight: float = 1.0,
             .sink("o"))
 
 
-#: The rate bulk runs at while its cost is measured: well within the pool's reach.
+#: The rate bulk runs at while its cost is first measured: well within the pool's reach.
 PROBE_EPS = 3_000.0
+#: Then it is offered this many times what that cost says the pool sustains, to find
+#: what it sustains flat out.
+FLAT_OUT = 1.5
 #: The pool's executors (every suite's pool).
 EXECUTORS = 2
 
 
+@dataclass(frozen=True)
+class Capacity:
+    """What the pool does with bulk alone, flat out: `eps` bulk events/s taken in, its
+    executors `busy` that share of the time (below 1: Ray's threads, the feeders and the
+    decoding of their calls share the cores with the executors' worker threads)."""
+
+    eps: float
+    busy: float
+
+
 def calibrate_capacity(seconds: float) -> float:
-    """Bulk events/s the pool's executors sustain, from their busy time per event: bulk
-    alone at `PROBE_EPS`, the executors' busy ms over the events it took in, and 1,000 ms
-    per second of each executor. (Pushed flat out from this process instead, the rate
-    measured the push path: at 85% of what it gave, the executors were 40% busy.)"""
+    """Bulk events/s the pool sustains alone (`measure_capacity`)."""
+    return measure_capacity(seconds).eps
+
+
+def measure_capacity(seconds: float) -> Capacity:
+    """Bulk alone, first at `PROBE_EPS` (its executors' busy ms per event say what two
+    executors could take in, were they busy all the time), then offered `FLAT_OUT` times
+    that by two feeders: what it took in per second then, and how busy the executors were.
+    (The busy time per event at a low rate alone overestimated by up to a quarter: at 85%
+    of it the pool was saturated; pushed flat out by one feeder, the rate measured the push
+    path: at 85% of it the executors were 40% busy.)"""
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
     rt = Runtime.start(RuntimeConfig(num_executors=EXECUTORS, **CONFIG), pool="mt-calibrate")
-    feeder = Runtime.connect(pool="mt-calibrate", address=None)
     try:
         rt.deploy(bulk())
-        stop = threading.Event()
-        t = threading.Thread(target=generate, args=(feeder, "bulk", PROBE_EPS, 0.1, stop, 200))
+        busy, taken = _fed(rt, [PROBE_EPS], seconds)
+        estimate = EXECUTORS * 1000.0 / (busy / taken)
+        busy, taken = _fed(rt, [FLAT_OUT * estimate / 2] * 2, seconds)
+        return Capacity(eps=taken / seconds, busy=busy / (EXECUTORS * 1000.0 * seconds))
+    finally:
+        rt.shutdown(stop_ray=False)
+
+
+def _fed(rt: Any, rates: list[float], seconds: float) -> tuple[float, int]:
+    """Bulk fed at `rates` (a feeder each) for 2 s, then measured for `seconds`: the
+    executors' busy ms and the events bulk took in meanwhile."""
+    from cameo_actors.runtime import Runtime
+
+    stop = threading.Event()
+    threads = [threading.Thread(target=generate, args=(Runtime.connect(pool=rt.pool, address=None),
+                                                       "bulk", rate, 0.1, stop, 200))
+               for rate in rates]
+    for t in threads:
         t.start()
-        time.sleep(2.0)  # warm: the first messages run slower
+    try:
+        time.sleep(2.0)  # warm: the first messages run slower, queues fill
         busy0, n0 = _busy_ms(rt), rt.stats("bulk")["events_in"]
         time.sleep(seconds)
         busy1, n1 = _busy_ms(rt), rt.stats("bulk")["events_in"]
-        stop.set()
-        t.join()
-        if n1 <= n0 or busy1 <= busy0:
-            raise RuntimeError(f"calibration: bulk took in {n1 - n0} events in {seconds:g} s")
-        return EXECUTORS * 1000.0 / ((busy1 - busy0) / (n1 - n0))
     finally:
-        rt.shutdown(stop_ray=False)
+        stop.set()
+        for t in threads:
+            t.join()
+    if n1 <= n0 or busy1 <= busy0:
+        raise RuntimeError(f"calibration: bulk took in {n1 - n0} events in {seconds:g} s")
+    return busy1 - busy0, n1 - n0
 
 
 def _busy_ms(rt: Any) -> float:

@@ -316,7 +316,8 @@ class Runtime:
         if not unseen:
             return None
         return (f"starting a pool on a Ray cluster of {nodes} nodes: expected storage every "
-                f"node reaches, got storage of this node's own: {'; '.join(unseen)}. Fix: a "
+                f"node reaches, got folders that are each node's own ({'; '.join(unseen)}). "
+                "Fix: a "
                 "URL pyarrow.fs understands (s3://, gs://, hdfs://) or a folder every node "
                 "mounts (NFS, a shared volume) for the checkpoints, and a folder every node "
                 "mounts for the ingress logs")

@@ -114,7 +114,7 @@ def test_a_pool_whose_storage_is_each_nodes_own_is_refused(cluster: LocalCluster
             svc.start(timeout_s=90)
         assert svc.proc is not None and svc.proc.wait(10) == 1
         log = svc.log()
-        assert "expected storage every node reaches, got storage of this node's own" in log, \
+        assert "expected storage every node reaches, got folders that are each node's own" in log, \
             log[-2000:]
         assert f"on node {cluster.node_ip(node)} does not find a mark left in checkpoint_url" \
             f" {own}/checkpoints, ingress_log_dir {own}/ingress" in log, log[-2000:]
