@@ -15,6 +15,7 @@ import pytest
 
 from bench import critical_path, migration, nexmark, recovery, scaling, scenarios, soak
 from bench.harness.cluster import ensure_ray
+from bench.harness.tenants import PROBE_EPS, measure_capacity
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +70,11 @@ def test_latency_scenarios(ray_session: None) -> None:
         check_modes(res, tuple(POLICIES), POLICIES)
         check_load(res, 0.85)
         assert [res[m]["tenant_floor"] for m in POLICIES] == [False, False, True, False]
+
+
+def test_capacity_is_measured_flat_out(ray_session: None) -> None:
+    capacity = measure_capacity(1.0)
+    assert capacity.eps > PROBE_EPS and 0.0 < capacity.busy <= 1.0
 
 
 def test_spike(ray_session: None) -> None:

@@ -398,11 +398,15 @@ class ExecutorCore:
         self.sched.enqueue(rest, self.clock.now_ms(), first=True)
 
     def _rows_cut(self, act: Activation, n: int) -> int:
-        """Events of `n` rows one message of `act` may have (all until its cost is measured)."""
-        if act.events_in < MEASURED_EVENTS:
+        """Events of `n` rows one message of `act` may have: all until its cost is measured,
+        or while no target here is tight enough to ask for messages shorter than the
+        quantum (so a pool without one runs as before); else parts of equal size (no short
+        remainder costing a message of its own) that each fit `_message_ms`."""
+        budget = self._message_ms()
+        if act.events_in < MEASURED_EVENTS or budget >= self.config.quantum_ms:
             return n
-        per_event = self.sched.profile(act.id).busy_ms / act.events_in
-        return max(1, min(n, int(self._message_ms() / per_event))) if per_event > 0 else n
+        cost = n * self.sched.profile(act.id).busy_ms / act.events_in
+        return -(-n // math.ceil(cost / budget)) if cost > budget else n
 
     def _message_ms(self) -> float:
         """What one message of rows may cost here: `MESSAGE_TARGET_SHARE` of the tightest
