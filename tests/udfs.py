@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 
@@ -19,8 +18,3 @@ def double(e: dict[str, Any]) -> dict[str, Any]:
 def not_a_dict(e: dict[str, Any]) -> int:
     return 1
 
-
-def slow(e: dict[str, Any]) -> dict[str, Any]:
-    """Half a millisecond per event: a step slower than its writers."""
-    time.sleep(0.0005)
-    return e

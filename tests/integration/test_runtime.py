@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import threading
 from typing import Any
 
 import pyarrow as pa
@@ -251,46 +250,6 @@ def test_backpressure_with_tiny_credits_loses_nothing(pools: Any) -> None:
         assert canon(got) == canon(expected)
     finally:
         rt.cancel(name)
-
-
-def test_writers_held_by_backpressure_hold_one_ingest_thread_each(pools: Any) -> None:
-    """Three writers flat out into a source slower than them (it takes 100 events before
-    ingest blocks here): once answered, each keeps one call waiting at the executor, not
-    eight, so that the threads of the executor's ingest group stay free for the batches
-    of the other tenants; a light tenant beside them gets all its results."""
-    rt = pools["tiny_credits"]
-    slow = (Dataflow(unique("held"), latency_target_ms=1000)
-            .source("s", schema=SCHEMA, event_time="ts")
-            .map(function="tests.udfs:slow").filter("value < -1e9").sink("o"))
-    light = Dataflow(unique("light"), latency_target_ms=50, tenant="light") \
-        .source("s", schema=SCHEMA, event_time="ts").sink("o")
-    name, other = rt.deploy(slow), rt.deploy(light)
-    writers, per_writer = 3, 3000
-    data = events(per_writer)
-    waiting: list[int] = []
-    try:
-        def write(handle: Any) -> None:
-            handle.push(name, "s", data, batch_size=50)
-            handle.flush()
-        threads = [threading.Thread(target=write, args=(rt.handle(),)) for _ in range(writers)]
-        for t in threads:
-            t.start()
-        light_data = events(200, seed=5)
-        for i in range(0, len(light_data), 20):
-            rt.push(other, "s", light_data[i:i + 20], batch_size=20)
-        while any(t.is_alive() for t in threads):
-            waiting.append(sum(e["ingest_waiting"] for e in rt.executor_stats()))
-        for t in threads:
-            t.join()
-        rt.close(other)
-        rt.wait_idle(timeout_s=120)
-        assert canon(rt.results(other)) == canon(run_local(light, {"s": light_data}).sinks["o"])
-        assert rt.stats(name)["events_in"] == writers * per_writer
-        # The second half: every writer has had answers by then (eight calls each before).
-        assert len(waiting) >= 4 and max(waiting[len(waiting) // 2:]) <= writers, waiting
-    finally:
-        rt.cancel(name)
-        rt.cancel(other)
 
 
 def test_latency_is_recorded_per_dataflow(pools: Any) -> None:
