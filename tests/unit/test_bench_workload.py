@@ -104,5 +104,7 @@ def test_a_ratio_is_refused_for_runs_far_from_the_stated_load() -> None:
 
     assert scenarios.off_load({"fifo": 0.80, "cameo": 0.95, "floor": 0.71}, 0.85) is None
     why = scenarios.off_load({"fifo": 0.42, "cameo": 0.39, "isolated": 0.1}, 0.85)
-    assert why == "the executors were fifo 42%, cameo 39% busy, not 85% (within 15%): no ratio"
+    assert why == ("the executors were fifo 42% busy (load 42%), cameo 39% busy (load 39%), "
+                   "not 85% (within 15%): no ratio")
+    assert scenarios.off_load({"fifo": 0.72, "cameo": 0.75}, 0.85, flat_out=0.85) is None
     assert doctest.testmod(scenarios).failed == 0
