@@ -28,7 +28,7 @@ from bench.harness.cluster import ensure_ray
 from bench.harness.feeds import generate
 from bench.harness.output import save_json
 from bench.harness.stats import summarize
-from bench.harness.tenants import CONFIG, alerts, bulk, calibrate_capacity
+from bench.harness.tenants import CONFIG, alerts, bulk, measure_capacity
 
 MODES = {
     "fifo": dict(policy="fifo", isolation="shared"),
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import ray
 
     started = ensure_ray()
-    capacity = calibrate_capacity(args.calibrate)
+    capacity = measure_capacity(args.calibrate).eps
     bulk_rate = args.load * capacity
     print(f"the shared pool sustains {capacity:,.0f} bulk events/s alone; offering {bulk_rate:,.0f}/s "
           f"({args.load:.0%}) + 1,000 alert events/s")

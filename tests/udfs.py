@@ -17,4 +17,3 @@ def double(e: dict[str, Any]) -> dict[str, Any]:
 
 def not_a_dict(e: dict[str, Any]) -> int:
     return 1
-

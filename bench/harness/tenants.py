@@ -51,11 +51,6 @@ class Capacity:
     busy: float
 
 
-def calibrate_capacity(seconds: float) -> float:
-    """Bulk events/s the pool sustains alone (`measure_capacity`)."""
-    return measure_capacity(seconds).eps
-
-
 def measure_capacity(seconds: float) -> Capacity:
     """Bulk alone, first at `PROBE_EPS` (its executors' busy ms per event say what two
     executors could take in, were they busy all the time), then offered `FLAT_OUT` times

@@ -42,8 +42,9 @@ from cameo_actors.runtime._private import cluster, settle
 from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, get
 from cameo_actors.runtime._private.controller import Controller
 from cameo_actors.runtime._private.ingest import pack_columns, pack_ingest
+from cameo_actors.runtime._private.shared_storage import leave_marks, remove_marks
 from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
-from cameo_actors.runtime._private.storage import CheckpointStorage, leave_marks, remove_marks
+from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime._private.wire import pack_events
 from cameo_actors.runtime.boundary import (
     FINISHED,

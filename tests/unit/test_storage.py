@@ -379,7 +379,11 @@ def test_a_part_given_as_pieces_is_written_one_after_the_other(backend: Backend)
 def test_marks_show_which_storage_a_process_reaches(tmp_path: Path) -> None:
     """The start of a pool leaves marks; a process that sees other folders of the same
     names (another node's disks) finds neither, and removing them leaves none behind."""
-    from cameo_actors.runtime._private.storage import leave_marks, marks_missing, remove_marks
+    from cameo_actors.runtime._private.shared_storage import (
+        leave_marks,
+        marks_missing,
+        remove_marks,
+    )
     from cameo_actors.runtime.config import RuntimeConfig
 
     here = RuntimeConfig(checkpoint_url=str(tmp_path / "a" / "ck"), ingress_log_dir=str(tmp_path / "a" / "in"))

@@ -97,8 +97,6 @@ FAULTS_KEPT = 20
 MESSAGE_TARGET_SHARE = 0.1
 #: ... but a message is never cut to run shorter than this (each costs its scheduling).
 MIN_MESSAGE_MS = 1.0
-#: How often (ms) the tightest target hosted is looked up again.
-BUDGET_TTL_MS = 1000.0
 
 
 class ExecutorCore:
@@ -139,8 +137,8 @@ class ExecutorCore:
         self.plan_changes = PlanChanges(self.hosting, self.sched, now_ms, self)
         self.reports = Reports(self.hosting, self.sched, self.flow, self.egress, self.stats,
                                self.channels, self.faults)
-        #: what one message of rows may cost here (`_message_ms`), and when it was computed
-        self._message_budget = (config.quantum_ms, -math.inf)
+        #: what one message of rows may cost here, by the targets hosted (`_retarget`)
+        self._message_ms = config.quantum_ms
         #: the traced activity running now (its outputs carry it), and the results it wrote
         self._trace = UNTRACED
         self._egressed: Egressed | None = None
@@ -184,6 +182,7 @@ class ExecutorCore:
         for act in built:
             self._schedule(spec, act)
         self.checkpointing.open_logs(spec, built, deployment)
+        self._retarget()
         return [a.id for a in built]
 
     def _schedule(self, spec: DataflowSpec, act: Activation) -> None:
@@ -202,6 +201,7 @@ class ExecutorCore:
             part.close(dataflow, hosted.ids)
         self.channels.forget(dataflow)
         self.checkpointing.close_logs(hosted.ids, keep=keep_logs)
+        self._retarget()
         return dropped
 
     def update(self, dataflow: str, *, latency_target_ms: float | None = None,
@@ -214,6 +214,7 @@ class ExecutorCore:
             self.sched.set_weight(dataflow, weight)
         if latency_target_ms is not None:
             self.stats.dataflows[dataflow].latency.target_ms = float(latency_target_ms)
+            self._retarget()
 
     def host(self, spec: DataflowSpec, placement: Placement, new: list[str], generation: int,
              deployment: str) -> set[str] | None:
@@ -230,6 +231,7 @@ class ExecutorCore:
             self.hosting.dataflows[spec.name].deployment = deployment
             for part in self._scoped:
                 part.open(spec, built)
+            self._retarget()
         for act in built:
             self._schedule(spec, act)
         return {a.id for a in built}
@@ -402,24 +404,20 @@ class ExecutorCore:
         or while no target here is tight enough to ask for messages shorter than the
         quantum (so a pool without one runs as before); else parts of equal size (no short
         remainder costing a message of its own) that each fit `_message_ms`."""
-        budget = self._message_ms()
-        if act.events_in < MEASURED_EVENTS or budget >= self.config.quantum_ms:
+        budget = self._message_ms
+        if budget >= self.config.quantum_ms or act.events_in < MEASURED_EVENTS:
             return n
         cost = n * self.sched.profile(act.id).busy_ms / act.events_in
         return -(-n // math.ceil(cost / budget)) if cost > budget else n
 
-    def _message_ms(self) -> float:
-        """What one message of rows may cost here: `MESSAGE_TARGET_SHARE` of the tightest
-        latency target hosted, within [MIN_MESSAGE_MS, quantum]."""
-        budget, at = self._message_budget
-        now = self.clock.now_ms()
-        if now - at > BUDGET_TTL_MS:
-            tightest = min((c.latency.target_ms for c in self.stats.dataflows.values()),
-                           default=math.inf)
-            budget = max(MIN_MESSAGE_MS, min(self.config.quantum_ms,
-                                             MESSAGE_TARGET_SHARE * tightest))
-            self._message_budget = (budget, now)
-        return budget
+    def _retarget(self) -> None:
+        """What one message of rows may cost here from now: `MESSAGE_TARGET_SHARE` of the
+        tightest latency target hosted, within [MIN_MESSAGE_MS, quantum] (on every change
+        of the dataflows hosted or their targets)."""
+        tightest = min((c.latency.target_ms for c in self.stats.dataflows.values()),
+                       default=math.inf)
+        self._message_ms = max(MIN_MESSAGE_MS, min(self.config.quantum_ms,
+                                                   MESSAGE_TARGET_SHARE * tightest))
 
     def _waiting_for(self, sender: str) -> Callable[[str], float]:
         """target -> events of `sender` it has before the next ones (sent, not yet done);

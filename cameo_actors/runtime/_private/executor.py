@@ -29,7 +29,8 @@ from cameo_actors.runtime._private.collector import Pauses
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
-from cameo_actors.runtime._private.storage import marks_missing, part_store
+from cameo_actors.runtime._private.shared_storage import marks_missing
+from cameo_actors.runtime._private.storage import part_store
 from cameo_actors.runtime.boundary import (
     DataflowPart,
     ErrorLogOffsets,
