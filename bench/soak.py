@@ -1,7 +1,7 @@
 """A soak: many tenants for a long time with everything on, watching for growth.
 
 Run: `python -m bench.soak [--minutes 30] [--dataflows 50] [--rate 40] [--chaos-every 120]
-      [--json FILE] [--plot FILE]`
+      [--victim 0] [--json FILE] [--plot FILE]`
 
 One pool of two executors on a private Ray, with the defaults users run (checkpoints
 every 2 s, exactly-once results, tracing, tenant floors) and the scaling loop on (ds2,
@@ -12,7 +12,8 @@ one feeder thread; one reader thread reads and commits every dataflow's results.
 
 Every `--chaos-every` seconds, in turn: a window dataflow's window is scaled between 2
 and 3 instances (a live migration), and an executor is killed (SIGKILL; Ray restarts it
-and its dataflows are restored from their checkpoints).
+and its dataflows are restored from their checkpoints): always the same one (`--victim`),
+so that the others run the whole soak and their memory shows any growth.
 
 Every 10 s it samples: each process's memory (RSS of the driver, the controller, each
 executor) and open files, the checkpoint storage and ingress logs on disk (bytes and
@@ -20,7 +21,8 @@ files), the unread results (`state_bytes` of every dataflow, summed), and the ex
 busy share. At the end every dataflow is closed; the results of every fifth one are
 checked against `run_local` on the same events. Reported: per tenant the share of
 results within its latency target, outside the 20 s after each failure; growth of each
-sampled figure from the end of the first fifth of the run to its end; the plot.
+sampled figure from the end of the first fifth of the run to its middle and to its end
+(growth that levels off is mostly in the first half); the plot.
 """
 
 from __future__ import annotations
@@ -211,21 +213,22 @@ def _busy_s(samples: list[dict[str, Any]]) -> float:
 
 
 def _growth(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each figure at the end of the first fifth of the run, at its end, and its largest."""
+    """Each figure at the end of the first fifth of the run, at its middle, at its end,
+    and its largest."""
     if len(samples) < 2:
         return {}
-    first = samples[len(samples) // 5]
+    first, mid = samples[len(samples) // 5], samples[len(samples) // 2]
     out: dict[str, Any] = {}
     for key in ("state_bytes", "checkpoints_bytes", "checkpoints_files", "ingress_bytes",
                 "ingress_files"):
-        out[key] = {"from": first[key], "to": samples[-1][key],
+        out[key] = {"from": first[key], "mid": mid[key], "to": samples[-1][key],
                     "max": max(s[key] for s in samples)}
     for key in ("rss_mb", "open_files"):
         for proc in samples[-1][key]:
             values = [s[key].get(proc) for s in samples if s[key].get(proc) is not None]
             if values:
-                out[f"{key}:{proc}"] = {"from": first[key].get(proc), "to": values[-1],
-                                        "max": max(values)}
+                out[f"{key}:{proc}"] = {"from": first[key].get(proc), "mid": mid[key].get(proc),
+                                        "to": values[-1], "max": max(values)}
     return out
 
 
@@ -256,8 +259,8 @@ def plot(samples: list[dict[str, Any]], chaos: list[tuple[float, str]], path: st
     return path
 
 
-def run(minutes: float, n: int, rate: float, chaos_every: float, run_dir: str
-        ) -> dict[str, Any]:
+def run(minutes: float, n: int, rate: float, chaos_every: float, run_dir: str,
+        victim: int = 0) -> dict[str, Any]:
     shutil.rmtree(run_dir, ignore_errors=True)
     folders = {"checkpoints": os.path.join(run_dir, "checkpoints"),
                "ingress": os.path.join(run_dir, "ingress")}
@@ -290,7 +293,7 @@ def run(minutes: float, n: int, rate: float, chaos_every: float, run_dir: str
                       f"{s['ingress_bytes'] / 1e6:,.1f} MB, unread {s['state_bytes'] / 1e6:,.1f} MB, "
                       f"{s['executors']} executors", flush=True)
             if now >= next_chaos and windows:
-                what = _chaos(rt, turn, windows)
+                what = _chaos(rt, turn, windows, victim)
                 chaos.append((round(now - t0, 1), what))
                 print(f"  {what}", flush=True)
                 turn += 1
@@ -331,14 +334,15 @@ def run(minutes: float, n: int, rate: float, chaos_every: float, run_dir: str
     states = Counter(rt.describe(nm)["state"] for nm in names)
     rt.shutdown()
     return {"minutes": minutes, "dataflows": n, "rate_eps": rate, "chaos_every_s": chaos_every,
+            "victim": victim,
             "executors_busy_share": round(busy_s / span_s / max(1, samples[-1]["executors"]), 3),
             "chaos": chaos, "states": dict(states), "results_exact": exact,
             "within_target": within, "growth": _growth(samples), "samples": samples,
             "feeder_failures": feeder.failures[:20], "reader_failures": reader.failures[:20]}
 
 
-def _chaos(rt: Runtime, turn: int, windows: list[str]) -> str:
-    """A live migration (even turns) or an executor killed (odd turns)."""
+def _chaos(rt: Runtime, turn: int, windows: list[str], victim: int) -> str:
+    """A live migration (even turns) or executor `victim` killed (odd turns)."""
     if turn % 2 == 0:
         name = windows[(turn // 2) % len(windows)]
         to = 3 if turn // 2 % 2 == 0 else 2
@@ -347,10 +351,11 @@ def _chaos(rt: Runtime, turn: int, windows: list[str]) -> str:
             return f"scaled {name}'s window to {to}"
         except Exception as e:  # noqa: BLE001 - a conflict with the scaling loop, say
             return f"scale of {name} refused: {type(e).__name__}"
-    stats = [e for e in rt.executor_stats() if e.get("pid")]
-    victim = stats[(turn // 2) % len(stats)]
-    os.kill(int(victim["pid"]), signal.SIGKILL)
-    return f"killed executor {victim['executor']} (pid {victim['pid']})"
+    pid = next((e.get("pid") for e in rt.executor_stats() if e["executor"] == victim), None)
+    if not pid:
+        return f"no kill: executor {victim} is not running now"
+    os.kill(int(pid), signal.SIGKILL)
+    return f"killed executor {victim} (pid {pid})"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -361,6 +366,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rate", type=float, default=40.0, help="events/s per dataflow")
     parser.add_argument("--chaos-every", type=float, default=120.0,
                         help="seconds between a migration and an executor kill, in turn")
+    parser.add_argument("--victim", type=int, default=0,
+                        help="the executor killed every other --chaos-every (always the same)")
     parser.add_argument("--run-dir", default=os.path.join(".run", "soak"))
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--plot", help="write the growth plot (PNG) to this file")
@@ -368,7 +375,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = ensure_ray()
     try:
         res = run(args.minutes, args.dataflows, args.rate, args.chaos_every,
-                  os.path.abspath(args.run_dir))
+                  os.path.abspath(args.run_dir), args.victim)
     finally:
         if started:
             import ray
@@ -383,7 +390,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"min {min(shares, default=0):.1%}, median {sorted(shares)[len(shares) // 2] if shares else 0:.1%}; "
           f"results exact: {sum(res['results_exact'].values())}/{len(res['results_exact'])}")
     for key, g in res["growth"].items():
-        print(f"  {key}: {g['from']} -> {g['to']} (max {g['max']})")
+        print(f"  {key}: {g['from']} -> {g['mid']} -> {g['to']} (max {g['max']})")
     return res
 
 

@@ -42,7 +42,8 @@ from cameo_actors.runtime._private import cluster, settle
 from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, get
 from cameo_actors.runtime._private.controller import Controller
 from cameo_actors.runtime._private.ingest import pack_columns, pack_ingest
-from cameo_actors.runtime._private.shared_storage import leave_marks, remove_marks
+from cameo_actors.runtime._private.shared_storage import FIX as SHARED_STORAGE_FIX
+from cameo_actors.runtime._private.shared_storage import storage_unseen
 from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
 from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime._private.wire import pack_events
@@ -303,25 +304,15 @@ class Runtime:
         return cls(pool, controller, owns_ray=False)
 
     def _storage_unseen(self, nodes: int) -> str | None:
-        """Why the pool's storage is not one that every executor's node reaches, or None:
-        marks left in it from here, looked for by every executor (a folder of the same
-        name on each node is a disk of each node's own)."""
-        token = uuid.uuid4().hex
-        leave_marks(self.config, token)
-        try:
-            answers = get([e.marks_missing.remote(token) for e in self.executors])
-        finally:
-            remove_marks(self.config, token)
-        unseen = [f"executor {i} on node {node} does not find a mark left in {', '.join(missing)}"
-                  for i, (node, missing) in enumerate(answers) if missing]
-        if not unseen:
+        """Why the pool's storage is not one that every executor's node reaches, or None
+        (a folder of the same name on each node is a disk of each node's own)."""
+        unseen = storage_unseen(self.config, lambda token: enumerate(
+            get([e.marks_missing.remote(token) for e in self.executors])))
+        if unseen is None:
             return None
         return (f"starting a pool on a Ray cluster of {nodes} nodes: expected storage every "
-                f"node reaches, got folders that are each node's own ({'; '.join(unseen)}). "
-                "Fix: a "
-                "URL pyarrow.fs understands (s3://, gs://, hdfs://) or a folder every node "
-                "mounts (NFS, a shared volume) for the checkpoints, and a folder every node "
-                "mounts for the ingress logs")
+                f"node reaches, got folders that are each node's own ({unseen}). "
+                f"Fix: {SHARED_STORAGE_FIX}")
 
     def handle(self, client: str | None = None) -> Runtime:
         """Another handle on the same pool, with its own ingest order (for another thread).
@@ -538,8 +529,9 @@ class Runtime:
         """Take the executors on `node` (its address, or its Ray node id or the first 8+
         hex digits of it) out of the pool before the node is removed: each dataflow with
         instances there is checkpointed, its instances restored on the executors left,
-        and those executors stopped; the dataflows pause meanwhile (pushes wait).
-        Returns {"node", "executors", "dataflows", "seconds"} once done.
+        and those executors stopped; the dataflows pause meanwhile (pushes wait). The
+        node is drained at Ray too: nothing new is placed there.
+        Returns {"node", "executors", "dataflows", "ray_refused", "seconds"} once done.
 
         Raises:
             ReconfigError: no live executor is on that node.

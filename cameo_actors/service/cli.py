@@ -470,6 +470,8 @@ def cmd_pool(args: argparse.Namespace) -> int:
               f"{len(r['dataflows'])} dataflow(s) restored on the executors left")
         for name in r["dataflows"]:
             print("  " + name)
+        for node, why in r.get("ray_refused", {}).items():
+            print(f"warning: Ray did not drain node {node} (new executors may start there): {why}")
         return 0
     if args.arg is not None:
         raise ConfigError("pool rebalance", "no argument", args.arg, "cameo pool rebalance")

@@ -494,7 +494,8 @@ class Client:
     def drain_node(self, node: str) -> dict[str, Any]:
         """Take the executors on `node` (an address or Ray node id) out of the pool before
         the node goes (admin): its dataflows are checkpointed and restored on the
-        executors left. Returns {"node", "executors", "dataflows", "seconds"}."""
+        executors left; Ray places nothing new there. Returns {"node", "executors", "dataflows",
+        "ray_refused", "seconds"}."""
         return self.call("drain_node", node=node)  # type: ignore[no-any-return]
 
     # -- self-scaling ------------------------------------------------------------------------

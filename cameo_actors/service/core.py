@@ -680,7 +680,7 @@ class ServiceCore:
     def drain_node(self, principal: Principal, node: str) -> dict[str, Any]:
         """Take a node's executors out of the pool before it goes: its dataflows are
         checkpointed and restored on the executors left. Returns {"node", "executors",
-        "dataflows", "seconds"} once done."""
+        "dataflows", "ray_refused", "seconds"} once done."""
         self._refuse_while_stopping()
         with self._reconfiguring(None):
             return self.rt.drain_node(node)

@@ -610,6 +610,9 @@ class NodeDrained(BaseModel):
     node: str
     executors: list[int] = Field(description="the executors that were on it, now retired")
     dataflows: list[str] = Field(description="the dataflows restored on the executors left")
+    ray_refused: dict[str, str] = Field(
+        default_factory=dict, description="node id -> why Ray did not drain it (empty: Ray "
+                                          "places nothing new there, and it leaves once idle)")
     seconds: float = Field(description="how long the drain took, checkpoints included")
 
 

@@ -239,11 +239,20 @@ def test_a_node_added_then_drained_before_it_goes_loses_nothing(
     assert c.push("moved", "s", data[:6_000], batch_size=2_000) == 6_000
     got, cursor = read_on(c, "moved", None, 1, timeout_s=10.0)
 
+    spare = cluster.node_ip(cluster.add_node(1))
+    nodes = c.info()["ray"]["nodes"]
+
     drained = c.drain_node(address)
     assert drained["executors"] == sorted(added) and "moved" in drained["dataflows"]
+    assert drained["ray_refused"] == {}  # drained at Ray too
     assert address not in hosting(service, ("moved",))
     gone = [e for e in c.executors() if e["executor"] in added]
     assert all(e["alive"] is False and "drained" in e["faults"][0] for e in gone), gone
+    # Ray places nothing new on the drained node (it has the most free CPUs), and its
+    # raylet leaves once idle.
+    new = c.add_executors(1)
+    assert {e["address"] for e in c.executors() if e["executor"] in new} == {spare}
+    wait_until(lambda: c.info()["ray"]["nodes"] == nodes - 1, "the drained node left Ray", 60)
     cluster.stop_node(number)  # the node goes: nothing of the pool was left on it
 
     assert c.push("moved", "s", data[6_000:], batch_size=2_000) == 6_000

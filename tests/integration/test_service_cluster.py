@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cameo_actors import Dataflow, count, run_local, sum_
+from cameo_actors.service.client import ServiceError
 from cameo_actors.service.testing import (
     LocalCluster,
     ServiceProcess,
@@ -150,6 +151,29 @@ def test_executors_on_both_nodes_and_metrics_from_both(service: ServiceProcess) 
     count = [s for s in fams["cameo_result_latency_seconds"].samples
              if s.name.endswith("_count") and s.labels["dataflow"] == "spread"]
     assert count[0].value == 3000
+
+
+def test_an_executor_added_on_a_node_whose_storage_is_its_own_is_refused(
+        cluster: LocalCluster, service: ServiceProcess) -> None:
+    """A node joins later whose folder of the pool's storage is a disk of its own: the
+    executor started there does not find the marks left from the controller, so it is
+    not added, the error names the node, and the pool is as it was."""
+    shared = os.path.join(cluster.run_dir, "shared")
+    node = cluster.add_node(1, own=shared)  # the only free CPU: the new executor goes there
+    try:
+        c = service.client()
+        before = [(e["executor"], e["alive"]) for e in c.executors()]
+        with pytest.raises(ServiceError) as e:
+            c.add_executors(1)
+        assert (e.value.status, e.value.code) == (422, "bad_reconfiguration"), e.value
+        assert f"on node {cluster.node_ip(node)} does not find a mark left in checkpoint_url " \
+            f"{shared}/checkpoints, ingress_log_dir {shared}/ingress" in str(e.value), e.value
+        assert "a folder every node mounts" in str(e.value)  # the fix
+        assert [(x["executor"], x["alive"]) for x in c.executors()] == before
+        c.push("spread", "s", batch(3000, 100))  # the pool goes on
+    finally:
+        cluster.stop_node(node)
+    wait_results(service, 3100)
 
 
 def test_dataflows_outlive_a_crash_of_the_service(service: ServiceProcess) -> None:

@@ -96,7 +96,8 @@ def gcs_address() -> str | None:
 #: this resource: a pool's controller goes there, since the head's loss is the cluster's,
 #: and a worker node's loss then never takes the control plane with it. (A soft affinity
 #: to the head's node id let Ray place the controller on a worker now and then.)
-ON_THE_HEAD: dict[str, Any] = {"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}}
+HEAD_RESOURCE = "node:__internal_head__"
+ON_THE_HEAD: dict[str, Any] = {"num_cpus": 0, "resources": {HEAD_RESOURCE: 0.001}}
 
 
 def find_actor(name: str) -> Any | None:
@@ -120,6 +121,25 @@ def info() -> dict[str, Any]:
 
 def alive_nodes() -> int:
     return len([n for n in ray.nodes() if n.get("Alive")])
+
+
+def drain_node(node_id: str, why: str, timeout_s: float = CALL_TIMEOUT_S) -> str | None:
+    """Tell Ray that node `node_id` (hex) is going: no new actor or task is placed there,
+    and its raylet leaves once idle. Ray's drain call (the one its autoscaler makes for
+    preemption) is internal, so a Ray without it is answered, not raised: the reason it
+    was not drained, or None. The head is never drained: the controller restarts there."""
+    try:
+        if any(n["NodeID"] == node_id and HEAD_RESOURCE in n.get("Resources", {})
+               for n in ray.nodes()):
+            return "the head node stays open at Ray: the pool's controller restarts there"
+        from ray.core.generated import autoscaler_pb2
+
+        gcs = ray._private.worker.global_worker.gcs_client  # type: ignore[attr-defined]
+        preemption = autoscaler_pb2.DRAIN_NODE_REASON_PREEMPTION  # type: ignore[attr-defined]
+        accepted, refused = gcs.drain_node(node_id, preemption, why, 0, timeout=timeout_s)
+    except Exception as e:  # noqa: BLE001 - an internal API: any failure is an answer
+        return f"{type(e).__name__}: {e}"
+    return None if accepted else str(refused or "refused")
 
 
 def unwrap(e: Exception) -> Exception:

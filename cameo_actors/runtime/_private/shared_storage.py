@@ -2,12 +2,15 @@
 logs where every node reaches them: an executor restarted on another node restores from
 them. A folder of the same name may be a disk of each node's own, so the process that
 starts the pool leaves a mark in each (`leave_marks`), and every executor looks for it
-(`marks_missing`; `Runtime.start` refuses the pool if one does not find it)."""
+(`marks_missing`). `Runtime.start` refuses the pool if one does not find it, and
+`add_executors` refuses executors that do not."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import uuid
+from collections.abc import Callable, Iterable
 
 from cameo_actors.runtime._private.storage import CheckpointStorage
 from cameo_actors.runtime.config import RuntimeConfig
@@ -46,3 +49,25 @@ def remove_marks(config: RuntimeConfig, token: str) -> None:
     if config.ingress_log_dir:
         with contextlib.suppress(OSError):
             os.remove(os.path.join(config.ingress_log_dir, "_marks", token))
+
+
+#: How to give a pool storage that every node reaches.
+FIX = ("a URL pyarrow.fs understands (s3://, gs://, hdfs://) or a folder every node mounts "
+       "(NFS, a shared volume) for the checkpoints, and a folder every node mounts for the "
+       "ingress logs")
+
+
+def storage_unseen(config: RuntimeConfig,
+                   ask: Callable[[str], Iterable[tuple[int, tuple[str, list[str]]]]]
+                   ) -> str | None:
+    """Which executors do not find marks left from this process, or None: `ask(token)`
+    gives each executor's (index, (node address, storage where it found no mark))."""
+    token = uuid.uuid4().hex
+    leave_marks(config, token)
+    try:
+        answers = list(ask(token))
+    finally:
+        remove_marks(config, token)
+    unseen = [f"executor {i} on node {node} does not find a mark left in {', '.join(missing)}"
+              for i, (node, missing) in answers if missing]
+    return "; ".join(unseen) or None

@@ -70,6 +70,16 @@ class ExecutorGateway(ABC):
         """Ask the platform for `cpus` in all before executors are added (nothing
         where nothing can add machines)."""
 
+    def storage_unseen(self, indices: Sequence[int]) -> str | None:
+        """Which of these executors do not reach the pool's storage, or None. Nothing to
+        check where executors have no nodes."""
+        return None
+
+    def drain_node(self, node: str, why: str) -> str | None:
+        """Keep new executors off `node` (its id) from now on: why the platform did not,
+        or None. Nothing to do where executors have no nodes."""
+        return None
+
     @abstractmethod
     def link(self, indices: Sequence[int], incarnations: dict[int, str]) -> None:
         """Tell these executors every executor of the pool and its incarnation."""

@@ -10,6 +10,7 @@ import ray
 
 from cameo_actors.runtime._private.cluster import (
     NAMESPACE,
+    drain_node,
     executor_name,
     find_actor,
     get,
@@ -17,6 +18,7 @@ from cameo_actors.runtime._private.cluster import (
 )
 from cameo_actors.runtime._private.control.gateway import ExecutorGateway
 from cameo_actors.runtime._private.executor import Executor
+from cameo_actors.runtime._private.shared_storage import storage_unseen
 from cameo_actors.runtime.config import RuntimeConfig
 
 logger = logging.getLogger(__name__)
@@ -96,6 +98,13 @@ class RayGateway(ExecutorGateway):
             request_resources(num_cpus=int(cpus + 0.999))
         except Exception:  # no autoscaler here: the executors start where CPUs are free
             logger.debug("no autoscaler to ask for %s CPUs", cpus, exc_info=True)
+
+    def drain_node(self, node: str, why: str) -> str | None:
+        return drain_node(node, why)
+
+    def storage_unseen(self, indices: Sequence[int]) -> str | None:
+        return storage_unseen(self.config, lambda token: zip(indices, get(
+            [self.actors[i].marks_missing.remote(token) for i in indices]), strict=True))
 
     def link(self, indices: Sequence[int], incarnations: dict[int, str]) -> None:
         get([self.actors[i].set_peers.remote(self.actors, incarnations) for i in indices])

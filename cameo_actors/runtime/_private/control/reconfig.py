@@ -31,6 +31,7 @@ from cameo_actors.runtime._private.rescale import (
     scale_plan,
 )
 from cameo_actors.runtime._private.routing import Placement, is_keyed_step
+from cameo_actors.runtime._private.shared_storage import FIX as SHARED_STORAGE_FIX
 from cameo_actors.runtime.boundary import (
     LIVE_STATES,
     MAX_ADD_EXECUTORS,
@@ -286,6 +287,12 @@ class Reconfiguration:
                                     f"{n} x {self.config.executor_cpus:g} CPUs: add nodes (or let "
                                     "Ray's autoscaler add them), or ask for fewer; the pool is "
                                     "as it was")
+            unseen = gateway.storage_unseen(new)
+            if unseen:  # a node whose disk is its own: its executors could restore nothing
+                gateway.abandon(new)
+                raise ReconfigError("pool", "new executors that reach the pool's storage",
+                                    f"folders that are their node's own ({unseen})",
+                                    f"{SHARED_STORAGE_FIX}; the pool is as it was")
             with self.lock:
                 self.pool.link()
         self.registry.save()

@@ -169,7 +169,9 @@ class Recovery:
         digits) out of the pool before the node goes: each dataflow with instances there
         is checkpointed now, the executors are retired, and the dataflows restored on the
         executors left from those checkpoints (only the events taken in since are
-        replayed). Returns {"node", "executors", "dataflows", "seconds"}.
+        replayed). The node is drained at Ray too: nothing new is placed there, and it
+        leaves Ray once idle. Returns {"node", "executors", "dataflows", "ray_refused"
+        (node id -> why Ray did not drain it), "seconds"}.
 
         Raises:
             ReconfigError: no live executor is on that node.
@@ -199,6 +201,11 @@ class Recovery:
                                        "checkpoints (they move through one)", unsaved,
                                        "cancel those dataflows, or deploy them again with "
                                        "checkpoints on, then drain the node")
+        # Ray first, so that no executor is added or restarted there from now on.
+        nodes = sorted({str(stats[i]["node"]) for i in on if stats[i].get("node")})
+        refused = {n: no for n in nodes if (no := self.pool.gateway.drain_node(n, why))}
+        if refused:
+            logger.warning("Ray did not drain %s: new executors may still start there", refused)
         self.checkpoints.now(hit)  # the restores start from here: little to replay
         with self.lock:
             self._take_out(on, why)
@@ -206,7 +213,7 @@ class Recovery:
                 self.mark(name, why)
         logger.warning("%s; restoring %s on executors %s", why, hit, left)
         self.recover_all(hit, why)
-        return {"node": node, "executors": on, "dataflows": hit,
+        return {"node": node, "executors": on, "dataflows": hit, "ray_refused": refused,
                 "seconds": round(time.time() - began, 3)}
 
     def placement_of(self, manifest: dict[str, Any]) -> Placement:
