@@ -103,12 +103,16 @@ class Feeder(threading.Thread):
         self.pushed = Counter[str]()
         self.stopped = threading.Event()
         self.failures: list[str] = []
+        self.started = time.monotonic()
 
     def run(self) -> None:
-        per_push = max(1, int(self.rate * PUSH_EVERY_S))
+        self.started = time.monotonic()
         while not self.stopped.wait(PUSH_EVERY_S):
+            # What is due by now, not a fixed batch per turn: a turn that takes long
+            # (a push waiting on backpressure, a restore) is made up in the next.
+            due = int(self.rate * (time.monotonic() - self.started))
             for name in self.names:
-                batch = list(itertools.islice(self.feeds[name], per_push))
+                batch = list(itertools.islice(self.feeds[name], max(0, due - self.pushed[name])))
                 try:
                     self.rt.push(name, self.sources[name], batch)
                     self.pushed[name] += len(batch)
@@ -302,6 +306,7 @@ def run(minutes: float, n: int, rate: float, chaos_every: float, run_dir: str,
     finally:
         feeder.stopped.set()
         feeder.join(60)
+    fed_s = time.monotonic() - feeder.started
     for name in names:
         rt.close(name)
     deadline = time.monotonic() + 300
@@ -334,8 +339,10 @@ def run(minutes: float, n: int, rate: float, chaos_every: float, run_dir: str,
     states = Counter(rt.describe(nm)["state"] for nm in names)
     rt.shutdown()
     return {"minutes": minutes, "dataflows": n, "rate_eps": rate, "chaos_every_s": chaos_every,
-            "victim": victim,
-            "executors_busy_share": round(busy_s / span_s / max(1, samples[-1]["executors"]), 3),
+            "victim": victim, "offered_eps": round(rate * n),
+            "pushed_eps": round(sum(feeder.pushed.values()) / fed_s),
+            "executors_busy_share": round(busy_s / span_s / max(1.0, sum(
+                s["executors"] for s in samples) / len(samples)), 3),
             "chaos": chaos, "states": dict(states), "results_exact": exact,
             "within_target": within, "growth": _growth(samples), "samples": samples,
             "feeder_failures": feeder.failures[:20], "reader_failures": reader.failures[:20]}
@@ -385,7 +392,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.plot and res["samples"]:
         plot(res["samples"], res["chaos"], args.plot)
     shares = [v for v in res["within_target"].values() if v is not None]
-    print(f"states {res['states']}; executors {res['executors_busy_share']:.1%} busy; "
+    print(f"offered {res['offered_eps']:,} events/s, pushed {res['pushed_eps']:,}/s; "
+          f"states {res['states']}; executors {res['executors_busy_share']:.1%} busy; "
           f"within target (outside {AFTER_FAILURE_S:g} s after a kill): "
           f"min {min(shares, default=0):.1%}, median {sorted(shares)[len(shares) // 2] if shares else 0:.1%}; "
           f"results exact: {sum(res['results_exact'].values())}/{len(res['results_exact'])}")
