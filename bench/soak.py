@@ -16,9 +16,11 @@ and its dataflows are restored from their checkpoints): always the same one (`--
 so that the others run the whole soak and their memory shows any growth.
 
 Every 10 s it samples: each process's memory (RSS of the driver, the controller, each
-executor) and open files, the checkpoint storage and ingress logs on disk (bytes and
+executor), CPU time and open files, the checkpoint storage and ingress logs on disk (bytes and
 files), the unread results (`state_bytes` of every dataflow, summed), and the executors'
-busy share. At the end every dataflow is closed; the results of every fifth one are
+busy share. The feeder pushes what is due by the clock, and the rate it reached is
+reported beside the cores each process used: on a small machine the feeder and the
+controller take a large share. At the end every dataflow is closed; the results of every fifth one are
 checked against `run_local` on the same events. Reported: per tenant the share of
 results within its latency target, outside the 20 s after each failure; growth of each
 sampled figure from the end of the first fifth of the run to its middle and to its end
@@ -39,7 +41,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from bench.harness.cluster import ensure_ray, process_memory_mb
+from bench.harness.cluster import ensure_ray, process_cpu_s, process_memory_mb
 from bench.harness.output import save_json
 from bench.harness.plots import pyplot
 from cameo_actors import Dataflow, count, run_local
@@ -197,6 +199,7 @@ def sample(rt: Runtime, names: list[str], folders: dict[str, str], t0: float) ->
         "t_s": round(time.monotonic() - t0, 1),
         "rss_mb": {k: process_memory_mb(p, "VmRSS") for k, p in pids.items() if p},
         "open_files": {k: _open_files(p) for k, p in pids.items() if p},
+        "cpu_s": {k: process_cpu_s(p) for k, p in pids.items() if p},
         "state_bytes": unread,
         "busy_ms": {str(e["executor"]): e.get("busy_ms", 0.0) for e in stats if "busy_ms" in e},
         "executors": len([e for e in stats if e.get("alive", True)]),
@@ -214,6 +217,20 @@ def _busy_s(samples: list[dict[str, Any]]) -> float:
             was = before["busy_ms"].get(ex, 0.0)
             total += (ms - was if ms >= was else ms) / 1000
     return total
+
+
+def _cpu_shares(samples: list[dict[str, Any]]) -> dict[str, float]:
+    """Each process's share of a core over the samples (a restarted one counts from 0),
+    and the machine's cores used by them all ("all")."""
+    span = samples[-1]["t_s"] - samples[0]["t_s"] if len(samples) > 1 else 0.0
+    total: Counter[str] = Counter()
+    for before, after in itertools.pairwise(samples):
+        for proc, s in after["cpu_s"].items():
+            was = before["cpu_s"].get(proc) or 0.0
+            if s is not None:
+                total[proc] += s - was if s >= was else s
+    shares = {proc: round(s / span, 3) for proc, s in total.items()} if span else {}
+    return {**shares, "all": round(sum(shares.values()), 3)}
 
 
 def _growth(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -343,6 +360,7 @@ def run(minutes: float, n: int, rate: float, chaos_every: float, run_dir: str,
             "pushed_eps": round(sum(feeder.pushed.values()) / fed_s),
             "executors_busy_share": round(busy_s / span_s / max(1.0, sum(
                 s["executors"] for s in samples) / len(samples)), 3),
+            "cpu_cores": _cpu_shares(samples), "cores": os.cpu_count(),
             "chaos": chaos, "states": dict(states), "results_exact": exact,
             "within_target": within, "growth": _growth(samples), "samples": samples,
             "feeder_failures": feeder.failures[:20], "reader_failures": reader.failures[:20]}
@@ -392,8 +410,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.plot and res["samples"]:
         plot(res["samples"], res["chaos"], args.plot)
     shares = [v for v in res["within_target"].values() if v is not None]
-    print(f"offered {res['offered_eps']:,} events/s, pushed {res['pushed_eps']:,}/s; "
-          f"states {res['states']}; executors {res['executors_busy_share']:.1%} busy; "
+    cpu = ", ".join(f"{k} {v:.2f}" for k, v in res["cpu_cores"].items())
+    print(f"offered {res['offered_eps']:,} events/s, pushed {res['pushed_eps']:,}/s; cores used "
+          f"(of {res['cores']}): {cpu}")
+    print(f"states {res['states']}; executors {res['executors_busy_share']:.1%} busy; "
           f"within target (outside {AFTER_FAILURE_S:g} s after a kill): "
           f"min {min(shares, default=0):.1%}, median {sorted(shares)[len(shares) // 2] if shares else 0:.1%}; "
           f"results exact: {sum(res['results_exact'].values())}/{len(res['results_exact'])}")

@@ -29,6 +29,16 @@ def wait_finished(rt: Any, name: str, timeout_s: float) -> None:
         time.sleep(0.1)
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) so far of process `pid`; None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def thread_cpu_s(pids: list[int], names: dict[int, str] | None = None) -> dict[str, float]:
     """CPU seconds (user + system) so far of the threads of `pids`, summed by thread name
     (`names` by thread id, else /proc/PID/task/TID/comm; `stat` fields 14-15 the ticks); a
