@@ -16,15 +16,16 @@ and its dataflows are restored from their checkpoints): always the same one (`--
 so that the others run the whole soak and their memory shows any growth.
 
 Every 10 s it samples: each process's memory (RSS of the driver, the controller, each
-executor), CPU time and open files, the checkpoint storage and ingress logs on disk (bytes and
-files), the unread results (`state_bytes` of every dataflow, summed), and the executors'
-busy share. The feeder pushes what is due by the clock, and the rate it reached is
-reported beside the cores each process used: on a small machine the feeder and the
-controller take a large share. At the end every dataflow is closed; the results of every fifth one are
-checked against `run_local` on the same events. Reported: per tenant the share of
-results within its latency target, outside the 20 s after each failure; growth of each
-sampled figure from the end of the first fifth of the run to its middle and to its end
-(growth that levels off is mostly in the first half); the plot.
+executor, and Ray's GCS and raylet), CPU time and open files; the checkpoint storage
+and ingress logs on disk (bytes and files); the unread results (`state_bytes` of every
+dataflow, summed); and the executors' busy share. The feeder pushes what is due by the
+clock; the rate it reached is reported beside the cores each process used (on a small
+machine the feeder and the controller take a large share). At the end every dataflow
+is closed, and the results of every fifth one are checked against `run_local` on the
+same events. Reported: per tenant, the share of results within its latency target,
+outside the 20 s after each failure; each sampled figure at the end of the first fifth
+of the run, at its middle and at its end (growth that levels off is mostly in the
+first half); the plot.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from cameo_actors import Dataflow, count, run_local
 from cameo_actors.nexmark import queries
 from cameo_actors.nexmark.generator import NexmarkConfig, in_time_order
 from cameo_actors.runtime import Runtime, RuntimeConfig
+from cameo_actors.service.testing import processes_under
 
 KINDS = ("filter", "window", "nexmark-q1", "nexmark-q5")
 SCHEMA = {"ts": "int", "key": "str", "value": "float"}
@@ -180,6 +182,17 @@ def _controller_pid(rt: Runtime) -> int | None:
         return None
 
 
+def _ray_pids() -> dict[str, int]:
+    """Ray's own processes of the Ray this soak started (its GCS and raylet): they keep
+    what the pool's calls and restarts leave behind (task events, actor records)."""
+    found = {}
+    for pid, (_, command) in processes_under(os.getpid()).items():
+        program = os.path.basename(command.split(" ", 1)[0])
+        if program in ("gcs_server", "raylet"):
+            found[f"ray-{program}"] = pid
+    return found
+
+
 def _open_files(pid: int) -> int | None:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -190,7 +203,7 @@ def _open_files(pid: int) -> int | None:
 def sample(rt: Runtime, names: list[str], folders: dict[str, str], t0: float) -> dict[str, Any]:
     stats = rt.executor_stats()
     pids = {"driver": os.getpid(), "controller": _controller_pid(rt),
-            **{f"executor-{e['executor']}": e.get("pid") for e in stats}}
+            **{f"executor-{e['executor']}": e.get("pid") for e in stats}, **_ray_pids()}
     unread = 0
     for name in names:
         with contextlib.suppress(Exception):  # ended meanwhile

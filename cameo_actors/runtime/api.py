@@ -257,7 +257,10 @@ class Runtime:
             else:
                 cluster.join(address)
             owns = True
-        found = cluster.find_actor(controller_name(pool)) is not None
+        running = cluster.find_actor(controller_name(pool))
+        found = running is not None
+        if running is not None and not private:
+            cluster.replace_other_code(running, controller_name(pool))
         if not found and address is not None:
             problem = storage_not_shared(given, cluster.alive_nodes())
             if problem:
@@ -422,6 +425,16 @@ class Runtime:
 
     def _refresh_executors(self) -> None:
         self.executors = get(self.controller.executor_handles.remote())
+
+    def _executor(self, index: int) -> Any:
+        """Executor `index`'s handle. One retired for good has none (a handle of an
+        actor whose job ended cannot be read): RuntimeUnavailable, as for a dead one, so
+        that the call is made again from the dataflow's new record."""
+        handle = self.executors[index]
+        if handle is None:
+            raise RuntimeUnavailable(f"executor {index} was retired: its dataflows were "
+                                     "restored on the executors left")
+        return handle
 
     # -- live reconfiguration ------------------------------------------------------------------
     def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
@@ -717,6 +730,8 @@ class Runtime:
 
     def _call_ingest(self, name: str, target: str, seq: int, blob: bytes) -> None:
         host = self.describe(name)["hosts"][target]
+        if self.executors[host] is None:  # retired since: the dataflow runs elsewhere now
+            host = self._await_recovered(name)["hosts"][target]
         pending = self._in_flight.setdefault(host, [])
         answered = len(ray.wait([p[0] for p in pending], num_returns=len(pending),
                                 timeout=0)[0]) if pending else 0
@@ -727,7 +742,7 @@ class Runtime:
         if want > 0:
             self._settle(host, want)
             pending = self._in_flight.setdefault(host, [])
-        ref = self.executors[host].ingest.remote(self._client, seq, target, blob)
+        ref = self._executor(host).ingest.remote(self._client, seq, target, blob)
         pending.append((ref, name, target, seq, blob))
 
     def _settle(self, host: int, n: int) -> None:
@@ -778,7 +793,7 @@ class Runtime:
                 if name in ended:
                     continue
                 to = self.describe(name)["hosts"][target]
-                ref = self.executors[to].ingest.remote(self._client, seq, target, blob)
+                ref = self._executor(to).ingest.remote(self._client, seq, target, blob)
                 self._in_flight.setdefault(to, []).append((ref, name, target, seq, blob))
             n = len(self._in_flight.get(host, []))
 
@@ -825,7 +840,7 @@ class Runtime:
 
     def _at(self, info: DataflowInfo, aid: str) -> Any:
         """The executor hosting activation `aid`."""
-        return self.executors[info["hosts"][aid]]
+        return self._executor(info["hosts"][aid])
 
     def _source_step(self, name: str, source: str) -> Any:
         self._source_instances(name, source)  # raises for a source the dataflow lacks
@@ -896,7 +911,7 @@ class Runtime:
         """sink activation -> (committed offset, end offset) of each sink's result log."""
         sinks = [s for s in self._spec(name).sinks if sink is None or s.id == sink]
         wanted = {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
-        parts = self._parts_get(name, lambda i: [self.executors[h].result_offsets.remote(name)
+        parts = self._parts_get(name, lambda i: [self._executor(h).result_offsets.remote(name)
                                                  for h in sorted({i["hosts"][a] for a in wanted})])
         return {a: (int(c), int(e)) for part in parts for a, (c, e) in part.items() if a in wanted}
 
@@ -921,7 +936,7 @@ class Runtime:
     def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]:
         """Error log id (`error_log_id`, one per executor the dataflow runs on) ->
         (committed, end, dropped unread) of the error output."""
-        info, parts = self._parts(name, lambda i: [self.executors[h].error_offsets.remote(name)
+        info, parts = self._parts(name, lambda i: [self._executor(h).error_offsets.remote(name)
                                                    for h in i["executors"]])
         return {error_log_id(name, h): (int(c), int(e), int(d))
                 for h, (c, e, d) in zip(info["executors"], parts, strict=True)}
@@ -941,7 +956,7 @@ class Runtime:
     def _error_log_host(self, name: str, log: str) -> Any:
         for h in self._live(name)["executors"]:
             if error_log_id(name, h) == log:
-                return self.executors[h]
+                return self._executor(h)
         raise CameoError(f"dataflow {name!r} has no error log {log!r}; its logs: "
                          f"{[error_log_id(name, h) for h in self._live(name)['executors']]}")
 
@@ -950,12 +965,12 @@ class Runtime:
         flushed) before this call; recorded on each executor hosting the source."""
         sources = self._source_instances(name, source)
         self._parts_get(name, lambda i: [
-            self.executors[h].mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
+            self._executor(h).mark_input_batch.remote(name, f"{source}@{query}", int(batch_id))
             for h in sorted({i["hosts"][t] for t in sources})])
 
     def input_batches(self, name: str) -> dict[str, int]:
         """"<source>@<query>" -> the last input batch id marked (see mark_input_batch)."""
-        parts = self._parts_get(name, lambda i: [self.executors[h].input_batches.remote(name)
+        parts = self._parts_get(name, lambda i: [self._executor(h).input_batches.remote(name)
                                                  for h in i["executors"]])
         merged: dict[str, int] = {}
         for part in parts:
@@ -968,11 +983,11 @@ class Runtime:
         time its operators took (busy_ms), errors. For an ended dataflow whose parts were
         freed, DataflowEnded (its last statistics are in describe()["final"])."""
         return dataflow_stats(*self._parts(name, lambda i: [
-            self.executors[h].dataflow_stats.remote(name) for h in i["executors"]]))
+            self._executor(h).dataflow_stats.remote(name) for h in i["executors"]]))
 
     def errors(self, name: str, limit: int = 100) -> builtins.list[ErrorRecord]:
         """Recent records of the dataflow's error output (counts are in stats())."""
-        parts = self._parts_get(name, lambda i: [self.executors[h].error_records.remote(name, limit)
+        parts = self._parts_get(name, lambda i: [self._executor(h).error_records.remote(name, limit)
                                                  for h in i["executors"]])
         return [ErrorRecord(**r) for part in parts for r in part][-limit:]
 
@@ -1030,7 +1045,7 @@ class Runtime:
         if live and live[-1] >= len(self.executors):
             self._refresh_executors()
         listed = builtins.list(pool["dataflows"])
-        answers = cluster.get_each([self.executors[i].unsettled.remote(listed) for i in live])
+        answers = cluster.get_each([self._executor(i).unsettled.remote(listed) for i in live])
         return settle.executor_reasons(listed, dict(zip(live, answers, strict=True)))
 
     def pressure(self, name: str) -> Pressure:
@@ -1041,7 +1056,7 @@ class Runtime:
         queued between steps) would fill it: a guess on the high side for steps that
         filter or aggregate, so the refusals start a little early, when the log is nearly
         full anyway."""
-        answers = self._parts_get(name, lambda i: [self.executors[h].pressure.remote(name)
+        answers = self._parts_get(name, lambda i: [self._executor(h).pressure.remote(name)
                                                    for h in i["executors"]])
         waiting: dict[str, int] = {}
         room_here: dict[str, int] = {}
@@ -1061,7 +1076,8 @@ class Runtime:
         Ray calls (what a metrics scrape needs). A dataflow cancelled while the round runs
         is left out, and so is an executor that does not answer."""
         listed = self.list(states=(*LIVE_STATES, FINISHED))
-        calls: builtins.list[Any] = [e.executor_stats.remote() for e in self.executors]
+        handles = [e for e in self.executors if e is not None]  # (not the retired)
+        calls: builtins.list[Any] = [e.executor_stats.remote() for e in handles]
         lifecycle = self.controller.lifecycle_counts.remote()
         overload = self.controller.predict.remote(None)
         critical = self.controller.critical_path.remote()
@@ -1069,10 +1085,11 @@ class Runtime:
         for d in listed:
             start = len(calls)
             calls.append(self.controller.describe.remote(d["name"]))
-            calls.extend(self.executors[i].dataflow_stats.remote(d["name"]) for i in d["executors"])
+            calls.extend(self.executors[i].dataflow_stats.remote(d["name"]) for i in d["executors"]
+                         if i < len(self.executors) and self.executors[i] is not None)
             spans.append((start, len(calls) - start))
         values = cluster.get_each(calls)
-        executors = [v for v in values[:len(self.executors)] if v is not None]
+        executors = [v for v in values[:len(handles)] if v is not None]
         dataflows: builtins.list[DataflowMetrics] = []
         for start, n in spans:
             info, parts = values[start], values[start + 1:start + n]

@@ -234,6 +234,8 @@ class ExecutorStats(TypedDict, total=False):
     # tenant -> weight, busy_ms, over_share_ms, demoted, demotions (tenant floors on)
     tenants: dict[str, dict[str, Any]]
     pid: int
+    version: str  # cameo's version in the executor's process (mixed during an upgrade)
+    code: str  # the digest of its code (`codebase.code_id`): two commits differ here
     worker_tid: int  # the worker thread's id in the OS (/proc/PID/task/TID)
     alive: bool  # False: the executor died (its dataflows failed)
     # Python's cycle collector in the executor's process, per generation: passes, their

@@ -625,7 +625,7 @@ def cmd_executors(args: argparse.Namespace) -> int:
         r["node"] = (r.get("node") or "")[:12]
         r["busy_s"] = round(r.get("busy_ms", 0.0) / 1000.0, 2)
     print(render_table(rows, ["executor", "node", "address", "activations", "backlog", "executed",
-                              "busy_s", "overhead_us_per_message", "held"]))
+                              "busy_s", "overhead_us_per_message", "held", "version", "code"]))
     return 0
 
 

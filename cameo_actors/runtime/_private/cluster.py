@@ -8,8 +8,10 @@ actors and none waits forever on a dead executor.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ import ray
 from cameo_actors.runtime.boundary import CALL_TIMEOUT_S
 from cameo_actors.runtime.config import RAY_SYSTEM_CONFIG, ray_temp_dir
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
+
+logger = logging.getLogger(__name__)
 
 #: The Ray namespace of every cameo actor (controllers, executors).
 NAMESPACE = "cameo"
@@ -62,6 +66,30 @@ def join(address: str, *, auth: str = "auto", log_to_driver: bool = True) -> Non
     set_auth_mode(auth)
     ray.init(address=address, namespace=NAMESPACE, configure_logging=False,
              log_to_driver=log_to_driver)
+
+
+def replace_other_code(controller: Any, name: str, timeout_s: float = CALL_TIMEOUT_S) -> bool:
+    """End the pool's controller if it runs other code than this process (an upgrade):
+    Ray would start it again with its job's copy of the old classes, so it is ended for
+    good, and the caller starts a new one, which reads the registry back from storage
+    and adopts the executors (their dataflows run on meanwhile). True if it was ended."""
+    from cameo_actors.runtime._private.codebase import code_id
+
+    try:  # a controller older than this call has no code_id: other code too
+        theirs = ray.get(controller.code_id.remote(), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        return False  # busy, not gone: left as it is
+    except Exception:  # noqa: BLE001 - no such method (older code), or it died meanwhile
+        theirs = None
+    if theirs == code_id():
+        return False
+    logger.warning("the controller of %s runs other code (%s, this is %s): replacing it",
+                   name, theirs or "an older version", code_id())
+    ray.kill(controller, no_restart=True)
+    deadline = time.monotonic() + timeout_s
+    while find_actor(name) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return True
 
 
 def set_auth_mode(mode: str) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 import ray
 
+from cameo_actors.runtime._private.codebase import code_id, versioned
 from cameo_actors.runtime._private.control.admission import Admission
 from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.control.lifecycle import Lifecycle
@@ -66,6 +67,7 @@ class QuietWhenStopped(logging.Filter):
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
+@versioned
 class Controller:
     def __init__(self, pool: str, config: dict[str, Any], resumable: bool = False) -> None:
         self.config = RuntimeConfig.from_dict(config)
@@ -185,6 +187,10 @@ class Controller:
 
     def config_dict(self) -> dict[str, Any]:
         return self.config.to_dict()
+
+    def code_id(self) -> str:
+        """The digest of the code this controller runs (`codebase.code_id`)."""
+        return code_id()
 
     def executor_stats(self) -> builtins.list[ExecutorStats]:
         return self.pool.stats()

@@ -25,6 +25,7 @@ import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.runtime._private.checkpoint import ChainRead, PartBytes, Written, read_chain
+from cameo_actors.runtime._private.codebase import code_id, versioned
 from cameo_actors.runtime._private.collector import Pauses
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
 from cameo_actors.runtime._private.ingest import unpack_ingest
@@ -56,6 +57,7 @@ CALL_TIMEOUT_S = 60.0
 # threads and eight calls per writer, two bulk writers took them all, and a 20 ms
 # tenant's calls waited 1.5 s for a thread.) A blocked thread costs only its stack.
 @ray.remote(max_concurrency=8, concurrency_groups={"ingest": 32})  # type: ignore[call-overload]
+@versioned
 class Executor:
     def __init__(self, index: int, config: dict[str, Any]) -> None:
         self.config = RuntimeConfig.from_dict(config)
@@ -387,6 +389,10 @@ class Executor:
         stats["alive"] = True
         stats["gc"] = self.gc_pauses.stats()
         stats["ingest_waiting"] = self.core.flow.ingest_waiting
+        # The code this process runs (versions are mixed during a rolling upgrade); read
+        # here, as the package imports this module before it sets its version.
+        stats["version"] = sys.modules["cameo_actors"].__version__
+        stats["code"] = code_id()
         return stats
 
     def marks_missing(self, token: str) -> tuple[str, list[str]]:

@@ -90,6 +90,9 @@ class RayGateway(ExecutorGateway):
     def kill(self, index: int) -> None:
         if self.actors[index] is not None:
             ray.kill(self.actors[index])
+        # No handle of it is handed on: one of an actor of a job that has ended (the
+        # service that made the pool, before an upgrade) cannot be read by another job.
+        self.forget(index)
 
     def request_cpus(self, cpus: float) -> None:
         try:

@@ -1,0 +1,151 @@
+"""A rolling upgrade from the last released version to this one, while a dataflow runs.
+
+The cluster (`ray start` processes on loopback: a head and two workers) and the service
+run the code of an older commit (`UPGRADE_FROM`, taken from the repository's history
+with `git archive`) from a folder on their PYTHONPATH, as a node runs what is installed
+on it. The dataflow is pushed to throughout. Then this version is installed in that
+folder, over the old files, and the procedure of docs/service.md runs: the service
+replaced (the new one replaces the controller, which runs other code), then each node
+drained, replaced (the head: its executor retired and started again) and given
+executors again. Old and new code run side by side meanwhile (a new service and
+controller with old executors). At the end every executor reports the new version,
+and the results are exactly `run_local`'s.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import cameo_actors
+from cameo_actors import run_local
+from cameo_actors.service.testing import LocalCluster, ServiceProcess, fresh_dir, processes_under
+from tests.integration.test_node_loss import keyed_window
+from tests.integration.test_service_cluster import wait_until
+from tests.integration.test_service_limits import read_on
+from tests.shared.zoo import canon, events
+
+pytestmark = pytest.mark.integration
+
+#: The version upgraded from: the last commit that landed before this test's (bump it
+#: when a release lands, so that the test always upgrades from what users run).
+UPGRADE_FROM = "0751b9c2a32fce0badb45faaeb08d998248e36fd"
+OLD, NEW = "0.1.0+old", "0.1.0+upgraded"
+RUN_DIR = os.path.abspath(os.path.join(os.environ.get("CAMEO_RUN_DIR", ".run"), "test-upgrade"))
+REPO = Path(cameo_actors.__file__).resolve().parent.parent
+
+
+def install(code: Path, package: bytes | Path, version: str) -> None:
+    """The package `cameo_actors` in `code`, from a tar of it or a folder, named `version`."""
+    shutil.rmtree(code / "cameo_actors", ignore_errors=True)
+    if isinstance(package, Path):
+        shutil.copytree(package, code / "cameo_actors",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        with tarfile.open(fileobj=io.BytesIO(package)) as tar:
+            tar.extractall(code, filter="data")
+    init = code / "cameo_actors" / "__init__.py"
+    text = init.read_text(encoding="utf-8")
+    assert '__version__ = "0.1.0"' in text
+    init.write_text(text.replace('__version__ = "0.1.0"', f'__version__ = "{version}"'),
+                    encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def old_code() -> bytes:
+    found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{UPGRADE_FROM}^{{commit}}"],
+                           capture_output=True)
+    if found.returncode != 0:
+        pytest.skip(f"the repository's history lacks {UPGRADE_FROM[:10]} (a shallow clone?): "
+                    "no older version to upgrade from")
+    return subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", UPGRADE_FROM,
+                           "cameo_actors"], capture_output=True, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def code(old_code: bytes) -> Path:
+    folder = Path(fresh_dir(RUN_DIR)) / "code"
+    folder.mkdir()
+    install(folder, old_code, OLD)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cluster(code: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(os.path.join(RUN_DIR, "ray"), cpus=(1, 1, 1))
+    c.env["PYTHONPATH"] = str(code)  # what is installed on every node
+    c.start()
+    yield c
+    c.stop()
+
+
+def test_a_rolling_upgrade_from_the_last_version_loses_and_repeats_nothing(
+        code: Path, cluster: LocalCluster) -> None:
+    storage = os.path.join(RUN_DIR, "shared")
+    service = ServiceProcess(os.path.join(RUN_DIR, "service"), env=cluster.env, cwd=str(code),
+                             args=["--address", cluster.address, "--executors", "3",
+                                   "--pool", "upgrade", "--checkpoint-interval", "0.5",
+                                   "--checkpoint-url", os.path.join(storage, "checkpoints"),
+                                   "--ingress-log-dir", os.path.join(storage, "ingress")])
+    service.start()
+    try:
+        c = service.client()
+        assert c.info()["version"] == OLD
+        flow = keyed_window("upgraded", parallelism=3)
+        c.submit(flow)
+        data = events(24_000, seed=12)
+        want = canon(run_local(flow, {"s": data})["o"])
+        parts = iter(range(0, 24_000, 4_000))
+
+        def push_next() -> None:
+            i = next(parts)
+            assert c.push("upgraded", "s", data[i:i + 4_000], batch_size=2_000) == 4_000
+
+        push_next()
+        install(code, REPO / "cameo_actors", NEW)  # the new version, over the old files
+
+        # 1. The service: the old one crashes (or is stopped with --on-shutdown keep);
+        # the new one finds the pool's controller running other code and replaces it:
+        # the new controller reads the registry back and adopts the executors.
+        service.kill()
+        service.start()
+        c = service.client()
+        assert c.info()["version"] == NEW
+        assert "runs other code" in service.log() and "replacing it" in service.log()
+        push_next()
+        # 2. A crash of the new controller: Ray starts it again, with the code installed.
+        controller = next(pid for pid, (_, command) in processes_under(cluster.nodes[0].pid)
+                          .items() if command.startswith("ray::Controller"))
+        os.kill(controller, signal.SIGKILL)
+        push_next()
+        # 3. Each worker node: drained, replaced by one with the new code, given executors.
+        for number in (1, 2):
+            c.drain_node(cluster.node_ip(number))
+            cluster.stop_node(number)
+            cluster.add_node(1)
+            c.add_executors(1)
+            push_next()
+        # 4. The head (it stays: the cluster's): its executor retired, one started again.
+        c.drain_node(cluster.node_ip(0))
+        c.add_executors(1)
+        push_next()
+
+        live = [e for e in c.executors() if e.get("alive", True)]
+        assert len(live) == 3 and {e.get("version") for e in live} == {NEW}, live
+        assert len({e["code"] for e in live}) == 1
+        c.close("upgraded")
+        wait_until(lambda: c.status("upgraded")["state"] == "finished", "finished", 120)
+        got, _ = read_on(c, "upgraded", None, len(want), timeout_s=60.0)
+        assert Counter(canon(got)) == Counter(want)
+        assert c.status("upgraded")["recoveries"] <= 3  # one per node drained
+    finally:
+        service.stop()
