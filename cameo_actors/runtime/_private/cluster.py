@@ -75,12 +75,14 @@ def replace_other_code(controller: Any, name: str, timeout_s: float = CALL_TIMEO
     and adopts the executors (their dataflows run on meanwhile). True if it was ended."""
     from cameo_actors.runtime._private.codebase import code_id
 
-    try:  # a controller older than this call has no code_id: other code too
+    try:
         theirs = ray.get(controller.code_id.remote(), timeout=timeout_s)
-    except ray.exceptions.GetTimeoutError:
-        return False  # busy, not gone: left as it is
-    except Exception:  # noqa: BLE001 - no such method (older code), or it died meanwhile
+    except AttributeError:  # a controller older than this call: other code too
         theirs = None
+    except Exception as e:  # noqa: BLE001 - busy, or being restarted: left as it is
+        logger.warning("the controller of %s did not say which code it runs (%s): kept",
+                       name, type(e).__name__)
+        return False
     if theirs == code_id():
         return False
     logger.warning("the controller of %s runs other code (%s, this is %s): replacing it",
