@@ -10,8 +10,8 @@ started again. The results equal `run_local`'s, each exactly once.
 
 Then a node is added, work placed on it, and it is drained before it goes: its
 dataflows are restored on the executors left from checkpoints taken then. Last, the
-upgrade procedure: the service replaced, the controller restarted, each worker node
-drained, stopped and started again.
+upgrade procedure's steps within one version: the service replaced, the controller
+killed, each worker node drained, stopped and started again.
 
 One cluster for the module (the tests run in file order); its storage is a folder every node of it sees (one machine),
 named explicitly as a real cluster must.
@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -117,6 +117,17 @@ class Bystander(threading.Thread):
 
     def since(self, t: float) -> int:
         return sum(1 for at, _ in self.results if at >= t)
+
+
+def pusher(c: Any, name: str, data: list[dict[str, Any]], part: int = 4_000
+           ) -> Callable[[], None]:
+    """A call that pushes the next `part` events of `data` to source "s" of `name`."""
+    starts = iter(range(0, len(data), part))
+
+    def push_next() -> None:
+        i = next(starts)
+        assert c.push(name, "s", data[i:i + part], batch_size=2_000) == len(data[i:i + part])
+    return push_next
 
 
 def hosting(svc: ServiceProcess, names: tuple[str, ...]) -> set[str]:
@@ -267,10 +278,11 @@ def test_a_node_added_then_drained_before_it_goes_loses_nothing(
 
 def test_a_rolling_upgrade_service_controller_then_node_by_node_loses_nothing(
         cluster: LocalCluster, service: ServiceProcess) -> None:
-    """The upgrade procedure of docs/service.md, with the same version (what the code
-    sees is the same): the service replaced (SIGTERM with --on-shutdown keep, a new one
-    started), the controller restarted, then each worker node drained, stopped and
-    started again, its executors added back; a dataflow runs and is pushed to meanwhile."""
+    """The steps of the upgrade procedure of docs/service.md within one version (across
+    two: test_upgrade.py): the service replaced (SIGTERM with --on-shutdown keep, a new
+    one started; the controller runs the same code, so it is kept), the controller
+    killed (Ray starts it again), then each worker node drained, stopped and started
+    again, its executors added back; a dataflow runs and is pushed to meanwhile."""
     c = service.client()
     workers = [cluster.add_node(1), cluster.add_node(1)]
     c.add_executors(2)
@@ -278,12 +290,7 @@ def test_a_rolling_upgrade_service_controller_then_node_by_node_loses_nothing(
     c.submit(flow)
     data = events(16_000, seed=10)
     want = canon(run_local(flow, {"s": data})["o"])
-    parts = iter(range(0, 16_000, 4_000))
-
-    def push_next() -> None:
-        i = next(parts)
-        assert c.push("rolled", "s", data[i:i + 4_000], batch_size=2_000) == 4_000
-
+    push_next = pusher(c, "rolled", data)
     push_next()
     service.kill()  # (to start it again with --on-shutdown keep: the upgrade's setting)
     service.args += ["--on-shutdown", "keep"]

@@ -29,7 +29,7 @@ import pytest
 import cameo_actors
 from cameo_actors import run_local
 from cameo_actors.service.testing import LocalCluster, ServiceProcess, fresh_dir, processes_under
-from tests.integration.test_node_loss import keyed_window
+from tests.integration.test_node_loss import keyed_window, pusher
 from tests.integration.test_service_cluster import wait_until
 from tests.integration.test_service_limits import read_on
 from tests.shared.zoo import canon, events
@@ -104,12 +104,7 @@ def test_a_rolling_upgrade_from_the_last_version_loses_and_repeats_nothing(
         c.submit(flow)
         data = events(24_000, seed=12)
         want = canon(run_local(flow, {"s": data})["o"])
-        parts = iter(range(0, 24_000, 4_000))
-
-        def push_next() -> None:
-            i = next(parts)
-            assert c.push("upgraded", "s", data[i:i + 4_000], batch_size=2_000) == 4_000
-
+        push_next = pusher(c, "upgraded", data)  # (the client stays valid across restarts)
         push_next()
         install(code, REPO / "cameo_actors", NEW)  # the new version, over the old files
 
