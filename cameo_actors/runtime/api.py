@@ -1083,10 +1083,11 @@ class Runtime:
         critical = self.controller.critical_path.remote()
         spans: builtins.list[tuple[int, int]] = []  # (first ref, ref count) per dataflow
         for d in listed:
+            if any(self.executors[i] is None for i in d["executors"]):
+                continue  # a part on a retired executor: left out, as one that does not answer
             start = len(calls)
             calls.append(self.controller.describe.remote(d["name"]))
-            calls.extend(self.executors[i].dataflow_stats.remote(d["name"]) for i in d["executors"]
-                         if i < len(self.executors) and self.executors[i] is not None)
+            calls.extend(self.executors[i].dataflow_stats.remote(d["name"]) for i in d["executors"])
             spans.append((start, len(calls) - start))
         values = cluster.get_each(calls)
         executors = [v for v in values[:len(handles)] if v is not None]
