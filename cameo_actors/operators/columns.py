@@ -319,12 +319,21 @@ def source_columns(batch: pa.RecordBatch, schema: Sequence[tuple[str, str]],
 
 def max_of(batch: pa.RecordBatch, name: str | None) -> Any:
     """The largest value of a numeric column, None if it has none (or no such column)."""
+    return _extreme(batch, name, pc.max)
+
+
+def min_of(batch: pa.RecordBatch, name: str | None) -> Any:
+    """The smallest value of a numeric column, None if it has none (or no such column)."""
+    return _extreme(batch, name, pc.min)
+
+
+def _extreme(batch: pa.RecordBatch, name: str | None, which: Any) -> Any:
     if name is None or name not in batch.schema.names:
         return None
     col = batch.column(name)
     if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
         return None
-    return pc.max(col).as_py()
+    return which(col).as_py()
 
 
 # -- safe expressions on columns ---------------------------------------------------------

@@ -169,10 +169,27 @@ def test_a_call_is_applied_in_order_once_and_cut_into_messages() -> None:
     ex.ingress.ingest("c", 1, SOURCE, [events[:1]], 0.0)  # early: parked
     assert ex.sched.pending(SOURCE) == 0
     ex.ingress.ingest("c", 0, SOURCE, [events[1:]], 0.0)
-    assert ex.sched.pending(SOURCE) == 3  # 6 events in messages of at most 3, then 1
+    # A watermark ahead of the events, 6 events in messages of at most 3, then 1 (no watermark
+    # ahead: it is behind the first call's)
+    assert ex.sched.pending(SOURCE) == 4
     ex.ingress.ingest("c", 0, SOURCE, [events], 0.0)  # applied already: dropped
-    assert ex.sched.pending(SOURCE) == 3 and ex.stats.dataflows["d"].events_in == 7
+    assert ex.sched.pending(SOURCE) == 4 and ex.stats.dataflows["d"].events_in == 7
     assert ex.hosting.activations[SOURCE].positions == {"c": 2}
+
+
+def test_a_watermark_goes_ahead_of_a_call_s_events_when_its_earliest_event_time_is_new() -> None:
+    ex = Executor()
+    ran: list[Any] = []
+
+    def record(aid: str, msg: Message) -> None:
+        ran.append(msg.payload if msg.is_watermark else [e["ts"] for e in msg.payload])
+
+    for seq, times in enumerate([(5, 3, 9), (12, 10), (8,), (9, 14)]):
+        ex.ingress.ingest("c", seq, SOURCE, [[{"ts": t, "k": "a"} for t in times]], 0.0)
+    while ex.sched.run_once(record, ex.clock):
+        pass
+    # (8,) and (9, 14) start behind the 12 a call before left: nothing to put ahead of them
+    assert ran == [3.0, [5, 3, 9], 10.0, [12, 10], [8], [9, 14]]
 
 
 # -- reports ------------------------------------------------------------------------------------
@@ -183,6 +200,7 @@ def test_unsettled_counts_queued_messages_and_parked_calls() -> None:
     ex.ingress.ingest("c", 0, SOURCE, [[{"ts": 1, "k": "a"}]], 0.0)
     ex.ingress.ingest("c", 2, SOURCE, [[{"ts": 2, "k": "a"}]], 0.0)
     work = reports.unsettled(["d", "gone"])["dataflows"]
-    assert list(work) == ["d"] and work["d"]["queued"] == 1 and work["d"]["parked"] == 1
+    # queued: the first call's events and the watermark ahead of them
+    assert list(work) == ["d"] and work["d"]["queued"] == 2 and work["d"]["parked"] == 1
     assert reports.ended("d") is False
     assert reports.usage()["d"]["events_in"] == 1

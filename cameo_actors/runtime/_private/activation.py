@@ -109,6 +109,8 @@ class Activation:
         # A source's input order: client -> its next ingest call, and the calls that
         # came early (Ray may reorder calls; a resent call that was applied is dropped).
         self.positions: dict[str, int] = {}
+        #: the watermark the calls taken in so far leave at this source (`Ingress._lead`)
+        self.lead_ms = -math.inf
         self.parked: dict[str, dict[int, tuple[list[Any], float]]] = {}
         #: this activation's part of the latest checkpoint (checkpoint.py)
         self.part: Part | None = None

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cameo_actors.operators.columns import is_columns, max_of
+from cameo_actors.operators.columns import is_columns, max_of, min_of
 from cameo_actors.runtime._private.ingest import error_records
 from cameo_actors.scheduling import Message
 from cameo_actors.tracing.records import FROM_CLIENT
@@ -124,6 +124,8 @@ class Ingress:
         now = self.now_ms()
         cut = self.max_message_events
         tracer = self.tracer
+        if tf and act.window_timing is not None:
+            self._lead(act, spec, items, tf, ingest_ms, now)
         for item in items:
             if isinstance(item, dict):  # events msgpack could not carry: the error output
                 self.egress.errors(act.dataflow, error_records(item), ingest_ms, now)
@@ -150,9 +152,55 @@ class Ingress:
                 self.sched.enqueue(msg, now)
 
 
+    def _lead(self, act: Activation, spec: Any, items: list[Any], tf: str, ingest_ms: float,
+              now: float) -> None:
+        """A watermark ahead of the call's events: their earliest event time (less the
+        allowed lateness), when it is past the watermark the calls before left. Every
+        event before it was sent already, so windows that end by then fire without waiting
+        for this call's events to cross the map ahead of the watermark (behind them, it
+        waited for all of them); the watermark after them (the largest event time) still
+        follows. Late events are the same either way: one below this watermark is below
+        the one after the call too."""
+        earliest, latest = math.inf, -math.inf
+        for item in items:
+            if is_columns(item):
+                lo, hi = min_of(item, tf), max_of(item, tf)
+                if lo is not None:
+                    earliest, latest = min(earliest, lo), max(latest, hi)
+            elif isinstance(item, list):
+                lo, hi = _time_span(item, tf)
+                earliest, latest = min(earliest, lo), max(latest, hi)
+        lateness = getattr(act.operator, "allowed_lateness_ms", 0.0)
+        lead, left = earliest - lateness, act.lead_ms
+        act.lead_ms = max(left, latest - lateness)
+        if not left < lead < math.inf:
+            return
+        wm = Message.ingress(act.id, float(lead), dataflow=spec.name, tenant=spec.tenant,
+                             ingest_ms=ingest_ms, is_watermark=True)
+        if self.tracer is not None and self.tracer.sampled():
+            wm.trace = FROM_CLIENT
+        self.sched.enqueue(wm, now)
+
+
 def _max_column(batch: Any, field_name: str | None) -> float:
     got = max_of(batch, field_name)
     return -math.inf if got is None else float(got)
+
+
+def _time_span(events: list[Any], field_name: str) -> tuple[float, float]:
+    """The smallest and largest numeric event time of `events` (inf, -inf: none)."""
+    lo, hi = math.inf, -math.inf
+    for e in events:
+        try:
+            t = e[field_name]
+        except (KeyError, TypeError):
+            continue
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            if t < lo:
+                lo = t
+            if t > hi:
+                hi = t
+    return float(lo), float(hi)
 
 
 def _max_time(events: list[Any], field_name: str | None) -> float:
