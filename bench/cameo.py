@@ -22,11 +22,13 @@ guaranteed floor, the default) share two executors; isolated gives each dataflow
 (same total). Capacity is measured once, at the start: the executors' busy time per
 bulk event at a low rate, then bulk offered 1.5x that, and what it took in
 (`tenants.measure_capacity`): the rate the pool sustains flat out, and its executors' busy
-share then. The load a run reached is its executors' busy share over that one. Every
-scenario states its load and checks it in every shared mode (`scenarios.off_load`): single
-and multi 85%, spike its mean offered (at most 100%), reached within 15 points; fair and
-overload at or over capacity, reached at least 85%. A run off its load reports no ratio
-and says why.
+share then. The load a run reached is its executors' busy share over that one. Single and multi
+first run their mix alone for a few seconds and scale what they offer by the load it
+reached (`scenarios.tuned`): offered 85% of that rate, the pool ran 86-99% of flat out.
+Every scenario states its load and checks it in every shared mode (`scenarios.off_load`):
+single and multi 85%, spike its mean offered (at most 100%), reached within 15 points;
+fair and overload at or over capacity, reached at least 85%. A run off its load reports no
+ratio and says why.
 Each run of a scenario starts from another mode (`scenarios.rotated`): none always runs
 after the same others.
 Ratios: p99 of the latency-sensitive dataflows (max over them), fifo / cameo,

@@ -65,11 +65,14 @@ POLICIES = {"fifo": "fifo", "cameo": "cameo", "floor": "cameo", "isolated": "fif
 
 def test_latency_scenarios(ray_session: None) -> None:
     ensure_ray()  # Ray is up already: must not start another
-    for fn in (scenarios.single, scenarios.multi):
-        res = fn(CAPACITY, 0.5, 1.5, log=lambda _: None)
+    for fn, tune in ((scenarios.single, True), (scenarios.multi, False)):
+        said: list[str] = []
+        res = fn(CAPACITY, 0.5, 1.5, log=said.append, tune=tune)
         check_modes(res, tuple(POLICIES), POLICIES)
         check_load(res, 0.85)
         assert [res[m]["tenant_floor"] for m in POLICIES] == [False, False, True, False]
+        # single: the load offered was tuned by a probe of its mix, and says so
+        assert any(line.lstrip().startswith("probe:") for line in said) == tune
 
 
 def test_capacity_is_measured_flat_out(ray_session: None) -> None:
