@@ -23,8 +23,9 @@ guaranteed floor, the default) share two executors; isolated gives each dataflow
 bulk event at a low rate, then bulk offered 1.5x that, and what it took in
 (`tenants.measure_capacity`): the rate the pool sustains flat out, and its executors' busy
 share then. The load a run reached is its executors' busy share over that one. Single and multi
-first run their mix alone for a few seconds and scale what they offer by the load it
-reached (`scenarios.tuned`): offered 85% of that rate, the pool ran 86-99% of flat out.
+first run their mix alone at two lower rates and offer the rate that the line through the
+loads reached predicts for theirs (`scenarios.tuned`): offered 85% of the capacity bulk
+alone reaches, the pool ran them at 86-99% of flat out.
 Every scenario states its load and checks it in every shared mode (`scenarios.off_load`):
 single and multi 85%, spike its mean offered (at most 100%), reached within 15 points;
 fair and overload at or over capacity, reached at least 85%. A run off its load reports no
