@@ -28,7 +28,7 @@ from cameo_actors.runtime._private.checkpoint import ChainRead, PartBytes, Writt
 from cameo_actors.runtime._private.codebase import code_id, versioned
 from cameo_actors.runtime._private.collector import Pauses
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
-from cameo_actors.runtime._private.ingest import events_in, unpack_ingest
+from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement
 from cameo_actors.runtime._private.shared_storage import marks_missing
 from cameo_actors.runtime._private.storage import part_store
@@ -148,21 +148,18 @@ class Executor:
             raise NotHosted(f"executor {self.index} does not host {target!r} now")
         # Stamped on arrival: time spent blocked by backpressure counts as latency.
         ingest_ms = core.clock.now_ms()
-        began = time.perf_counter()
-        items = unpack_ingest(blob, act.step.id)
-        deser_ms = (time.perf_counter() - began) * 1000.0
-        n = events_in(items)  # reserved at the source while the worker takes the call in
-        waiting = core.flow.wait_for_room(target, n, lambda: target in core.hosting.activations,
+        waiting = core.flow.wait_for_room(target, lambda: target in core.hosting.activations,
                                           CALL_TIMEOUT_S)
         log = core.ingress_logs.get(target)
         if log is not None:
             try:
                 log.append(client, seq, blob)
             except ValueError:  # closed: the dataflow was cancelled or is being restored
-                core.flow.arrived(target, n)
                 raise NotHosted(f"executor {self.index}: {target!r} is being restored") from None
-        self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms, deser_ms,
-                                         reserved=n))
+        began = time.perf_counter()
+        items = unpack_ingest(blob, act.step.id)
+        deser_ms = (time.perf_counter() - began) * 1000.0
+        self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms, deser_ms))
         return waiting
 
     # -- control -------------------------------------------------------------------

@@ -31,7 +31,6 @@ from typing import Any
 import msgpack
 
 from cameo_actors.operators.base import ErrorRecord, short_repr
-from cameo_actors.operators.columns import is_columns
 from cameo_actors.operators.stateless import INT_RANGE
 from cameo_actors.runtime._private.wire import columns_item, pack_events, unpack_events
 from cameo_actors.runtime.boundary import Rejected
@@ -114,15 +113,6 @@ def unpack_ingest(blob: bytes, step: str) -> list[Any]:
                              f"be read ({type(exc).__name__}: {exc}); its events are lost. Fix: "
                              "push through Runtime.push, which packs events one by one when "
                              "needed", None]]}]
-
-
-def events_in(items: list[Any]) -> int:
-    """The events of an ingest call's items (lists and columns; not watermarks or errors).
-
-    >>> events_in([[{"a": 1}, {"a": 2}], 5.0, {"errors": []}])
-    2
-    """
-    return sum(len(item) for item in items if isinstance(item, list) or is_columns(item))
 
 
 def error_records(item: dict[str, Any]) -> list[ErrorRecord]:

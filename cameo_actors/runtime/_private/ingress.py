@@ -64,20 +64,11 @@ class Ingress:
         self.now_ms = now_ms
 
     def ingest(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float,
-               deser_ms: float = 0.0, reserved: int = 0) -> None:
+               deser_ms: float = 0.0) -> None:
         """Events (lists), watermarks (numbers) and the error records of events refused at
         the edge ({"errors": [...]}, see `ingest.py`) from a client's call `seq` to source
         `target`: applied in the client's order, once (a call resent after a failure, or
-        replayed from the ingress log, that was applied already is dropped). `reserved`:
-        the room `FlowControl.wait_for_room` kept for the call, given back once it is in."""
-        try:
-            self._in_order(client, seq, target, items, ingest_ms, deser_ms)
-        finally:
-            if reserved:
-                self.flow.arrived(target, reserved)
-
-    def _in_order(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float,
-                  deser_ms: float) -> None:
+        replayed from the ingress log, that was applied already is dropped)."""
         act = self.hosting.activations.get(target)
         if act is None:
             return  # cancelled meanwhile
