@@ -22,6 +22,7 @@ from cameo_actors.scheduling import Message
 from cameo_actors.tracing.records import FROM_CLIENT
 
 if TYPE_CHECKING:
+    from cameo_actors.dataflow.spec import DataflowSpec
     from cameo_actors.runtime._private.activation import Activation
     from cameo_actors.runtime._private.egress import Egress
     from cameo_actors.runtime._private.flow import FlowControl
@@ -143,7 +144,7 @@ class Ingress:
                 self.sched.enqueue(msg, now)
 
 
-    def _lead(self, act: Activation, spec: Any, items: list[Any], tf: str, ingest_ms: float,
+    def _lead(self, act: Activation, spec: DataflowSpec, items: list[Any], tf: str, ingest_ms: float,
               now: float) -> None:
         """A watermark ahead of the call's events: their earliest event time (less the
         allowed lateness), when it is past the watermark the calls before left. Every
