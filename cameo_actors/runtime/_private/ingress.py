@@ -143,7 +143,6 @@ class Ingress:
                 self.flow.admitted(target, len(part))
                 self.sched.enqueue(msg, now)
 
-
     def _lead(self, act: Activation, spec: DataflowSpec, items: list[Any], tf: str, ingest_ms: float,
               now: float) -> None:
         """A watermark ahead of the call's events: their earliest event time (less the
