@@ -322,9 +322,11 @@ def max_of(batch: pa.RecordBatch, name: str | None) -> Any:
     return _extreme(batch, name, pc.max)
 
 
-def min_of(batch: pa.RecordBatch, name: str | None) -> Any:
-    """The smallest value of a numeric column, None if it has none (or no such column)."""
-    return _extreme(batch, name, pc.min)
+def span_of(batch: pa.RecordBatch, name: str | None) -> tuple[Any, Any] | None:
+    """The smallest and largest value of a numeric column, None if it has none (or no such
+    column)."""
+    got = _extreme(batch, name, pc.min_max)
+    return None if got is None or got["min"] is None else (got["min"], got["max"])
 
 
 def _extreme(batch: pa.RecordBatch, name: str | None, which: Any) -> Any:

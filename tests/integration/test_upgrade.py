@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 from collections import Counter
 from collections.abc import Iterator
@@ -77,6 +78,44 @@ def code(old_code: bytes) -> Path:
     folder.mkdir()
     install(folder, old_code, OLD)
     return folder
+
+
+#: An old process as during the upgrade: the old modules an executor loads at its start,
+#: then this version's files in their place (modules not loaded yet come from those), and
+#: the actor classes of this version loaded as Ray loads them (`ray.cloudpickle`).
+OLD_PROCESS = """
+import os, sys
+old, new = sys.argv[1:]
+sys.path.insert(0, old)
+import cameo_actors.runtime._private.executor, cameo_actors.runtime._private.controller
+for name, module in list(sys.modules.items()):
+    if name.startswith("cameo_actors") and hasattr(module, "__path__"):
+        module.__path__.append(os.path.join(new, *name.split(".")))
+import ray.cloudpickle
+print([c.__name__ for c in ray.cloudpickle.loads(sys.stdin.buffer.read())])
+"""
+
+
+def test_an_old_process_loads_this_version_s_actor_classes(code: Path) -> None:
+    """An old process given a handle of a new actor (an old executor linked to a new one)
+    loads the actor's class by value, with the module-level names its methods use looked
+    up in the modules it has loaded: old ones. One the old version lacks fails the load,
+    and Ray then calls the actor through a stand-in whose methods take no positional
+    argument: every batch from an old executor to a new one failed, and the drain's
+    checkpoint below never completed. (Runs first, while `code` holds the old version.)"""
+    import ray.cloudpickle
+
+    from cameo_actors.runtime._private.controller import Controller
+    from cameo_actors.runtime._private.executor import Executor
+
+    blob = ray.cloudpickle.dumps([a.__ray_metadata__.modified_class for a in (Executor, Controller)])
+    loaded = subprocess.run([sys.executable, "-c", OLD_PROCESS, str(code), str(REPO)], input=blob,
+                            capture_output=True, cwd=str(code))
+    assert loaded.returncode == 0, (
+        f"the version upgraded from ({UPGRADE_FROM[:10]}) cannot load this version's actor "
+        f"classes: {loaded.stderr.decode()[-1500:]}\nFix: reach what their methods use and "
+        "the old version lacks through an object (`core.ingress.events_in`), not an import")
+    assert loaded.stdout.decode().count("_") == 2, loaded.stdout  # `codebase.versioned` names
 
 
 @pytest.fixture(scope="module")

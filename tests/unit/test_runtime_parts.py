@@ -149,10 +149,26 @@ def test_source_backpressure_counts_events_and_forgets_cancelled_sources() -> No
     flow.consumed("d/s/0", 40)
     assert flow.ingress_pending["d/s/0"] == 110
     # Over the limit, a writer waits until the timeout (0 here: no sleeping in unit tests).
-    assert flow.wait_for_room("d/s/0", lambda: True, timeout_s=0) == 110
+    assert flow.wait_for_room("d/s/0", 7, lambda: True, timeout_s=0) == 110
+    flow.arrived("d/s/0", 7)
     flow.sent("d/s/0", "d/o/0", 5)
     flow.close("d", ["d/s/0"])
     assert not flow.outstanding and "d/s/0" not in flow.ingress_pending
+
+
+def test_calls_let_through_count_at_once_so_woken_writers_do_not_all_pass() -> None:
+    flow = FlowControl(10, 100, lambda a: None, lambda a: None)
+    # Room for the first call; the second finds the first's events counted, though the
+    # worker thread has not taken them in yet, and waits (until the timeout: 0 here).
+    assert flow.wait_for_room("d/s/0", 80, lambda: True, timeout_s=0) == 0
+    assert flow.wait_for_room("d/s/0", 80, lambda: True, timeout_s=0) == 80
+    assert flow.ingest_waiting == 0
+    flow.admitted("d/s/0", 80)  # the worker enqueues the first call, then gives its room back
+    flow.arrived("d/s/0", 80)
+    assert flow.wait_for_room("d/s/0", 80, lambda: True, timeout_s=0) == 160
+    flow.close("d", ["d/s/0"])
+    flow.arrived("d/s/0", 80)  # a call taken in after the close: nothing left to give back
+    assert "d/s/0" not in flow.ingress_reserved
 
 
 # -- egress ---------------------------------------------------------------------------------

@@ -148,18 +148,21 @@ class Executor:
             raise NotHosted(f"executor {self.index} does not host {target!r} now")
         # Stamped on arrival: time spent blocked by backpressure counts as latency.
         ingest_ms = core.clock.now_ms()
-        waiting = core.flow.wait_for_room(target, lambda: target in core.hosting.activations,
+        began = time.perf_counter()
+        items = unpack_ingest(blob, act.step.id)
+        deser_ms = (time.perf_counter() - began) * 1000.0
+        n = core.ingress.events_in(items)  # reserved at the source while the worker takes it in
+        waiting = core.flow.wait_for_room(target, n, lambda: target in core.hosting.activations,
                                           CALL_TIMEOUT_S)
         log = core.ingress_logs.get(target)
         if log is not None:
             try:
                 log.append(client, seq, blob)
             except ValueError:  # closed: the dataflow was cancelled or is being restored
+                core.flow.arrived(target, n)
                 raise NotHosted(f"executor {self.index}: {target!r} is being restored") from None
-        began = time.perf_counter()
-        items = unpack_ingest(blob, act.step.id)
-        deser_ms = (time.perf_counter() - began) * 1000.0
-        self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms, deser_ms))
+        self._submit(lambda: core.ingest(client, seq, target, items, ingest_ms, deser_ms,
+                                         reserved=n))
         return waiting
 
     # -- control -------------------------------------------------------------------

@@ -6,9 +6,9 @@ run queue until acks bring it back to half that: a held sender then gets a
 run of work, not a trickle. A sink whose result log is full is held the same
 way (reason "results"), by the egress.
 
-At a source, `ingress_events` events waiting to run make ingest calls block
-(on Ray's threads, in `wait_for_room`): that is the backpressure a writer
-feels. The counters of waiting events are shared with those threads, hence
+At a source, `ingress_events` events taken in and not yet run make ingest
+calls block (on Ray's threads, in `wait_for_room`): that is the backpressure a
+writer feels. The counters of waiting events are shared with those threads, hence
 the condition; everything else runs on the executor's worker thread.
 """
 
@@ -54,6 +54,8 @@ class FlowControl:
         self.held: dict[str, set[str]] = {}
         #: source activation -> events enqueued there, not yet run
         self.ingress_pending: Counter[str] = Counter()
+        #: source activation -> events of calls let in, not yet enqueued by the worker
+        self.ingress_reserved: Counter[str] = Counter()
         self.ingress_cond = threading.Condition()
         #: ingest calls blocked now for room at their source (each holds a Ray thread)
         self.ingest_waiting = 0
@@ -89,31 +91,51 @@ class FlowControl:
         return sorted(a for a in ids if a in self.held)
 
     # -- source backpressure --------------------------------------------------------------
+    # A source's events taken in are those enqueued there and not yet run (`ingress_pending`)
+    # and those of calls let through by `wait_for_room` that the worker thread has not
+    # enqueued yet (`ingress_reserved`). Counting the second at once is what keeps the
+    # calls woken together from all passing before the worker counts any of them.
     def admitted(self, source: str, n: int) -> None:
         with self.ingress_cond:
             self.ingress_pending[source] += n
 
     def consumed(self, source: str, n: int) -> None:
+        self._taken_out(self.ingress_pending, source, n)
+
+    def arrived(self, source: str, n: int) -> None:
+        """The worker thread took in (or dropped) a call of `n` events let through by
+        `wait_for_room`: they are no longer reserved (`admitted` counts those enqueued)."""
+        self._taken_out(self.ingress_reserved, source, n)
+
+    def _taken_out(self, counter: Counter[str], source: str, n: int) -> None:
         with self.ingress_cond:
-            before = self.ingress_pending[source]
-            self.ingress_pending[source] = after = before - n
+            if source not in counter:  # closed meanwhile
+                return
+            before = self._taken(source)
+            counter[source] = max(0, counter[source] - n)
             # Wake blocked writers only when the source drops below its limit (no herd).
-            if after < self.ingress_events <= before:
+            if self._taken(source) < self.ingress_events <= before:
                 self.ingress_cond.notify_all()
 
-    def wait_for_room(self, source: str, hosted: Callable[[], bool], timeout_s: float) -> int:
-        """Block (a Ray thread) while `source` has `ingress_events` waiting and is still
-        hosted; returns the events waiting there."""
+    def _taken(self, source: str) -> int:
+        return self.ingress_pending[source] + self.ingress_reserved[source]
+
+    def wait_for_room(self, source: str, n: int, hosted: Callable[[], bool], timeout_s: float) -> int:
+        """Block (a Ray thread) while `source` has `ingress_events` taken in and is still
+        hosted, then reserve room for the call's `n` events (given back by `arrived`);
+        returns the events taken in there before this call."""
         with self.ingress_cond:
-            if self.ingress_pending[source] >= self.ingress_events:
+            if self._taken(source) >= self.ingress_events:
                 self.ingest_waiting += 1
                 try:
                     self.ingress_cond.wait_for(
-                        lambda: self.ingress_pending[source] < self.ingress_events or not hosted(),
+                        lambda: self._taken(source) < self.ingress_events or not hosted(),
                         timeout=timeout_s)
                 finally:
                     self.ingest_waiting -= 1
-            return self.ingress_pending[source]
+            taken = self._taken(source)
+            self.ingress_reserved[source] += n
+            return taken
 
     # -- lifecycle (DataflowScoped) -----------------------------------------------------------
     def open(self, spec: DataflowSpec, hosted: list[Activation]) -> None:
@@ -129,4 +151,5 @@ class FlowControl:
         with self.ingress_cond:
             for aid in gone:
                 self.ingress_pending.pop(aid, None)
+                self.ingress_reserved.pop(aid, None)
             self.ingress_cond.notify_all()

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cameo_actors.operators.columns import is_columns, max_of, min_of
+from cameo_actors.operators.columns import is_columns, span_of
 from cameo_actors.runtime._private.ingest import error_records
 from cameo_actors.scheduling import Message
 from cameo_actors.tracing.records import FROM_CLIENT
@@ -65,11 +65,20 @@ class Ingress:
         self.now_ms = now_ms
 
     def ingest(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float,
-               deser_ms: float = 0.0) -> None:
+               deser_ms: float = 0.0, reserved: int = 0) -> None:
         """Events (lists), watermarks (numbers) and the error records of events refused at
         the edge ({"errors": [...]}, see `ingest.py`) from a client's call `seq` to source
         `target`: applied in the client's order, once (a call resent after a failure, or
-        replayed from the ingress log, that was applied already is dropped)."""
+        replayed from the ingress log, that was applied already is dropped). `reserved`:
+        the room `FlowControl.wait_for_room` kept for the call, given back once it is in."""
+        try:
+            self._in_order(client, seq, target, items, ingest_ms, deser_ms)
+        finally:
+            if reserved:
+                self.flow.arrived(target, reserved)
+
+    def _in_order(self, client: str, seq: int, target: str, items: list[Any], ingest_ms: float,
+                  deser_ms: float) -> None:
         act = self.hosting.activations.get(target)
         if act is None:
             return  # cancelled meanwhile
@@ -88,6 +97,15 @@ class Ingress:
         if parked is not None and not parked:
             del act.parked[client]
         act.positions[client] = seq
+
+    @staticmethod
+    def events_in(items: list[Any]) -> int:
+        """The events of an ingest call's items (lists and columns; not watermarks or errors).
+
+        >>> Ingress.events_in([[{"a": 1}, {"a": 2}], 5.0, {"errors": []}])
+        2
+        """
+        return sum(len(item) for item in items if isinstance(item, list) or is_columns(item))
 
     def columns_cut(self, dataflow: str) -> int:
         """Events per message of a columnar batch: as many as the dataflow's costliest step
@@ -114,28 +132,26 @@ class Ingress:
         counters = self.stats.dataflows[act.dataflow]
         tf = getattr(act.operator, "event_time", None)  # sources know their event-time field
         now = self.now_ms()
-        cut = self.max_message_events
         tracer = self.tracer
+        # Cut into messages, each with its span of event time, before anything is enqueued:
+        # the watermark ahead of them (`_lead`) needs their earliest.
+        planned = [_parts(item, tf, self.max_message_events) for item in items]
         if tf and act.window_timing is not None:
-            self._lead(act, spec, items, tf, ingest_ms, now)
-        for item in items:
+            self._lead(act, spec, planned, ingest_ms, now)
+        for item, parts in zip(items, planned, strict=True):
             if isinstance(item, dict):  # events msgpack could not carry: the error output
                 self.egress.errors(act.dataflow, error_records(item), ingest_ms, now)
                 continue
-            columns = is_columns(item)
-            if not columns and not isinstance(item, list):  # a watermark
+            if parts is None:  # a watermark
                 wm = Message.ingress(target, float(item), dataflow=spec.name, tenant=spec.tenant,
                                      ingest_ms=ingest_ms, is_watermark=True)
                 if tracer is not None and tracer.sampled():
                     wm.trace = FROM_CLIENT
                 self.sched.enqueue(wm, now)
                 continue
-            step = MAX_COLUMN_MESSAGE_EVENTS if columns else cut  # columns: cut as they run
-            for i in range(0, len(item), step):
-                part = item.slice(i, step) if columns else item[i:i + step]
-                event_ms = _max_column(part, tf) if columns else _max_time(part, tf)
+            for part, _, latest in parts:
                 msg = Message.ingress(target, part, dataflow=spec.name, tenant=spec.tenant,
-                                      ingest_ms=ingest_ms, event_ms=event_ms, size=len(part))
+                                      ingest_ms=ingest_ms, event_ms=latest, size=len(part))
                 if tracer is not None and tracer.sampled():
                     msg.trace = FROM_CLIENT
                 counters.events_in += len(part)
@@ -143,8 +159,8 @@ class Ingress:
                 self.flow.admitted(target, len(part))
                 self.sched.enqueue(msg, now)
 
-    def _lead(self, act: Activation, spec: DataflowSpec, items: list[Any], tf: str, ingest_ms: float,
-              now: float) -> None:
+    def _lead(self, act: Activation, spec: DataflowSpec, planned: list[list[Part] | None],
+              ingest_ms: float, now: float) -> None:
         """A watermark ahead of the call's events: their earliest event time (less the
         allowed lateness), when it is past the watermark the calls before left. Every
         event before it was sent already, so windows that end by then fire without waiting
@@ -152,15 +168,9 @@ class Ingress:
         waited for all of them); the watermark after them (the largest event time) still
         follows. Late events are the same either way: one below this watermark is below
         the one after the call too."""
-        earliest, latest = math.inf, -math.inf
-        for item in items:
-            if is_columns(item):
-                lo, hi = min_of(item, tf), max_of(item, tf)
-                if lo is not None:
-                    earliest, latest = min(earliest, lo), max(latest, hi)
-            elif isinstance(item, list):
-                lo, hi = _time_span(item, tf)
-                earliest, latest = min(earliest, lo), max(latest, hi)
+        spans = [(lo, hi) for parts in planned if parts for _, lo, hi in parts]
+        earliest = min((lo for lo, _ in spans), default=math.inf)
+        latest = max((hi for _, hi in spans), default=-math.inf)
         lateness = getattr(act.operator, "allowed_lateness_ms", 0.0)
         lead, left = earliest - lateness, act.lead_ms
         act.lead_ms = max(left, latest - lateness)
@@ -173,14 +183,35 @@ class Ingress:
         self.sched.enqueue(wm, now)
 
 
-def _max_column(batch: Any, field_name: str | None) -> float:
-    got = max_of(batch, field_name)
-    return -math.inf if got is None else float(got)
+#: A message's worth of a call's events, and their earliest and latest event time
+#: (inf, -inf: none).
+Part = tuple[Any, float, float]
 
 
-def _time_span(events: list[Any], field_name: str) -> tuple[float, float]:
+def _parts(item: Any, field_name: str | None, cut: int) -> list[Part] | None:
+    """The events of an ingest call's item as messages (rows: of `cut` events; columns: of
+    at most MAX_COLUMN_MESSAGE_EVENTS, cut again as they run), each with its span of event
+    time; None for an item that is not events (a watermark, error records)."""
+    if is_columns(item):
+        parts = (item.slice(i, MAX_COLUMN_MESSAGE_EVENTS)
+                 for i in range(0, len(item), MAX_COLUMN_MESSAGE_EVENTS))
+        return [(part, *_column_span(part, field_name)) for part in parts]
+    if not isinstance(item, list):
+        return None
+    return [(part, *_time_span(part, field_name))
+            for part in (item[i:i + cut] for i in range(0, len(item), cut))]
+
+
+def _column_span(batch: Any, field_name: str | None) -> tuple[float, float]:
+    got = span_of(batch, field_name)
+    return (math.inf, -math.inf) if got is None else (float(got[0]), float(got[1]))
+
+
+def _time_span(events: list[Any], field_name: str | None) -> tuple[float, float]:
     """The smallest and largest numeric event time of `events` (inf, -inf: none)."""
     lo, hi = math.inf, -math.inf
+    if not field_name:
+        return lo, hi
     for e in events:
         try:
             t = e[field_name]
@@ -192,17 +223,3 @@ def _time_span(events: list[Any], field_name: str) -> tuple[float, float]:
             if t > hi:
                 hi = t
     return float(lo), float(hi)
-
-
-def _max_time(events: list[Any], field_name: str | None) -> float:
-    if not field_name:
-        return -math.inf
-    best = -math.inf
-    for e in events:
-        try:
-            t = e[field_name]
-        except (KeyError, TypeError):
-            continue
-        if isinstance(t, (int, float)) and not isinstance(t, bool) and t > best:
-            best = t
-    return float(best)
