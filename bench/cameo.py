@@ -1,7 +1,8 @@
 """Cameo scenarios, each under fifo, cameo and isolated, in one run on one Ray.
 
 Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,all} [--duration S] [--quick]
-      [--repeat N] [--checkpoints {on,off,both}] [--json FILE] [--plots DIR]`
+      [--repeat N] [--checkpoints {on,off,both}] [--input {rows,arrow,both}] [--push {whole,spread}]
+      [--json FILE] [--plots DIR]`
 
 - single: bulk alone (source -> burn map -> key_by -> 250 ms tumbling count,
   parallelism 2, target 1 s) at 85% of the pool's calibrated capacity.
@@ -42,6 +43,10 @@ the ratios and the executors' busy share of both side by side (results["checkpoi
 `--input arrow` has the feeders push the same events as Arrow tables (run as columns
 where a step has a kernel), and `--input both` runs each scenario with rows and then with
 Arrow, at the same offered load (results["arrow_input"]).
+A feeder sends each batch (every 100 ms for bulk) as one call, to one source instance in
+turn; `--push spread` sends a call to each instance instead. (Whole batches leave one
+executor a batch's map work every other period; fifo then queues the other work behind
+it, which is where deadline order gains in single.)
 """
 
 from __future__ import annotations
@@ -139,6 +144,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--input", default="rows", choices=("rows", "arrow", "both"),
                         help="the feeders push rows (lists of dicts), Arrow tables of the same "
                              "events, or each scenario with rows and then Arrow (both)")
+    parser.add_argument("--push", default="whole", choices=("whole", "spread"),
+                        help="the feeders send each batch as one call, to one source instance "
+                             "in turn (whole), or a call to each instance (spread)")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--plots", help="write PNG plots to this folder (needs matplotlib)")
     args = parser.parse_args(argv)
@@ -152,6 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     calib = args.calibrate if args.calibrate is not None else (2.0 if args.quick else 5.0)
     names = SCENARIOS if args.scenario == "all" else (args.scenario,)
 
+    FEED["spread"] = args.push == "spread"
     started = ensure_ray()
     t0 = time.monotonic()
     try:

@@ -42,8 +42,10 @@ class Load:
         return float(self.flow.spec.latency_target_ms)
 
 
-#: How the feeders push: rows (lists of dicts), or the same events as Arrow tables.
-FEED = {"columns": False}
+#: How the feeders push: rows (lists of dicts), or the same events as Arrow tables; each
+#: batch as one call (to one source instance in turn), or spread over the source's
+#: instances, a call each.
+FEED = {"columns": False, "spread": False}
 
 
 def _push(rt: Any, load: Load, stop: threading.Event) -> None:
@@ -52,12 +54,15 @@ def _push(rt: Any, load: Load, stop: threading.Event) -> None:
         return
     load.started_ms.append(time.time() * 1000)
     columns = FEED["columns"]
-    schema = arrow_schema(load.flow.spec.step("s").schema)
+    source = load.flow.spec.step("s")
+    schema = arrow_schema(source.schema)
+    spread = FEED["spread"]
 
     def push(events: list[dict[str, Any]]) -> None:
         if events:
             data: Any = pa.Table.from_pylist(events, schema=schema) if columns else events
-            rt.push(load.name, "s", data, batch_size=len(events))
+            calls = source.parallelism if spread else 1  # `push` sends them round robin
+            rt.push(load.name, "s", data, batch_size=-(-len(events) // calls))
     load.workload.play(push, stop)
 
 
