@@ -105,17 +105,21 @@ def test_an_old_process_loads_this_version_s_actor_classes(code: Path) -> None:
     checkpoint below never completed. (Runs first, while `code` holds the old version.)"""
     import ray.cloudpickle
 
+    from cameo_actors.runtime._private.codebase import code_id
     from cameo_actors.runtime._private.controller import Controller
     from cameo_actors.runtime._private.executor import Executor
 
-    blob = ray.cloudpickle.dumps([a.__ray_metadata__.modified_class for a in (Executor, Controller)])
+    classes = [a.__ray_metadata__.modified_class for a in (Executor, Controller)]
+    blob = ray.cloudpickle.dumps(classes)
     loaded = subprocess.run([sys.executable, "-c", OLD_PROCESS, str(code), str(REPO)], input=blob,
                             capture_output=True, cwd=str(code))
     assert loaded.returncode == 0, (
         f"the version upgraded from ({UPGRADE_FROM[:10]}) cannot load this version's actor "
         f"classes: {loaded.stderr.decode()[-1500:]}\nFix: reach what their methods use and "
         "the old version lacks through an object (`core.ingress.events_in`), not an import")
-    assert loaded.stdout.decode().count("_") == 2, loaded.stdout  # `codebase.versioned` names
+    # This version's classes, by their versioned names (`codebase.versioned`)
+    assert loaded.stdout.decode().strip() == str([c.__name__ for c in classes])
+    assert all(c.__name__.endswith(f"_{code_id()}") for c in classes)
 
 
 @pytest.fixture(scope="module")
