@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.runtime._private.checkpoint import Written, read_chain
+from cameo_actors.runtime._private.checkpoint import Content, Written, read_chain
 from cameo_actors.runtime._private.control.admission import Admission
 from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.control.gateway import ExecutorGateway
@@ -59,9 +59,10 @@ class StoredCluster(InProcessCluster):
         assert store is not None, "parts come only with checkpoints on"
         return store
 
-    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
+    def _persist(self, dataflow: str, ckpt: int, aid: str, content: Content,
                  positions: dict[str, int], bases: list[str]) -> None:
-        super()._persist(dataflow, ckpt, aid, blob, positions, bases)
+        super()._persist(dataflow, ckpt, aid, content, positions, bases)
+        blob = self.parts[(dataflow, ckpt)][aid][0]  # packed there
         assert self.storage is not None, "parts come only with checkpoints on"
         host = next(c.index for c in self.cores if aid in c.hosting.activations)
         deployment = self.cores[host].hosting.dataflows[dataflow].deployment

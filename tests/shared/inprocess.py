@@ -9,6 +9,7 @@ from typing import Any
 
 from cameo_actors.clock import FakeClock
 from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.runtime._private.checkpoint import Content
 from cameo_actors.runtime._private.core import ExecutorCore
 from cameo_actors.runtime._private.ingest import unpack_ingest
 from cameo_actors.runtime._private.routing import Placement, place
@@ -127,10 +128,10 @@ class InProcessCluster:
         return out
 
     # -- playing the controller's part in checkpoints ------------------------------------
-    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
+    def _persist(self, dataflow: str, ckpt: int, aid: str, content: Content,
                  positions: dict[str, int], bases: list[str]) -> None:
         self.persisted.append((dataflow, ckpt, aid))
-        self.parts.setdefault((dataflow, ckpt), {})[aid] = (blob, dict(positions))
+        self.parts.setdefault((dataflow, ckpt), {})[aid] = (content.frames(), dict(positions))
 
     def checkpoint(self, dataflow: str, ckpt: int) -> int:
         """Start checkpoint `ckpt`: a barrier at every source; returns how many."""

@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -36,8 +37,10 @@ from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.windows import WindowOperator
 from cameo_actors.runtime._private.checkpoint import (
     CHECKPOINT,
+    FRAME_ROWS,
     SNAPSHOT,
     SNAPSHOT_ENTRIES,
+    Content,
     unpack_part,
 )
 from cameo_actors.runtime._private.control.checkpoints import CHECKPOINT_TIMEOUT_S, Cut
@@ -247,6 +250,44 @@ def test_a_sources_part_holds_the_positions_given_at_injection(tmp_path: Path) -
     assert unpack_part(blob)["state"]["positions"] == {"x": 2, "y": 1}
     assert part(cluster, d.name, 1, f"{d.name}/o/0")["results"][0] == 0
     assert_persisted_once(cluster)
+
+
+def test_a_part_is_packed_in_frames_of_bounded_rows_and_reads_back_the_same() -> None:
+    # A sink's result log of 1,000 rows and 40 recorded messages, packed as the writer
+    # thread packs them: no frame of more than FRAME_ROWS rows, save one message of more
+    # (a message is never cut), and unpacked as they went in.
+    log = [([{"k": i, "n": j} for j in range(5)], float(i), float(i) + 1) for i in range(190)]
+    log.append(([{"k": -1, "n": j} for j in range(FRAME_ROWS * 2 + 50)], 7.0, 8.0))
+    inflight = [(0, f"up/{i % 2}", False, [{"v": i}] * 30) for i in range(40)]
+    inflight.append((1, "up/0", False, [{"v": -1}] * (FRAME_ROWS + 1)))
+    inflight.append((0, "up/1", True, 12.5))
+    content = Content(msgpack.packb({"operator": {}}), [], list(inflight), (10, list(log), None))
+    frames = content.frames()
+    assert content.nbytes == sum(map(len, frames)) and content.inflight == []  # let go
+    def rows(item: list[Any]) -> int:  # a recorded message (4 fields) or a log chunk (3)
+        payload = item[3] if len(item) == 4 else item[0]
+        return len(payload) if isinstance(payload, list) else 1
+    sizes = [sum(map(rows, msgpack.unpackb(f, raw=False))) for f in frames[1:]]
+    assert len(sizes) > 10 and [n for n in sizes if n > FRAME_ROWS] == [FRAME_ROWS + 1]
+    back = unpack_part(frames)
+    assert [tuple(m) for m in back["inflight"]] == inflight
+    base, chunks, seen = back["results"]
+    assert base == 10 and seen is None
+    assert [r for c in chunks for r in c[0]] == [r for c in log for r in c[0]]
+    assert {(c[1], c[2]) for c in chunks} == {(c[1], c[2]) for c in log}
+
+
+def test_a_part_of_the_version_before_frames_still_reads() -> None:
+    # Its head held the recorded messages and the result log (a rolling upgrade restores
+    # parts the old executors wrote).
+    state = msgpack.packb({"operator": {"pieces": None}})
+    old = [msgpack.packb({"state": state, "inflight": [[0, "up/0", False, [{"v": 1}]]],
+                          "results": [3, [[[{"k": 1}], 1.0, 2.0]], None], "pieces": 1}),
+           msgpack.packb({"piece": 1})]
+    part = unpack_part(old)
+    assert part["inflight"] == [[0, "up/0", False, [{"v": 1}]]]
+    assert part["results"] == [3, [[[{"k": 1}], 1.0, 2.0]], None]
+    assert part["state"]["operator"]["pieces"] == [{"piece": 1}]
 
 
 # == 2. restoring every operator kind ===================================================

@@ -136,6 +136,7 @@ def test_the_first_barrier_goes_on_and_the_part_is_written_once_every_channel_is
     assert [(s, m.target) for s, m in ex.path.routed] == [(WINDOW0, SINK)]
     assert ex.persisted == [("d", 1, WINDOW0)]  # its only channel: complete at once
     assert act.part is not None and act.part.state == b""  # handed over
+    assert act.part.handed is not None and act.part.handed.nbytes == 0  # not packed here
 
 
 def test_only_messages_of_channels_still_waiting_for_their_barrier_are_recorded() -> None:

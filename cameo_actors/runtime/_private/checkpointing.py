@@ -37,6 +37,7 @@ from cameo_actors.runtime._private.checkpoint import (
     SNAPSHOT,
     SNAPSHOT_ENTRIES,
     ChainRead,
+    Content,
     Part,
     incremental,
     interval_s,
@@ -60,9 +61,9 @@ if TYPE_CHECKING:
 #: Why a restored activation is held until every executor restored its part.
 RESTORING = "restoring"
 #: Hands a complete checkpoint part to storage: (dataflow, checkpoint, activation, its
-#: frames (`Part.frames`), a source's positions at the barrier, the stored parts it
-#: builds on (`Part.bases`)).
-Persist = Callable[[str, int, str, list[bytes], dict[str, int], list[str]], None]
+#: content (`Content`: packed by the callee, off the worker thread), a source's positions
+#: at the barrier, the stored parts it builds on (`Part.bases`)).
+Persist = Callable[[str, int, str, Content, dict[str, int], list[str]], None]
 
 
 class Checkpointing:
@@ -214,13 +215,10 @@ class Checkpointing:
     def _part_done(self, act: Activation) -> None:
         part = act.part
         if part is not None and not part.pending and part.head is None and not part.written:
-            part.written = True
-            frames = part.frames()
-            part.nbytes = sum(map(len, frames))
+            content = part.take()  # packed by whoever writes it, not here
             if self.persist is not None:
-                self.persist(act.dataflow, part.ckpt, act.id, frames, part.positions,
+                self.persist(act.dataflow, part.ckpt, act.id, content, part.positions,
                              part.bases)
-            part.state, part.pieces, part.inflight, part.results = b"", [], [], None  # handed over
 
     def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]],
                      chains: dict[str, list[str]] | None = None) -> None:

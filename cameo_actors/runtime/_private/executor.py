@@ -24,7 +24,13 @@ from typing import Any, TypeVar
 import ray
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.runtime._private.checkpoint import ChainRead, PartBytes, Written, read_chain
+from cameo_actors.runtime._private.checkpoint import (
+    ChainRead,
+    Content,
+    PartBytes,
+    Written,
+    read_chain,
+)
 from cameo_actors.runtime._private.codebase import code_id, versioned
 from cameo_actors.runtime._private.collector import Pauses
 from cameo_actors.runtime._private.core import ExecutorCore, Unsettled
@@ -191,18 +197,19 @@ class Executor:
     def checkpoint(self, dataflow: str, ckpt: int) -> int:
         return self._call(self.core.checkpoint, dataflow, ckpt)
 
-    def _persist(self, dataflow: str, ckpt: int, aid: str, blob: list[bytes],
+    def _persist(self, dataflow: str, ckpt: int, aid: str, content: Content,
                  positions: dict[str, int], bases: list[str]) -> None:
-        """A complete part (on the worker thread): written by the writer thread."""
+        """A complete part (on the worker thread): packed and written by the writer thread."""
         deployment = self.core.hosting.dataflows[dataflow].deployment
-        self._writer.submit(self._write, dataflow, deployment, ckpt, aid, blob, positions,
+        self._writer.submit(self._write, dataflow, deployment, ckpt, aid, content, positions,
                             bases)
 
-    def _write(self, dataflow: str, deployment: str, ckpt: int, aid: str, blob: list[bytes],
+    def _write(self, dataflow: str, deployment: str, ckpt: int, aid: str, content: Content,
                positions: dict[str, int], bases: list[str]) -> None:
         if self.parts is None:
             return
         try:
+            blob = content.frames()
             path = self.parts.write(dataflow, deployment, ckpt, aid, blob)
         except Exception:  # counted; the checkpoint will not complete, the previous one stays
             self.write_failures += 1
