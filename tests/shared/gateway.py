@@ -68,7 +68,7 @@ class StoredCluster(InProcessCluster):
         deployment = self.cores[host].hosting.dataflows[dataflow].deployment
         path = self.parts_of(host).write(dataflow, deployment, ckpt, aid, blob)
         self.written.setdefault((host, dataflow, ckpt), {})[aid] = (path, positions,
-                                                               sum(map(len, blob)), bases)
+                                                               content.nbytes, bases)
 
 
 @dataclass

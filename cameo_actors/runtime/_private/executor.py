@@ -216,8 +216,8 @@ class Executor:
             logger.exception("executor %d: checkpoint %d of %s: part %s not written",
                              self.index, ckpt, dataflow, aid)
             return
-        self.written.setdefault((dataflow, ckpt), {})[aid] = (path, positions,
-                                                               sum(map(len, blob)), bases)
+        self.written.setdefault((dataflow, ckpt), {})[aid] = (path, positions, content.nbytes,
+                                                               bases)
 
     def await_checkpoint(self, dataflow: str, ckpt: int, ids: list[str], timeout_s: float
                          ) -> dict[str, Written]:
