@@ -354,8 +354,11 @@ class RuntimeLike(Protocol):
         [ranked, largest first: {"share", "ms", "kind", "dataflow", "step", "executor",
         "from_executor", "behind", "behind_step", "text"}], "summary": {"by_type",
         "by_operator", "by_executor", "by_channel", "by_dataflow", "waiting_behind"},
-        "words": [the headline, then one line per critical_path entry]}. Shares are
-        fractions of the critical path (0..1); times epoch ms.
+        "late_paths": result messages with a result over the target, "late_path": their
+        critical path (ranked as critical_path; "ms" per late message), "words": [the
+        headline, then one line per critical_path entry], "late_words": [the same of
+        late_path; none if nothing was late]}. Shares are fractions of the critical path
+        (0..1); times epoch ms.
 
         Raises:
             DataflowNotFound: no dataflow of that name (as `describe`).

@@ -193,13 +193,19 @@ def render_explanation(e: dict[str, Any]) -> str:
 
     >>> print(render_explanation({"dataflow": "a", "last_s": 60.0, "results": 10,
     ...     "within_target": 0.9, "latency_target_ms": 50.0,
-    ...     "words": ["a: mostly processing", "40% processing in a/map_1 on executor 0"]}))
+    ...     "words": ["a: mostly processing", "40% processing in a/map_1 on executor 0"],
+    ...     "late_words": ["a: 1 result message over its target; their critical path:",
+    ...                    "70% processing in b/map_1 on executor 0 while a/s waited"]}))
     a: mostly processing
       40% processing in a/map_1 on executor 0
+    a: 1 result message over its target; their critical path:
+      70% processing in b/map_1 on executor 0 while a/s waited
     within target  90.0 %  of 10 traced results (target 50 ms, the last 60 s)
     """
-    lines = [str(w) for w in e.get("words") or []]
-    out = lines[:1] + ["  " + w for w in lines[1:]]
+    out = []
+    for key in ("words", "late_words"):
+        lines = [str(w) for w in e.get(key) or []]
+        out += lines[:1] + ["  " + w for w in lines[1:]]
     if not out:
         out.append(f"{e.get('dataflow') or 'the pool'}: nothing traced in the last "
                    f"{e.get('last_s', 0):g} s")

@@ -893,8 +893,14 @@ class Explanation(BaseModel):
     operators: dict[str, float] = Field(description="the dataflow's steps' share of its "
                                                     "critical path")
     critical_path: list[CriticalSegment] = Field(description="ranked, largest first")
+    late_paths: int = Field(default=0, description="result messages that carried a result "
+                                                   "over the target")
+    late_path: list[CriticalSegment] = Field(
+        default_factory=list, description="the critical path of those alone, ranked")
     summary: CriticalSummary
     words: list[str] = Field(description="the headline, then one line per critical_path entry")
+    late_words: list[str] = Field(default_factory=list, description="the same of late_path "
+                                                                    "(none if nothing was late)")
     tracing: dict[str, float | int | None] = Field(
         default_factory=dict, description="how tracing keeps up: activities collected and "
         "lost (overwritten before collected), analysed per second of analysis time against "

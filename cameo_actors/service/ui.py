@@ -220,10 +220,10 @@ def graph(spec: dict[str, Any], operators: dict[str, Any], box_w: int = 128, box
     return "".join(out) + "</svg>"
 
 
-def words(explanation: dict[str, Any] | None) -> str:
-    lines = [str(w) for w in (explanation or {}).get("words") or []]
+def words(explanation: dict[str, Any] | None, key: str = "words") -> str:
+    lines = [str(w) for w in (explanation or {}).get(key) or []]
     if not lines:
-        return '<p class="muted">nothing traced in this window</p>'
+        return '<p class="muted">nothing traced in this window</p>' if key == "words" else ""
     rest = "".join(f"<li>{esc(w)}</li>" for w in lines[1:])
     return f"<p><strong>{esc(lines[0])}</strong></p>" + (f'<ul class="words">{rest}</ul>'
                                                          if rest else "")
@@ -251,7 +251,7 @@ def dataflow_section(d: dict[str, Any], spec: dict[str, Any] | None,
     return (f"<section>{head}<p>{within(explanation)}</p><div class=\"row\">"
             f"<div>{latency_chart(explanation)}</div>"
             f"<div>{graph(spec or {}, explanation.get('operators') or {})}</div></div>"
-            f"{words(explanation)}</section>")
+            f"{words(explanation)}{words(explanation, 'late_words')}</section>")
 
 
 def dashboard(principal: Principal, last_s: float, pool: dict[str, Any] | None,

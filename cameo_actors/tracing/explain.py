@@ -144,6 +144,9 @@ class DataflowPaths:
     max_ms: float | None = None
     #: ms of the paths per segment (sums to the paths' summed length)
     segments: dict[Segment, float] = field(default_factory=dict)
+    #: the same of the late paths only: result messages with a result over the target
+    late_paths: int = 0
+    late_segments: dict[Segment, float] = field(default_factory=dict)
     #: step -> ms of its own work on the paths: processing, egress, and the waits of the
     #: dataflow's messages behind it
     operators: dict[str, float] = field(default_factory=dict)
@@ -154,6 +157,8 @@ class DataflowPaths:
                 "target_ms": self.target_ms, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms,
                 "max_ms": self.max_ms, "latency_ms": list(self.latency_ms),
                 "segments": [_seg_json(s, ms=v) for s, v in self.segments.items()],
+                "late_paths": self.late_paths,
+                "late_segments": [_seg_json(s, ms=v) for s, v in self.late_segments.items()],
                 "operators": dict(self.operators)}
 
 
@@ -241,7 +246,8 @@ def _follow(dataflow: str, results: list[Activity], lookup: Mapping[int, Activit
     g = Pag(start_ms, end_ms)
     built: dict[int, tuple[int, float]] = {}  # activity id -> (end node, chain's root time)
     ends: list[int] = []
-    total = 0.0
+    late: list[int] = []
+    total = late_total = 0.0
     p = DataflowPaths(dataflow, start_ms, end_ms)
     lat: list[float] = []
     for r in sorted(results, key=lambda a: (a.end_ms, a.id)):  # ancestors first
@@ -253,6 +259,9 @@ def _follow(dataflow: str, results: list[Activity], lookup: Mapping[int, Activit
         node, root = built[r.id]
         ends.append(node)
         total += g.times[node] - root
+        if r.within < r.results:
+            late.append(node)
+            late_total += g.times[node] - root
         p.paths += 1
         p.results += r.results
         p.within += r.within
@@ -261,6 +270,12 @@ def _follow(dataflow: str, results: list[Activity], lookup: Mapping[int, Activit
         lat.append(r.end_ms - r.ingest_ms if not math.isnan(r.ingest_ms) else g.times[node] - root)
     cp = critical_participation(g, sinks=ends)
     p.segments = {s: x * total for s, x in segments(g, cp).items()}
+    # What the late ones went through, apart: a tight tenant's few late results are
+    # drowned in the average of its many quick ones.
+    p.late_paths = len(late)
+    if late:
+        late_cp = cp if len(late) == len(ends) else critical_participation(g, sinks=late)
+        p.late_segments = {s: x * late_total for s, x in segments(g, late_cp).items()}
     # Each step's own work on the paths: its processing and writing, and the waits its
     # work caused the dataflow's messages (a window's firing watermark queued behind the
     # map's data is the map's doing).
@@ -413,6 +428,17 @@ def words(x: Mapping[str, Any]) -> list[str]:
     return [head] + [e["text"] for e in x["critical_path"]]
 
 
+def late_words(x: Mapping[str, Any]) -> list[str]:
+    """A headline and one line per late_path entry of explanation `x` (none if nothing
+    was late)."""
+    if not x["late_path"]:
+        return []
+    n = x["late_paths"]
+    head = (f"{x['dataflow']}: {n:,} result message{'s' if n != 1 else ''} over its target; "
+            "their critical path:")
+    return [head] + [e["text"] for e in x["late_path"]]
+
+
 def explain(snapshots: Sequence[Mapping[str, Any]], dataflow: str | None, last_s: float,
             now_ms: float, latency_target_ms: float | None = None) -> dict[str, Any]:
     """Aggregate the snapshots that ended within `last_s` of `now_ms` (see the module).
@@ -423,6 +449,8 @@ def explain(snapshots: Sequence[Mapping[str, Any]], dataflow: str | None, last_s
     by their spans), "ms" being the share of the mean snapshot span. "within_target"
     counts the results the runtime marked within the dataflow's own target, unless
     `latency_target_ms` differs from it: then it is the share of latency samples within.
+    "late_path" ranks the same way the paths of the "late_paths" result messages that
+    carried a result over the dataflow's own target ("ms": per late message).
 
     Example:
         >>> explain([], "alerts", 60, 0.0)["words"]
@@ -436,13 +464,13 @@ def explain(snapshots: Sequence[Mapping[str, Any]], dataflow: str | None, last_s
         "to_ms": max((s["end_ms"] for s in used), default=None),
         "snapshots": len(used), "activities": sum(s["activities"] for s in used),
         "latency_target_ms": latency_target_ms, "results": 0, "within_target": None,
-        "latency": [], "operators": {}, "critical_path": [],
-        "summary": {k: {} for k in SUMMARY_KEYS}, "words": []}
+        "latency": [], "operators": {}, "critical_path": [], "late_paths": 0, "late_path": [],
+        "summary": {k: {} for k in SUMMARY_KEYS}, "words": [], "late_words": []}
     if dataflow is None:
         _explain_pool(x, used)
     else:
         _explain_dataflow(x, used, dataflow, latency_target_ms)
-    x["words"] = words(x)
+    x["words"], x["late_words"] = words(x), late_words(x)
     return x
 
 
@@ -473,8 +501,9 @@ def _explain_dataflow(x: dict[str, Any], used: Sequence[Mapping[str, Any]], data
         target = recorded[-1]
     x["latency_target_ms"] = target
     weights: dict[Segment, float] = defaultdict(float)
+    late: dict[Segment, float] = defaultdict(float)
     ops: dict[str, float] = defaultdict(float)
-    paths = results = within = 0
+    paths = results = within = late_paths = 0
     for s in used:
         p = s["dataflows"].get(dataflow)
         row = {"t_ms": s["end_ms"], "results": 0, "within": 0, "p50_ms": None, "p99_ms": None,
@@ -489,6 +518,9 @@ def _explain_dataflow(x: dict[str, Any], used: Sequence[Mapping[str, Any]], data
             paths, results, within = paths + p["paths"], results + p["results"], within + w
             for seg in p["segments"]:
                 weights[_seg_of(seg)] += seg["ms"]
+            late_paths += p.get("late_paths", 0)  # (not in the snapshots of older versions)
+            for seg in p.get("late_segments", ()):
+                late[_seg_of(seg)] += seg["ms"]
             for step, ms in p["operators"].items():
                 ops[step] += ms
         x["latency"].append(row)
@@ -499,6 +531,9 @@ def _explain_dataflow(x: dict[str, Any], used: Sequence[Mapping[str, Any]], data
         x["operators"] = _ranked({k: v / total for k, v in ops.items()})
         x["critical_path"] = _entries(weights, total / paths)
         x["summary"] = _summary(weights)
+    late_total = math.fsum(late.values())
+    if late_paths and late_total > 0:
+        x["late_paths"], x["late_path"] = late_paths, _entries(late, late_total / late_paths)
 
 
 def redact(explanation: Mapping[str, Any], visible: Callable[[str], bool],
@@ -521,22 +556,23 @@ def redact(explanation: Mapping[str, Any], visible: Callable[[str], bool],
     x["dataflow"] = hide(x["dataflow"])
     if own_hidden:
         x["operators"] = {}
-    merged: dict[Segment, dict[str, Any]] = {}
-    for e in x["critical_path"]:
-        if hide(e["dataflow"]) != e["dataflow"]:
-            e["dataflow"], e["step"] = other, None
-        if hide(e["behind"]) != e["behind"]:
-            e["behind"], e["behind_step"] = other, None
-        key = _seg_of(e)
-        if key in merged:
-            m = merged[key]
-            m["share"] += e["share"]
-            m["ms"] = None if m["ms"] is None or e["ms"] is None else m["ms"] + e["ms"]
-        else:
-            merged[key] = e
-    x["critical_path"] = sorted(merged.values(), key=lambda e: -e["share"])
-    for e in x["critical_path"]:
-        e["text"] = _text(e)
+    for ranked in ("critical_path", "late_path"):
+        merged: dict[Segment, dict[str, Any]] = {}
+        for e in x.get(ranked, ()):
+            if hide(e["dataflow"]) != e["dataflow"]:
+                e["dataflow"], e["step"] = other, None
+            if hide(e["behind"]) != e["behind"]:
+                e["behind"], e["behind_step"] = other, None
+            key = _seg_of(e)
+            if key in merged:
+                m = merged[key]
+                m["share"] += e["share"]
+                m["ms"] = None if m["ms"] is None or e["ms"] is None else m["ms"] + e["ms"]
+            else:
+                merged[key] = e
+        x[ranked] = sorted(merged.values(), key=lambda e: -e["share"])
+        for e in x[ranked]:
+            e["text"] = _text(e)
     summary = x["summary"]
     for k in ("by_operator", "by_dataflow", "waiting_behind"):
         table: dict[str, float] = defaultdict(float)
@@ -545,5 +581,5 @@ def redact(explanation: Mapping[str, Any], visible: Callable[[str], bool],
             shown = hide(d) or ""
             table[name if shown == d else shown] += v
         summary[k] = _ranked(table)
-    x["words"] = words(x)
+    x["words"], x["late_words"] = words(x), late_words(x) if "late_path" in x else []
     return x

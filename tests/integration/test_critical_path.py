@@ -111,6 +111,9 @@ def test_waiting_behind_a_bulk_dataflow_is_named_under_fifo(pools: Any) -> None:
         assert top["kind"] == "waiting" and top["behind"] == "cp-bulk", why["words"]
         assert why["summary"]["waiting_behind"].get("cp-bulk", 0.0) > 0.5
         assert "cp-bulk" in why["words"][1]
+        # the late results, ranked alone, waited behind the same
+        assert why["late_paths"] > 0 and why["late_path"][0]["behind"] == "cp-bulk", \
+            why["late_words"]
         assert why["within_target"] is not None and why["latency"]
     finally:
         rt.cancel("cp-alerts")

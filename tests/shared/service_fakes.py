@@ -259,6 +259,11 @@ class FakeRuntime:
             by_df[c["dataflow"]] = by_df.get(c["dataflow"], 0.0) + c["share"]
             if c["behind"]:
                 waiting[c["behind"]] = waiting.get(c["behind"], 0.0) + c["share"]
+        # The late results' path: the waits behind other dataflows, as a share of it.
+        behind = [c for c in path if c["dataflow"] == name and c["behind"]]
+        total = sum(c["share"] for c in behind)
+        late = [{**c, "share": c["share"] / total, "text": f"{round(100 * c['share'] / total)}% "
+                 f"waiting in {c['dataflow']}/{c['step']} behind {c['behind']}"} for c in behind]
         return {
             "dataflow": name, "last_s": last_s, "from_ms": 190_000.0, "to_ms": 200_000.0,
             "snapshots": 3, "activities": 10 * results, "latency_target_ms": target,
@@ -274,6 +279,9 @@ class FakeRuntime:
                         "waiting_behind": waiting},
             "words": [f"{subject}: 90% of {results} traced results within target; the "
                       "critical path was mostly processing"] + [c["text"] for c in path],
+            "late_paths": 1 if late else 0, "late_path": late,
+            "late_words": [f"{subject}: 1 result message over its target; their critical "
+                           "path:"] + [c["text"] for c in late] if late else [],
             "tracing": {"lost": 0, "collected": 10 * results, "cpu_s": 0.1,
                         "analysed_per_s": 30_000.0, "traced_per_s": 1_000.0}}
 

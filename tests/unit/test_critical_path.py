@@ -370,7 +370,7 @@ ENTRY_KEYS = {"share", "ms", "kind", "dataflow", "step", "executor", "from_execu
               "behind_step", "text"}
 TOP_KEYS = {"dataflow", "last_s", "from_ms", "to_ms", "snapshots", "activities",
             "latency_target_ms", "results", "within_target", "latency", "operators",
-            "critical_path", "summary", "words"}
+            "critical_path", "late_paths", "late_path", "summary", "words", "late_words"}
 SUMMARY_KEYS = {"by_type", "by_operator", "by_executor", "by_channel", "by_dataflow",
                 "waiting_behind"}
 
@@ -426,6 +426,47 @@ def test_explain_a_dataflow() -> None:
     assert summary["by_operator"] == pytest.approx({"alerts/sink": 3 / 12,
                                                     "alerts/filter": 1 / 12})
     assert summary["by_dataflow"] == pytest.approx({"alerts": 1.0})
+
+
+def test_the_late_results_paths_are_explained_apart() -> None:
+    """39 quick alerts and one that waited 30 ms behind bulk: the whole critical path is
+    mostly the alerts' own processing, the late one's mostly the wait behind bulk."""
+    acts, n = [], 0
+    for i in range(40):
+        t = 100.0 * i
+        n += 2
+        slow = i == 39
+        if slow:
+            acts.append(proc(0, n - 1, t + 1, t + 31, "bulk", "map_1", ingest=t + 1))
+        acts.append(proc(0, n, t + 31 if slow else t + 1, t + 33 if slow else t + 3, "alerts",
+                         "s", arrival=t, ingest=t, results=1, within=0 if slow else 1,
+                         target_ms=20.0))
+    p = dataflow_paths(by_id(acts), "alerts", 0.0, 4000.0)
+    assert (p.paths, p.late_paths) == (40, 1)
+    assert sum(p.late_segments.values()) == pytest.approx(33.0)
+    assert {(s.kind, s.behind): v for s, v in p.late_segments.items()} == pytest.approx(
+        {("waiting", None): 1.0, ("waiting", "bulk"): 30.0, ("processing", None): 2.0})
+    x = explain([snapshot(acts, 0.0, 4000.0, by_id(acts))], "alerts", 60.0, 4000.0)
+    json.dumps(x, allow_nan=False)
+    assert x["critical_path"][0]["kind"] == "processing"  # 80 of 150 ms in all
+    assert x["late_paths"] == 1
+    top = x["late_path"][0]
+    assert (top["kind"], top["behind"], top["ms"]) == ("waiting", "bulk", pytest.approx(30.0))
+    assert x["late_words"] == [
+        "alerts: 1 result message over its target; their critical path:",
+        *(e["text"] for e in x["late_path"])]
+    assert x["late_words"][1] == ("91% processing in bulk/map_1 on executor 0 while alerts/s "
+                                  "waited")
+    # hidden from another tenant as the whole path is
+    r = redact(x, lambda d: d == "alerts")
+    assert r["late_path"][0]["behind"] == "another tenant" and "bulk" not in json.dumps(r)
+    # snapshots of versions before carry no late paths: the rest is explained as before
+    old = json.loads(json.dumps(snapshot(acts, 0.0, 4000.0, by_id(acts))))
+    for d in old["dataflows"].values():
+        del d["late_paths"], d["late_segments"]
+    y = explain([old], "alerts", 60.0, 4000.0)
+    assert (y["late_paths"], y["late_path"], y["late_words"]) == (0, [], [])
+    assert y["critical_path"] == x["critical_path"]
 
 
 def test_explain_keeps_only_the_last_seconds() -> None:

@@ -20,7 +20,7 @@ from tests.shared.service_fakes import ADMIN, Service, auth, flow
 
 KEYS = {"dataflow", "last_s", "from_ms", "to_ms", "snapshots", "activities",
         "latency_target_ms", "results", "within_target", "latency", "operators",
-        "critical_path", "summary", "words", "tracing"}
+        "critical_path", "late_paths", "late_path", "summary", "words", "late_words", "tracing"}
 
 
 @pytest.fixture()
@@ -92,6 +92,8 @@ def test_a_tenant_sees_other_tenants_dataflows_unnamed(svc: Service, two: dict[s
     assert own["dataflow"] == "alerts-ops"
     assert "bulk-analytics" not in text_of(own) and "another tenant" in text_of(own)
     assert own["critical_path"][1]["behind"] == "another tenant"
+    assert own["late_path"][0]["behind"] == "another tenant"
+    assert own["late_words"][1] == own["late_path"][0]["text"]
     pool = svc.http.get("/v1/explain", headers=auth(two["ops"])).json()
     assert set(pool) == KEYS and pool["dataflow"] is None
     assert "bulk-analytics" not in text_of(pool) and "alerts-ops" in text_of(pool)
@@ -122,6 +124,8 @@ def test_cameo_explain_prints_the_words_and_the_share_within_target(
     lines = out.splitlines()
     assert lines[0].startswith("alerts-ops: 90% of 4 traced results")
     assert lines[1] == "  40% processing in alerts-ops/filter_1 on executor 0"
+    late = lines.index("alerts-ops: 1 result message over its target; their critical path:")
+    assert lines[late + 1] == "  100% waiting in alerts-ops/filter_1 behind bulk-analytics"
     assert lines[-1] == ("within target  90.0 %  of 4 traced results (target 50 ms, the last "
                          "45 s)")
     code, out, _ = run_cli("explain")  # the pool
@@ -203,6 +207,7 @@ def test_ui_page_draws_latency_graph_and_words(svc: Service, two: dict[str, str]
     assert 'aria-label="dataflow graph"' in page and "<polyline" in page
     assert "90.0 %</span> of 4 traced results within the 50 ms target" in page
     assert "40% processing in alerts-ops/filter_1 on executor 0" in page
+    assert "1 result message over its target; their critical path:" in page
     one = svc.http.get("/ui/dataflows/alerts-ops")
     assert one.status_code == 200 and "bulk-analytics</a></h2>" not in one.text
     svc.client(ADMIN).cancel("bulk-analytics")  # ended: no longer listed as running
