@@ -4,12 +4,15 @@ the lines it prints."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 
 def save_json(path: str | None, figures: Any) -> None:
-    """Write `figures` to `path` (indented JSON); nothing when no path was given."""
+    """Write `figures` to `path` (indented JSON, its folder made if missing: a run of
+    half an hour must not be lost to it); nothing when no path was given."""
     if path:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w") as f:
             json.dump(figures, f, indent=2)
 
