@@ -430,8 +430,8 @@ def words(x: Mapping[str, Any]) -> list[str]:
 
 def late_words(x: Mapping[str, Any]) -> list[str]:
     """A headline and one line per late_path entry of explanation `x` (none if nothing
-    was late)."""
-    if not x["late_path"]:
+    was late, or `x` is from a version without them)."""
+    if not x.get("late_path"):
         return []
     n = x["late_paths"]
     head = (f"{x['dataflow']}: {n:,} result message{'s' if n != 1 else ''} over its target; "
@@ -581,5 +581,5 @@ def redact(explanation: Mapping[str, Any], visible: Callable[[str], bool],
             shown = hide(d) or ""
             table[name if shown == d else shown] += v
         summary[k] = _ranked(table)
-    x["words"], x["late_words"] = words(x), late_words(x) if "late_path" in x else []
+    x["words"], x["late_words"] = words(x), late_words(x)
     return x
