@@ -74,8 +74,12 @@ def test_the_straggler_is_ranked_first(pools: Any) -> None:
         headline, first = printed.splitlines()[:2]
         assert headline.startswith("cp-chain: ") and "results within the 500 ms target" in headline
         assert "processing in cp-chain/enrich on executor" in first, printed
+        # First comes enrich's processing: alone, or with another step waiting behind it (when
+        # the shared machine is slow and messages queue).
         top = why["critical_path"][0]
-        assert top["kind"] == "processing" and top["step"] == "enrich", why["words"]
+        assert top["kind"] in ("processing", "waiting"), why["words"]
+        assert top["step" if top["kind"] == "processing" else "behind_step"] == "enrich", \
+            why["words"]
         assert why["operators"]["enrich"] == max(why["operators"].values())
         # The 3x operator takes about 3/5 of the processing; waiting and transfers the rest.
         assert why["operators"]["enrich"] > 1.5 * why["operators"]["parse"]
@@ -109,7 +113,8 @@ def test_waiting_behind_a_bulk_dataflow_is_named_under_fifo(pools: Any) -> None:
                       lambda: explained(rt, "cp-alerts", 200))
         top = why["critical_path"][0]
         assert top["kind"] == "waiting" and top["behind"] == "cp-bulk", why["words"]
-        assert why["summary"]["waiting_behind"].get("cp-bulk", 0.0) > 0.5
+        behind = why["summary"]["waiting_behind"]
+        assert max(behind, key=behind.get) == "cp-bulk", behind
         assert "cp-bulk" in why["words"][1]
         # the late results, ranked alone, waited behind the same
         assert why["late_paths"] > 0 and why["late_path"][0]["behind"] == "cp-bulk", \
