@@ -81,6 +81,7 @@ class ResultLog:
         # bulk), `_starts` their first rows' offsets: a read finds its chunk by bisection.
         self._chunks: list[Chunk] = []
         self._starts: list[int] = []
+        self._sizes: list[int] = []  # their estimated bytes, summed at a commit in one C loop
         self._head = 0
         self._base = 0  # offset of the first row kept
         self._rows = 0  # rows kept
@@ -123,8 +124,9 @@ class ResultLog:
             return
         self._starts.append(self.end_offset)
         self._chunks.append((events, ingest_ms, egress_ms))
+        self._sizes.append(_chunk_bytes(events))
         self._rows += len(events)
-        self.bytes += _chunk_bytes(events)
+        self.bytes += self._sizes[-1]
         self.row_bytes = max(1, self.bytes // self._rows)
 
     def _slices(self, start: int, end: int | None) -> Iterator[Chunk]:
@@ -191,34 +193,42 @@ class ResultLog:
                          ingest_ms, egress_ms) for events, ingest_ms, egress_ms in chunks]
         self._starts = list(itertools.accumulate((len(e) for e, _, _ in self._chunks[:-1]),
                                                  initial=base))[:len(self._chunks)]
+        self._sizes = [_chunk_bytes(events) for events, _, _ in self._chunks]
         self._head = 0
         self._base = base
         self._rows = sum(len(events) for events, _, _ in self._chunks)
-        self.bytes = sum(_chunk_bytes(events) for events, _, _ in self._chunks)
+        self.bytes = sum(self._sizes)
         self.row_bytes = max(1, self.bytes // self._rows) if self._rows else FIRST_ROW_BYTES
         if self.stable is not None:
             self.stable = self.end_offset
         self.marks.clear()
 
     def commit(self, offset: int) -> None:
-        """Drop rows below `offset` (a reader persisted them)."""
-        chunks = self._chunks
-        while self._base < offset and self._head < len(chunks):
-            events, ingest_ms, egress_ms = chunks[self._head]
-            n = len(events)
-            cut = min(offset - self._base, n)
-            size = _chunk_bytes(events)
-            if cut == n:
-                self._head += 1
-            else:  # a slice of a batch is zero-copy; of a list, a copy of what stays
-                chunks[self._head] = (events[cut:], ingest_ms, egress_ms)
-                self._starts[self._head] += cut
-                size = size * cut // n
-            self._rows -= cut
-            self._base += cut
-            self.bytes = max(0, self.bytes - size) if self._rows else 0
+        """Drop rows below `offset` (a reader persisted them). It runs on the worker thread
+        and a reader may commit thousands of chunks at once: the whole ones are found by
+        bisection and their sizes summed in C, not walked one by one."""
+        offset = min(offset, self.end_offset)
+        if offset <= self._base:
+            return
+        chunks, starts, sizes = self._chunks, self._starts, self._sizes
+        i = bisect.bisect_right(starts, offset, lo=self._head) - 1  # the last to start <= offset
+        dropped = sum(sizes[self._head:i])
+        events, ingest_ms, egress_ms = chunks[i]
+        cut, n = offset - starts[i], len(events)
+        if cut == n:
+            dropped += sizes[i]
+            i += 1
+        elif cut:  # a slice of a batch is zero-copy; of a list, a copy of what stays
+            part = sizes[i] * cut // n
+            chunks[i], starts[i], sizes[i] = (events[cut:], ingest_ms, egress_ms), offset, \
+                sizes[i] - part
+            dropped += part
+        self._head = i
+        self._rows -= offset - self._base
+        self._base = offset
+        self.bytes = max(0, self.bytes - dropped) if self._rows else 0
         if self._head > 64 and self._head * 2 > len(chunks):  # drop committed chunks in bulk
-            del chunks[:self._head], self._starts[:self._head]
+            del chunks[:self._head], starts[:self._head], sizes[:self._head]
             self._head = 0
 
 
