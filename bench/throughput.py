@@ -84,8 +84,8 @@ def run_core(events: Any, batch: int = BATCH) -> Any:
     """`events` (rows, or an Arrow batch) through one ExecutorCore in-process (no Ray), to
     the end of the stream, in `batch`-event pushes; returns the core (its results:
     `core.egress.dataflows["core"]`)."""
-    from cameo_actors.runtime._private.core import ExecutorCore
-    from cameo_actors.runtime._private.routing import place
+    from cameo_actors.runtime._private.executor.core import ExecutorCore
+    from cameo_actors.runtime._private.placement import place
     from cameo_actors.runtime.config import RuntimeConfig
 
     spec = dataflow("core").spec

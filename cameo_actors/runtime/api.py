@@ -38,15 +38,16 @@ from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError
 from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Event
 from cameo_actors.operators.columns import concat_results, conform
-from cameo_actors.runtime._private import cluster, settle
+from cameo_actors.runtime._private import cluster
+from cameo_actors.runtime._private.checkpoint.shared import FIX as SHARED_STORAGE_FIX
+from cameo_actors.runtime._private.checkpoint.shared import storage_unseen
+from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage
+from cameo_actors.runtime._private.client import settle
 from cameo_actors.runtime._private.cluster import NAMESPACE, controller_name, get
-from cameo_actors.runtime._private.controller import Controller
-from cameo_actors.runtime._private.ingest import pack_columns, pack_ingest
-from cameo_actors.runtime._private.shared_storage import FIX as SHARED_STORAGE_FIX
-from cameo_actors.runtime._private.shared_storage import storage_unseen
+from cameo_actors.runtime._private.controller.actor import Controller
+from cameo_actors.runtime._private.exchange.ingest import pack_columns, pack_ingest
+from cameo_actors.runtime._private.exchange.wire import pack_events
 from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
-from cameo_actors.runtime._private.storage import CheckpointStorage
-from cameo_actors.runtime._private.wire import pack_events
 from cameo_actors.runtime.boundary import (
     FINISHED,
     LIVE_STATES,

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from cameo_actors import Dataflow, count, run_local, sum_
-from cameo_actors.runtime._private.storage import CheckpointStorage
+from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage
 from cameo_actors.runtime.boundary import FINISHED, RECOVERING, RUNNING
 from tests.integration.test_lifecycle import errors_only, state_of, wait_for
 from tests.integration.test_lifecycle import events as log_events

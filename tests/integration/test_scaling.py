@@ -15,7 +15,7 @@ import pytest
 from cameo_actors import Dataflow, count, max_, run_local, sum_
 from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.operators.bins import stable_hash
-from cameo_actors.runtime._private.routing import even_owners
+from cameo_actors.runtime._private.placement import even_owners
 from cameo_actors.runtime.boundary import FINISHED
 from cameo_actors.scaling import ScalingConfigError
 from tests.integration.test_lifecycle import state_of, wait_for

@@ -106,8 +106,8 @@ def test_an_old_process_loads_this_version_s_actor_classes(code: Path) -> None:
     import ray.cloudpickle
 
     from cameo_actors.runtime._private.codebase import code_id
-    from cameo_actors.runtime._private.controller import Controller
-    from cameo_actors.runtime._private.executor import Executor
+    from cameo_actors.runtime._private.controller.actor import Controller
+    from cameo_actors.runtime._private.executor.actor import Executor
 
     classes = [a.__ray_metadata__.modified_class for a in (Executor, Controller)]
     blob = ray.cloudpickle.dumps(classes)

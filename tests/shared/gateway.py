@@ -18,20 +18,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.runtime._private.checkpoint import Content, Written, read_chain
-from cameo_actors.runtime._private.control.admission import Admission
-from cameo_actors.runtime._private.control.checkpoints import CheckpointCoordinator
-from cameo_actors.runtime._private.control.gateway import ExecutorGateway
-from cameo_actors.runtime._private.control.lifecycle import Lifecycle
-from cameo_actors.runtime._private.control.monitor import Monitor
-from cameo_actors.runtime._private.control.pool import Pool
-from cameo_actors.runtime._private.control.reconfig import Reconfiguration
-from cameo_actors.runtime._private.control.recovery import Recovery
-from cameo_actors.runtime._private.control.registry import Registry
-from cameo_actors.runtime._private.control.scaling import AutoScaling
-from cameo_actors.runtime._private.core import ExecutorCore
-from cameo_actors.runtime._private.routing import Placement
-from cameo_actors.runtime._private.storage import CheckpointStorage, PartStore, part_store
+from cameo_actors.runtime._private.checkpoint.parts import Content, Written, read_chain
+from cameo_actors.runtime._private.controller.admission import Admission
+from cameo_actors.runtime._private.controller.checkpoints import CheckpointCoordinator
+from cameo_actors.runtime._private.controller.gateway import ExecutorGateway
+from cameo_actors.runtime._private.controller.lifecycle import Lifecycle
+from cameo_actors.runtime._private.controller.monitor import Monitor
+from cameo_actors.runtime._private.controller.pool import Pool
+from cameo_actors.runtime._private.controller.reconfig import Reconfiguration
+from cameo_actors.runtime._private.controller.recovery import Recovery
+from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime._private.controller.scaling import AutoScaling
+from cameo_actors.runtime._private.executor.core import ExecutorCore
+from cameo_actors.runtime._private.placement import Placement
+from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage, PartStore, part_store
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
 from tests.shared.inprocess import InProcessCluster

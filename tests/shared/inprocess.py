@@ -9,11 +9,11 @@ from typing import Any
 
 from cameo_actors.clock import FakeClock
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.runtime._private.checkpoint import Content
-from cameo_actors.runtime._private.core import ExecutorCore
-from cameo_actors.runtime._private.ingest import unpack_ingest
-from cameo_actors.runtime._private.routing import Placement, place
-from cameo_actors.runtime._private.wire import pack_events
+from cameo_actors.runtime._private.checkpoint.parts import Content
+from cameo_actors.runtime._private.executor.core import ExecutorCore
+from cameo_actors.runtime._private.exchange.ingest import unpack_ingest
+from cameo_actors.runtime._private.placement import Placement, place
+from cameo_actors.runtime._private.exchange.wire import pack_events
 from cameo_actors.runtime.config import RuntimeConfig
 
 #: A persisted part of a checkpoint: (blob, a source's positions at its barrier).

@@ -14,7 +14,7 @@ from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.operators.columns import results_table
-from cameo_actors.runtime._private.ingest import pack_ingest
+from cameo_actors.runtime._private.exchange.ingest import pack_ingest
 from cameo_actors.runtime.boundary import LIVE_STATES, STRATEGIES, MigrationInfo, Rejected
 from cameo_actors.runtime.exceptions import (
     AdmissionRefused,

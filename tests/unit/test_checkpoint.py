@@ -35,7 +35,7 @@ from cameo_actors import Dataflow, count
 from cameo_actors.dataflow.spec import AggSpec
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.windows import WindowOperator
-from cameo_actors.runtime._private.checkpoint import (
+from cameo_actors.runtime._private.checkpoint.parts import (
     CHECKPOINT,
     FRAME_ROWS,
     SNAPSHOT,
@@ -43,9 +43,9 @@ from cameo_actors.runtime._private.checkpoint import (
     Content,
     unpack_part,
 )
-from cameo_actors.runtime._private.control.checkpoints import CHECKPOINT_TIMEOUT_S, Cut
-from cameo_actors.runtime._private.routing import Placement, place
-from cameo_actors.runtime._private.wire import decode_message, unpack_link
+from cameo_actors.runtime._private.controller.checkpoints import CHECKPOINT_TIMEOUT_S, Cut
+from cameo_actors.runtime._private.placement import Placement, place
+from cameo_actors.runtime._private.exchange.wire import decode_message, unpack_link
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scheduling import Message
 from cameo_actors.testing import run_local

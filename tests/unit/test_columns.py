@@ -31,8 +31,8 @@ from cameo_actors.operators.stateless import (
     project_operator,
 )
 from cameo_actors.operators.windows import WindowOperator
-from cameo_actors.runtime._private.ingest import pack_columns, unpack_ingest
-from cameo_actors.runtime._private.wire import (
+from cameo_actors.runtime._private.exchange.ingest import pack_columns, unpack_ingest
+from cameo_actors.runtime._private.exchange.wire import (
     decode_message,
     encode_message,
     pack_link,
@@ -218,9 +218,9 @@ def test_a_clients_columns_are_cut_as_they_run_by_the_cost_measured_since() -> N
     """Calls taken in before anything ran are one message each; each is cut when it runs:
     500 events while nothing is measured, then what fits the quantum at the measured cost."""
     from cameo_actors import Dataflow, count
-    from cameo_actors.runtime._private.core import ExecutorCore
-    from cameo_actors.runtime._private.ingress import MAX_COLUMN_MESSAGE_EVENTS
-    from cameo_actors.runtime._private.routing import place
+    from cameo_actors.runtime._private.executor.core import ExecutorCore
+    from cameo_actors.runtime._private.executor.ingress import MAX_COLUMN_MESSAGE_EVENTS
+    from cameo_actors.runtime._private.placement import place
     from cameo_actors.runtime.config import RuntimeConfig
 
     spec = (Dataflow("d", latency_target_ms=1000).source("s", schema=dict(SCHEMA), event_time="ts")

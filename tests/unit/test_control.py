@@ -17,11 +17,11 @@ from cameo_actors import Dataflow, count, sum_
 from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.bins import stable_hash
-from cameo_actors.runtime._private import checkpointing
-from cameo_actors.runtime._private.checkpoint import part_chains
-from cameo_actors.runtime._private.control.checkpoints import CheckpointPhase
-from cameo_actors.runtime._private.control.tracing import Tracing
-from cameo_actors.runtime._private.storage import CheckpointStorage
+from cameo_actors.runtime._private.executor import checkpointing
+from cameo_actors.runtime._private.checkpoint.parts import part_chains
+from cameo_actors.runtime._private.controller.checkpoints import CheckpointPhase
+from cameo_actors.runtime._private.controller.tracing import Tracing
+from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage
 from cameo_actors.runtime.boundary import CANCELLED, RUNNING
 from cameo_actors.runtime.config import RuntimeConfig, storage_not_shared
 from cameo_actors.testing import run_local

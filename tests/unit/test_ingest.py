@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from cameo_actors import Dataflow, run_local
 from cameo_actors.clock import FakeClock
-from cameo_actors.runtime._private.core import ExecutorCore
-from cameo_actors.runtime._private.ingest import (
+from cameo_actors.runtime._private.executor.core import ExecutorCore
+from cameo_actors.runtime._private.exchange.ingest import (
     MAX_EVENT_DEPTH,
     MSGPACK_NESTING,
     _deeper_than,
@@ -32,7 +32,7 @@ from cameo_actors.runtime._private.ingest import (
     pack_ingest,
     unpack_ingest,
 )
-from cameo_actors.runtime._private.routing import place
+from cameo_actors.runtime._private.placement import place
 from cameo_actors.runtime.config import RuntimeConfig
 from spark_ingest.arrow import prepare, to_events
 from tests.shared.service_fakes import ADMIN, Service, auth, flow

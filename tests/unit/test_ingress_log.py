@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cameo_actors.runtime._private.ingress_log import IngressLog
+from cameo_actors.runtime._private.executor.source_log import IngressLog
 
 
 def _path(log: IngressLog, n: int) -> Path:
@@ -272,6 +272,6 @@ def test_records_are_the_appends_minus_what_a_crash_cut(tmp_path_factory: Any,
 def test_the_modules_examples() -> None:
     import doctest
 
-    from cameo_actors.runtime._private import ingress_log
+    from cameo_actors.runtime._private.executor import source_log as ingress_log
 
     assert doctest.testmod(ingress_log).failed == 0

@@ -12,7 +12,7 @@ import pytest
 from cameo_actors import Dataflow, count, max_, run_local, sum_
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.bins import stable_hash
-from cameo_actors.runtime._private.routing import even_owners
+from cameo_actors.runtime._private.placement import even_owners
 from cameo_actors.runtime.config import RuntimeConfig
 from tests.shared.gateway import ControlPlane
 from tests.shared.inprocess import InProcessCluster

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cameo_actors.runtime._private.load import LoadTracker, shape
+from cameo_actors.runtime._private.controller.load import LoadTracker, shape
 
 
 def spec(name: str, steps: int = 2, rate: float | None = None) -> dict[str, object]:

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import END_OF_STREAM
-from cameo_actors.runtime._private.rescale import STRATEGIES, balanced_owners, epochs_of
-from cameo_actors.runtime._private.routing import RoutingTable, even_owners, is_keyed_step
+from cameo_actors.runtime._private.controller.plans import STRATEGIES, balanced_owners, epochs_of
+from cameo_actors.runtime._private.placement import RoutingTable, even_owners, is_keyed_step
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.testing import run_local
 from tests.shared.gateway import ControlPlane

@@ -33,9 +33,9 @@ from cameo_actors.operators.interval_join import IntervalJoinOperator
 from cameo_actors.operators.process import ProcessContext, ProcessOperator, make_process
 from cameo_actors.operators.windowing import WindowedOperator
 from cameo_actors.operators.windows import WindowOperator
-from cameo_actors.runtime._private.activation import _window_timing, frontier_timing
-from cameo_actors.runtime._private.rescale import STRATEGIES
-from cameo_actors.runtime._private.routing import is_keyed_step
+from cameo_actors.runtime._private.executor.activation import _window_timing, frontier_timing
+from cameo_actors.runtime._private.controller.plans import STRATEGIES
+from cameo_actors.runtime._private.placement import is_keyed_step
 from cameo_actors.testing import Watermark, run_local
 from tests.shared.zoo import SCHEMA, canon, events
 from tests.unit.test_migration import run_with_migrations

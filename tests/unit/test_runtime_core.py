@@ -92,8 +92,8 @@ def test_messages_of_rows_are_cut_to_a_tenth_of_the_tightest_target_hosted() -> 
     tenant, once 5,000 events measured its cost, each runs in equal parts of at most 2 ms
     (the rest put back first in its mailbox); every event is processed once, in order."""
     from cameo_actors.clock import FakeClock
-    from cameo_actors.runtime._private.core import ExecutorCore
-    from cameo_actors.runtime._private.routing import place
+    from cameo_actors.runtime._private.executor.core import ExecutorCore
+    from cameo_actors.runtime._private.placement import place
 
     def run(neighbour_ms: float | None) -> tuple[list[int], list[Any]]:
         schema = {"ts": "int", "key": "str", "value": "float"}

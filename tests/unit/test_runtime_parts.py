@@ -19,18 +19,19 @@ from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.errors import SpecError
 from cameo_actors.operators.base import ErrorRecord
 from cameo_actors.operators.columns import ResultsNotColumnar
-from cameo_actors.runtime._private.channels import Channels
-from cameo_actors.runtime._private.egress import (
+from cameo_actors.runtime._private.exchange.channels import Channels
+from cameo_actors.runtime._private.exchange.wire import decode_message
+from cameo_actors.runtime._private.executor.counters import Statistics
+from cameo_actors.runtime._private.executor.egress import (
     ERROR_LOG_CAPACITY,
     FIRST_ROW_BYTES,
     Egress,
     ResultLog,
 )
-from cameo_actors.runtime._private.flow import RESULTS_FULL, FlowControl
-from cameo_actors.runtime._private.hosting import Hosting
-from cameo_actors.runtime._private.routing import moved_off, place
-from cameo_actors.runtime._private.stats import Statistics, dataflow_stats
-from cameo_actors.runtime._private.wire import decode_message
+from cameo_actors.runtime._private.executor.flow import RESULTS_FULL, FlowControl
+from cameo_actors.runtime._private.executor.hosting import Hosting
+from cameo_actors.runtime._private.placement import moved_off, place
+from cameo_actors.runtime._private.stats import dataflow_stats
 from cameo_actors.runtime.boundary import ActivationId, DataflowInfo
 from cameo_actors.scheduling import Message, Scheduler
 
@@ -346,7 +347,7 @@ def test_parts_of_a_dataflow_merge_into_one_status() -> None:
 def test_an_output_that_cannot_travel_is_reported_and_the_link_keeps_its_order() -> None:
     from decimal import Decimal
 
-    from cameo_actors.runtime._private.wire import unpack_link
+    from cameo_actors.runtime._private.exchange.wire import unpack_link
     from cameo_actors.scheduling import Message
 
     sent: list[bytes] = []

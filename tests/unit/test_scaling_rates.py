@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from cameo_actors import Dataflow, count
-from cameo_actors.runtime._private.control.scaling import RateTracker
-from cameo_actors.runtime._private.routing import place
+from cameo_actors.runtime._private.controller.scaling import RateTracker
+from cameo_actors.runtime._private.placement import place
 from cameo_actors.runtime.boundary import ActivationId
 
 

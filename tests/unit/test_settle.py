@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cameo_actors import Dataflow, count, sum_
 from cameo_actors.operators.base import END_OF_STREAM
-from cameo_actors.runtime._private.settle import executor_reasons, pool_reasons
+from cameo_actors.runtime._private.client.settle import executor_reasons, pool_reasons
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import DataflowEnded
 from tests.shared.gateway import ControlPlane

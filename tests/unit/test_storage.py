@@ -13,7 +13,7 @@ import pytest
 from pyarrow._fs import _MockFileSystem
 
 from cameo_actors.errors import CameoError
-from cameo_actors.runtime._private.storage import CheckpointDamaged, CheckpointStorage, StorageError
+from cameo_actors.runtime._private.checkpoint.storage import CheckpointDamaged, CheckpointStorage, StorageError
 
 DF, DEP = "df", "d1"
 
@@ -379,7 +379,7 @@ def test_a_part_given_as_pieces_is_written_one_after_the_other(backend: Backend)
 def test_marks_show_which_storage_a_process_reaches(tmp_path: Path) -> None:
     """The start of a pool leaves marks; a process that sees other folders of the same
     names (another node's disks) finds neither, and removing them leaves none behind."""
-    from cameo_actors.runtime._private.shared_storage import (
+    from cameo_actors.runtime._private.checkpoint.shared import (
         leave_marks,
         marks_missing,
         remove_marks,

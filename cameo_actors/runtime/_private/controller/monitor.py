@@ -1,0 +1,82 @@
+"""The monitor: a thread that looks at the pool every `monitor_interval_s`.
+
+- a `finishing` dataflow (sources closed) becomes `finished` once every
+  activation saw the end of its inputs (and, with checkpoints, its last results
+  are committed by one last checkpoint);
+- each dataflow's rates and costs are sampled: admission predicts with them, and
+  the overload report is kept current;
+- a dataflow over its state budget fails and its state is freed;
+- ended dataflows are forgotten after `ended_retention_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+
+from cameo_actors.runtime._private.controller.admission import Admission
+from cameo_actors.runtime._private.controller.checkpoints import CheckpointCoordinator
+from cameo_actors.runtime._private.controller.pool import Pool
+from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime.boundary import FINISHED, FINISHING, LIVE_STATES
+from cameo_actors.runtime.config import RuntimeConfig
+
+logger = logging.getLogger(__name__)
+
+
+class Monitor:
+    def __init__(self, config: RuntimeConfig, pool: Pool, registry: Registry,
+                 admission: Admission, checkpoints: CheckpointCoordinator) -> None:
+        self.config, self.pool, self.registry = config, pool, registry
+        self.admission, self.checkpoints = admission, checkpoints
+
+    def run(self, stopped: threading.Event) -> None:
+        while not stopped.wait(self.config.monitor_interval_s):
+            self.once()
+
+    def once(self) -> None:
+        for check in (self.check_finishing, self.check_usage, self.expire):
+            try:
+                check()
+            except Exception:  # a bug here must not stop the other checks
+                logger.exception("controller: %s failed", check.__name__)
+
+    def check_finishing(self) -> None:
+        for info in self.registry.named((FINISHING,)):
+            live = [i for i in info["executors"] if i not in self.pool.dead]
+            answers = self.pool.gateway.call_each(live, "ended", info["name"], timeout_s=10.0)
+            if answers and all(answers):
+                # The last results become readable (exactly-once) and need no replay.
+                if info["checkpoints"]["interval_s"] > 0 and \
+                        not self.checkpoints.now([info["name"]]).get(info["name"]):
+                    continue
+                with self.pool.lock:
+                    if info["state"] == FINISHING:
+                        self.registry.enter(info, FINISHED, "every source closed and drained")
+
+    def check_usage(self) -> None:
+        """State budgets, and the samples of rates and costs behind the overload report."""
+        usage: dict[str, Counter[str]] = {}
+        live = self.pool.live()
+        for part in self.pool.gateway.call_each(live, "usage", timeout_s=10.0):
+            for name, counts in (part or {}).items():
+                usage.setdefault(name, Counter()).update(counts)
+        self.admission.observe(time.monotonic(), usage)
+        default = self.config.state_budget_bytes
+        for name, used in ((n, int(u["bytes"])) for n, u in usage.items()):
+            info = self.registry.dataflows.get(name)
+            if info is None or info["released"]:
+                continue
+            self.registry.measured(info, used)
+            budget = info["spec"].get("limits", {}).get("state_bytes") or default
+            if used > budget and info["state"] in LIVE_STATES:
+                self.registry.fail(name, f"over its state budget: about {used} bytes of "
+                                         f"operator state and unread results, budget {budget} "
+                                         "bytes. Fix: read and commit results sooner, use "
+                                         "smaller or fewer windows, or set limits.state_bytes "
+                                         "in the spec (up to the pool's max_state_bytes)")
+
+    def expire(self) -> None:
+        self.registry.expire(self.config.ended_kept, self.config.ended_retention_s)

@@ -1,0 +1,319 @@
+"""The registry of dataflows: each one's record and lifecycle, and its placement,
+kept in the checkpoint storage so that a restarted controller (or a new service on
+a new Ray) reads it and goes on. Records change only through these methods."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage, StorageError
+from cameo_actors.runtime._private.controller.pool import Pool
+from cameo_actors.runtime._private.placement import Placement
+from cameo_actors.runtime._private.stats import dataflow_stats
+from cameo_actors.runtime.boundary import (
+    FAILED,
+    FINISHED,
+    FINISHING,
+    LIVE_STATES,
+    RECOVERING,
+    RUNNING,
+    DataflowInfo,
+    DataflowSummary,
+    RestoreSummary,
+)
+from cameo_actors.runtime.exceptions import DataflowEnded, DataflowNotFound
+
+logger = logging.getLogger(__name__)
+#: Operator failures kept with a dataflow's record when it ends.
+EXCEPTIONS_KEPT = 10
+
+
+class Registry:
+    def __init__(self, pool_name: str, pool: Pool, storage: CheckpointStorage | None,
+                 resumable: bool) -> None:
+        self.pool_name, self.pool, self.storage = pool_name, pool, storage
+        self.lock = pool.lock
+        #: the registry says a next start may restore it (`Runtime.start(resume=True)`,
+        #: `cameo serve`): a start afresh then refuses to delete it
+        self.resumable = resumable
+        #: every dataflow, live or ended (kept for `ended_retention_s`)
+        self.dataflows: dict[str, DataflowInfo] = {}
+        #: where each kept dataflow's instances run, and its routing tables
+        self.placements: dict[str, Placement] = {}
+        #: (tenant, state) -> transitions into that state since the pool started
+        self.transitions: Counter[tuple[str, str]] = Counter()
+        #: the last migration's number (ids never repeat, across restarts too)
+        self.migration_seq = 0
+        #: called with a dataflow's name once its parts are freed
+        self.on_release: list[Callable[[str], None]] = []
+
+    # -- storage ---------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the registry (dataflows, placements, executors) to storage: what a
+        restarted controller or service needs to go on."""
+        if self.storage is None:
+            return
+        pool = self.pool
+        with self.lock:
+            data = {"pool": self.pool_name, "resumable": self.resumable,
+                    "owner": {"host": socket.gethostname(), "pid": os.getpid()},
+                    "executors": pool.size(),
+                    "incarnations": {str(i): inc for i, inc in pool.incarnations.items()},
+                    "dead": {str(i): why for i, why in pool.dead.items()},
+                    "dataflows": dict(self.dataflows),
+                    "placements": {n: p.to_dict() for n, p in self.placements.items()},
+                    "migration_seq": self.migration_seq}
+        try:
+            self.storage.save_registry(data)
+        except Exception:  # the next change writes it again
+            logger.exception("controller: the registry could not be saved")
+
+    def load(self, registry: dict[str, Any]) -> None:
+        """Take the dataflows, placements and gone executors of a saved registry."""
+        self.dataflows = registry["dataflows"]
+        self.placements = {n: Placement.from_dict(p) for n, p in registry["placements"].items()}
+        self.pool.dead = {int(i): why for i, why in registry["dead"].items()}
+        self.migration_seq = registry["migration_seq"]
+        for name, placement in self.placements.items():
+            if not self.dataflows[name]["released"]:
+                self.pool.placed(None, placement)
+
+    def drop_storage(self, info: DataflowInfo) -> None:
+        """Delete a dataflow's checkpoints (a part still being written may be in the way
+        for a moment: tried again once)."""
+        for attempt in (1, 2):
+            try:
+                if self.storage is not None:
+                    self.storage.drop(info["name"], info["deployment"])
+                return
+            except StorageError as e:
+                if attempt == 2:
+                    logger.warning("the checkpoints of %s could not be deleted: %s",
+                                   info["name"], e)
+                time.sleep(0.2)
+
+    def forget_all(self) -> None:
+        """The pool stops for good: its checkpoints and its registry go."""
+        if self.storage is not None:
+            for info in list(self.dataflows.values()):
+                self.drop_storage(info)
+            self.storage.save_registry({})
+
+    # -- lookups ---------------------------------------------------------------------------
+    def record(self, name: str) -> DataflowInfo:
+        info = self.dataflows.get(name)
+        if info is None:
+            raise DataflowNotFound(name, sorted(self.dataflows))
+        return info
+
+    def live(self, name: str) -> DataflowInfo:
+        """A live dataflow's record (running, finishing or recovering)."""
+        info = self.record(name)
+        if info["state"] not in LIVE_STATES:
+            raise DataflowEnded(name, info["state"], info["cause"])
+        return info
+
+    def named(self, states: Sequence[str]) -> list[DataflowInfo]:
+        """The records in `states` (a copy of the list: safe to read unlocked)."""
+        return [d for d in list(self.dataflows.values()) if d["state"] in states]
+
+    def summaries(self, states: Sequence[str] | None = None) -> list[DataflowSummary]:
+        """Every dataflow kept (live and ended), or those in `states`."""
+        return [{"name": n, "tenant": d["spec"]["tenant"],
+                 "latency_target_ms": d["spec"]["latency_target_ms"], "state": d["state"],
+                 "executors": d["executors"], "submitted_at": d["submitted_at"],
+                 "ended_at": d["ended_at"]}
+                for n, d in list(self.dataflows.items()) if not states or d["state"] in states]
+
+    def lifecycle_counts(self) -> tuple[list[tuple[str, str, int]], dict[str, int]]:
+        """(transitions per (tenant, state) since the pool started, dataflows per state now)."""
+        now = Counter(d["state"] for d in list(self.dataflows.values()))
+        return [(t, s, n) for (t, s), n in sorted(self.transitions.items())], dict(now)
+
+    def lessees_of(self, name: str) -> dict[str, list[str]]:
+        """step -> its lessee instances (Dirigo), for the dataflows that have some."""
+        placement = self.placements.get(name)
+        out: dict[str, list[str]] = {}
+        for aid in sorted(placement.lessees if placement else (), key=str):
+            out.setdefault(aid.step, []).append(str(aid))
+        return out
+
+    def kept(self) -> dict[str, Placement]:
+        """The placements of the dataflows whose parts still run."""
+        return {n: p for n, p in list(self.placements.items())
+                if not self.dataflows[n]["released"]}
+
+    # -- changes ---------------------------------------------------------------------------
+    def add(self, name: str, spec: dict[str, Any], placement: Placement, deployment: str,
+            interval_s: float, admission: dict[str, Any]) -> DataflowInfo:
+        """The record of a dataflow just deployed (running)."""
+        old = self.dataflows.get(name)
+        if old is not None:  # an ended run of the same name: its record (and results) go
+            self.release(old)
+        self.pool.placed(None, placement)
+        self.placements[name] = placement
+        info: DataflowInfo = {
+            "name": name, "spec": spec, "hosts": placement.hosts,
+            "executors": sorted(placement.executors()), "state": RUNNING,
+            "submitted_at": time.time(), "ended_at": None, "cause": None, "history": [],
+            "exceptions": [], "final": None, "released": False, "lost": False,
+            "state_bytes": 0, "deployment": deployment,
+            "checkpoints": {"interval_s": interval_s, "last": None, "last_at": None,
+                            "last_duration_s": None, "last_bytes": 0, "completed": 0,
+                            "failed": 0, "last_restore": None},
+            "recoveries": 0, "recoveries_in_a_row": 0, "resume_state": None,
+            "admission": admission}
+        self.dataflows[name] = info
+        self.enter(info, RUNNING, "submitted")
+        return info
+
+    def enter(self, info: DataflowInfo, state: str, reason: str | None) -> None:
+        now = time.time()
+        info["state"] = state
+        info["history"].append({"state": state, "at": now, "reason": reason})
+        if state not in LIVE_STATES:
+            info["ended_at"] = now
+        self.transitions[(info["spec"]["tenant"], state)] += 1
+        self.save()
+
+    def end(self, info: DataflowInfo, state: str, reason: str) -> int:
+        """Keep the last statistics and failures, free the parts, enter `state`."""
+        live = [i for i in info["executors"] if i not in self.pool.dead]
+        parts = self.pool.gateway.call_each(live, "dataflow_stats", info["name"],
+                                            timeout_s=10.0)
+        answered = [p for p in parts if p is not None]
+        if answered:
+            final = dataflow_stats(info, answered)
+            info["final"] = dict(final)
+            info["exceptions"] = list(final["failures"])[-EXCEPTIONS_KEPT:]
+        dropped = self.release(info)
+        if state == FAILED:
+            info["cause"] = reason
+        self.enter(info, state, reason)
+        return dropped
+
+    def release(self, info: DataflowInfo) -> int:
+        """Free a dataflow's parts on the executors that live; returns messages dropped."""
+        if info["released"]:
+            return 0
+        live = [i for i in info["executors"] if i not in self.pool.dead]
+        dropped = self.pool.gateway.call_each(live, "cancel", info["name"])
+        self.pool.placed(self.placements.get(info["name"]), None)
+        info["released"] = True
+        for hook in self.on_release:
+            hook(info["name"])
+        self.drop_storage(info)
+        return sum(d for d in dropped if d is not None)
+
+    def fail(self, name: str, cause: str, *, lost: bool = False) -> None:
+        """End a live dataflow as failed, free its parts on the executors that live.
+        `lost`: a part of the pool died under it (a retry may work once it is restored)."""
+        with self.lock:
+            info = self.dataflows.get(name)
+            if info is not None and info["state"] in (*LIVE_STATES, FINISHED):
+                logger.warning("dataflow %s failed: %s", name, cause)
+                info["lost"] = lost
+                self.end(info, FAILED, cause)
+
+    def closing(self, info: DataflowInfo) -> None:
+        """Its sources were closed: it drains (finishing), now or once restored."""
+        if info["state"] == RUNNING:
+            self.enter(info, FINISHING, "sources closed")
+        elif info["state"] == RECOVERING:
+            info["resume_state"] = FINISHING
+
+    def retarget(self, info: DataflowInfo, latency_target_ms: float | None,
+                 weight: float | None) -> None:
+        """New live settings (None: unchanged)."""
+        if latency_target_ms is not None:
+            info["spec"]["latency_target_ms"] = latency_target_ms
+        if weight is not None:
+            info["spec"]["scheduling"]["weight"] = weight
+
+    def measured(self, info: DataflowInfo, state_bytes: int) -> None:
+        """Its operator state and unread results, as the executors last reported."""
+        info["state_bytes"] = state_bytes
+
+    def restore_started(self, info: DataflowInfo, again: bool) -> tuple[int, int]:
+        """A restore begins: (its generation, losses in a row without a checkpoint
+        completing; a retry of the same loss does not count)."""
+        info["recoveries"] += 1
+        info["recoveries_in_a_row"] += not again
+        return info["recoveries"], info["recoveries_in_a_row"]
+
+    def mark_recovering(self, info: DataflowInfo, why: str) -> None:
+        info["cause"] = why  # first: a reader never sees `recovering` without its cause
+        if info["state"] != RECOVERING:
+            info["resume_state"] = info["state"]
+            self.enter(info, RECOVERING, why)
+
+    def restored(self, info: DataflowInfo, spec: dict[str, Any], placement: Placement,
+                 phases: RestoreSummary, note: str = "") -> None:
+        """A dataflow runs again from checkpoint `phases["checkpoint"]`, on `placement`
+        (`note`: why newer checkpoints were skipped, for its history)."""
+        self.placed(info, placement)
+        info["spec"] = spec
+        info["checkpoints"]["last_restore"] = phases
+        if info["state"] == RECOVERING:
+            back, info["resume_state"] = info["resume_state"] or RUNNING, None
+            self.enter(info, back, f"restored from checkpoint {phases['checkpoint']}{note}: "
+                                   f"waited {phases['waited_s']:.2f} s for its executors, "
+                                   f"read {phases['read_bytes'] / 1e6:.1f} MB "
+                                   f"({phases['read_local_bytes'] / 1e6:.1f} MB of it from "
+                                   "local copies) in "
+                                   f"{phases['read_s']:.2f} s, restored in "
+                                   f"{phases['restored_s']:.2f} s")
+            info["cause"] = None
+
+    def recovering_since(self, info: DataflowInfo) -> float:
+        """When the dataflow last became `recovering` (epoch seconds)."""
+        return next(h["at"] for h in reversed(info["history"]) if h["state"] == RECOVERING)
+
+    def placed(self, info: DataflowInfo, placement: Placement) -> None:
+        """Record a dataflow's new placement: hosts, executors, load."""
+        self.pool.placed(self.placements.get(info["name"]), placement)
+        self.placements[info["name"]] = placement
+        info["hosts"] = placement.hosts
+        info["executors"] = sorted(placement.executors())
+
+    def switched(self, name: str, placement: Placement) -> None:
+        """A migration's epoch is done: the same instances, the step's next table."""
+        self.placements[name] = placement
+
+    def rescaled(self, info: DataflowInfo, step: str, parallelism: int) -> None:
+        info["spec"]["steps"] = [{**s, "parallelism": parallelism} if s["id"] == step else s
+                                 for s in info["spec"]["steps"]]
+
+    def checkpointed(self, name: str, ckpt: int, size: int, duration_s: float) -> None:
+        with self.lock:
+            info = self.dataflows[name]
+            counts = info["checkpoints"]
+            counts["last"], counts["last_at"], counts["last_bytes"] = ckpt, time.time(), size
+            counts["last_duration_s"] = duration_s
+            counts["completed"] += 1
+            info["recoveries_in_a_row"] = 0
+
+    def checkpoint_failed(self, name: str) -> None:
+        with self.lock:
+            info = self.dataflows.get(name)
+            if info is not None:
+                info["checkpoints"]["failed"] += 1
+
+    def expire(self, kept: int, retention_s: float) -> None:
+        """Forget the ended dataflows beyond the newest `kept`, or older than `retention_s`."""
+        now = time.time()
+        with self.lock:
+            ended = sorted((d for d in self.dataflows.values() if d["ended_at"] is not None),
+                           key=lambda d: d["ended_at"] or 0.0)
+            excess = len(ended) - kept
+            for i, info in enumerate(ended):
+                if i < excess or now - (info["ended_at"] or now) > retention_s:
+                    self.release(info)
+                    del self.dataflows[info["name"]]
+                    self.placements.pop(info["name"], None)
