@@ -131,7 +131,7 @@ def as_table(stream: NexmarkStream) -> Any:
     """The stream as one Arrow table in the source's types (what a columnar feeder has)."""
     import pyarrow as pa
 
-    from cameo_actors.operators.columns import arrow_schema, conform
+    from cameo_actors.operators.column_schema import arrow_schema, conform
 
     fields = list(SCHEMA.items())
     table = pa.Table.from_pylist(stream.events, schema=arrow_schema(fields))
@@ -166,7 +166,7 @@ def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any 
 
 def read_table(rt: Any, name: str) -> Any:
     """New results as an Arrow table, or as rows where they do not form columns."""
-    from cameo_actors.operators.columns import ResultsNotColumnar
+    from cameo_actors.operators.exceptions import ResultsNotColumnar
 
     try:
         return rt.result_table(name)

@@ -35,7 +35,7 @@ import pyarrow as pa
 from bench.harness.output import save_json
 from bench.harness.stats import interpolated_p99
 from cameo_actors import Dataflow
-from cameo_actors.operators.columns import ARROW_STREAM, to_ipc
+from cameo_actors.operators.column_ipc import ARROW_STREAM, to_ipc
 from cameo_actors.service.testing import ServiceProcess, fresh_dir
 from corpora import bad_input as corpus
 

@@ -36,7 +36,8 @@ from cameo_actors.dataflow import (
 )
 from cameo_actors.errors import CameoError, SpecError, UserError
 from cameo_actors.operators.base import ErrorRecord
-from cameo_actors.operators.columns import ColumnsRefused, arrow_schema
+from cameo_actors.operators.column_schema import arrow_schema
+from cameo_actors.operators.exceptions import ColumnsRefused
 from cameo_actors.operators.process import KeyedProcess
 from cameo_actors.runtime import (
     DataflowEnded,

@@ -33,7 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cameo_actors.operators.columns import ColumnsRefused, conform
+from cameo_actors.operators.column_schema import conform
+from cameo_actors.operators.exceptions import ColumnsRefused
 from spark_ingest.schema import Column, base_type, coerce
 
 _ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_(),

@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.operators.columns import ResultsNotColumnar
+from cameo_actors.operators.exceptions import ResultsNotColumnar
 from spark_ingest import client
 from spark_ingest.arrow import (
     CORRUPT,

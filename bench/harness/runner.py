@@ -17,7 +17,7 @@ from bench.harness.stats import quantile, summarize
 from bench.harness.tenants import CONFIG
 from bench.harness.workload import Workload
 from cameo_actors import Dataflow
-from cameo_actors.operators.columns import arrow_schema
+from cameo_actors.operators.column_schema import arrow_schema
 
 #: Executors of every pool the runner starts (shared, or split between the dataflows).
 NUM_EXECUTORS = 2

@@ -1,7 +1,9 @@
 """The definition layer: dataflows, specs, safe expressions. Imports no Ray or Spark.
 
-Modules, each importing only those before it: `expressions` and `functions`
-(safe expressions, function paths), `spec` (the data and its wire forms),
+Modules, each importing only those before it: `expression_builtins`,
+`expression_parser`, `expressions` and `expression_batches` (safe expressions: what
+they may call, their checker, their compiler for one event and for batches),
+`functions` (function paths), `spec` (the data and its wire forms),
 `validate` (the rules a spec must meet), `builder` (the fluent `Dataflow`).
 Importing this package installs `validate` as the check `DataflowSpec.from_dict`
 runs, so the spec module never imports its rules back.

@@ -372,5 +372,5 @@ def _connector(arg: ConnectorArg, where: str) -> ConnectorSpec | None:
     checkpoint = params.pop("checkpoint", None)
     options = params.pop("options", {})
     options = {**options, **{k: str(v) for k, v in params.items()}}
-    return ConnectorSpec(format=fmt, options=tuple((k, str(v)) for k, v in options.items()),  # type: ignore[arg-type]
+    return ConnectorSpec(format=fmt, options=tuple((k, str(v)) for k, v in options.items()),
                          trigger_ms=trigger, checkpoint=checkpoint)

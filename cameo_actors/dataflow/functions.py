@@ -52,7 +52,7 @@ class FunctionResolver:
         except ImportError as e:
             raise SpecError(step, "an importable module", module_name,
                             "install the module on the cluster (every node) or fix the path") from e
-        fn = getattr(module, attr, None)
+        fn: object = getattr(module, attr, None)
         if not callable(fn):
             raise SpecError(step, f"a function named {attr!r} in {module_name}", fn,
                             "check the function name after ':'")

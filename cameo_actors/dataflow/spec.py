@@ -315,7 +315,8 @@ class DataflowSpec:
         return json.dumps(self.to_dict(), indent=indent)
 
     def to_msgpack(self) -> bytes:
-        return msgpack.packb(self.to_dict(), use_bin_type=True)
+        blob: bytes = msgpack.packb(self.to_dict(), use_bin_type=True)
+        return blob
 
     @classmethod
     def from_dict(cls, data: Any) -> DataflowSpec:

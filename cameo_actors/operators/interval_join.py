@@ -40,9 +40,9 @@ from cameo_actors.operators.aggregates import is_time
 from cameo_actors.operators.base import Event, Output
 from cameo_actors.operators.bins import KeyBins
 from cameo_actors.operators.join import check_sides
+from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowing import (
     KeyFn,
-    WindowedOperator,
     decode_key,
     encode_key,
     event_time,

@@ -11,7 +11,8 @@ keys comes out, then the window's state is dropped::
 
 Late and malformed events go to the error output, as in `windows`. The
 window grid, the per-window state, the error output and the snapshot
-envelope are the windowing core's (`windowing`), shared with `windows`.
+envelope are the windowing core's (`windowing`, `keyed_windows`,
+`windowed_operator`), shared with `windows`.
 
 >>> op = WindowJoinOperator("j", kind="tumbling", size_ms=1000,
 ...                         left_key_fn=lambda e: e["id"], right_key_fn=lambda e: e["id"],
@@ -29,12 +30,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.keyed_windows import KeyedWindows
+from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowing import (
     RESULT_FIELDS,
     AlignedWindows,
-    KeyedWindows,
     KeyFn,
-    WindowedOperator,
     event_time,
     positive_number,
     time_error,

@@ -52,9 +52,9 @@ from cameo_actors.errors import SpecError
 from cameo_actors.operators.aggregates import is_time
 from cameo_actors.operators.base import Event, Output, short_repr
 from cameo_actors.operators.bins import KeyBins
+from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowing import (
     KeyFn,
-    WindowedOperator,
     decode_key,
     encode_key,
     event_time,

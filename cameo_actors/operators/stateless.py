@@ -10,25 +10,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from cameo_actors.dataflow.expressions import (
-    Expression,
-    compile_filter,
-    compile_projection,
-    compile_scalar,
-    parse_expression,
-)
+from cameo_actors.dataflow.expression_batches import compile_filter, compile_projection
+from cameo_actors.dataflow.expressions import Expression, compile_scalar, parse_expression
 from cameo_actors.dataflow.spec import SCHEMA_TYPES, schema_type
 from cameo_actors.operators.base import Event, Operator, Output, short_repr
-from cameo_actors.operators.columns import (
-    Columns,
-    Declined,
-    filter_columns,
-    hashable_column,
-    key_field,
-    max_of,
-    project_columns,
-    source_columns,
-)
+from cameo_actors.operators.column_expressions import Declined, filter_columns, project_columns
+from cameo_actors.operators.column_keys import hashable_column, key_field
+from cameo_actors.operators.column_schema import source_columns
+from cameo_actors.operators.columns import Columns, max_of
 
 BatchFn = Callable[[list[Event]], tuple[list[Event], list[tuple[Event, str]]]]
 

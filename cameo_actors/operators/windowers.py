@@ -22,13 +22,8 @@ from typing import Any, Protocol
 from cameo_actors.operators.aggregates import CompiledAggregates, MalformedEvent
 from cameo_actors.operators.base import Event, Output
 from cameo_actors.operators.bins import KeyBins, stable_hash
-from cameo_actors.operators.windowing import (
-    AlignedWindows,
-    KeyedWindows,
-    Rejects,
-    decode_key,
-    encode_key,
-)
+from cameo_actors.operators.keyed_windows import KeyedWindows
+from cameo_actors.operators.windowing import AlignedWindows, Rejects, decode_key, encode_key
 
 #: An event let into windows: (event, time, key, start and end of the last window it
 #: can join).

@@ -39,16 +39,8 @@ from .policies import (
 )
 from .profile import ActivationProfile, DataflowProfile, WindowTiming, window_frontier_ms
 from .queues import Mailbox, RunQueue
-from .scheduler import (
-    DRAINED,
-    PREEMPTED,
-    QUANTUM,
-    REMOVED,
-    Execute,
-    Scheduler,
-    SchedulerStats,
-    SliceResult,
-)
+from .scheduler import Scheduler
+from .slices import DRAINED, PREEMPTED, QUANTUM, REMOVED, Execute, SchedulerStats, SliceResult
 
 __all__ = [
     "Demand",

@@ -6,6 +6,12 @@ activation and runs its messages through a callback until the activation is
 drained, its quantum is spent, or a more urgent activation waits (preemption
 only at message boundaries); then it is re-queued under its new key.
 
+`Scheduler` is an `host.ActivationHost` (what is hosted and its administration:
+add, reweigh, remove, hold, release) with the per-message paths added: stamping and
+queueing on arrival, the slice loop, and the messages and cost feedback between
+activations. The run queues and an activation's moves with them are in
+`run_queues`, the state machine in `activation`, what a slice reports in `slices`.
+
 Nothing here blocks, sleeps, reads the OS clock or starts threads: time comes
 from `now_ms` arguments and the `Clock` handed to `run_once`.
 """
@@ -13,123 +19,19 @@ from `now_ms` arguments and the `Clock` handed to `run_once`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from enum import Enum
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cameo_actors.clock import Clock
 
-from .context import Feedback, Message, SortKey, _size_of
-from .exceptions import (
-    DuplicateActivationError,
-    PolicyKeyError,
-    UnknownActivationError,
-)
-from .floor import TenantFloor
+from .activation import ActivationState
+from .context import Feedback, Message, _size_of
+from .exceptions import PolicyKeyError, UnknownActivationError
+from .host import ActivationHost
 from .policies import Policy, _resolve_policy, stamp
-from .profile import ActivationProfile, DataflowProfile, WindowTiming
-from .queues import DeadlineRunQueue, Mailbox, RunQueue
+from .slices import DRAINED, PREEMPTED, QUANTUM, REMOVED, Execute, SliceResult
 
 _INF = math.inf
-
-#: `execute(activation_id, message)`: run one message (the return value is ignored).
-Execute = Callable[[str, Message], object]
-
-#: Why a slice ended.
-DRAINED = "drained"  # the mailbox is empty
-QUANTUM = "quantum"  # the quantum was spent
-PREEMPTED = "preempted"  # a more urgent activation was waiting
-REMOVED = "removed"  # the activation was removed while it ran
-
-
-@dataclass(slots=True)  # not frozen: frozen init costs ~0.5 µs per slice
-class SliceResult:
-    """What one `run_once` did.
-
-    Attributes:
-        activation_id: the activation that ran.
-        messages: how many messages it executed.
-        reason: why it stopped: "drained", "quantum", "preempted" or "removed".
-        start_ms: clock time the slice began.
-        end_ms: clock time the slice ended.
-    """
-
-    activation_id: str
-    messages: int
-    reason: str
-    start_ms: float
-    end_ms: float
-
-
-@dataclass(slots=True)
-class SchedulerStats:
-    """Counters for metrics. Times are measured with the clock given to `run_once`.
-
-    Attributes:
-        enqueued: messages accepted by `enqueue`.
-        executed: messages run.
-        slices: `run_once` calls that ran an activation.
-        preempted: slices ended because a more urgent activation waited.
-        quantum_expired: slices ended because the quantum was spent.
-        busy_ms: total time inside `execute`.
-        overhead_ms: time inside `run_once` outside `execute` (hooks, queues, re-keying).
-        dropped: messages discarded by `remove_activation`.
-        overdue: times a waiting activation's start deadline passed, so it became due
-            one latency target from then (deadline policies only; `DeadlineRunQueue`).
-        demotions: times a tenant went over its share and was demoted (tenant floors on).
-    """
-
-    enqueued: int = 0
-    executed: int = 0
-    slices: int = 0
-    preempted: int = 0
-    quantum_expired: int = 0
-    busy_ms: float = 0.0
-    overhead_ms: float = 0.0
-    dropped: int = 0
-    overdue: int = 0
-    demotions: int = 0
-
-    @property
-    def overhead_us_per_message(self) -> float:
-        """Dispatch overhead per executed message in µs (0 before any message)."""
-        return 1000.0 * self.overhead_ms / self.executed if self.executed else 0.0
-
-
-class ActivationState(Enum):
-    """Where an activation stands with the run queue; one state, not a set of flags.
-
-    Being held (no credits downstream) and running can coexist: a hold that
-    arrives while the activation runs takes effect at the next message
-    boundary. Held and queued cannot: a held activation leaves the run queue.
-    These are all the combinations there are:
-
-    ============  =========================  =========================================
-    state         in the run queue / runs    next, on
-    ============  =========================  =========================================
-    IDLE          no / no (mailbox empty)    enqueue: QUEUED; hold: HELD
-    QUEUED        yes, under `qkey` / no     enqueue of a more urgent message: QUEUED
-                                             (re-keyed); run_once: RUNNING; hold: HELD
-    RUNNING       no / yes                   slice end: QUEUED if mail is left, else
-                                             IDLE; hold: RUNNING_HELD
-    RUNNING_HELD  no / yes, ends at the      release: RUNNING; slice end: HELD
-                  next message boundary
-    HELD          no / no (takes mail)       release: QUEUED if it has mail, else IDLE
-    REMOVED       no / its slice ends        (final; the scheduler forgot it)
-    ============  =========================  =========================================
-
-    `remove_activation` moves any state to REMOVED; enqueue to a RUNNING,
-    RUNNING_HELD or HELD activation only fills its mailbox.
-    """
-
-    IDLE = "idle"
-    QUEUED = "queued"
-    RUNNING = "running"
-    RUNNING_HELD = "running_held"
-    HELD = "held"
-    REMOVED = "removed"
-
 
 # Module-level aliases: an enum member lookup through the class costs ~50 ns on 3.11,
 # and the hot paths (enqueue, the run_once loop) test the state per message.
@@ -141,19 +43,7 @@ _HELD = ActivationState.HELD
 _REMOVED = ActivationState.REMOVED
 
 
-class _Activation:
-    __slots__ = ("id", "tenant", "mailbox", "profile", "state", "qkey")
-
-    def __init__(self, profile: ActivationProfile) -> None:
-        self.id = profile.activation_id
-        self.tenant = profile.tenant
-        self.mailbox = Mailbox()
-        self.profile = profile
-        self.state = _IDLE
-        self.qkey: SortKey = None  # its key in the run queue while QUEUED
-
-
-class Scheduler:
+class Scheduler(ActivationHost):
     """Deadline-aware two-level scheduler for one executor.
 
     Args:
@@ -195,7 +85,7 @@ class Scheduler:
     ) -> None:
         if not isinstance(policy, Policy | str):
             raise TypeError(f"Scheduler: policy must be a Policy or a name, got {policy!r}")
-        self.policy = _resolve_policy(policy, policy_params, "Scheduler", "policy")
+        resolved = _resolve_policy(policy, policy_params, "Scheduler", "policy")
         if isinstance(quantum_ms, bool) or not isinstance(quantum_ms, int | float):
             raise TypeError(f"Scheduler: quantum_ms must be a number, got {quantum_ms!r}")
         if not (0 <= quantum_ms < _INF):
@@ -203,218 +93,23 @@ class Scheduler:
         if not (0 < alpha <= 1):
             raise ValueError(f"Scheduler: alpha must be in (0, 1], got {alpha!r}")
         self.quantum_ms = float(quantum_ms)
-        self.alpha = float(alpha)
-        self.stats = SchedulerStats()
-        self._acts: dict[str, _Activation] = {}
-        self._flows: dict[str, DataflowProfile] = {}
-        self._members: dict[str, set[str]] = {}  # dataflow -> its hosted activation ids
-        self._rq = self._run_queue()
-        # With floors, the activations of tenants over their share wait in a second run
-        # queue, served only when the first is empty.
-        self._low = self._run_queue()
-        self._tenants: dict[str, set[str]] = {}  # tenant -> its hosted activation ids
-        self.floor = None if floor_slack_ms is None else TenantFloor(
-            floor_slack_ms, on_demote=self._demote, on_promote=self._promote)
+        super().__init__(resolved, float(alpha), floor_slack_ms)
+        # What enqueue and run_once reach per message, one attribute away: the two run
+        # queues, and the queues' moves bound once.
+        self._rq = self._queues.main
+        self._low = self._queues.low
+        self._advance = self._queues.advance
+        self._queue_of = self._queues.queue_of
+        self._requeue = self._queues.requeue
         self._seq = 0
-        self._backlog = 0
-
-    def _run_queue(self) -> RunQueue | DeadlineRunQueue:
-        if self.policy.deadline_keys:
-            return DeadlineRunQueue(lambda aid: self._acts[aid].profile.latency_target_ms)
-        return RunQueue()
 
     def __repr__(self) -> str:
         return (
             f"Scheduler(policy={self.policy!r}, activations={len(self._acts)}, "
-            f"backlog={self._backlog}, runnable={len(self._rq) + len(self._low)})"
+            f"backlog={self._backlog}, runnable={len(self._queues)})"
         )
 
-    # -- activations ------------------------------------------------------------
-    def add_activation(
-        self,
-        activation_id: str,
-        *,
-        dataflow: str,
-        tenant: str,
-        latency_target_ms: float,
-        weight: float = 1.0,
-        window: WindowTiming | None = None,
-    ) -> ActivationProfile:
-        """Host a new activation; returns its profile.
-
-        Args:
-            activation_id: unique id on this scheduler (e.g. "df1/sum#2").
-            dataflow: its dataflow id (activations of one dataflow share the lag estimate).
-            tenant: the owning tenant.
-            latency_target_ms: the dataflow's latency target L (inf: best effort).
-            weight: the tenant's weight for fair_share.
-            window: the window layout if the operator is windowed.
-
-        Raises:
-            DuplicateActivationError: the id is already hosted.
-            TypeError, ValueError: a bad argument.
-        """
-        if activation_id in self._acts:
-            raise DuplicateActivationError(
-                f"add_activation: {activation_id!r} is already hosted. "
-                "Fix: remove_activation() it first, or use a unique id."
-            )
-        flow = self._flows.get(dataflow)
-        if flow is None and isinstance(dataflow, str):
-            flow = DataflowProfile(dataflow, self.alpha)
-        profile = ActivationProfile(
-            activation_id,
-            dataflow=dataflow,
-            tenant=tenant,
-            latency_target_ms=latency_target_ms,
-            weight=weight,
-            window=window,
-            flow=flow,
-            alpha=self.alpha,
-        )
-        self._acts[activation_id] = _Activation(profile)
-        self._flows[dataflow] = profile.flow
-        self._members.setdefault(dataflow, set()).add(activation_id)
-        self._tenants.setdefault(tenant, set()).add(activation_id)
-        if self.floor is not None and profile.weight > self.floor.weight(tenant):
-            self.floor.set_weight(tenant, profile.weight)
-        return profile
-
-    def set_weight(self, dataflow: str, weight: float) -> None:
-        """Change the weight of a hosted dataflow's activations (and so of its tenant)."""
-        tenants = set()
-        for aid in self._members.get(dataflow, ()):
-            profile = self._acts[aid].profile
-            profile.weight = float(weight)
-            tenants.add(profile.tenant)
-        for tenant in tenants:
-            self._reweigh(tenant)
-
-    def _reweigh(self, tenant: str) -> None:
-        """A tenant's weight on the floor: the largest of its hosted activations'."""
-        if self.floor is not None:
-            self.floor.set_weight(tenant, max(self._acts[a].profile.weight
-                                              for a in self._tenants[tenant]))
-
-    def remove_activation(self, activation_id: str) -> list[Message]:
-        """Stop hosting an activation (cancel); returns its pending messages.
-
-        Frees its mailbox and run-queue entry. Safe to call from inside
-        `execute`, also for the activation that is running. Downstream
-        feedback it gave upstream activations is forgotten.
-
-        Raises:
-            UnknownActivationError: the id is not hosted.
-        """
-        act = self._acts.pop(activation_id, None)
-        if act is None:
-            raise UnknownActivationError(activation_id, "remove_activation")
-        if act.state is _QUEUED:
-            self._queue_of(act).remove(activation_id)
-        act.state = _REMOVED  # a running slice ends at the next message boundary
-        pending = act.mailbox.clear()
-        self._backlog -= len(pending)
-        self.stats.dropped += len(pending)
-        tenant = act.tenant
-        members_of_tenant = self._tenants[tenant]
-        members_of_tenant.discard(activation_id)
-        floor = self.floor
-        if floor is not None:
-            floor.dropped(tenant, len(pending))
-            if not members_of_tenant:
-                floor.forget(tenant)
-            elif act.profile.weight >= floor.weight(tenant):  # it may have been the heaviest
-                self._reweigh(tenant)
-        if not members_of_tenant:
-            del self._tenants[tenant]
-        # Feedback only flows within a dataflow: only its members can hold a report.
-        dataflow = act.profile.dataflow
-        members = self._members[dataflow]
-        members.discard(activation_id)
-        for other in members:
-            self._acts[other].profile.forget_downstream(activation_id)
-        if not members:
-            del self._members[dataflow]
-            del self._flows[dataflow]
-        return pending
-
-    def __contains__(self, activation_id: object) -> bool:
-        return activation_id in self._acts
-
-    def __len__(self) -> int:
-        """Number of hosted activations."""
-        return len(self._acts)
-
-    def activation_ids(self) -> Iterator[str]:
-        """Ids of hosted activations."""
-        return iter(list(self._acts))
-
-    def profile(self, activation_id: str) -> ActivationProfile:
-        """The profile (settings and learned costs) of a hosted activation."""
-        return self._hosted(activation_id, "profile").profile
-
-    def _hosted(self, activation_id: str, what: str) -> _Activation:
-        """The hosted activation; `what` names the caller in the error for unknown ids."""
-        act = self._acts.get(activation_id)
-        if act is None:
-            raise UnknownActivationError(activation_id, what)
-        return act
-
-    def dataflow_profile(self, dataflow: str) -> DataflowProfile | None:
-        """The shared per-dataflow observations (source lag), None if none hosted."""
-        return self._flows.get(dataflow)
-
-    # -- queues -------------------------------------------------------------------
-    @property
-    def backlog(self) -> int:
-        """Messages waiting in all mailboxes."""
-        return self._backlog
-
-    def pending(self, activation_id: str) -> int:
-        """Messages waiting in one activation's mailbox."""
-        return len(self._hosted(activation_id, "pending").mailbox)
-
-    def urgent_key(self, activation_id: str) -> SortKey | None:
-        """The most urgent key among one activation's pending messages (None if empty)."""
-        return self._hosted(activation_id, "urgent_key").mailbox.urgent_key()
-
-    def has_work(self) -> bool:
-        """Whether `run_once` would run something now."""
-        return bool(self._rq) or bool(self._low)
-
-    def peek(self) -> tuple[str, SortKey] | None:
-        """(activation_id, key) that `run_once` would run next, or None."""
-        return self._rq.peek() if self._rq else self._low.peek()
-
-    def tenant_shares(self) -> dict[str, dict[str, float | bool | int]]:
-        """Per tenant with tenant floors on: weight, executor time taken, how far over (or
-        under, < 0) its weighted share it stands, whether it is demoted; {} when off."""
-        return {} if self.floor is None else self.floor.shares()
-
-    # -- tenant floors ------------------------------------------------------------
-    def _queue_of(self, act: _Activation) -> RunQueue | DeadlineRunQueue:
-        floor = self.floor
-        return self._low if floor is not None and floor.is_demoted(act.tenant) else self._rq
-
-    def _advance(self, now_ms: float) -> None:
-        self.stats.overdue += self._rq.advance(now_ms)
-        if self.floor is not None:
-            self.stats.overdue += self._low.advance(now_ms)
-
-    def _demote(self, tenant: str) -> None:
-        self.stats.demotions += 1
-        self._move(tenant, self._rq, self._low)
-
-    def _promote(self, tenant: str) -> None:
-        self._move(tenant, self._low, self._rq)
-
-    def _move(self, tenant: str, src: RunQueue | DeadlineRunQueue,
-              dst: RunQueue | DeadlineRunQueue) -> None:
-        for aid in self._tenants.get(tenant, ()):
-            act = self._acts[aid]
-            if act.state is _QUEUED and src.remove(aid):
-                dst.push(aid, act.qkey)
-
+    # -- arrival ----------------------------------------------------------------
     def enqueue(self, msg: Message, now_ms: float, *, first: bool = False) -> None:
         """Accept a message for its target activation at physical time `now_ms` (`first`:
         ahead of every message pending there, see `Mailbox.put`).
@@ -668,49 +363,6 @@ class Scheduler:
                 stats.quantum_expired += 1
         return SliceResult(aid, n, reason, t0, t3)
 
-    def _requeue(self, act: _Activation) -> None:
-        """Leave RUNNING or HELD: QUEUED under the most urgent pending key, or IDLE."""
-        key = act.mailbox.urgent_key()
-        if key is None:
-            act.state = _IDLE
-        else:
-            act.state = _QUEUED
-            act.qkey = key
-            self._queue_of(act).push(act.id, key)
-
-    def hold(self, activation_id: str) -> None:
-        """Keep an activation out of the run queue (its downstream has no credits left).
-
-        Its mailbox still takes messages; a running slice ends at the next boundary.
-        """
-        act = self._acts.get(activation_id)
-        if act is None:
-            return
-        state = act.state
-        if state is _QUEUED:
-            self._queue_of(act).remove(activation_id)
-            act.state = _HELD
-        elif state is _IDLE:
-            act.state = _HELD
-        elif state is _RUNNING:
-            act.state = _RUNNING_HELD  # run_once ends the slice at the next boundary
-
-    def release(self, activation_id: str) -> None:
-        """Let a held activation run again (credits came back)."""
-        act = self._acts.get(activation_id)
-        if act is None:
-            return
-        state = act.state
-        if state is _HELD:
-            self._requeue(act)
-        elif state is _RUNNING_HELD:
-            act.state = _RUNNING  # the slice goes on
-
-    def is_held(self, activation_id: str) -> bool:
-        """Whether a hosted activation is held (False for unknown ids)."""
-        act = self._acts.get(activation_id)
-        return act is not None and act.state in (_HELD, _RUNNING_HELD)
-
     def run_until_idle(
         self, execute: Execute, clock: Clock, *, max_slices: int | None = None
     ) -> int:
@@ -723,3 +375,4 @@ class Scheduler:
         while (max_slices is None or slices < max_slices) and self.run_once(execute, clock):
             slices += 1
         return slices
+

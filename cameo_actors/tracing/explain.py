@@ -323,7 +323,8 @@ def snapshot(activities: Iterable[Activity], start_ms: float, end_ms: float,
     t0 = time.thread_time()  # CPU time of this thread: what analysing costs on one core
     acts = activities_of(activities)
     window = {a.id: a for a in acts if a.kind == PROCESS}
-    lookup = index if window.keys() <= index.keys() else ChainMap(window, cast(dict, index))
+    lookup = (index if window.keys() <= index.keys()
+              else ChainMap(window, cast(dict[int, Activity], index)))
     # Who ran when, for both the pool's waits and the results' paths: only as far back as
     # those paths go (a result's ingest time is its path's start), not the whole history.
     since = min([start_ms] + [a.ingest_ms for a in window.values()

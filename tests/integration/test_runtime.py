@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from cameo_actors import Dataflow, SpecError, count
-from cameo_actors.operators.columns import ColumnsRefused, ResultsNotColumnar
+from cameo_actors.operators.exceptions import ColumnsRefused, ResultsNotColumnar
 from cameo_actors.testing import run_local
 from tests.shared.zoo import SCHEMA, canon, events, flows
 

@@ -14,17 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cameo_actors.dataflow import expressions
-from cameo_actors.dataflow.expressions import (
-    FUNCTION_NAMES,
-    MAX_DEPTH,
-    MAX_NODES,
-    MAX_TEXT_LENGTH,
-    Expression,
-    compile_filter,
-    compile_projection,
-    compile_scalar,
-    parse_expression,
-)
+from cameo_actors.dataflow.expression_batches import compile_filter, compile_projection
+from cameo_actors.dataflow.expression_builtins import FUNCTION_NAMES
+from cameo_actors.dataflow.expression_parser import MAX_DEPTH, MAX_NODES, MAX_TEXT_LENGTH
+from cameo_actors.dataflow.expressions import Expression, compile_scalar, parse_expression
 from cameo_actors.errors import SpecError
 
 EVENT: dict[str, Any] = {

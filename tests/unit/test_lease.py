@@ -14,7 +14,8 @@ from cameo_actors.dataflow.builder import Dataflow, count
 from cameo_actors.dataflow.spec import AggSpec, JoinStep, WindowStep
 from cameo_actors.operators.base import END_OF_STREAM, ErrorRecord, Output
 from cameo_actors.operators.lease import LesseeWindow, build_lessee, can_lease
-from cameo_actors.operators.windows import WindowOperator, encode_key
+from cameo_actors.operators.windowing import encode_key
+from cameo_actors.operators.windows import WindowOperator
 
 COUNT = [AggSpec("n", "count")]
 STATS = [AggSpec("n", "count"), AggSpec("total", "sum", "v"), AggSpec("lo", "min", "v"),

@@ -28,7 +28,7 @@ from cameo_actors.scheduling import (
     UnknownActivationError,
     WindowTiming,
 )
-from cameo_actors.scheduling.scheduler import ActivationState
+from cameo_actors.scheduling.activation import ActivationState
 
 POLICIES = ["cameo", "edf", "fifo", "sjf", "fair_share", "token_bucket"]
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from cameo_actors.operators.base import Output
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.join import WindowJoinOperator
+from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowers import SessionWindower
-from cameo_actors.operators.windowing import WindowedOperator
 from cameo_actors.operators.windows import WindowOperator
 from tests.shared.zoo import canon
 
