@@ -13,44 +13,60 @@ Pushed(accepted=1, rejected=0, rejections=[])
 
 Refusals raise `ServiceError` (status, code, expected, got, fix); an invalid
 spec raises the definition layer's own `SpecError`, as a local build would.
+
+Each method sends one operation of the table (`operations.OPERATIONS`) through
+`Client.call` and returns its answer checked to be of the shape it says: the
+runtime's records (`runtime.boundary`) where the answer is one, else a JSON object.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
-import msgpack
 import pyarrow as pa
 
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.errors import SpecError
-from cameo_actors.operators.columns import ARROW_STREAM, to_ipc
-from cameo_actors.runtime.boundary import CANCELLED, FAILED, FINISHED, MigrationInfo
-from cameo_actors.service.config import DEFAULT_URL, ClientConfig
-from cameo_actors.service.errors import ApiError
-from cameo_actors.service.operations import OPERATION, Operation
+from cameo_actors.operators.column_ipc import ARROW_STREAM
+from cameo_actors.runtime.boundary import (
+    Cancelled,
+    DataflowSummary,
+    ExecutorRemoval,
+    ExecutorStats,
+    MigrationInfo,
+    NodeDrained,
+    Updated,
+)
+from cameo_actors.service import paging
+from cameo_actors.service.config import ClientConfig
+from cameo_actors.service.operations import OPERATION, PUSH_BATCH, Operation
 from cameo_actors.service.outputs import DEFAULT_PAGE
+from cameo_actors.service.paging import ENDED_STATES
+from cameo_actors.service.transport import (
+    MSGPACK_ACCEPT,
+    ServiceError,
+    Transport,
+    as_list,
+    as_object,
+    as_objects,
+    as_record,
+    as_records,
+    as_text,
+    service_url,
+    unwrap,
+)
 
-#: Events per HTTP request when pushing: big enough to amortise a round trip.
-PUSH_BATCH = 5_000
+__all__ = ["ENDED_STATES", "MSGPACK_ACCEPT", "PUSH_BATCH", "REJECTIONS_SHOWN", "Client",
+           "Pushed", "ServiceError", "service_url", "spec_dict"]
+
 #: Refused events a push's answer describes (it counts them all).
 REJECTIONS_SHOWN = 10
-#: Pages of results come as msgpack (compact; NaN kept), JSON still accepted.
-MSGPACK_ACCEPT = "application/msgpack, application/json;q=0.5"
-#: States after which a dataflow makes no more results.
-ENDED_STATES = frozenset({FINISHED, CANCELLED, FAILED})
-
-
-#: What the client raises when the service refuses a request (status 0: unreachable).
-ServiceError = ApiError
 
 
 class Pushed(int):
@@ -90,19 +106,6 @@ class Pushed(int):
         return str(int(self))
 
 
-def service_url(config: ClientConfig | None = None, run_dir: str | None = None) -> str:
-    """The URL given, else the one a local `cameo serve` wrote in its state folder."""
-    if config and config.url != DEFAULT_URL:
-        return config.url
-    path = os.path.join(run_dir or os.environ.get("CAMEO_RUN_DIR", ".run"), "service",
-                        "service.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return str(json.load(f)["url"])
-    except (OSError, ValueError, KeyError):
-        return DEFAULT_URL
-
-
 def spec_dict(dataflow: Dataflow | DataflowSpec | dict[str, Any] | str | bytes) -> dict[str, Any]:
     """Whatever describes a dataflow -> its spec dict (a JSON text is parsed, not validated:
     the service validates, and says what is wrong)."""
@@ -111,7 +114,7 @@ def spec_dict(dataflow: Dataflow | DataflowSpec | dict[str, Any] | str | bytes) 
     if isinstance(dataflow, DataflowSpec):
         return dataflow.to_dict()
     if isinstance(dataflow, (str, bytes)):
-        return json.loads(dataflow)  # type: ignore[no-any-return]
+        return as_object(json.loads(dataflow), "the spec")
     return dict(dataflow)
 
 
@@ -133,13 +136,9 @@ class Client:
             cfg = resolve_client_config({})
             url = url or service_url(cfg)
             token = token or cfg.resolved_token()
-        self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        if http is not None:
-            http.headers.update(headers)
-            self.http = http
-        else:
-            self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        self.transport = Transport(url, token, timeout_s=timeout_s, http=http)
+        self.url = self.transport.url
+        self.http = self.transport.http
 
     @classmethod
     def from_config(cls, config: ClientConfig) -> Client:
@@ -152,15 +151,15 @@ class Client:
         self.close_connection()
 
     def close_connection(self) -> None:
-        self.http.close()
+        self.transport.close()
 
-    # -- transport ---------------------------------------------------------------------------
     def call(self, operation: str | Operation, *, body: Any = None,
              params: dict[str, Any] | None = None, use_msgpack: bool = False,
              accept: str | None = None, **path: Any) -> Any:
         """Send one operation of the service (`operations.OPERATIONS`, by name) and return
-        its answer: the methods below are this with their arguments; an operation without
-        a method of its own is called the same way.
+        its answer as it came (JSON data, or text): the methods below are this with their
+        arguments, and their answers checked; an operation without a method of its own is
+        called the same way.
 
         >>> client.call("status", name="alerts")["state"]          # doctest: +SKIP
         'running'
@@ -169,79 +168,35 @@ class Client:
         if op is None:
             raise ValueError(f"Client.call: expected an operation of the service, one of "
                              f"{sorted(OPERATION)}, got {operation!r}")
-        return self._request(op.method, op.url(**path), body=body, params=params,
-                             use_msgpack=use_msgpack, raw=op.answer == "text",
-                             accept=accept)
+        return self.transport.send(op, body=body, params=params, use_msgpack=use_msgpack,
+                                   accept=accept, path=path)
 
-    def _request(self, method: str, path: str, *, body: Any = None, use_msgpack: bool = False,
-                 params: dict[str, Any] | None = None, raw: bool = False,
-                 accept: str | None = None) -> Any:
-        headers: dict[str, str] = {"Accept": accept} if accept else {}
-        content: bytes | None = None
-        if isinstance(body, (pa.Table, pa.RecordBatch)):  # events as columns
-            content, body = to_ipc(body), None
-            headers["Content-Type"] = ARROW_STREAM
-        if body is not None:
-            if use_msgpack:
-                try:
-                    content = msgpack.packb(body, use_bin_type=True)
-                    headers["Content-Type"] = "application/msgpack"
-                except OverflowError:  # an int beyond 64 bits: JSON carries it, and the
-                    use_msgpack = False  # service refuses that event alone, with the reason
-            if not use_msgpack:
-                content = json.dumps(body).encode("utf-8")
-                headers["Content-Type"] = "application/json"
-        try:
-            r = self.http.request(method, path, content=content, headers=headers, params=params)
-        except httpx.TransportError as e:
-            raise ServiceError(0, "unreachable", f"cannot reach the cameo service at {self.url} "
-                               f"({type(e).__name__}: {e})",
-                               fix="start it with `cameo serve`, or point --url / CAMEO_URL at "
-                                   "it") from None
-        if r.status_code >= 400:
-            raise self._error(r)
-        if raw:
-            return r.text
-        kind = r.headers.get("content-type", "")
-        if kind.startswith("application/msgpack"):
-            return msgpack.unpackb(r.content, raw=False)
-        if kind.startswith(ARROW_STREAM):  # a page's rows; the rest of the page in headers
-            page: dict[str, Any] = {k.lower().removeprefix("cameo-"): v
-                                    for k, v in r.headers.items()
-                                    if k.lower().startswith("cameo-")}
-            if "pending" in page:
-                page["pending"] = int(page["pending"])
-            return {**page, "rows": pa.ipc.open_stream(pa.py_buffer(r.content)).read_all()}
-        return r.json() if r.content else None
+    def _object(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """An operation whose answer is an object."""
+        return as_object(self.call(operation, **kwargs), operation)
 
-    @staticmethod
-    def _error(r: httpx.Response) -> Exception:
-        try:
-            e = r.json()["error"]
-        except (ValueError, KeyError, TypeError):
-            return ServiceError(r.status_code, "http_error", r.text[:200] or r.reason_phrase)
-        if e.get("code") == "invalid_spec" and e.get("expected") is not None:
-            return SpecError(e.get("step"), e["expected"], e.get("got"), e.get("fix") or "")
-        return ServiceError(r.status_code, e.get("code", "error"), e.get("message", ""),
-                            expected=e.get("expected"), got=e.get("got"), fix=e.get("fix"),
-                            step=e.get("step"))
+    def _result(self, operation: str, **kwargs: Any) -> object:
+        """An operation's result: its answer, unwrapped when the row wraps it ({"added": ..})."""
+        wrap = OPERATION[operation].wrap
+        answer = self.call(operation, **kwargs)
+        return unwrap(answer, wrap, operation) if wrap else answer
 
     # -- dataflows ---------------------------------------------------------------------------
     def submit(self, dataflow: Dataflow | DataflowSpec | dict[str, Any] | str | bytes, *,
                replace: bool = False, use_msgpack: bool = False) -> dict[str, Any]:
         """Submit a dataflow; idempotent by name. Returns {"id", "created", "replaced", ...}."""
-        return self.call("submit", body=spec_dict(dataflow), use_msgpack=use_msgpack,  # type: ignore[no-any-return]
-                         params={"replace": "true"} if replace else None)
+        return self._object("submit", body=spec_dict(dataflow), use_msgpack=use_msgpack,
+                            params={"replace": "true"} if replace else None)
 
     def check(self, dataflow: Dataflow | DataflowSpec | dict[str, Any] | str | bytes
               ) -> dict[str, Any]:
         """Admission control's prediction for a dataflow, without starting it: whether it
         and every running dataflow would meet their targets, and what would be needed."""
-        return self.call("check", body=spec_dict(dataflow))  # type: ignore[no-any-return]
+        return self._object("check", body=spec_dict(dataflow))
 
     def overload(self) -> dict[str, Any]:
         """Who misses or will miss its target now, by how much, and whose load causes it."""
-        return self.call("overload")  # type: ignore[no-any-return]
+        return self._object("overload")
 
     def explain(self, name: str | None = None, last_s: float = 60.0) -> dict[str, Any]:
         """Why a dataflow (None: the pool) missed or met its target over the last `last_s`
@@ -254,29 +209,30 @@ class Client:
         """
         params = {"last": f"{last_s!r}"}
         if name is None:
-            return self.call("explain_pool", params=params)  # type: ignore[no-any-return]
-        return self.call("explain", params=params, name=name)  # type: ignore[no-any-return]
+            return self._object("explain_pool", params=params)
+        return self._object("explain", params=params, name=name)
 
-    def list(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def list(self, states: Sequence[str] | None = None) -> builtins.list[DataflowSummary]:
         """The dataflows this token may see, live and ended (or only those in `states`)."""
-        params = {"state": list(states)} if states else None
-        return self.call("list_dataflows", params=params)["dataflows"]  # type: ignore[no-any-return]
+        params = {"state": builtins.list(states)} if states else None
+        return as_records(self._result("list_dataflows", params=params), DataflowSummary,
+                          "list_dataflows")
 
     def exceptions(self, name: str) -> dict[str, Any]:
         """Why a dataflow failed, and its last operator failures."""
-        return self.call("exceptions", name=name)  # type: ignore[no-any-return]
+        return self._object("exceptions", name=name)
 
     def status(self, name: str) -> dict[str, Any]:
-        return self.call("status", name=name)  # type: ignore[no-any-return]
+        return self._object("status", name=name)
 
     def update(self, name: str, *, latency_target_ms: float | None = None,
-               weight: float | None = None) -> dict[str, Any]:
+               weight: float | None = None) -> Updated:
         body = {k: v for k, v in (("latency_target_ms", latency_target_ms), ("weight", weight))
                 if v is not None}
-        return self.call("update", body=body, name=name)  # type: ignore[no-any-return]
+        return as_record(self.call("update", body=body, name=name), Updated, "update")
 
-    def cancel(self, name: str) -> dict[str, Any]:
-        return self.call("cancel", name=name)  # type: ignore[no-any-return]
+    def cancel(self, name: str) -> Cancelled:
+        return as_record(self.call("cancel", name=name), Cancelled, "cancel")
 
     def push(self, name: str, source: str,
              events: Sequence[dict[str, Any]] | pa.Table | pa.RecordBatch, *,
@@ -297,24 +253,25 @@ class Client:
         if isinstance(events, (pa.Table, pa.RecordBatch)):
             n = 0
             for i in range(0, events.num_rows, batch_size):
-                n += int(self.call("push", body=events.slice(i, batch_size), name=name,
-                                   source=source)["accepted"])
+                n += int(self._object("push", body=events.slice(i, batch_size), name=name,
+                                      source=source)["accepted"])
             return Pushed(n, 0, [])
         accepted = rejected = 0
-        shown: list[dict[str, Any]] = []
+        shown: builtins.list[dict[str, Any]] = []
         for i in range(0, len(events), batch_size):
-            got = self.call("push", body=list(events[i:i + batch_size]),
-                            use_msgpack=use_msgpack, name=name, source=source)
+            got = self._object("push", body=builtins.list(events[i:i + batch_size]),
+                               use_msgpack=use_msgpack, name=name, source=source)
             accepted += int(got["accepted"])
             rejected += int(got.get("rejected", 0))
             # The service counts indexes in its request: count them in `events`.
+            refused = as_objects(got.get("rejections", []), "push")
             shown += [{**r, "index": i + int(r["index"])}
-                      for r in got.get("rejections", [])[:max(0, REJECTIONS_SHOWN - len(shown))]]
+                      for r in refused[:max(0, REJECTIONS_SHOWN - len(shown))]]
         return Pushed(accepted, rejected, shown)
 
     def close(self, name: str) -> dict[str, Any]:
         """End every source of the dataflow (windows fire)."""
-        return self.call("close", name=name)  # type: ignore[no-any-return]
+        return self._object("close", name=name)
 
     # -- outputs: results and the error output, one HTTP round trip per page ------------------
     def results(self, name: str, sink: str | None = None, cursor: str | None = None,
@@ -330,14 +287,14 @@ class Client:
         """
         params = {k: v for k, v in (("sink", sink), ("cursor", cursor), ("limit", limit))
                   if v is not None}
-        return self.call("results", params=params, name=name,  # type: ignore[no-any-return]
-                         accept=ARROW_STREAM if columns else MSGPACK_ACCEPT)
+        return self._object("results", params=params, name=name,
+                            accept=ARROW_STREAM if columns else MSGPACK_ACCEPT)
 
     def commit_results(self, name: str, cursor: str, sink: str | None = None) -> dict[str, Any]:
         """Let the service forget the results before `cursor` (a sink held on a full log
         resumes). Returns {"cursor", "freed", "pending"}."""
         body = {"cursor": cursor} if sink is None else {"cursor": cursor, "sink": sink}
-        return self.call("commit_results", body=body, name=name)  # type: ignore[no-any-return]
+        return self._object("commit_results", body=body, name=name)
 
     def errors(self, name: str, cursor: str | None = None, limit: int = DEFAULT_PAGE
                ) -> dict[str, Any]:
@@ -346,11 +303,11 @@ class Client:
         "cursor", "pending", "skipped", "dropped"} (skipped: records before this page the
         service dropped unread; dropped: all it dropped so far)."""
         params = {k: v for k, v in (("cursor", cursor), ("limit", limit)) if v is not None}
-        return self.call("errors", params=params, accept=MSGPACK_ACCEPT, name=name)  # type: ignore[no-any-return]
+        return self._object("errors", params=params, accept=MSGPACK_ACCEPT, name=name)
 
     def commit_errors(self, name: str, cursor: str) -> dict[str, Any]:
         """Let the service forget the error-output records before `cursor`."""
-        return self.call("commit_errors", body={"cursor": cursor}, name=name)  # type: ignore[no-any-return]
+        return self._object("commit_errors", body={"cursor": cursor}, name=name)
 
     def follow(self, name: str, sink: str | None = None, *, errors: bool = False,
                cursor: str | None = None, limit: int = DEFAULT_PAGE, poll_s: float = 0.5,
@@ -362,7 +319,8 @@ class Client:
         A page is committed once its last row was yielded and the next one asked for, so
         rows a consumer stopped in the middle of are read again by the next reader (at
         least once). A full page is followed by the next at once; an empty one by a wait of
-        `poll_s` (cut short by `stop`).
+        `poll_s` (cut short by `stop`). Page by page, with the commits the caller's:
+        `paging.pages`.
 
         Args:
             errors: follow the error output instead of a sink's results.
@@ -378,48 +336,12 @@ class Client:
         >>> for row in client.follow("alerts", until_ended=True):   # doctest: +SKIP
         ...     print(row["event"])
         """
-        if poll_s < 0 or (max_rows is not None and max_rows < 1):
-            raise ValueError(f"follow: expected poll_s >= 0 and max_rows >= 1 (or None), got "
-                             f"poll_s={poll_s!r}, max_rows={max_rows!r}")
-        stop = stop or threading.Event()
-        seen = 0
-        ended = False  # the dataflow ended: read once more, then stop
-        while not stop.is_set():
-            want = limit if max_rows is None else min(limit, max_rows - seen)
-            try:
-                page = (self.errors(name, cursor, want) if errors
-                        else self.results(name, sink, cursor, want))
-            except ServiceError as e:  # gone, or ended and its outputs freed, while we followed
-                if until_ended and e.code in ("not_found", "dataflow_ended"):
-                    return
-                raise
-            yield from page["rows"]
-            seen += len(page["rows"])
-            cursor, sink = page["cursor"], page.get("sink", sink)
-            if commit and page["rows"]:
-                if errors:
-                    self.commit_errors(name, cursor)
-                else:
-                    self.commit_results(name, cursor, sink)
-            if max_rows is not None and seen >= max_rows:
-                return
-            if page["pending"]:
-                continue
-            if until_caught_up or ended:
-                return
-            if until_ended:
-                ended = self._ended(name)
-                if ended:
-                    continue  # rows may have come between that read and the state change
-            stop.wait(poll_s)
-
-    def _ended(self, name: str) -> bool:
-        try:
-            return self.status(name)["state"] in ENDED_STATES
-        except ServiceError as e:
-            if e.code in ("not_found", "dataflow_ended"):
-                return True
-            raise
+        for page in paging.pages(self, name, sink, errors=errors, cursor=cursor, limit=limit,
+                          poll_s=poll_s, max_rows=max_rows, until_ended=until_ended,
+                          until_caught_up=until_caught_up, stop=stop):
+            yield from page.rows
+            if commit and page.rows:
+                paging.commit(self, name, page)
 
     # -- live reconfiguration: asynchronous; each returns the migration(s) started -----------
     def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
@@ -429,7 +351,7 @@ class Client:
         body: dict[str, Any] = {"step": step, "parallelism": parallelism, "strategy": strategy}
         if batch_bins is not None:
             body["batch_bins"] = batch_bins
-        return self.call("scale", body=body, name=name)  # type: ignore[no-any-return]
+        return as_record(self.call("scale", body=body, name=name), MigrationInfo, "scale")
 
     def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
                 to_instance: int | None = None, instance: int | None = None,
@@ -438,18 +360,19 @@ class Client:
         """Move key `bins` of a keyed step to instance `to_instance`, or its instance
         `instance` to executor `to_executor`. Returns the migration, running."""
         body: dict[str, Any] = {"step": step, "strategy": strategy}
-        for key, value in (("bins", None if bins is None else list(bins)),
+        for key, value in (("bins", None if bins is None else builtins.list(bins)),
                            ("to_instance", to_instance), ("instance", instance),
                            ("to_executor", to_executor), ("batch_bins", batch_bins)):
             if value is not None:
                 body[key] = value
-        return self.call("migrate", body=body, name=name)  # type: ignore[no-any-return]
+        return as_record(self.call("migrate", body=body, name=name), MigrationInfo, "migrate")
 
     def migrations(self, name: str | None = None) -> builtins.list[MigrationInfo]:
         """Reconfigurations, running and recent: of one dataflow, or of all you may see."""
         if name is None:
-            return self.call("all_migrations")["migrations"]  # type: ignore[no-any-return]
-        return self.call("dataflow_migrations", name=name)["migrations"]  # type: ignore[no-any-return]
+            return as_records(self._result("all_migrations"), MigrationInfo, "all_migrations")
+        return as_records(self._result("dataflow_migrations", name=name), MigrationInfo,
+                          "dataflow_migrations")
 
     def wait_migration(self, migration_id: str, timeout_s: float = 120.0, poll_s: float = 0.2,
                        *, sleep: Callable[[float], None] | None = None,
@@ -479,24 +402,27 @@ class Client:
 
     def rebalance(self, strategy: str = "batched") -> builtins.list[MigrationInfo]:
         """Even out the executors' load (admin). Returns the migrations started."""
-        return self.call("rebalance", body={"strategy": strategy})["migrations"]  # type: ignore[no-any-return]
+        return as_records(self._result("rebalance", body={"strategy": strategy}), MigrationInfo,
+                          "rebalance")
 
     def add_executors(self, count: int = 1) -> builtins.list[int]:
         """Start `count` executors (admin). Returns their indices."""
-        return self.call("add_executors", body={"count": count})["added"]  # type: ignore[no-any-return]
+        return [int(i) for i in as_list(self._result("add_executors", body={"count": count}),
+                                        "add_executors")]
 
-    def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]:
+    def remove_executor(self, index: int, *, strategy: str = "batched") -> ExecutorRemoval:
         """Drain executor `index` (admin): its instances move elsewhere, then it stops.
         Returns {"executor", "moving": [instances], "state": "draining"}."""
         params = None if strategy == "batched" else {"strategy": strategy}
-        return self.call("remove_executor", params=params, index=int(index))  # type: ignore[no-any-return]
+        return as_record(self.call("remove_executor", params=params, index=int(index)),
+                         ExecutorRemoval, "remove_executor")
 
-    def drain_node(self, node: str) -> dict[str, Any]:
+    def drain_node(self, node: str) -> NodeDrained:
         """Take the executors on `node` (an address or Ray node id) out of the pool before
         the node goes (admin): its dataflows are checkpointed and restored on the
         executors left; Ray places nothing new there. Returns {"node", "executors", "dataflows",
         "ray_refused", "seconds"}."""
-        return self.call("drain_node", node=node)  # type: ignore[no-any-return]
+        return as_record(self.call("drain_node", node=node), NodeDrained, "drain_node")
 
     # -- self-scaling ------------------------------------------------------------------------
     def scaling(self, name: str | None = None) -> dict[str, Any]:
@@ -510,8 +436,8 @@ class Client:
         4
         """
         if name is None:
-            return self.call("scaling_status")  # type: ignore[no-any-return]
-        return self.call("dataflow_scaling", name=name)  # type: ignore[no-any-return]
+            return self._object("scaling_status")
+        return self._object("dataflow_scaling", name=name)
 
     def set_scaling(self, name: str, settings: dict[str, Any] | None = None,
                     pin: dict[str, int | None] | None = None) -> dict[str, Any]:
@@ -528,26 +454,27 @@ class Client:
         """
         body = {"settings": None if settings is None else dict(settings),
                 "pin": dict(pin or {})}
-        return self.call("set_scaling", body=body, name=name)  # type: ignore[no-any-return]
+        return self._object("set_scaling", body=body, name=name)
 
     # -- service -----------------------------------------------------------------------------
     def whoami(self) -> dict[str, Any]:
-        return self.call("whoami")  # type: ignore[no-any-return]
+        return self._object("whoami")
 
     def info(self) -> dict[str, Any]:
-        return self.call("get_info")  # type: ignore[no-any-return]
+        return self._object("get_info")
 
-    def executors(self) -> builtins.list[dict[str, Any]]:
-        return self.call("executors")["executors"]  # type: ignore[no-any-return]
+    def executors(self) -> builtins.list[ExecutorStats]:
+        return as_records(self._result("executors"), ExecutorStats, "executors")
 
     def metrics(self) -> str:
-        return self.call("metrics")  # type: ignore[no-any-return]
+        return as_text(self.call("metrics"), "metrics")
 
     def create_token(self, tenant: str) -> dict[str, Any]:
-        return self.call("create_token", body={"tenant": tenant})  # type: ignore[no-any-return]
+        return self._object("create_token", body={"tenant": tenant})
 
     def tokens(self) -> builtins.list[dict[str, Any]]:
-        return self.call("list_tokens")  # type: ignore[no-any-return]
+        return as_objects(self.call("list_tokens"), "list_tokens")
 
     def revoke_token(self, token_id: str) -> dict[str, Any]:
-        return self.call("revoke_token", token_id=token_id)  # type: ignore[no-any-return]
+        return self._object("revoke_token", token_id=token_id)
+

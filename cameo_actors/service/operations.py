@@ -4,9 +4,11 @@ are built from.
 A row says what an operation is called, who may call it (`permission`, checked by
 `authorize` and nowhere else), the `ServiceCore` method that does it (`call`), its HTTP
 route (method and path, status, OpenAPI words), its request body (`Body`: model, size
-limit) and query parameters, the shape of its answer, and its CLI verb. `app.create_app`
-registers one route per row; `Client.call` sends any row's request by its name; a row
-whose verb `cli.py` has no command of its own gets a generic one.
+limit) and query parameters, the shape of its answer, and its CLI verb (`verbs.Verb`).
+`app.create_app` registers one route per row; `Client.call` sends any row's request by its
+name; `cli.build_parser` makes each verb a command whose arguments are the row's
+parameters and body fields, and a verb without a command function of its own prints the
+answer as JSON.
 
 >>> OPERATION["cancel"].method, OPERATION["cancel"].url(name="a b")
 ('DELETE', '/v1/dataflows/a%20b')
@@ -27,7 +29,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel
 
-from cameo_actors.operators.columns import ARROW_STREAM
+from cameo_actors.operators.column_ipc import ARROW_STREAM
 from cameo_actors.runtime.boundary import Strategy
 from cameo_actors.service.auth import Principal
 from cameo_actors.service.errors import ApiError
@@ -70,6 +72,7 @@ from cameo_actors.service.protocol import (
     WhoAmI,
     parse_last,
 )
+from cameo_actors.service.verbs import Arg, Flag, Verb, parse_bins, parse_pin
 
 #: Who may call an operation: anyone (no token), any token (a tenant sees its own
 #: dataflows, the admin all), or the admin token only.
@@ -90,6 +93,8 @@ RECONFIG_BODY_BYTES = 4096
 MIGRATE_BODY_BYTES = 512 * 1024
 #: An update or a token request: a few fields.
 SMALL_BODY_BYTES = 4096
+#: Events per push request from the client and the CLI: big enough to amortise a round trip.
+PUSH_BATCH = 5_000
 PAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {MSGPACK_TYPE: {"schema": {
         "type": "string", "format": "binary",
@@ -190,7 +195,7 @@ class Operation:
         wrap: the result is answered as {wrap: result}.
         answer: how the answer is encoded (`Answer`).
         responses: more OpenAPI responses than the service's common ones.
-        cli: the CLI verb that calls it ("pool add"), if any.
+        cli: its CLI verb ("pool add"), if any: a `Verb`, or its words alone.
     """
 
     name: str
@@ -208,7 +213,14 @@ class Operation:
     wrap: str = ""
     answer: Answer = "model"
     responses: dict[int | str, dict[str, Any]] | None = None
-    cli: str = ""
+    cli: str | Verb = ""
+
+    @property
+    def verb(self) -> Verb | None:
+        """Its CLI verb, if it has one (words alone are a verb with nothing else said)."""
+        if isinstance(self.cli, Verb):
+            return self.cli
+        return Verb(self.cli) if self.cli else None
 
     @property
     def path_names(self) -> list[str]:
@@ -249,67 +261,102 @@ _CURSOR = "from the last answer; none: from the committed "
 _LIMIT = Param("limit", int, DEFAULT_PAGE, {"ge": 1, "le": MAX_PAGE, "description": "rows at most"})
 _SPEC = Body(None, None, "spec", "the dataflow spec", schema=SPEC_SCHEMA)
 
+# -- the command line's words (verbs.Verb): what the rows' inputs alone cannot say
+_JSON = Flag("--json", "print the answer as JSON (times as epoch seconds)")
+_WAIT = (Flag("--wait", "wait until the migration(s) ended, and say how"),
+         Flag("--wait-timeout", "--wait: give up after S seconds", float, 120.0, "S"))
+_SPEC_FILES = Arg(metavar="FILE", many=True,
+                  help="a JSON spec (or a list of specs), '-' for stdin, or a Python file whose "
+                       "top level defines Dataflow objects")
+_RECONFIG_ARGS = {"step": Arg(positional=True), "batch_bins": Arg(metavar="N")}
+
 #: Every operation of the API, in the order of its routes (and of the OpenAPI document).
 OPERATIONS: tuple[Operation, ...] = (
     Operation("healthz", "GET", "/healthz", "service", "Liveness (no token needed)",
               permission=PUBLIC, response=dict[str, str]),
     Operation("whoami", "GET", "/v1/whoami", "service", call="core.whoami", response=WhoAmI,
-              cli="info"),
+              cli=Verb("info", "who you are, and the deployment")),
     Operation("get_info", "GET", "/v1/info", "service",
               "The deployment: pool, policy; Ray and executors for the admin",
               response=dict[str, Any], cli="info"),
     # -- dataflows
     # (a route of its own in app.py: its status says whether it was created, ?replace=true)
     Operation("submit", "POST", "/v1/dataflows", "dataflows", "Submit a spec (idempotent by name)",
-              body=_SPEC, status=201, response=SubmitResponse, cli="submit",
+              body=_SPEC, status=201, response=SubmitResponse,
+              params=(Param("replace", bool, False, {"description": (
+                  "cancel a running dataflow of the same name and a different spec and start "
+                  "this one")}),),
               responses={200: {"model": SubmitResponse,
-                               "description": "the same spec runs already"}}),
+                               "description": "the same spec runs already"}},
+              cli=Verb("submit", "submit dataflows from files (idempotent by name)",
+                       input=_SPEC_FILES, flags=(Flag("--msgpack", "send the spec as msgpack"),))),
     Operation("check", "POST", "/v1/admission", "dataflows",
               "Would this spec, and every running dataflow, meet its target? (nothing is "
               "started)", call="core.check", body=_SPEC, response=Prediction,
-              cli="submit --check"),
+              cli=Verb("submit --check", "start nothing: say whether it, and every running "
+                       "dataflow, is predicted to meet its target (exit status 1 if not)",
+                       input=_SPEC_FILES)),
     Operation("overload", "GET", "/v1/overload", "dataflows",
               "Who misses or will miss its target, by how much, and whose load causes it",
-              call="core.overload", response=Prediction, cli="status"),
+              call="core.overload", response=Prediction, cli=Verb("status", flags=(_JSON,))),
     Operation("explain_pool", "GET", "/v1/explain", "dataflows",
               "Why targets were missed, pool-wide: the critical path over the last seconds (a "
               "tenant sees other tenants' dataflows unnamed)", call="core.explain",
-              params=(_LAST,), response=Explanation, answer="json_safe", cli="explain"),
+              params=(_LAST,), response=Explanation, answer="json_safe",
+              cli=Verb("explain", args={"last": Arg(metavar="WINDOW")}, flags=(_JSON,))),
     Operation("list_dataflows", "GET", "/v1/dataflows", "dataflows",
               "The dataflows this token may see, live and ended (kept for a while)",
-              call="core.list", response=DataflowList, wrap="dataflows", cli="list",
+              call="core.list", response=DataflowList, wrap="dataflows",
               params=(Param("state", list[str] | None, None, {"description": (
-                  "only dataflows in these states (repeat the parameter)")}, arg="states"),)),
+                  "only dataflows in these states (repeat the parameter)")}, arg="states"),),
+              cli=Verb("list", args={"state": Arg(metavar="STATE")}, flags=(_JSON,))),
     Operation("status", "GET", _NAME_DF, "dataflows",
               "State, throughput, latency percentiles vs target, backlog, errors",
-              call="core.status", response=DataflowStatus, cli="status"),
+              call="core.status", response=DataflowStatus,
+              cli=Verb("status", "a dataflow's latency percentiles against its target, live; "
+                       "without a name, the pool's overload report",
+                       flags=(Flag("--once", "print one frame and exit"),
+                              Flag("--interval", "seconds between frames", float, 1.0, "S"),
+                              Flag("--count", "stop after this many frames", int, None, "N"),
+                              _JSON))),
     Operation("explain", "GET", _NAME_DF + "/explain", "dataflows",
               "Why it missed (or met) its target: its critical path over the last seconds, "
               "ranked, in words", call="core.explain", params=(_LAST,), response=Explanation,
-              answer="json_safe", cli="explain"),
+              answer="json_safe",
+              cli=Verb("explain", "why a dataflow missed its target: its critical path, "
+                       "ranked; without a name, the pool", args={"last": Arg(metavar="WINDOW")},
+                       flags=(_JSON,))),
     Operation("exceptions", "GET", _NAME_DF + "/exceptions", "dataflows",
               "Why it failed, and its last operator failures", call="core.exceptions",
-              response=Exceptions),
+              response=Exceptions, cli="exceptions"),
     Operation("update", "PATCH", _NAME_DF, "dataflows",
               "Change the latency target or tenant weight while it runs", call="core.update",
               body=Body(UpdateRequest, SMALL_BODY_BYTES, "update", "what to change"),
-              response=UpdateResponse, cli="update"),
+              response=UpdateResponse,
+              cli=Verb("update", args={"latency_target_ms": Arg(flag="--target", metavar="MS"),
+                                       "weight": Arg(metavar="W")})),
     Operation("cancel", "DELETE", _NAME_DF, "dataflows", "Cancel a dataflow", call="core.cancel",
-              response=CancelResponse, cli="cancel"),
+              response=CancelResponse,
+              cli=Verb("cancel", "cancel dataflows", args={"name": Arg(many=True)})),
     # -- events
     # (a route of its own in app.py: it refuses before it reads the body)
     Operation("push", "POST", _NAME_DF + "/sources/{source}/events", "events",
               "Push a batch of events to a source; each event enters or is refused alone",
               body=Body(None, None, "events batch", "events: a list of objects",
                         schema=EVENTS_SCHEMA),
-              status=202, response=PushResponse, cli="push"),
+              status=202, response=PushResponse,
+              cli=Verb("push", "push the events of a file to a source",
+                       input=Arg(metavar="FILE", help="JSON lines or a JSON list of events; "
+                                                      "'-' for stdin"),
+                       flags=(Flag("--batch", "events per request", int, PUSH_BATCH, "N"),
+                              Flag("--close", "close the sources afterwards")))),
     Operation("close", "POST", _NAME_DF + "/close", "events",
               "End every source: windows fire, no more events are expected", call="core.close",
               response=dict[str, str], cli="close"),
     # -- outputs: pages after a cursor; a commit frees what was read
     Operation("results", "GET", _NAME_DF + "/results", "outputs",
               "A page of results after a cursor (reading commits nothing)",
-              call="core.read_results", response=ResultsPage, answer="columns", cli="results",
+              call="core.read_results", response=ResultsPage, answer="columns",
               params=(Param("sink", str | None, None, {"description": (
                           "the sink (optional when there is one, or with a cursor)")}),
                       Param("cursor", str | None, None, {
@@ -319,7 +366,23 @@ OPERATIONS: tuple[Operation, ...] = (
                          409: {"model": ErrorBody, "description":
                                "rows before the cursor were committed already"},
                          406: {"model": ErrorBody, "description": "asked for Arrow, and the "
-                               "results do not form columns (read them as JSON)"}}),
+                               "results do not form columns (read them as JSON)"}},
+              cli=Verb("results", "print a dataflow's results (or its error output), "
+                       "committing them",
+                       "Print the results waiting in a dataflow's sink, a page at a time, and "
+                       "commit each page once printed (that frees a sink held on a full result "
+                       "log). Without --follow: what is there now. Ctrl-C leaves the page being "
+                       "printed uncommitted; a pipe closed by its reader (| head) ends the "
+                       "command quietly, the rows it took committed.",
+                       args={"limit": Arg(metavar="N", help="stop after N rows (default: all "
+                                                           "there are)")},
+                       flags=(Flag("--follow", "keep printing as results come, until the "
+                                               "dataflow ended"),
+                              Flag("--json", "one JSON object per row (NaN and infinities as "
+                                             "null)"),
+                              Flag("--no-commit", "leave the rows for the next reader"),
+                              Flag("--interval", "--follow: seconds between polls when nothing "
+                                                 "is new", float, 0.5, "S")))),
     Operation("commit_results", "POST", _NAME_DF + "/results/commit", "outputs",
               "Free the results before a cursor (a sink held on a full log resumes)",
               call="core.commit_results", response=CommitResponse, answer="negotiated",
@@ -331,7 +394,9 @@ OPERATIONS: tuple[Operation, ...] = (
               params=(Param("cursor", str | None, None, {
                           "description": _CURSOR + "records", "max_length": MAX_CURSOR_CHARS}),
                       _LIMIT),
-              responses=PAGE_RESPONSES, cli="results --errors"),
+              responses=PAGE_RESPONSES,
+              cli=Verb("results --errors", "the error output instead (bad records, with step, "
+                                           "kind and message)")),
     Operation("commit_errors", "POST", _NAME_DF + "/errors/commit", "outputs",
               "Free the error-output records before a cursor", call="core.commit_errors",
               body=Body(ErrorsCommitRequest, COMMIT_BODY_BYTES, "commit", "the cursor"),
@@ -340,39 +405,54 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("executors", "GET", "/v1/executors", "service",
               "Per-executor scheduler counters (admin)", call="core.executors",
               permission=ADMIN, forbidden="executor statistics are", response=dict[str, Any],
-              wrap="executors", cli="executors"),
+              wrap="executors", cli=Verb("executors", flags=(_JSON,))),
     # -- live reconfiguration: each answers 202 with the migration started (see its progress
     # in GET /v1/migrations); 409 while another migration of the dataflow is under way
     Operation("scale", "POST", _NAME_DF + "/scale", "reconfiguration",
               "Change the parallelism of a keyed step while it runs", call="core.scale",
               body=Body(ScaleRequest, RECONFIG_BODY_BYTES, "scale", "the step and parallelism"),
-              status=202, response=Migration, cli="scale"),
+              status=202, response=Migration,
+              cli=Verb("scale", description="A keyed step (a window or join after key_by) "
+                       "goes to P instances while the dataflow runs: its key bins and their "
+                       "state move epoch by epoch, no event is lost.",
+                       args={**_RECONFIG_ARGS, "parallelism": Arg(positional=True, metavar="P")},
+                       flags=_WAIT)),
     Operation("migrate", "POST", _NAME_DF + "/migrate", "reconfiguration",
               "Move key bins of a keyed step to an instance, or an instance to an executor",
               call="core.migrate",
               body=Body(MigrateRequest, MIGRATE_BODY_BYTES, "migrate", "what moves where"),
-              status=202, response=Migration, cli="migrate"),
+              status=202, response=Migration,
+              cli=Verb("migrate", args={**_RECONFIG_ARGS,
+                                        "bins": Arg(metavar="B", parse=parse_bins,
+                                                    help="the key bins to move: 1,2,3 or 0-63"),
+                                        "to_instance": Arg(metavar="I"),
+                                        "instance": Arg(metavar="I"),
+                                        "to_executor": Arg(metavar="X")},
+                       flags=_WAIT)),
     Operation("dataflow_migrations", "GET", _NAME_DF + "/migrations", "reconfiguration",
               "A dataflow's reconfigurations, running and recent, with their progress",
               call="core.migrations", response=MigrationList, wrap="migrations",
-              cli="migrations"),
+              cli=Verb("migrations", "reconfigurations (running and recent) and their progress; "
+                       "with a name, only that dataflow's", flags=(_JSON,))),
     Operation("all_migrations", "GET", "/v1/migrations", "reconfiguration",
               "Reconfigurations of the dataflows this token may see (admin: all)",
               call="core.migrations", response=MigrationList, wrap="migrations",
-              cli="migrations"),
+              cli=Verb("migrations", flags=(_JSON,))),
     Operation("rebalance", "POST", "/v1/pool/rebalance", "reconfiguration",
               "Even out the executors' load: instances and bins move (admin)",
               call="core.rebalance", permission=ADMIN, forbidden="rebalancing the pool is",
               body=Body(RebalanceRequest, RECONFIG_BODY_BYTES, "rebalance",
                         "the strategy (optional: no body is batched)", optional=True),
-              status=202, response=MigrationList, wrap="migrations", cli="pool rebalance"),
+              status=202, response=MigrationList, wrap="migrations",
+              cli=Verb("pool rebalance", flags=_WAIT)),
     Operation("add_executors", "POST", "/v1/pool/executors", "reconfiguration",
               "Start executors (admin)", call="core.add_executors", permission=ADMIN,
               forbidden="adding executors is",
               body=Body(AddExecutorsRequest, RECONFIG_BODY_BYTES, "executors request",
                         "how many (optional: no body is one)", model_what="executors",
                         optional=True),
-              status=201, response=ExecutorsAdded, wrap="added", cli="pool add"),
+              status=201, response=ExecutorsAdded, wrap="added",
+              cli=Verb("pool add", args={"count": Arg(metavar="N")})),
     Operation("remove_executor", "DELETE", "/v1/pool/executors/{index}", "reconfiguration",
               "Drain an executor: its instances move elsewhere, then it stops (admin)",
               call="core.remove_executor", permission=ADMIN, forbidden="removing executors is",
@@ -381,7 +461,7 @@ OPERATIONS: tuple[Operation, ...] = (
                             query=False),
                       Param("strategy", Strategy, "batched",
                             {"description": "how its instances' bins move"})),
-              status=202, response=ExecutorRemoval, cli="pool remove"),
+              status=202, response=ExecutorRemoval, cli=Verb("pool remove", flags=_WAIT)),
     Operation("drain_node", "POST", "/v1/pool/nodes/{node}/drain", "reconfiguration",
               "Take a node's executors out of the pool before the node goes: its dataflows "
               "are checkpointed and restored on the executors left (admin)",
@@ -396,26 +476,39 @@ OPERATIONS: tuple[Operation, ...] = (
               "The scaling controller: each dataflow's steps (parallelism, lessees, true "
               "rates, busy share), its last decisions and why, misses, failures (a tenant "
               "sees its own dataflows)", call="core.scaling", response=ScalingStatus,
-              answer="json_safe", cli="scaling"),
+              answer="json_safe", cli=Verb("scaling", flags=(_JSON,))),
     Operation("dataflow_scaling", "GET", _NAME_DF + "/scaling", "scaling",
               "The scaling controller's view of one dataflow", call="core.scaling",
-              response=ScalingStatus, answer="json_safe", cli="scaling"),
+              response=ScalingStatus, answer="json_safe", cli=Verb("scaling", flags=(_JSON,))),
     Operation("set_scaling", "PUT", _NAME_DF + "/scaling", "scaling",
               "Set a dataflow's own scaling settings (over the pool's; null: the pool's) and "
               "pin steps to a parallelism", call="core.set_scaling",
               body=Body(ScalingRequest, RECONFIG_BODY_BYTES, "scaling request",
                         "the settings (required, null for the pool's) and the pins",
                         model_what="scaling"),
-              response=ScalingStatus, answer="json_safe", cli="scaling set"),
+              response=ScalingStatus, answer="json_safe",
+              cli=Verb("scaling set", description="Each set gives the dataflow's whole own "
+                       "settings: what it leaves out is the pool's. Pins stay until unpinned.",
+                       args={"pin": Arg(metavar="STEP=N", parse=parse_pin,
+                                        help="keep STEP at N instances whatever the policy "
+                                             "says; repeat it")},
+                       flags=(Flag("--setting", "a setting as KEY=VALUE (the value as JSON); "
+                                   "repeat it", str, None, "KEY=VALUE", repeat=True),
+                              Flag("--unpin", "let the policy decide STEP's parallelism again; "
+                                   "repeat it", str, None, "STEP", repeat=True),
+                              Flag("--reset", "the pool's settings again, and every step "
+                                              "unpinned")))),
     # -- tokens
     Operation("create_token", "POST", "/v1/tokens", "tokens", "Create a tenant token (admin)",
               call="tokens.create", permission=ADMIN, forbidden="creating tokens is",
               body=Body(TokenRequest, SMALL_BODY_BYTES, "token request", "the tenant",
                         model_what="token"),
-              status=201, response=TokenCreated, cli="token create"),
+              status=201, response=TokenCreated,
+              cli=Verb("token create", args={"tenant": Arg(positional=True)})),
     Operation("list_tokens", "GET", "/v1/tokens", "tokens",
               "Tenant tokens (ids, not secrets; admin)", call="tokens.list", permission=ADMIN,
-              forbidden="listing tokens is", response=list[TokenInfo], cli="token list"),
+              forbidden="listing tokens is", response=list[TokenInfo],
+              cli=Verb("token list", flags=(_JSON,))),
     Operation("revoke_token", "DELETE", "/v1/tokens/{token_id}", "tokens",
               "Revoke a tenant token (admin)", call="tokens.revoke", permission=ADMIN,
               forbidden="revoking tokens is", response=dict[str, Any], cli="token revoke"),

@@ -183,7 +183,7 @@ def test_deep_json_is_refused_before_it_is_parsed(svc: Service,
         raise AssertionError("a body over the depth limit was parsed")
 
     with monkeypatch.context() as m:  # json.loads is the json module's: httpx's too
-        m.setattr("cameo_actors.service.protocol.json.loads", no_parse)
+        m.setattr("cameo_actors.service.protocol.encoding.json.loads", no_parse)
         r = svc.http.post("/v1/dataflows", content=b"[" * 2000 + b"]" * 2000, headers=auth())
     assert r.status_code == 400, r.text
     err = r.json()["error"]
