@@ -30,9 +30,10 @@ test: $(STAMP) system  ## the whole suite: unit, then integration on real Ray an
 unit: $(STAMP)  ## unit tests only (no Ray, no Spark, no sleeps)
 	$(PY) -m pytest -q tests/unit
 
-lint: $(STAMP)  ## ruff, mypy, and the architecture's import contracts (import-linter)
+lint: $(STAMP)  ## ruff, mypy (strict on the runtime and the service), and the architecture's import contracts (import-linter)
 	$(PY) -m ruff check cameo_actors spark_ingest tests bench corpora
 	$(PY) -m mypy cameo_actors spark_ingest corpora
+	$(PY) -m mypy --strict cameo_actors/runtime cameo_actors/service
 	$(VENV)/bin/lint-imports --no-logo
 
 serve: $(STAMP)  ## the service: embedded Ray, API and /metrics on 127.0.0.1:8470 (docs/service.md)
@@ -43,7 +44,7 @@ $(BENCH): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH)
 
-bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput, service, migration, recovery, self-scaling (plot), critical paths, Nexmark (README)
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput, service, migration, recovery, self-scaling (plot), critical paths, Nexmark (docs/benchmarks.md)
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/out/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead

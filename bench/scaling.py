@@ -4,7 +4,7 @@ for a hot key.
 Run: `python -m bench.scaling [--quick | --smoke] [--json FILE] [--plots DIR]
       [--policies ds2,threshold] [--parts steps,hot] [--capacity EPS] [--no-deadline-aware]`
 
-The README's figure: `python -m bench.scaling --json bench/out/scaling.json --plots docs/bench`
+The figure of docs/benchmarks.md: `python -m bench.scaling --json bench/out/scaling.json --plots docs/bench`
 (`make bench`), which writes `docs/bench/scaling.png`.
 
 Simulated speed. A two-core machine cannot show real scale-out, so each keyed instance is

@@ -70,7 +70,7 @@ def as_columns(events: list[dict[str, Any]], copies: int = 1) -> Any:
     import numpy as np
     import pyarrow as pa
 
-    from cameo_actors.operators.columns import conform
+    from cameo_actors.operators.column_schema import conform
 
     [batch] = conform("s", pa.Table.from_pylist(events), list(SCHEMA.items()))
     ts = batch["ts"].to_numpy()
@@ -94,10 +94,10 @@ def run_core(events: Any, batch: int = BATCH) -> Any:
     seq = 0
     for seq, i in enumerate(range(0, len(events), batch)):
         part = events.slice(i, batch) if hasattr(events, "slice") else events[i:i + batch]
-        core.ingest("bench", seq, "core/s/0", [part], 0.0)
+        core.ingress.ingest("bench", seq, "core/s/0", [part], 0.0)
         while core.run_slice():
             pass
-    core.ingest("bench", seq + 1, "core/s/0", [END_OF_STREAM], 0.0)
+    core.ingress.ingest("bench", seq + 1, "core/s/0", [END_OF_STREAM], 0.0)
     while core.run_slice():
         pass
     return core

@@ -47,7 +47,7 @@ from typing import Any
 
 from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import ConnectorSpec, DataflowSpec, SourceStep
-from cameo_actors.runtime.boundary import RuntimeLike
+from cameo_actors.runtime.interface import RuntimeAPI
 from spark_ingest import checkpoints
 from spark_ingest.batching import bucket_ms
 from spark_ingest.exceptions import SparkQueryFailed
@@ -177,7 +177,7 @@ class SparkTier:
         config: the tier's Spark configuration (run folder, checkpoints).
     """
 
-    def __init__(self, runtime: RuntimeLike, spark: Any = None, config: SparkConfig | None = None) -> None:
+    def __init__(self, runtime: RuntimeAPI, spark: Any = None, config: SparkConfig | None = None) -> None:
         self.runtime = runtime
         self.config = config or SparkConfig()
         self.spark = spark if spark is not None else build_session(self.config)

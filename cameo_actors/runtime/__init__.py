@@ -1,8 +1,9 @@
 """The runtime on Ray: executors hosting activations, a controller, and the Python API.
 
-Public: `Runtime` (the API), `RuntimeConfig`, the records of `boundary` (what
-crosses the runtime's boundary, and the `RuntimeLike` protocol) and the
-errors of `exceptions`. Everything under `_private/` is internal.
+Public: `Runtime` (the API), `RuntimeConfig`, the operations of `interface`
+(`ControlAPI`, `DataAPI`, `RuntimeAPI`), the records of `boundary` (what crosses the
+runtime's boundary) and the errors of `exceptions`. Everything under `_private/` is
+internal.
 
 `Runtime` is imported on first use, so the pure parts (the boundary records,
 the configuration) load without Ray.
@@ -19,7 +20,6 @@ from cameo_actors.runtime.boundary import (
     MigrationInfo,
     PoolSnapshot,
     Rejected,
-    RuntimeLike,
 )
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import (
@@ -32,11 +32,13 @@ from cameo_actors.runtime.exceptions import (
     ReconfigFailed,
     RuntimeUnavailable,
 )
+from cameo_actors.runtime.interface import ControlAPI, DataAPI, RuntimeAPI
 
 __all__ = [
-    "ActivationId", "DataflowEnded", "DataflowExists", "DataflowInfo", "DataflowNotFound", "DataflowStats",
-    "DataflowSummary", "ExecutorStats", "MigrationInfo", "PoolInUse", "PoolKept", "PoolNotFound", "PoolSnapshot", "ReconfigFailed", "Rejected", "Runtime", "RuntimeConfig", "RuntimeLike",
-    "RuntimeUnavailable", "start_local_ray",
+    "ActivationId", "ControlAPI", "DataAPI", "DataflowEnded", "DataflowExists", "DataflowInfo",
+    "DataflowNotFound", "DataflowStats", "DataflowSummary", "ExecutorStats", "MigrationInfo",
+    "PoolInUse", "PoolKept", "PoolNotFound", "PoolSnapshot", "ReconfigFailed", "Rejected", "Runtime",
+    "RuntimeAPI", "RuntimeConfig", "RuntimeUnavailable", "start_local_ray",
 ]
 
 

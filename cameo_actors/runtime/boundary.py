@@ -1,10 +1,10 @@
-"""The runtime's boundary: the records that cross it, typed once, and `RuntimeLike`.
+"""The runtime's boundary: the records that cross it, typed once.
 
 Everything a caller of the runtime sees (the Python API `Runtime`, the
-service, the Spark tier) is one of these records, and every such caller
-holds a `RuntimeLike`. The records stay plain data (TypedDicts over dicts,
-tuples), because they travel as JSON to HTTP clients and over Ray between
-processes; `ActivationId` is the one value type with behaviour.
+service, the Spark tier) is one of these records; the operations that return
+them are declared in `interface.py`. The records stay plain data (TypedDicts
+over dicts, tuples), because they travel as JSON to HTTP clients and over Ray
+between processes; `ActivationId` is the one value type with behaviour.
 
 Pure: no Ray, so the service's unit tests and fakes use it too.
 """
@@ -12,11 +12,12 @@ Pure: no Ray, so the service's unit tests and fakes use it too.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypedDict, get_args
+from typing import Any, Literal, TypedDict, get_args
 
-from cameo_actors.operators.base import ErrorRecord, Event
+from cameo_actors.operators.base import Event
+from cameo_actors.runtime import lifecycle
+from cameo_actors.runtime.lifecycle import DataflowState
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -71,19 +72,22 @@ class Rejected(TypedDict):
     reason: str  # what was expected, what arrived, and the fix
 
 
-#: A dataflow's lifecycle. `running` until its sources are closed, then `finishing` while
+#: A dataflow's lifecycle (`lifecycle.py`: the states, the events, and the one table of
+#: the moves between them). `running` until its sources are closed, then `finishing` while
 #: the backlog drains, then `finished` (its results stay readable); or `cancelled`, or
 #: `failed` (with a cause) at any time; `recovering` (with the cause) while it is restored
 #: from its last checkpoint after an executor it ran on died, then running (or finishing)
-#: again. Ended dataflows are kept for a while, to be seen.
+#: again. Ended dataflows are kept for a while, to be seen. Each is a `DataflowState`,
+#: equal to its string (records hold the strings).
 RUNNING, FINISHING, FINISHED, CANCELLED, FAILED, RECOVERING = (
-    "running", "finishing", "finished", "cancelled", "failed", "recovering")
-STATES = (RUNNING, FINISHING, FINISHED, CANCELLED, FAILED, RECOVERING)
+    DataflowState.RUNNING, DataflowState.FINISHING, DataflowState.FINISHED,
+    DataflowState.CANCELLED, DataflowState.FAILED, DataflowState.RECOVERING)
+STATES = lifecycle.STATES
 #: States in which a dataflow's activations run (it takes events, or drains), or are
 #: being restored.
-LIVE_STATES = (RUNNING, FINISHING, RECOVERING)
+LIVE_STATES = lifecycle.LIVE_STATES
 #: States in which its parts on the executors are freed (nothing to read any more).
-RELEASED_STATES = (CANCELLED, FAILED)
+RELEASED_STATES = lifecycle.RELEASED_STATES
 
 #: How a reconfiguration moves a keyed step's bins: in one epoch, in batches, one bin per
 #: epoch. Callers (the service's requests) take these names; the runtime plans by them.
@@ -315,89 +319,45 @@ class PoolSnapshot(TypedDict, total=False):
     critical_path: dict[str, dict[str, float]]
 
 
-class RuntimeLike(Protocol):
-    """A runtime, as the service, the Spark tier and tests drive it.
+class Cancelled(TypedDict):
+    """`cancel()`: the dataflow's state after it, and what it dropped."""
 
-    `Runtime` (on Ray) implements it; the service's unit tests use an in-memory
-    fake. Unknown names raise `DataflowNotFound`, a taken name `DataflowExists`
-    (both in `cameo_actors.runtime.exceptions`), a bad spec `SpecError`.
-    """
+    name: str
+    state: str
+    messages_dropped: int  # messages queued or in flight that were dropped
+    ended_before: bool  # it had ended already: only what it kept was freed
 
-    pool: str
 
-    @property
-    def address(self) -> str:
-        """Where other processes (Spark's Python workers) join this pool's cluster."""
-        ...
+class Updated(TypedDict):
+    """`update()`: the live settings in force after it."""
 
-    # -- control
-    def deploy(self, dataflow: Any) -> str: ...
-    def predict(self, dataflow: Any = None) -> dict[str, Any]: ...
-    def cancel(self, name: str) -> dict[str, Any]: ...
-    def update(self, name: str, *, latency_target_ms: float | None = None,
-               weight: float | None = None) -> dict[str, Any]: ...
-    def list(self, states: Sequence[str] | None = None) -> builtins.list[DataflowSummary]: ...
-    def describe(self, name: str, *, refresh: bool = False) -> DataflowInfo: ...
-    def stats(self, name: str) -> DataflowStats: ...
-    def executor_stats(self) -> builtins.list[ExecutorStats]: ...
-    def wait_idle(self, timeout_s: float = 60.0, *,
-                  dataflows: Sequence[str] | None = None) -> None: ...
+    name: str
+    latency_target_ms: float
+    weight: float
 
-    def explain(self, name: str | None = None, *, last_s: float = 60.0) -> dict[str, Any]:
-        """Why a dataflow (None: the whole pool) missed or met its target over the last
-        `last_s` seconds: online critical-path analysis (SnailTrail) of its traced activities.
 
-        Returns {"dataflow", "last_s", "from_ms", "to_ms", "snapshots", "activities",
-        "latency_target_ms", "results", "within_target", "latency": [one point per 1-s
-        snapshot, oldest first: {"t_ms", "results", "within", "p50_ms", "p99_ms",
-        "max_ms"}], "operators": {step: share of its critical path}, "critical_path":
-        [ranked, largest first: {"share", "ms", "kind", "dataflow", "step", "executor",
-        "from_executor", "behind", "behind_step", "text"}], "summary": {"by_type",
-        "by_operator", "by_executor", "by_channel", "by_dataflow", "waiting_behind"},
-        "late_paths": result messages with a result over the target, "late_path": their
-        critical path (ranked as critical_path; "ms" per late message), "words": [the
-        headline, then one line per critical_path entry], "late_words": [the same of
-        late_path; none if nothing was late]}. Shares are fractions of the critical path
-        (0..1); times epoch ms.
+class ExecutorRemoval(TypedDict, total=False):
+    """`remove_executor()`: the removal started ("draining"), or how it ended."""
 
-        Raises:
-            DataflowNotFound: no dataflow of that name (as `describe`).
-        """
-        ...
+    executor: int
+    state: str  # "draining", "removed", or "kept" (an instance could not move)
+    moving: list[str]  # the instances moved off it
+    error: str | None  # why it was kept
 
-    # -- live reconfiguration (bad requests raise ReconfigError, conflicts ReconfigConflict)
-    def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
-              batch_bins: int | None = None) -> MigrationInfo: ...
-    def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
-                to_instance: int | None = None, instance: int | None = None,
-                to_executor: int | None = None, strategy: str = "batched",
-                batch_bins: int | None = None) -> MigrationInfo: ...
-    def migrations(self, name: str | None = None) -> builtins.list[MigrationInfo]: ...
-    def rebalance(self, *, strategy: str = "batched") -> builtins.list[MigrationInfo]: ...
-    def add_executors(self, n: int = 1) -> builtins.list[int]: ...
-    def remove_executor(self, index: int, *, strategy: str = "batched") -> dict[str, Any]: ...
-    def drain_node(self, node: str) -> dict[str, Any]: ...
 
-    # -- input
-    def pressure(self, name: str) -> Pressure: ...
-    def push(self, name: str, source: str, events: Sequence[Event], *,
-             batch_size: int = ...) -> builtins.list[Rejected]: ...
-    def close(self, name: str) -> None: ...
+class NodeDrained(TypedDict):
+    """`drain_node()`: the executors retired on a node, and the dataflows restored."""
 
-    def watermark(self, name: str, source: str, ts: float) -> None: ...
-    def flush(self) -> None: ...
-    def mark_input_batch(self, name: str, source: str, batch_id: int, query: str = "") -> None: ...
-    def input_batches(self, name: str) -> dict[str, int]: ...
+    node: str
+    executors: list[int]
+    dataflows: list[str]
+    ray_refused: dict[str, str]  # Ray node id -> why Ray did not drain it
+    seconds: float
 
-    # -- output: results and the error output, read with offsets (exactly once)
-    def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]: ...
-    def read_results(self, name: str, sink_activation: str, start: int,
-                     end: int | None = None) -> builtins.list[ResultRow]: ...
-    def read_result_columns(self, name: str, sink_activation: str, start: int,
-                            end: int | None = None) -> Any: ...
-    def commit_results(self, name: str, sink_activation: str, offset: int) -> None: ...
-    def error_offsets(self, name: str) -> dict[str, ErrorLogOffsets]: ...
-    def read_errors(self, name: str, log: str, start: int, end: int | None = None
-                    ) -> tuple[int, builtins.list[ResultRow]]: ...
-    def commit_errors(self, name: str, log: str, offset: int) -> None: ...
-    def errors(self, name: str, limit: int = 100) -> builtins.list[ErrorRecord]: ...
+
+#: Admission control's prediction (`predict`), an explanation of missed targets
+#: (`explain`) and the scaling controller's view (`scaling`): nested records whose
+#: shapes the service's models describe (`service/protocol.py`).
+Prediction = dict[str, Any]
+Explanation = dict[str, Any]
+ScalingStatus = dict[str, Any]

@@ -94,3 +94,20 @@ class ReconfigFailed(CameoError):
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         return (type(self), (self.args[0], self.info))
+
+
+class IllegalTransition(CameoError, RuntimeError):
+    """An event a dataflow's state does not allow (`runtime/lifecycle.py`, its table):
+    a bug where it was applied. Nothing of the record changed."""
+
+    def __init__(self, state: str | None, event: str, allowed: Sequence[str],
+                 dataflow: str | None = None) -> None:
+        self.state, self.event, self.dataflow = state, event, dataflow
+        self.allowed = list(allowed)
+        who = f"dataflow {dataflow!r}" if dataflow is not None else "a dataflow"
+        where = f"is {state}" if state is not None else "is not submitted yet"
+        super().__init__(f"{who} {where}: the event {event!r} is not allowed there "
+                         f"(allowed: {', '.join(self.allowed) or 'none'})")
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return (type(self), (self.state, self.event, self.allowed, self.dataflow))

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cameo_actors import __version__
 from cameo_actors.errors import SpecError, UserError
-from cameo_actors.operators.columns import ARROW_STREAM, to_ipc
+from cameo_actors.operators.column_ipc import ARROW_STREAM, to_ipc
 from cameo_actors.runtime.boundary import PoolSnapshot
 from cameo_actors.service import metrics as prom
 from cameo_actors.service import operations, ui
@@ -383,6 +383,13 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
         # check of an update): still the caller's mistake, never a 500.
         code = "invalid_spec" if isinstance(e, SpecError) else "invalid_request"
         return _error_response(ApiError.from_user_error(e, 422, code))
+
+    @app.exception_handler(NotImplementedError)  # an operation this runtime does not do
+    async def _not_supported(request: Request, e: NotImplementedError) -> JSONResponse:
+        return _error_response(ApiError(
+            501, "not_supported", f"this runtime does not do {request.url.path}",
+            expected="a runtime that does it", got=str(e),
+            fix="run the service on the cameo runtime (`cameo serve`)"))
 
     @app.exception_handler(TimeoutError)  # RuntimeUnavailable is one
     async def _unavailable(request: Request, e: TimeoutError) -> JSONResponse:

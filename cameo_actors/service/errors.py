@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError, SpecError, UserError
-from cameo_actors.operators.columns import ColumnsRefused, ResultsNotColumnar
+from cameo_actors.operators.exceptions import ColumnsRefused, ResultsNotColumnar
 from cameo_actors.runtime.exceptions import DataflowEnded
 
 

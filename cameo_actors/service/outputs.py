@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cameo_actors.operators.columns import concat_results
+from cameo_actors.operators.column_results import concat_results
 from cameo_actors.runtime.boundary import ResultRow
 from cameo_actors.service.errors import ApiError
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Container, Iterable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 #: A dataflow's last decisions its status shows.
 DECISIONS_SHOWN = 5
@@ -25,16 +25,6 @@ DECISIONS_SHOWN = 5
 ERRORS_SHOWN = 3
 #: What only the admin sees of the pool (its layout, as in GET /v1/info).
 ADMIN_FIELDS = ("executors", "wanted_executors")
-
-
-@runtime_checkable
-class ScalingRuntime(Protocol):
-    """The scaling half of the runtime's API (`Runtime.scaling`, `Runtime.set_scaling`)."""
-
-    def scaling(self, name: str | None = None) -> dict[str, Any]: ...
-
-    def set_scaling(self, name: str, settings: dict[str, Any] | None = None, *,
-                    pin: dict[str, int | None] | None = None) -> dict[str, Any]: ...
 
 
 def visible(status: dict[str, Any], own: Container[str] | None) -> dict[str, Any]:

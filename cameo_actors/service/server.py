@@ -22,121 +22,17 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
-from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any
 
 from cameo_actors.errors import CameoError
-from cameo_actors.operators.base import Event
-from cameo_actors.runtime.boundary import LIVE_STATES, Pressure, Rejected
+from cameo_actors.runtime.boundary import LIVE_STATES
 from cameo_actors.service.auth import TokenStore, write_private
 from cameo_actors.service.config import ServiceConfig
 from cameo_actors.service.core import ServiceCore
 from cameo_actors.service.limits import TenantLimits
 
-if TYPE_CHECKING:
-    from cameo_actors.runtime.api import Runtime
-
 log = logging.getLogger("cameo.service")
-#: How long the service trusts what it learnt of a dataflow's backpressure (seconds).
-PRESSURE_TTL_S = 0.1
-
-
-class ServiceRuntime:
-    """The runtime as the service drives it (`core.CoreRuntime`): a `Runtime`, with one
-    handle per dataflow for its events. A handle's batches are applied in order per
-    executor, so a shared handle would let one dataflow's backpressure hold back every
-    other dataflow on the same executor. A push is answered once its events are in their
-    sources' ingress logs (it survives a failure from then on); one dataflow's pushes go
-    one at a time.
-
-    The runtime's calls that the service makes unchanged are bound below, one by one (a
-    new one is added here and to `CoreRuntime`); cancel, push, close, pressure and
-    wait_idle change how they go, and are this class's own methods.
-    """
-
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self.pool = rt.pool
-        self._pushers: dict[str, tuple[Runtime, threading.Lock]] = {}
-        self._pushers_guard = threading.Lock()
-        # name -> (when asked, the runtime's answer, events pushed since)
-        self._pressure: dict[str, tuple[float, Pressure, int]] = {}
-        # control
-        self.deploy, self.predict, self.update = rt.deploy, rt.predict, rt.update
-        self.list, self.describe, self.stats = rt.list, rt.describe, rt.stats
-        self.executor_stats, self.explain = rt.executor_stats, rt.explain
-        # live reconfiguration, and the scaling controller (`scaling.ScalingRuntime`)
-        self.scale, self.migrate, self.migrations = rt.scale, rt.migrate, rt.migrations
-        self.rebalance = rt.rebalance
-        self.add_executors, self.remove_executor = rt.add_executors, rt.remove_executor
-        self.drain_node = rt.drain_node
-        self.scaling, self.set_scaling = rt.scaling, rt.set_scaling
-        # outputs: read with offsets, committed by their readers
-        self.result_offsets, self.read_results = rt.result_offsets, rt.read_results
-        self.read_result_columns = rt.read_result_columns
-        self.commit_results = rt.commit_results
-        self.error_offsets, self.read_errors = rt.error_offsets, rt.read_errors
-        self.commit_errors = rt.commit_errors
-
-    def _pusher(self, name: str) -> tuple[Runtime, threading.Lock]:
-        with self._pushers_guard:
-            pusher = self._pushers.get(name)
-            if pusher is None:
-                pusher = self._pushers[name] = (self.rt.handle(), threading.Lock())
-            return pusher
-
-    def cancel(self, name: str) -> dict[str, Any]:
-        result = self.rt.cancel(name)
-        with self._pushers_guard:
-            self._pushers.pop(name, None)
-        self._pressure.pop(name, None)
-        return result
-
-    def push(self, name: str, source: str, events: Sequence[Event], **kwargs: Any
-             ) -> list[Rejected]:
-        handle, lock = self._pusher(name)
-        with lock:
-            rejected = handle.push(name, source, events, **kwargs)
-            handle.flush()
-            cached = self._pressure.get(name)  # one push at a time per dataflow: no race
-            if cached is not None:
-                self._pressure[name] = (cached[0], cached[1], cached[2] + len(events))
-            return rejected
-
-    def close(self, name: str) -> None:
-        handle, lock = self._pusher(name)
-        with lock:
-            handle.close(name)  # after that dataflow's events, in order
-
-    def pressure(self, name: str) -> Pressure:
-        """The runtime's answer, reused for `PRESSURE_TTL_S`: a push asks before sending,
-        and a burst of pushes should not each cost a round of calls. The events pushed
-        since the answer count against its sinks' room, so that a burst cannot fill a
-        log past its bytes before the answer is renewed."""
-        now = time.monotonic()
-        cached = self._pressure.get(name)
-        if cached is None or now - cached[0] > PRESSURE_TTL_S:
-            cached = self._pressure[name] = (now, self.rt.pressure(name), 0)
-        _, answer, pushed = cached
-        if not pushed:
-            return answer
-        full = {s for s, room in answer["rooms"].items() if room <= pushed}
-        return {**answer, "full_sinks": sorted(full | set(answer["full_sinks"]))}
-
-    def wait_idle(self, timeout_s: float = 60.0, *,
-                  dataflows: Sequence[str] | None = None) -> None:
-        with self._pushers_guard:
-            pushers = list(self._pushers.values())
-        for handle, lock in pushers:
-            try:
-                with lock:
-                    handle.flush()  # every pushed batch accepted, then the executors drain
-            except Exception as e:  # a refused batch (e.g. cancelled meanwhile): drain the rest
-                log.warning("a pushed batch was not accepted: %s", e)
-        self.rt.wait_idle(timeout_s=timeout_s, dataflows=dataflows)
 
 
 def serve(cfg: ServiceConfig) -> int:
@@ -226,7 +122,7 @@ def serve(cfg: ServiceConfig) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, remember)  # after ray.init, which installs its own
-    core = ServiceCore(ServiceRuntime(rt), allowed_modules=rt.config.allowed_modules)
+    core = ServiceCore(rt, allowed_modules=rt.config.allowed_modules)
     from cameo_actors.service.app import create_app
 
     app = create_app(core, tokens, max_spec_bytes=cfg.max_spec_bytes,

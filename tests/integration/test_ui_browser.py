@@ -27,7 +27,6 @@ from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import TokenStore, new_token
 from cameo_actors.service.client import Client, ServiceError
 from cameo_actors.service.core import ServiceCore
-from cameo_actors.service.server import ServiceRuntime
 from cameo_actors.service.testing import free_port, fresh_dir
 
 pytestmark = pytest.mark.integration
@@ -53,10 +52,9 @@ class Served:
     def __init__(self, rt: Any) -> None:
         import uvicorn
 
-        runtime = ServiceRuntime(rt)
         self.admin = new_token()
         self.tokens = TokenStore(self.admin)
-        app = create_app(ServiceCore(runtime), self.tokens, snapshot=rt.stats_all)
+        app = create_app(ServiceCore(rt), self.tokens, snapshot=rt.stats_all)
         self.url = f"http://127.0.0.1:{free_port()}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1",
                                                     port=int(self.url.rsplit(":", 1)[1]),

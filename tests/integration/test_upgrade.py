@@ -87,7 +87,7 @@ OLD_PROCESS = """
 import os, sys
 old, new = sys.argv[1:]
 sys.path.insert(0, old)
-import cameo_actors.runtime._private.executor, cameo_actors.runtime._private.controller
+import cameo_actors.runtime._private.executor.actor, cameo_actors.runtime._private.controller.actor
 for name, module in list(sys.modules.items()):
     if name.startswith("cameo_actors") and hasattr(module, "__path__"):
         module.__path__.append(os.path.join(new, *name.split(".")))

@@ -10,10 +10,10 @@ from typing import Any
 from cameo_actors.clock import FakeClock
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.runtime._private.checkpoint.parts import Content
-from cameo_actors.runtime._private.executor.core import ExecutorCore
 from cameo_actors.runtime._private.exchange.ingest import unpack_ingest
-from cameo_actors.runtime._private.placement import Placement, place
 from cameo_actors.runtime._private.exchange.wire import pack_events
+from cameo_actors.runtime._private.executor.core import ExecutorCore
+from cameo_actors.runtime._private.placement import Placement, place
 from cameo_actors.runtime.config import RuntimeConfig
 
 #: A persisted part of a checkpoint: (blob, a source's positions at its barrier).
@@ -83,7 +83,7 @@ class InProcessCluster:
         log = core.ingress_logs.get(target)
         if log is not None:
             log.append(client, seq, blob)
-        core.ingest(client, seq, target, unpack_ingest(blob, act.step.id), self.clock.now_ms())
+        core.ingress.ingest(client, seq, target, unpack_ingest(blob, act.step.id), self.clock.now_ms())
 
     def step(self) -> bool:
         """One slice on every core and one batch delivered; False if nothing happened."""
@@ -135,7 +135,7 @@ class InProcessCluster:
 
     def checkpoint(self, dataflow: str, ckpt: int) -> int:
         """Start checkpoint `ckpt`: a barrier at every source; returns how many."""
-        return sum(c.checkpoint(dataflow, ckpt) for c in self.cores)
+        return sum(c.checkpointing.checkpoint(dataflow, ckpt) for c in self.cores)
 
     def sources(self, dataflow: str) -> list[str]:
         spec, placement = self.specs[dataflow], self.placements[dataflow]

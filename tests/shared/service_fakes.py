@@ -1,4 +1,4 @@
-"""An in-memory service for unit tests: a fake `RuntimeLike`, the real app over it,
+"""An in-memory service for unit tests: a fake `RuntimeAPI`, the real app over it,
 and FastAPI's TestClient (no server, no Ray, no sleep)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from cameo_actors.clock import FakeClock
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.dataflow.validate import stream_key
 from cameo_actors.errors import ReconfigConflict, ReconfigError
-from cameo_actors.operators.columns import results_table
+from cameo_actors.operators.column_results import results_table
 from cameo_actors.runtime._private.exchange.ingest import pack_ingest
 from cameo_actors.runtime.boundary import LIVE_STATES, STRATEGIES, MigrationInfo, Rejected
 from cameo_actors.runtime.exceptions import (
@@ -22,6 +22,7 @@ from cameo_actors.runtime.exceptions import (
     DataflowExists,
     DataflowNotFound,
 )
+from cameo_actors.runtime.interface import RuntimeAPI
 from cameo_actors.scheduling.admission import Demand, predict
 from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import TokenStore
@@ -75,8 +76,15 @@ class FakeOutputs:
         self.seq = 0  # events pushed so far: the times of their results, and round robin
 
 
-class FakeRuntime:
-    """A RuntimeLike in memory: every event pushed becomes one 5 ms result."""
+class FakeRuntime(RuntimeAPI):
+    """A `RuntimeAPI` in memory: every event pushed becomes one 5 ms result. What it does
+    not do (`scaling`) answers as a runtime without it (`_forward`: NotImplementedError)."""
+
+    address = "fake:0"
+    pool = "fake"
+
+    def handle(self, client: str | None = None) -> FakeRuntime:
+        return self  # one process: its pushes apply in order anyway
 
     def __init__(self) -> None:
         self.flows: dict[str, dict[str, Any]] = {}

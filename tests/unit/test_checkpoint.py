@@ -44,8 +44,8 @@ from cameo_actors.runtime._private.checkpoint.parts import (
     unpack_part,
 )
 from cameo_actors.runtime._private.controller.checkpoints import CHECKPOINT_TIMEOUT_S, Cut
-from cameo_actors.runtime._private.placement import Placement, place
 from cameo_actors.runtime._private.exchange.wire import decode_message, unpack_link
+from cameo_actors.runtime._private.placement import Placement, place
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scheduling import Message
 from cameo_actors.testing import run_local
@@ -91,7 +91,7 @@ def complete(cluster: InProcessCluster, dataflow: str, ckpt: int) -> bool:
         return False
     positions = {aid: got[aid][1] for aid in cluster.sources(dataflow)}
     for c in cluster.cores:
-        c.checkpointed(dataflow, ckpt, positions)
+        c.checkpointing.checkpointed(dataflow, ckpt, positions)
     return True
 
 
@@ -180,7 +180,7 @@ def test_messages_before_a_channels_barrier_are_recorded_in_flight(tmp_path: Pat
     cluster.ingest(hosts, "u/b/0", [[ev(3)]])
     run_core(cluster, 1)  # b's events are on their way to the union, before b's barrier
     from_b = take_transit(cluster)
-    cluster.cores[0].checkpoint("u", 1)
+    cluster.cores[0].checkpointing.checkpoint("u", 1)
     run_core(cluster, 0)
     union = cluster.cores[0].hosting.activations["u/union_1/0"]
     assert union.part is not None and union.part.pending == {(1, "u/b/0")}
@@ -189,7 +189,7 @@ def test_messages_before_a_channels_barrier_are_recorded_in_flight(tmp_path: Pat
     # b's event and the watermark after it came on a channel whose barrier is still to come
     assert union.part.inflight == [(1, "u/b/0", False, [ev(3)]), (1, "u/b/0", True, 3.0)]
     assert "u/union_1/0" not in cluster.parts[("u", 1)], "still waiting for b's barrier"
-    cluster.cores[1].checkpoint("u", 1)
+    cluster.cores[1].checkpointing.checkpoint("u", 1)
     cluster.run()
     assert complete(cluster, "u", 1)
     got = part(cluster, "u", 1, "u/union_1/0")
@@ -211,7 +211,7 @@ def test_a_channel_at_its_end_counts_as_done(tmp_path: Path) -> None:
     cluster.ingest(hosts, "u/b/0", [[ev(2)], END_OF_STREAM])
     run_core(cluster, 1)
     from_b = take_transit(cluster)
-    cluster.cores[0].checkpoint("u", 1)
+    cluster.cores[0].checkpointing.checkpoint("u", 1)
     run_core(cluster, 0)
     deliver(cluster, from_b)  # b's event, then its end: no barrier will follow
     run_core(cluster, 0)
@@ -219,12 +219,12 @@ def test_a_channel_at_its_end_counts_as_done(tmp_path: Path) -> None:
     assert union in cluster.parts[("u", 1)], "complete at b's end, without b's barrier"
     assert part(cluster, "u", 1, union)["inflight"] == [
         [1, "u/b/0", False, [ev(2)]], [1, "u/b/0", True, 2.0], [1, "u/b/0", True, END_OF_STREAM]]
-    cluster.cores[1].checkpoint("u", 1)  # b's barrier comes all the same: nothing changes
+    cluster.cores[1].checkpointing.checkpoint("u", 1)  # b's barrier comes all the same: nothing changes
     cluster.run()
     assert complete(cluster, "u", 1)
     assert_persisted_once(cluster)
     # A channel at its end before the first barrier is not waited for at all.
-    cluster.cores[0].checkpoint("u", 2)
+    cluster.cores[0].checkpointing.checkpoint("u", 2)
     run_core(cluster, 0)
     assert union in cluster.parts[("u", 2)]
     assert_persisted_once(cluster)
@@ -438,7 +438,7 @@ class Driver:
         for c in self.cluster.cores:
             assert c.idle()[0] and not c.flow.held
             if self.name in c.hosting.dataflows:
-                assert c.ended(self.name)
+                assert c.reports.ended(self.name)
         return self.rows
 
 

@@ -13,17 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cameo_actors.operators.base import END_OF_STREAM, Output
-from cameo_actors.operators.columns import (
-    ColumnsRefused,
-    arrow_schema,
-    conform,
-    from_ipc,
-    is_columns,
-    read_stream,
-    rows,
-    split_by_key,
-    to_ipc,
-)
+from cameo_actors.operators.column_ipc import from_ipc, read_stream, to_ipc
+from cameo_actors.operators.column_keys import split_by_key
+from cameo_actors.operators.column_schema import arrow_schema, conform
+from cameo_actors.operators.columns import is_columns, rows
+from cameo_actors.operators.exceptions import ColumnsRefused
 from cameo_actors.operators.stateless import (
     KeyByOperator,
     SourceOperator,
@@ -233,7 +227,7 @@ def test_a_clients_columns_are_cut_as_they_run_by_the_cost_measured_since() -> N
     source.on_data = lambda events, port: (ran.append(len(events)), on_data(events, port))[1]  # type: ignore[method-assign]
     events = [{"ts": i, "key": "abc"[i % 3], "value": 1.0, "n": i, "flag": True} for i in range(60_000)]
     for seq in range(3):  # taken in at once, as Ray's threads do while the worker is busy
-        core.ingest("c", seq, "d/s/0", [columns_of(events[seq * 20_000:(seq + 1) * 20_000])], 0.0)
+        core.ingress.ingest("c", seq, "d/s/0", [columns_of(events[seq * 20_000:(seq + 1) * 20_000])], 0.0)
     while core.run_slice():
         pass
     assert sum(ran) == 60_000 and ran[0] == RuntimeConfig().max_message_events
@@ -282,6 +276,6 @@ def test_the_edge_conforms_types_and_refuses_what_cannot_hold_a_field() -> None:
 def test_the_modules_examples() -> None:
     import doctest
 
-    from cameo_actors.operators import columns
+    from cameo_actors.operators import column_results as columns
 
     assert doctest.testmod(columns).failed == 0

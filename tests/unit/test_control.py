@@ -17,11 +17,10 @@ from cameo_actors import Dataflow, count, sum_
 from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.bins import stable_hash
-from cameo_actors.runtime._private.executor import checkpointing
 from cameo_actors.runtime._private.checkpoint.parts import part_chains
-from cameo_actors.runtime._private.controller.checkpoints import CheckpointPhase
-from cameo_actors.runtime._private.controller.tracing import Tracing
 from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage
+from cameo_actors.runtime._private.controller.checkpoints import CheckpointPhase
+from cameo_actors.runtime._private.executor import checkpointing
 from cameo_actors.runtime.boundary import CANCELLED, RUNNING
 from cameo_actors.runtime.config import RuntimeConfig, storage_not_shared
 from cameo_actors.testing import run_local
@@ -169,7 +168,7 @@ def test_a_scale_up_runs_epoch_by_epoch_and_results_equal_run_local(tmp_path: Pa
     flow, data = keyed("mg", 1), events(900, seed=5)
     plane.lifecycle.deploy(flow.spec.to_dict())
     feed(plane, "mg", data[:300])
-    started = plane.reconfig.scale("mg", "win", 2, "batched")  # carried out at once here
+    started = plane.reconfig.scale("mg", "win", 2, strategy="batched")  # carried out at once here
     m = plane.reconfig.wait_migration(started["id"], 0)
     assert m["state"] == "done" and m["kind"] == "scale", m
     assert m["to_parallelism"] == 2 and m["epochs_done"] == m["epochs_total"] > 1
@@ -255,7 +254,7 @@ def test_tracing_drains_every_executor_and_a_read_explains_the_dataflow(tmp_path
                         ingress_log_dir=str(tmp_path / "ingress"), trace_sample=1.0,
                         trace_snapshot_s=0.01)
     plane = ControlPlane(2, cfg)
-    tracing = Tracing(cfg, plane.pool)
+    tracing = plane.tracing
     plane.lifecycle.deploy(keyed("tr", 2).spec.to_dict())
     feed(plane, "tr", events(300, seed=9), end=True)
     now = plane.cluster.clock.now_ms() + 100.0  # the cores' clock: past every activity

@@ -11,18 +11,18 @@ from cameo_actors.clock import FakeClock
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import END_OF_STREAM
-from cameo_actors.runtime._private.exchange.channels import Channels
 from cameo_actors.runtime._private.checkpoint.parts import CHECKPOINT, Part
+from cameo_actors.runtime._private.exchange.channels import Channels
+from cameo_actors.runtime._private.exchange.epochs import MERGE, REROUTE
 from cameo_actors.runtime._private.executor.checkpointing import RESTORING, Checkpointing
+from cameo_actors.runtime._private.executor.counters import Statistics
 from cameo_actors.runtime._private.executor.egress import Egress
 from cameo_actors.runtime._private.executor.flow import FlowControl
 from cameo_actors.runtime._private.executor.hosting import Hosting
 from cameo_actors.runtime._private.executor.ingress import Ingress
-from cameo_actors.runtime._private.exchange.epochs import MERGE, REROUTE
 from cameo_actors.runtime._private.executor.plan_changes import PlanChanges
 from cameo_actors.runtime._private.executor.reports import Reports
 from cameo_actors.runtime._private.placement import Placement, place
-from cameo_actors.runtime._private.executor.counters import Statistics
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scheduling import Message, Scheduler
 

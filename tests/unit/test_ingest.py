@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 
 from cameo_actors import Dataflow, run_local
 from cameo_actors.clock import FakeClock
-from cameo_actors.runtime._private.executor.core import ExecutorCore
 from cameo_actors.runtime._private.exchange.ingest import (
     MAX_EVENT_DEPTH,
     MSGPACK_NESTING,
@@ -32,6 +31,7 @@ from cameo_actors.runtime._private.exchange.ingest import (
     pack_ingest,
     unpack_ingest,
 )
+from cameo_actors.runtime._private.executor.core import ExecutorCore
 from cameo_actors.runtime._private.placement import place
 from cameo_actors.runtime.config import RuntimeConfig
 from spark_ingest.arrow import prepare, to_events
@@ -192,7 +192,7 @@ class Core:
         self.pushed += len(events)
         self.rng.shuffle(calls)  # Ray may reorder calls; the channel restores the order
         for seq, items in calls:
-            self.core.ingest("client", seq, f"{self.name}/s/0", items, self.core.clock.now_ms())
+            self.core.ingress.ingest("client", seq, f"{self.name}/s/0", items, self.core.clock.now_ms())
         for _ in range(100_000):
             self.core.clock.advance(0.1)
             if not self.core.run_slice():

@@ -27,8 +27,8 @@ def random_change(rng: random.Random, plane: ControlPlane, spec: DataflowSpec, s
     """Either scale the step to 1..4 instances, or move random bins to a random instance;
     carried out by the controller's own reconfiguration (at once, on this thread)."""
     if rng.random() < 0.6:
-        return plane.reconfig.scale(spec.name, step, rng.randint(1, 4), strategy,
-                                    rng.choice([None, 1, 3]))
+        return plane.reconfig.scale(spec.name, step, rng.randint(1, 4), strategy=strategy,
+                                    batch_bins=rng.choice([None, 1, 3]))
     placement = plane.registry.placements[spec.name]
     to = rng.choice([a.instance for a in placement.of_step(step)])
     bins = rng.sample(range(placement.bins), rng.randint(1, placement.bins))

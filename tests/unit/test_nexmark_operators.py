@@ -31,10 +31,10 @@ from cameo_actors.operators.bins import DEFAULT_BINS, stable_hash
 from cameo_actors.operators.build import build_operator
 from cameo_actors.operators.interval_join import IntervalJoinOperator
 from cameo_actors.operators.process import ProcessContext, ProcessOperator, make_process
-from cameo_actors.operators.windowing import WindowedOperator
+from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windows import WindowOperator
-from cameo_actors.runtime._private.executor.activation import _window_timing, frontier_timing
 from cameo_actors.runtime._private.controller.plans import STRATEGIES
+from cameo_actors.runtime._private.executor.activation import _window_timing, frontier_timing
 from cameo_actors.runtime._private.placement import is_keyed_step
 from cameo_actors.testing import Watermark, run_local
 from tests.shared.zoo import SCHEMA, canon, events

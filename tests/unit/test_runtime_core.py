@@ -117,7 +117,7 @@ def test_messages_of_rows_are_cut_to_a_tenth_of_the_tightest_target_hosted() -> 
         mapper.on_data = costly  # type: ignore[method-assign]
         data = [{"ts": i, "key": "k", "value": float(i)} for i in range(10_000)]
         for seq in range(100):
-            core.ingest("c", seq, "bulk/s/0", [data[seq * 100:(seq + 1) * 100]], clock.now_ms())
+            core.ingress.ingest("c", seq, "bulk/s/0", [data[seq * 100:(seq + 1) * 100]], clock.now_ms())
             while core.run_slice():
                 core.drain_inbox()
         return ran, [r[0]["value"] for r in core.egress.read_results("bulk", "bulk/o/0", 0, None)]

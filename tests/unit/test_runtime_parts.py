@@ -18,7 +18,7 @@ from cameo_actors import Dataflow, count
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.errors import SpecError
 from cameo_actors.operators.base import ErrorRecord
-from cameo_actors.operators.columns import ResultsNotColumnar
+from cameo_actors.operators.exceptions import ResultsNotColumnar
 from cameo_actors.runtime._private.exchange.channels import Channels
 from cameo_actors.runtime._private.exchange.wire import decode_message
 from cameo_actors.runtime._private.executor.counters import Statistics

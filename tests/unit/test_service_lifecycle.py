@@ -11,6 +11,7 @@ from cameo_actors.service import metrics as prom
 from cameo_actors.service.app import create_app
 from cameo_actors.service.client import ServiceError
 from cameo_actors.service.limits import TenantLimits
+from cameo_actors.service.tenancy import PRESSURE_TTL_S
 from tests.shared.service_fakes import ADMIN, Service, TestClient, auth, flow
 
 EVENT = {"ts": 1, "level": "ERROR", "key": "k"}
@@ -71,6 +72,7 @@ def test_a_full_result_log_answers_429_at_once_and_sends_nothing(svc: Service) -
     assert err["code"] == "results_full" and "full/o/0" in err["got"] and "results" in err["fix"]
     assert svc.rt.flows["full"]["events"] == 0
     svc.rt.flows["full"]["full_sinks"] = []  # a reader committed
+    svc.clock.advance(1000.0 * PRESSURE_TTL_S + 1.0)  # the service asks the runtime again
     assert c.push("full", "s", [EVENT] * 3)["accepted"] == 3
 
 

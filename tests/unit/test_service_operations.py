@@ -1,13 +1,12 @@
 """The table of operations: every route of the API comes from it, each operation's
 permission is checked once, and a row added to it is a route, a client call and a CLI
-command without touching app.py, client.py or cli.py.
+command (listed by `cameo --help`) without touching app.py, client.py or the cli package.
 
 In-process (FastAPI's TestClient over the in-memory runtime): no Ray, no sleep.
 """
 
 from __future__ import annotations
 
-import doctest
 import inspect
 import json
 from typing import Any
@@ -15,12 +14,11 @@ from typing import Any
 import pytest
 from fastapi.routing import APIRoute
 
-from cameo_actors.service import app as app_module
 from cameo_actors.service import cli, operations
 from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import Principal
 from cameo_actors.service.client import Client, ServiceError
-from cameo_actors.service.core import CoreRuntime, ServiceCore
+from cameo_actors.service.core import ServiceCore
 from cameo_actors.service.operations import (
     ADMIN,
     OPERATION,
@@ -31,7 +29,6 @@ from cameo_actors.service.operations import (
     Param,
 )
 from cameo_actors.service.protocol import ScaleRequest
-from cameo_actors.service.server import ServiceRuntime
 from cameo_actors.service.ui import is_ui_path
 from tests.shared.service_fakes import ADMIN as ADMIN_TOKEN
 from tests.shared.service_fakes import FakeRuntime, Service, TestClient, auth, flow
@@ -153,10 +150,12 @@ def test_an_operation_added_to_the_table_is_a_route_a_client_call_and_a_command(
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
 
     monkeypatch.setattr(cli, "_client", lambda args: client)
-    args = cli.build_parser(table).parse_args(["rename", "a", "--step", "o",
-                                               "--parallelism", "3", "--dry-run", "true"])
+    parser = cli.build_parser(table)
+    assert "cameo rename NAME" in parser.format_help()
+    args = parser.parse_args(["rename", "a", "--step", "o", "--parallelism", "3", "--dry-run"])
     assert args.func(args) == 0
-    assert json.loads(capsys.readouterr().out)["parallelism"] == 3
+    assert json.loads(capsys.readouterr().out) == {"name": "a", "step": "o", "parallelism": 3,
+                                                   "dry_run": True, "by": "admin"}
 
 
 def test_a_row_with_neither_a_call_nor_a_route_of_its_own_is_refused() -> None:
@@ -181,26 +180,3 @@ def test_client_call_names_what_it_expected() -> None:
     with pytest.raises(ServiceError) as e:
         c.call("status", name="nope")
     assert e.value.status == 404
-
-
-def test_service_runtime_adapts_every_call_the_core_makes() -> None:
-    """No __getattr__: each call of `CoreRuntime` (and the scaling pair) is the adapter's."""
-    calls = [n for n, v in vars(CoreRuntime).items()
-             if callable(v) and not n.startswith("_")] + ["scaling", "set_scaling"]
-
-    class Handle:
-        pool = "p"
-
-        def __getattr__(self, name: str) -> Any:
-            return lambda *a, **k: name
-
-    adapter = ServiceRuntime(Handle())  # type: ignore[arg-type]
-    assert not hasattr(type(adapter), "__getattr__")
-    for name in calls:
-        assert callable(getattr(adapter, name)), name
-    assert not hasattr(adapter, "watermark")  # what the service does not use, it has not
-    assert app_module.OPERATIONS is OPERATIONS
-
-
-def test_the_tables_examples_run() -> None:
-    assert doctest.testmod(operations).failed == 0

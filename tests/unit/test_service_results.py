@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from cameo_actors import Dataflow
-from cameo_actors.operators.columns import ARROW_STREAM
+from cameo_actors.operators.column_ipc import ARROW_STREAM
 from cameo_actors.service.client import Client, ServiceError
 from cameo_actors.service.outputs import ERRORS, RESULTS, Cursor, plan_page
 from cameo_actors.service.protocol import encode_answer, wants_arrow, wants_msgpack

@@ -29,7 +29,7 @@ def sliding(name: str) -> Dataflow:
 
 
 def reasons(cluster: InProcessCluster, name: str) -> tuple[list[str], list[str]]:
-    return executor_reasons([name], {c.index: c.unsettled([name]) for c in cluster.cores})
+    return executor_reasons([name], {c.index: c.reports.unsettled([name]) for c in cluster.cores})
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -110,5 +110,5 @@ def test_the_controllers_view_gives_reasons_and_the_executors_to_ask() -> None:
 def test_an_executor_that_does_not_answer_is_a_reason() -> None:
     cluster = InProcessCluster(2, RuntimeConfig(), seed=5)
     cluster.deploy(sliding("na").spec)
-    waiting, _ = executor_reasons(["na"], {0: cluster.cores[0].unsettled(["na"]), 1: None})
+    waiting, _ = executor_reasons(["na"], {0: cluster.cores[0].reports.unsettled(["na"]), 1: None})
     assert waiting == ["executor 1 did not answer"]

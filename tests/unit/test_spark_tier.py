@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cameo_actors import Dataflow, avg, count, max_, sum_
-from cameo_actors.operators.columns import ResultsNotColumnar
+from cameo_actors.operators.exceptions import ResultsNotColumnar
 from cameo_actors.runtime._private.executor.egress import ResultLog
 from spark_ingest.arrow import (
     CORRUPT,

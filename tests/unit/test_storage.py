@@ -13,7 +13,11 @@ import pytest
 from pyarrow._fs import _MockFileSystem
 
 from cameo_actors.errors import CameoError
-from cameo_actors.runtime._private.checkpoint.storage import CheckpointDamaged, CheckpointStorage, StorageError
+from cameo_actors.runtime._private.checkpoint.storage import (
+    CheckpointDamaged,
+    CheckpointStorage,
+    StorageError,
+)
 
 DF, DEP = "df", "d1"
 

@@ -9,7 +9,7 @@ from typing import Any
 from cameo_actors import Dataflow, count
 from cameo_actors.clock import FakeClock
 from cameo_actors.operators.base import END_OF_STREAM
-from cameo_actors.runtime._private.controller.traces import TraceCollector
+from cameo_actors.runtime._private.controller.tracing import TraceCollector
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.tracing.records import (
     DESERIALIZE,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -66,32 +65,6 @@ def join(address: str, *, auth: str = "auto", log_to_driver: bool = True) -> Non
     set_auth_mode(auth)
     ray.init(address=address, namespace=NAMESPACE, configure_logging=False,
              log_to_driver=log_to_driver)
-
-
-def replace_other_code(controller: Any, name: str, timeout_s: float = CALL_TIMEOUT_S) -> bool:
-    """End the pool's controller if it runs other code than this process (an upgrade):
-    Ray would start it again with its job's copy of the old classes, so it is ended for
-    good, and the caller starts a new one, which reads the registry back from storage
-    and adopts the executors (their dataflows run on meanwhile). True if it was ended."""
-    from cameo_actors.runtime._private.codebase import code_id
-
-    try:
-        theirs = ray.get(controller.code_id.remote(), timeout=timeout_s)
-    except AttributeError:  # a controller older than this call: other code too
-        theirs = None
-    except Exception as e:  # noqa: BLE001 - busy, or being restarted: left as it is
-        logger.warning("the controller of %s did not say which code it runs (%s): kept",
-                       name, type(e).__name__)
-        return False
-    if theirs == code_id():
-        return False
-    logger.warning("the controller of %s runs other code (%s, this is %s): replacing it",
-                   name, theirs or "an older version", code_id())
-    ray.kill(controller, no_restart=True)
-    deadline = time.monotonic() + timeout_s
-    while find_actor(name) is not None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return True
 
 
 def set_auth_mode(mode: str) -> None:
@@ -149,8 +122,23 @@ def info() -> dict[str, Any]:
     return {"token_auth": token_auth, "nodes": alive_nodes()}
 
 
+def nodes() -> list[dict[str, Any]]:
+    """Ray's view of its nodes (the stubs leave `ray.nodes` untyped)."""
+    return list(ray.nodes())  # type: ignore[no-untyped-call]
+
+
 def alive_nodes() -> int:
-    return len([n for n in ray.nodes() if n.get("Alive")])
+    return len([n for n in nodes() if n.get("Alive")])
+
+
+def node_ip() -> str:
+    """The address of this process's node."""
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+
+def cluster_cpus() -> float:
+    """The CPUs of the whole cluster."""
+    return float(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
 
 
 def drain_node(node_id: str, why: str, timeout_s: float = CALL_TIMEOUT_S) -> str | None:
@@ -160,7 +148,7 @@ def drain_node(node_id: str, why: str, timeout_s: float = CALL_TIMEOUT_S) -> str
     was not drained, or None. The head is never drained: the controller restarts there."""
     try:
         if any(n["NodeID"] == node_id and HEAD_RESOURCE in n.get("Resources", {})
-               for n in ray.nodes()):
+               for n in nodes()):
             return "the head node stays open at Ray: the pool's controller restarts there"
         from ray.core.generated import autoscaler_pb2
 

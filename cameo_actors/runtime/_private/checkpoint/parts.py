@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
 
@@ -129,7 +129,7 @@ class Content:
 
 
 def _pack(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
+    return cast(bytes, msgpack.packb(obj, use_bin_type=True))
 
 
 def _rows(payload: Any) -> int:

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage
+from cameo_actors.runtime._private.executor_api import StorageMarks
 from cameo_actors.runtime.config import RuntimeConfig
 
 
@@ -58,16 +59,15 @@ FIX = ("a URL pyarrow.fs understands (s3://, gs://, hdfs://) or a folder every n
 
 
 def storage_unseen(config: RuntimeConfig,
-                   ask: Callable[[str], Iterable[tuple[int, tuple[str, list[str]]]]]
-                   ) -> str | None:
+                   ask: Callable[[str], Iterable[tuple[int, StorageMarks]]]) -> str | None:
     """Which executors do not find marks left from this process, or None: `ask(token)`
-    gives each executor's (index, (node address, storage where it found no mark))."""
+    gives each executor's index and what it found (`ExecutorAPI.marks_missing`)."""
     token = uuid.uuid4().hex
     leave_marks(config, token)
     try:
         answers = list(ask(token))
     finally:
         remove_marks(config, token)
-    unseen = [f"executor {i} on node {node} does not find a mark left in {', '.join(missing)}"
-              for i, (node, missing) in answers if missing]
+    unseen = [f"executor {i} on node {marks.address} does not find a mark left in "
+              f"{', '.join(marks.missing)}" for i, marks in answers if marks.missing]
     return "; ".join(unseen) or None

@@ -28,13 +28,12 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, unquote, urlsplit
 
 import pyarrow.fs as pafs
 
 from cameo_actors.errors import CameoError
-from cameo_actors.runtime.config import RuntimeConfig
 
 REGISTRY = "registry.json"
 MANIFEST = "_manifest.json"
@@ -68,7 +67,7 @@ class CheckpointDamaged(StorageError):
         self.missing = missing
 
 
-def _checksum(manifest: dict) -> int:
+def _checksum(manifest: dict[str, Any]) -> int:
     """The crc32 of a manifest's canonical JSON, its own checksum left out."""
     body = {k: v for k, v in manifest.items() if k != "checksum"}
     return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
@@ -93,8 +92,10 @@ def _checkpoint_number(ckpt: int) -> int:
     return ckpt
 
 
-class CheckpointStorage:
-    """Checkpoints and the controller's registry under one root URL.
+class Files:
+    """Files under one root URL, each written whole or not at all (under a temporary name,
+    then moved into place), read back, listed and deleted; what `CheckpointStorage`
+    keeps its checkpoints and registry in.
 
     Args:
         url: a folder (made absolute), a ``file://`` URL, or any URL
@@ -102,14 +103,6 @@ class CheckpointStorage:
             ``hdfs://``); with `filesystem`, the root path inside it.
         filesystem: a ready filesystem (tests); None: derived from `url`.
         sync: flush each file to disk before it is moved in place (local folders).
-
-    Example:
-        >>> import tempfile
-        >>> storage = CheckpointStorage(tempfile.mkdtemp())
-        >>> path = storage.write_part("df", "d1", 1, "df/win/0", b"state")
-        >>> storage.commit("df", "d1", 1, {"parts": {"df/win/0": path}})
-        >>> storage.read_part(storage.latest("df", "d1")["parts"]["df/win/0"])
-        b'state'
     """
 
     def __init__(self, url: str, filesystem: pafs.FileSystem | None = None, *,
@@ -147,7 +140,7 @@ class CheckpointStorage:
             # Parsed here: pyarrow refuses file:// URLs with unquoted spaces.
             return pafs.LocalFileSystem(), os.path.abspath(unquote(parts.path))
         try:
-            return pafs.FileSystem.from_uri(url)
+            return cast(tuple[Any, str], pafs.FileSystem.from_uri(url))
         except _FS_ERRORS as e:
             raise self._error("open", url, e, "give a folder or a URL pyarrow.fs understands "
                               "(s3://, gs://, hdfs://) and install its support") from e
@@ -160,15 +153,6 @@ class CheckpointStorage:
 
     def _path(self, relative: str) -> str:
         return self._prefix + relative
-
-    @staticmethod
-    def _deployment_dir(dataflow: str, deployment: str | None = None) -> str:
-        folder = f"dataflows/{_name(dataflow)}"
-        return folder if deployment is None else f"{folder}/{_name(deployment)}"
-
-    @classmethod
-    def _checkpoint_dir(cls, dataflow: str, deployment: str, ckpt: int) -> str:
-        return f"{cls._deployment_dir(dataflow, deployment)}/chk-{_checkpoint_number(ckpt):010d}"
 
     def _write(self, relative: str, data: bytes | list[bytes]) -> None:
         """Writes `data` (or its pieces, one after the other) at `relative` whole or not at
@@ -257,6 +241,30 @@ class CheckpointStorage:
         with contextlib.suppress(*_FS_ERRORS):
             self._fs.delete_file(self._path(f"_marks/{_name(token)}"))
 
+
+class CheckpointStorage(Files):
+    """Checkpoints and the controller's registry under one root URL.
+
+    Args: as `Files`.
+
+    Example:
+        >>> import tempfile
+        >>> storage = CheckpointStorage(tempfile.mkdtemp())
+        >>> path = storage.write_part("df", "d1", 1, "df/win/0", b"state")
+        >>> storage.commit("df", "d1", 1, {"parts": {"df/win/0": path}})
+        >>> storage.read_part(storage.latest("df", "d1")["parts"]["df/win/0"])
+        b'state'
+    """
+
+    @staticmethod
+    def _deployment_dir(dataflow: str, deployment: str | None = None) -> str:
+        folder = f"dataflows/{_name(dataflow)}"
+        return folder if deployment is None else f"{folder}/{_name(deployment)}"
+
+    @classmethod
+    def _checkpoint_dir(cls, dataflow: str, deployment: str, ckpt: int) -> str:
+        return f"{cls._deployment_dir(dataflow, deployment)}/chk-{_checkpoint_number(ckpt):010d}"
+
     def write_part(self, dataflow: str, deployment: str, ckpt: int, part: str,
                    data: bytes | list[bytes]) -> str:
         """Writes one part of checkpoint `ckpt` (e.g. one activation's state), given whole
@@ -308,7 +316,7 @@ class CheckpointStorage:
                 f"restore an earlier committed checkpoint (CheckpointStorage.restorable)")
         return data
 
-    def commit(self, dataflow: str, deployment: str, ckpt: int, manifest: dict) -> None:
+    def commit(self, dataflow: str, deployment: str, ckpt: int, manifest: dict[str, Any]) -> None:
         """Writes the manifest of checkpoint `ckpt`, the last step: from now on it counts.
 
         The stored manifest also holds "checkpoint" (`ckpt`) and "committed_at" (Unix time).
@@ -325,7 +333,7 @@ class CheckpointStorage:
         data = self._encode(stored, what)
         self._write(f"{folder}/{MANIFEST}", data)
 
-    def latest(self, dataflow: str, deployment: str) -> dict | None:
+    def latest(self, dataflow: str, deployment: str) -> dict[str, Any] | None:
         """The manifest of the newest committed checkpoint; None if there is none.
 
         A folder without a manifest, or with one that does not parse (a crash while it was
@@ -338,11 +346,11 @@ class CheckpointStorage:
         return None
 
     def restorable(self, dataflow: str, deployment: str
-                   ) -> list[tuple[int, dict | None, str | None]]:
+                   ) -> list[tuple[int, dict[str, Any] | None, str | None]]:
         """The committed checkpoints, newest first: (number, manifest, None), or (number,
         None, why) for one whose manifest is damaged. A folder without a manifest (being
         written, or abandoned) is left out."""
-        out: list[tuple[int, dict | None, str | None]] = []
+        out: list[tuple[int, dict[str, Any] | None, str | None]] = []
         for ckpt, folder in reversed(self._folders(dataflow, deployment)):
             try:
                 raw = self._read(f"{folder}/{MANIFEST}")
@@ -355,7 +363,7 @@ class CheckpointStorage:
             out.append((ckpt, manifest, why))
         return out
 
-    def manifest(self, dataflow: str, deployment: str, ckpt: int) -> dict | None:
+    def manifest(self, dataflow: str, deployment: str, ckpt: int) -> dict[str, Any] | None:
         """The manifest of committed checkpoint `ckpt`; None if it has none, or a damaged one."""
         return self._manifest(self._path(self._checkpoint_dir(dataflow, deployment, ckpt)))
 
@@ -424,7 +432,7 @@ class CheckpointStorage:
                 with contextlib.suppress(*_FS_ERRORS):
                     self._delete_dir(folder)
 
-    def save_registry(self, data: dict) -> None:
+    def save_registry(self, data: dict[str, Any]) -> None:
         """Writes the controller's registry (JSON) at ``<root>/registry.json``, whole or not
         at all.
 
@@ -434,7 +442,7 @@ class CheckpointStorage:
         """
         self._write(REGISTRY, self._encode(data, "the registry"))
 
-    def load_registry(self) -> dict | None:
+    def load_registry(self) -> dict[str, Any] | None:
         """The controller's registry; None if none was saved.
 
         Raises:
@@ -468,7 +476,7 @@ class CheckpointStorage:
     # -- helpers of the API ----------------------------------------------------
 
     @staticmethod
-    def _encode(value: dict, what: str) -> bytes:
+    def _encode(value: dict[str, Any], what: str) -> bytes:
         try:
             return json.dumps(value, separators=(",", ":")).encode()
         except (TypeError, ValueError) as e:
@@ -490,7 +498,7 @@ class CheckpointStorage:
                 folders.append((int(match.group(1)), info.path))
         return sorted(folders)
 
-    def _manifest(self, folder: str) -> dict | None:
+    def _manifest(self, folder: str) -> dict[str, Any] | None:
         """The manifest in a checkpoint folder; None if missing, unreadable, damaged or
         garbage."""
         try:
@@ -509,7 +517,7 @@ class CheckpointStorage:
         self._delete_dir(folder)
 
 
-def _parse_manifest(raw: bytes) -> tuple[dict | None, str | None]:
+def _parse_manifest(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """(the manifest, None), or (None, why it is damaged)."""
     try:
         manifest: Any = json.loads(raw)
@@ -521,69 +529,3 @@ def _parse_manifest(raw: bytes) -> tuple[dict | None, str | None]:
         return None, ("its manifest does not match its checksum (a torn write, a bad disk "
                       "or a file changed by hand)")
     return manifest, None
-
-
-def part_store(config: RuntimeConfig, executor: int) -> PartStore | None:
-    """Executor `executor`'s parts, as `config` wants them (None: no checkpoints)."""
-    if not config.checkpoint_url:
-        return None
-    folder = config.local_copies_dir(executor)
-    copies = CheckpointStorage(folder, sync=False) if folder else None
-    return PartStore(CheckpointStorage(config.checkpoint_url), copies, config.checkpoints_kept)
-
-
-class PartStore:
-    """An executor's checkpoint parts: written to the checkpoint storage and, with local
-    recovery, copied to a folder on the executor's node (`copies`). A restore reads a part
-    from its copy first, if the executor finds one there (it was restarted on the same
-    node) and its checksum holds, else from the storage: Flink's local recovery, which
-    spares a restore the download of its state. Copies are kept for the parts of the
-    `kept` newest checkpoints completed here, and deleted with the dataflow."""
-
-    def __init__(self, storage: CheckpointStorage, copies: CheckpointStorage | None = None,
-                 kept: int = 2) -> None:
-        self.storage, self.copies, self.kept = storage, copies, kept
-        #: dataflow -> the paths of the parts of its newest checkpoints completed here
-        self._recent: dict[str, list[set[str]]] = {}
-
-    def write(self, dataflow: str, deployment: str, ckpt: int, part: str,
-              data: list[bytes]) -> str:
-        """`CheckpointStorage.write_part`, and the copy (at the same path in `copies`; one
-        that cannot be written is only logged: the storage has the part)."""
-        path = self.storage.write_part(dataflow, deployment, ckpt, part, data)
-        if self.copies is not None:
-            try:
-                self.copies.write_part(dataflow, deployment, ckpt, part, data)
-            except StorageError as e:
-                logger.warning("no local copy of checkpoint part %s: %s", path, e)
-        return path
-
-    def read(self, path: str) -> tuple[memoryview, bool]:
-        """A part, checked, and whether it came from its local copy."""
-        if self.copies is not None:
-            try:
-                return self.copies.read_part(path), True
-            except CheckpointDamaged as e:
-                if not e.missing:  # (none here: restarted on another node, or never written)
-                    logger.warning("local copy refused, reading the storage: %s", e)
-            except StorageError as e:
-                logger.warning("local copy unreadable, reading the storage: %s", e)
-        return self.storage.read_part(path), False
-
-    def completed(self, dataflow: str, deployment: str, chains: Iterable[list[str]]) -> None:
-        """A checkpoint of `dataflow` completed, its parts here in `chains`: the copies no
-        longer in the chains of the `kept` newest go."""
-        if self.copies is None:
-            return
-        recent = self._recent.setdefault(dataflow, [])
-        recent.append({path for chain in chains for path in chain})
-        del recent[:-self.kept]
-        self.copies.keep_parts(dataflow, deployment, set().union(*recent))
-
-    def drop(self, dataflow: str) -> None:
-        """The dataflow ended here, or left: its copies go."""
-        self._recent.pop(dataflow, None)
-        if self.copies is not None:
-            with contextlib.suppress(StorageError):
-                self.copies.drop(dataflow)
-

@@ -15,15 +15,14 @@ from 0 per incarnation, and both ends count again from 0 when one restarts).
 
 from __future__ import annotations
 
-from typing import Any
-
-from cameo_actors.runtime._private.executor.core import Unsettled
+from cameo_actors.runtime._private.controller_api import PoolSettling
+from cameo_actors.runtime._private.executor_api import Unsettled
 from cameo_actors.runtime.boundary import CANCELLED, FAILED, RECOVERING
 from cameo_actors.runtime.exceptions import DataflowEnded
 
 
-def pool_reasons(pool: dict[str, Any], named: bool) -> tuple[list[str], list[int]]:
-    """(reasons from the controller's view `pool` (`Controller.settling`), the executors
+def pool_reasons(pool: PoolSettling, named: bool) -> tuple[list[str], list[int]]:
+    """(reasons from the controller's view `pool` (`ControllerAPI.settling`), the executors
     to ask). `named`: the caller named the dataflows, so one that ended is an error.
 
     Raises:

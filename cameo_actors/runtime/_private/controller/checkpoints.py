@@ -14,17 +14,19 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from enum import Enum
 
 from cameo_actors.errors import CameoError
-from cameo_actors.runtime._private.checkpoint.parts import Written
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime._private.controller_api import ControllerAPI
+from cameo_actors.runtime._private.executor_api import ExecutorAPI, WrittenPart
 from cameo_actors.runtime._private.placement import Placement
-from cameo_actors.runtime.boundary import FINISHING, RUNNING
+from cameo_actors.runtime.boundary import CALL_TIMEOUT_S, FINISHING, RUNNING
 from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.interface import serves
 
 logger = logging.getLogger(__name__)
 #: How long a checkpoint may take from its barriers to its last part written.
@@ -129,22 +131,22 @@ class CheckpointCoordinator:
         sources = {str(a) for s in info["spec"]["steps"] if s["op"] == "source"
                    for a in placement.of_step(s["id"])}
         cut = Cut(name, ckpt, placement, by_executor, sources, time.monotonic())
-        self.pool.gateway.call(sorted({placement.hosts[a] for a in sources}), "checkpoint",
-                               name, ckpt)
+        self.pool.gateway.call(sorted({placement.hosts[a] for a in sources}),
+                               ExecutorAPI.checkpoint, name, ckpt)
         return cut
 
-    def collect(self, cut: Cut, timeout_s: float) -> dict[str, Written]:
+    def collect(self, cut: Cut, timeout_s: float) -> dict[str, WrittenPart]:
         """The parts of `cut` written so far, once all are or after `timeout_s`."""
         gateway = self.pool.gateway
         answers = gateway.gather_each(
-            [gateway.send(i, "await_checkpoint", cut.dataflow, cut.ckpt, ids, timeout_s)
+            [gateway.send(i, ExecutorAPI.await_checkpoint, cut.dataflow, cut.ckpt, ids, timeout_s)
              for i, ids in sorted(cut.by_executor.items())], timeout_s=timeout_s + 30.0)
-        written: dict[str, Written] = {}
+        written: dict[str, WrittenPart] = {}
         for part in answers:
             written.update(part or {})
         return written
 
-    def commit(self, cut: Cut, written: dict[str, Written]) -> bool:
+    def commit(self, cut: Cut, written: dict[str, WrittenPart]) -> bool:
         """Complete `cut` if every part of it is written and the dataflow still runs on
         its placement: its manifest, then the news to the executors. False otherwise."""
         registry, name, placement = self.registry, cut.dataflow, cut.placement
@@ -155,30 +157,33 @@ class CheckpointCoordinator:
                 or storage is None:
             registry.checkpoint_failed(name)
             return False
-        positions = {a: pos for a, (_, pos, _, _) in written.items() if a in cut.sources}
-        size = sum(n for _, _, n, _ in written.values())
+        positions = {a: part.positions for a, part in written.items() if a in cut.sources}
+        size = sum(part.nbytes for part in written.values())
         deployment = info["deployment"]
         storage.commit(name, deployment, cut.ckpt, {
-            "parts": {a: path for a, (path, _, _, _) in written.items()},
-            "bases": {a: bases for a, (_, _, _, bases) in written.items() if bases},
+            "parts": {a: part.path for a, part in written.items()},
+            "bases": {a: part.bases for a, part in written.items() if part.bases},
             "positions": positions, "placement": placement.to_dict(), "spec": info["spec"],
             "bytes": size})
         storage.retire(name, deployment, self.config.checkpoints_kept)
         # The sources' ingress logs go only up to the oldest checkpoint kept: recovery
         # may fall back to it when a newer one is damaged.
         kept = [m for _, m, _ in storage.restorable(name, deployment) if m is not None]
-        self.pool.gateway.call_each(sorted(cut.by_executor), "checkpointed", name, cut.ckpt,
+        self.pool.gateway.call_each(sorted(cut.by_executor), ExecutorAPI.checkpointed, name, cut.ckpt,
                                     kept[-1].get("positions", {}) if kept else {})
         registry.checkpointed(name, cut.ckpt, size, time.monotonic() - cut.started)
         return True
 
-    def now(self, names: Sequence[str] | None = None) -> dict[str, bool]:
+    @serves(ControllerAPI.checkpoint_now)
+    def now(self, names: Sequence[str] | None = None,
+            timeout_s: float = CALL_TIMEOUT_S) -> dict[str, bool]:
         """Checkpoint these dataflows (every live one with checkpoints, by default) now, in
-        parallel; returns which completed."""
+        parallel; returns which completed (one still under way after `timeout_s` did not)."""
         wanted = [d["name"] for d in self.registry.named((RUNNING, FINISHING))
                   if (names is None or d["name"] in names) and d["checkpoints"]["interval_s"] > 0]
         futures = {n: self._threads.submit(self._when_free, n) for n in wanted}
-        return {n: f.result() for n, f in futures.items()}
+        done, _ = wait(futures.values(), timeout=timeout_s)
+        return {n: f in done and f.result() for n, f in futures.items()}
 
     def _when_free(self, name: str) -> bool:
         """A checkpoint of `name` after the one under way (if any); none while paused

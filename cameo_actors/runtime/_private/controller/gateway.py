@@ -1,12 +1,17 @@
 """How the control plane reaches the executors: one interface, two transports.
 
-Every manager of the controller talks to executors through an `ExecutorGateway`
-and nothing else: `RayGateway` (`ray_gateway.py`) sends each call to an
-executor actor; an in-process gateway calls `ExecutorCore`s directly, so the
-managers can be driven in a unit test without Ray. The interface is Ray's own
-shape, narrowed: `send` starts a call and returns a reply to wait on, and the
-waits either need every answer (`call`) or take what comes (`call_each`,
-`poll`).
+Every manager of the controller talks to executors through an `ExecutorGateway` and
+nothing else: `RayGateway` (`ray_gateway.py`) sends each call to an executor actor;
+the unit tests' gateway calls in-process executors (`executor.host.ExecutorHost`, the
+same code). A call names its method by reference to `ExecutorAPI`, so a type checker
+follows it to the executor:
+
+    gateway.call(live, ExecutorAPI.cancel, name)                # every answer, or raise
+    gateway.call_each(live, ExecutorAPI.usage)                  # None where one failed
+    gateway.gather_each(gateway.send_all(live, ExecutorAPI.traces), timeout_s=10.0)
+
+`send` starts a call and returns it to wait on; the waits either need every answer
+(`gather`), take what comes (`gather_each`), or tell slow from gone (`poll`).
 """
 
 from __future__ import annotations
@@ -14,31 +19,41 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
+from cameo_actors.runtime._private.executor_api import ExecutorAPI
 from cameo_actors.runtime.boundary import CALL_TIMEOUT_S
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Call(Generic[R]):
+    """A call under way to one executor, whose answer will be an `R` (each transport
+    keeps what it needs to wait for it)."""
 
 
 class ExecutorGateway(ABC):
     """The executors of one pool, by index."""
 
     @abstractmethod
-    def send(self, index: int, method: str, *args: Any) -> Any:
-        """Start `method(*args)` on executor `index`; a reply to wait on."""
+    def send(self, index: int, method: Callable[Concatenate[ExecutorAPI, P], R],
+             *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+        """Start `method(*args, **kwargs)` on executor `index`; a call to wait on."""
 
     @abstractmethod
-    def gather(self, replies: Sequence[Any], timeout_s: float) -> list[Any]:
-        """Every reply's answer, or the first failure: what the executor raised, or
+    def gather(self, calls: Sequence[Call[R]], timeout_s: float) -> list[R]:
+        """Every call's answer, or the first failure: what the executor raised, or
         `RuntimeUnavailable` (an executor gone or silent for `timeout_s`)."""
 
     @abstractmethod
-    def gather_each(self, replies: Sequence[Any], timeout_s: float) -> list[Any]:
-        """Each reply's answer, or None for one that failed or did not come in time."""
+    def gather_each(self, calls: Sequence[Call[R]], timeout_s: float) -> list[R | None]:
+        """Each call's answer, or None for one that failed or did not come in time."""
 
     @abstractmethod
-    def poll(self, replies: Sequence[Any], timeout_s: float) -> list[Any]:
-        """Each reply's answer; the `RuntimeUnavailable` of an executor that is gone;
-        or None if it did not answer in `timeout_s` (slow, perhaps not dead)."""
+    def poll(self, calls: Sequence[Call[R]], timeout_s: float) -> list[R | Exception | None]:
+        """Each call's answer; the `RuntimeUnavailable` of an executor that is gone; or
+        None if it did not answer in `timeout_s` (slow, perhaps not dead)."""
 
     # -- the pool's members ----------------------------------------------------------------
     @abstractmethod
@@ -81,31 +96,38 @@ class ExecutorGateway(ABC):
         return None
 
     @abstractmethod
-    def link(self, indices: Sequence[int], incarnations: dict[int, str]) -> None:
-        """Tell these executors every executor of the pool and its incarnation."""
-
-    @abstractmethod
-    def relink(self, indices: Sequence[int], index: int, incarnation: str) -> None:
-        """Tell these executors that `index` runs again, as `incarnation`."""
-
-    @abstractmethod
     def handles(self) -> list[Any]:
-        """What a client uses to reach the executors directly (pushes and reads)."""
+        """What a client uses to reach the executors directly (pushes and reads), and
+        what executors reach each other by (`ExecutorAPI.set_peers`)."""
 
     def size(self) -> int:
         """Executors the pool has had (indices from 0; the dead keep theirs)."""
         return len(self.handles())
 
     # -- calls to several executors ----------------------------------------------------------
-    def call(self, indices: Sequence[int], method: str, *args: Any,
-             timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:
-        """`method(*args)` on each of `indices`; every answer, or the first failure."""
-        return self.gather([self.send(i, method, *args) for i in indices], timeout_s)
+    def send_all(self, indices: Sequence[int], method: Callable[Concatenate[ExecutorAPI, P], R],
+                 *args: P.args, **kwargs: P.kwargs) -> list[Call[R]]:
+        """`send` to each of `indices`."""
+        return [self.send(i, method, *args, **kwargs) for i in indices]
 
-    def call_each(self, indices: Sequence[int], method: str, *args: Any,
-                  timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:
-        """`method(*args)` on each of `indices`; None for one that failed or was late."""
-        return self.gather_each([self.send(i, method, *args) for i in indices], timeout_s)
+    def call(self, indices: Sequence[int], method: Callable[Concatenate[ExecutorAPI, P], R],
+             *args: P.args, **kwargs: P.kwargs) -> list[R]:
+        """`method` on each of `indices`; every answer, or the first failure."""
+        return self.gather(self.send_all(indices, method, *args, **kwargs), CALL_TIMEOUT_S)
+
+    def call_each(self, indices: Sequence[int],
+                  method: Callable[Concatenate[ExecutorAPI, P], R],
+                  *args: P.args, **kwargs: P.kwargs) -> list[R | None]:
+        """`method` on each of `indices`; None for one that failed or was late."""
+        return self.gather_each(self.send_all(indices, method, *args, **kwargs), CALL_TIMEOUT_S)
+
+    def link(self, indices: Sequence[int], incarnations: dict[int, str]) -> None:
+        """Tell these executors every executor of the pool and its incarnation."""
+        self.call(indices, ExecutorAPI.set_peers, self.handles(), incarnations)
+
+    def relink(self, indices: Sequence[int], index: int, incarnation: str) -> None:
+        """Tell these executors that `index` runs again, as `incarnation`."""
+        self.call_each(indices, ExecutorAPI.relink, index, self.handles()[index], incarnation)
 
 
 def in_thread(name: str, fn: Callable[..., None], *args: Any) -> None:

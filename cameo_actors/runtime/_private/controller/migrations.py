@@ -12,6 +12,7 @@ from cameo_actors.errors import CameoError
 from cameo_actors.runtime._private.controller.plans import Migration, MigrationKind
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime._private.executor_api import ExecutorAPI, Placed
 from cameo_actors.runtime.boundary import LIVE_STATES, DataflowInfo
 from cameo_actors.runtime.config import RuntimeConfig
 
@@ -45,19 +46,19 @@ class MigrationRunner:
         name, step, hosts = m.dataflow, m.step, self._hosts(m)
         if m.new:
             new = [f"{name}/{step}/{i}" for i in m.new]
-            self.gateway.call(hosts, "add_lessees", info["spec"], m.placement, step, new,
-                              info["recoveries"], info["deployment"])
+            placed = Placed(info["spec"], m.placement, info["deployment"], info["recoveries"])
+            self.gateway.call(hosts, ExecutorAPI.add_lessees, placed, step, new)
         if m.retire:
             gone = [f"{name}/{step}/{i}" for i in m.retire]
-            self.gateway.call(hosts, "unlease", name, step, gone)
+            self.gateway.call(hosts, ExecutorAPI.unlease, name, step, gone)
             deadline = time.monotonic() + self.config.epoch_timeout_s
-            while not all(self.gateway.call_each(hosts, "lessees_ended", name, gone,
-                                                 timeout_s=10.0)):
+            while not all(self.gateway.gather_each(self.gateway.send_all(
+                    hosts, ExecutorAPI.lessees_ended, name, gone, EPOCH_WAIT_S),
+                    timeout_s=EPOCH_WAIT_S + 10.0)):
                 if time.monotonic() > deadline:
                     raise CameoError(f"lessees {gone} did not end within "
                                      f"{self.config.epoch_timeout_s:g} s")
-                time.sleep(0.01)  # an executor's state, asked again
-            self.gateway.call(hosts, "drop_lessees", name, gone)
+            self.gateway.call(hosts, ExecutorAPI.drop_lessees, name, gone)
 
     def _switch(self, info: DataflowInfo, m: Migration) -> None:
         """Create the new instances, switch epoch after epoch, retire the old instances."""
@@ -65,8 +66,8 @@ class MigrationRunner:
         spec = DataflowSpec.from_dict(info["spec"])
         if m.new:
             new = [f"{name}/{step}/{i}" for i in m.new]
-            self.gateway.call(hosts, "add_instances", info["spec"], m.placement, new,
-                              info["recoveries"], info["deployment"])
+            placed = Placed(info["spec"], m.placement, info["deployment"], info["recoveries"])
+            self.gateway.call(hosts, ExecutorAPI.add_instances, placed, new)
             with self.pool.lock:
                 self.registry.placed(info, m.placement)
         inputs = set(spec.step(step).inputs)
@@ -76,19 +77,19 @@ class MigrationRunner:
             moves = m.epochs[m.epochs_done]
             on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == step})
             upstream = sorted({ex for a, ex in m.placement.instances.items() if a.step in inputs})
-            self.gateway.call(on_step, "prepare", name, step, table.version, moves)
-            self.gateway.call(upstream, "reroute", name, step, table.version,
+            self.gateway.call(on_step, ExecutorAPI.prepare, name, step, table.version, moves)
+            self.gateway.call(upstream, ExecutorAPI.reroute, name, step, table.version,
                               list(table.owners), m.instances())
             m.bytes_moved = self._await_epoch(info, m, on_step, table.version) - base
             m.epoch_done(table, len(moves))
             with self.pool.lock:
                 self.registry.switched(name, m.placement)
         if m.retire:
-            self.gateway.call(hosts, "retire", name, [f"{name}/{step}/{i}" for i in m.retire])
+            self.gateway.call(hosts, ExecutorAPI.retire, name, [f"{name}/{step}/{i}" for i in m.retire])
 
     def _bytes_sent(self, m: Migration) -> int:
         on_step = sorted({ex for a, ex in m.placement.instances.items() if a.step == m.step})
-        parts = self.gateway.call(on_step, "epochs", m.dataflow, m.step)
+        parts = self.gateway.call(on_step, ExecutorAPI.epochs, m.dataflow, m.step)
         return sum(d["bytes_sent"] for part in parts for d in part.values())
 
     def _await_epoch(self, info: DataflowInfo, m: Migration, executors: list[int],
@@ -99,7 +100,7 @@ class MigrationRunner:
             if info["state"] not in LIVE_STATES:
                 raise CameoError(f"dataflow {m.dataflow!r} ended during the migration "
                                  f"({info['state']})")
-            parts = self.gateway.call(executors, "await_epoch", m.dataflow, m.step, version,
+            parts = self.gateway.call(executors, ExecutorAPI.await_epoch, m.dataflow, m.step, version,
                                       EPOCH_WAIT_S)
             done = [d for part in parts for d in part.values()]
             if done and all(d["done"] >= version for d in done):

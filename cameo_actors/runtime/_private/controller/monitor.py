@@ -20,8 +20,10 @@ from cameo_actors.runtime._private.controller.admission import Admission
 from cameo_actors.runtime._private.controller.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
-from cameo_actors.runtime.boundary import FINISHED, FINISHING, LIVE_STATES
+from cameo_actors.runtime._private.executor_api import ExecutorAPI
+from cameo_actors.runtime.boundary import FINISHING, LIVE_STATES
 from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.lifecycle import LifecycleEvent
 
 logger = logging.getLogger(__name__)
 
@@ -46,21 +48,25 @@ class Monitor:
     def check_finishing(self) -> None:
         for info in self.registry.named((FINISHING,)):
             live = [i for i in info["executors"] if i not in self.pool.dead]
-            answers = self.pool.gateway.call_each(live, "ended", info["name"], timeout_s=10.0)
+            gateway = self.pool.gateway
+            answers = gateway.gather_each(gateway.send_all(live, ExecutorAPI.ended, info["name"]),
+                                          timeout_s=10.0)
             if answers and all(answers):
                 # The last results become readable (exactly-once) and need no replay.
                 if info["checkpoints"]["interval_s"] > 0 and \
                         not self.checkpoints.now([info["name"]]).get(info["name"]):
                     continue
                 with self.pool.lock:
-                    if info["state"] == FINISHING:
-                        self.registry.enter(info, FINISHED, "every source closed and drained")
+                    if info["state"] == FINISHING:  # not recovering, nor ended, meanwhile
+                        self.registry.enter(info, LifecycleEvent.DRAINED,
+                                            "every source closed and drained")
 
     def check_usage(self) -> None:
         """State budgets, and the samples of rates and costs behind the overload report."""
         usage: dict[str, Counter[str]] = {}
         live = self.pool.live()
-        for part in self.pool.gateway.call_each(live, "usage", timeout_s=10.0):
+        gateway = self.pool.gateway
+        for part in gateway.gather_each(gateway.send_all(live, ExecutorAPI.usage), timeout_s=10.0):
             for name, counts in (part or {}).items():
                 usage.setdefault(name, Counter()).update(counts)
         self.admission.observe(time.monotonic(), usage)

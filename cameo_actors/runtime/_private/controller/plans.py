@@ -14,10 +14,9 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
 
 from cameo_actors.runtime._private.placement import Placement, RoutingTable
-from cameo_actors.runtime.boundary import STRATEGIES, ActivationId
+from cameo_actors.runtime.boundary import STRATEGIES, ActivationId, MigrationInfo
 
 #: Epochs a batched migration aims for when no batch size is given.
 BATCHED_EPOCHS = 8
@@ -132,8 +131,8 @@ class Migration:
             self.placement = self.final_placement()
         self.over.set()
 
-    def info(self) -> dict[str, Any]:
-        """What a client sees (a `MigrationInfo`)."""
+    def info(self) -> MigrationInfo:
+        """What a client sees."""
         end = self.ended_at or time.time()
         return {"id": self.id, "dataflow": self.dataflow, "step": self.step, "kind": str(self.kind),
                 "strategy": self.strategy, "state": str(self.state),

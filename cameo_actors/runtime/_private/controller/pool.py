@@ -9,7 +9,11 @@ from typing import Any
 
 from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.runtime._private.controller.gateway import ExecutorGateway
+from cameo_actors.runtime._private.controller_api import ControllerAPI
+from cameo_actors.runtime._private.executor_api import ExecutorAPI
 from cameo_actors.runtime._private.placement import Placement
+from cameo_actors.runtime.boundary import ExecutorStats
+from cameo_actors.runtime.interface import ControlAPI, serves
 
 
 class Pool:
@@ -48,8 +52,8 @@ class Pool:
     def link(self) -> None:
         """Tell every live executor the pool's executors and their incarnations."""
         live = self.live()
-        for i, (_, incarnation) in zip(live, self.gateway.call(live, "ping"), strict=True):
-            self.incarnations[i] = incarnation
+        for i, answer in zip(live, self.gateway.call(live, ExecutorAPI.ping), strict=True):
+            self.incarnations[i] = answer.incarnation
         self.gateway.link(live, self.incarnations)
 
     def placed(self, old: Placement | None, new: Placement | None) -> None:
@@ -69,11 +73,16 @@ class Pool:
             raise ReconfigConflict(where, "an executor that is not being removed", index,
                                    "name another executor")
 
-    def stats(self) -> list[Any]:
+    @serves(ControllerAPI.executor_handles)
+    def handles(self) -> list[Any]:
+        return self.gateway.handles()
+
+    @serves(ControlAPI.executor_stats)
+    def stats(self) -> list[ExecutorStats]:
         """Each executor's statistics; one gone or silent says so."""
         live = self.live()
-        answers = self.gateway.call_each(live, "executor_stats")
-        out = {i: a for i, a in zip(live, answers, strict=True) if a}
+        answers = self.gateway.call_each(live, ExecutorAPI.executor_stats)
+        out: dict[int, ExecutorStats] = {i: a for i, a in zip(live, answers, strict=True) if a}
         for i in range(self.size()):
             if i not in out:
                 out[i] = {"executor": i, "alive": i not in self.dead,

@@ -3,71 +3,72 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import ray
 
 from cameo_actors.runtime._private.checkpoint.shared import storage_unseen
-from cameo_actors.runtime._private.cluster import (
-    NAMESPACE,
-    drain_node,
-    executor_name,
-    find_actor,
-    get,
-    get_each,
-)
-from cameo_actors.runtime._private.controller.gateway import ExecutorGateway
+from cameo_actors.runtime._private.cluster import NAMESPACE, drain_node, executor_name, find_actor
+from cameo_actors.runtime._private.controller.gateway import Call, ExecutorGateway
 from cameo_actors.runtime._private.executor.actor import Executor
+from cameo_actors.runtime._private.executor_api import ExecutorAPI
+from cameo_actors.runtime._private.remote import Actor, Reply, answered, gather, gather_each, poll
 from cameo_actors.runtime.config import RuntimeConfig
 
+P = ParamSpec("P")
+R = TypeVar("R")
 logger = logging.getLogger(__name__)
+
+
+class RayCall(Call[R]):
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: Reply[R]) -> None:
+        self.reply = reply
+
+
+def _replies(calls: Sequence[Call[R]]) -> list[Reply[R]]:
+    return [cast(RayCall[R], c).reply for c in calls]
 
 
 class RayGateway(ExecutorGateway):
     def __init__(self, pool: str, config: RuntimeConfig) -> None:
         self.pool, self.config = pool, config
-        self.actors: list[Any] = []  # by index; None for one gone for good
+        self.actors: list[Actor[ExecutorAPI] | None] = []  # by index; None: gone for good
 
-    def send(self, index: int, method: str, *args: Any) -> Any:
-        return getattr(self.actors[index], method).remote(*args)
+    def send(self, index: int, method: Callable[Concatenate[ExecutorAPI, P], R],
+             *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+        actor = self.actors[index]
+        if actor is None:
+            raise IndexError(f"executor {index} was removed from the pool")
+        return RayCall(actor.send(method, *args, **kwargs))
 
-    def gather(self, replies: Sequence[Any], timeout_s: float) -> list[Any]:
-        return list(get(list(replies), timeout_s=timeout_s))
+    def gather(self, calls: Sequence[Call[R]], timeout_s: float) -> list[R]:
+        return gather(_replies(calls), timeout_s)
 
-    def gather_each(self, replies: Sequence[Any], timeout_s: float) -> list[Any]:
-        return get_each(list(replies), timeout_s=timeout_s)
+    def gather_each(self, calls: Sequence[Call[R]], timeout_s: float) -> list[R | None]:
+        return gather_each(_replies(calls), timeout_s)
 
-    def poll(self, replies: Sequence[Any], timeout_s: float) -> list[Any]:
-        ready, _ = ray.wait(list(replies), num_returns=len(replies), timeout=timeout_s)
-        done = set(ready)
-        out: list[Any] = []
-        for ref in replies:
-            if ref not in done:
-                out.append(None)  # slow, not dead: asked again next time
-                continue
-            try:
-                out.append(ray.get(ref, timeout=0))
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                out.append(e)
-        return out
+    def poll(self, calls: Sequence[Call[R]], timeout_s: float) -> list[R | Exception | None]:
+        return poll(_replies(calls), timeout_s)
 
     def start(self, indices: Sequence[int]) -> None:
         for i in indices:
             # Detached: executors outlive a controller that dies (a restarted one adopts
             # them); Ray restarts one that dies, and recovery restores what it hosted.
-            actor = Executor.options(  # type: ignore[attr-defined]
+            handle = Executor.options(  # type: ignore[attr-defined]
                 name=executor_name(self.pool, i), namespace=NAMESPACE, lifetime="detached",
                 max_restarts=-1, max_task_retries=0, num_cpus=self.config.executor_cpus,
                 scheduling_strategy="SPREAD").remote(i, self.config.to_dict())
-            self._put(i, actor)
+            self._put(i, Actor(handle))
 
     def adopt(self, index: int) -> bool:
-        actor = find_actor(executor_name(self.pool, index))
-        self._put(index, actor)
-        return actor is not None
+        handle = find_actor(executor_name(self.pool, index))
+        self._put(index, Actor(handle) if handle is not None else None)
+        return handle is not None
 
-    def _put(self, index: int, actor: Any) -> None:
+    def _put(self, index: int, actor: Actor[ExecutorAPI] | None) -> None:
         if index < len(self.actors):
             self.actors[index] = actor
         else:
@@ -77,19 +78,21 @@ class RayGateway(ExecutorGateway):
         self._put(index, None)
 
     def started(self, indices: Sequence[int], timeout_s: float) -> int:
-        refs = [self.actors[i].ping.remote() for i in indices]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        return len(ready)
+        pings = [self.send(i, ExecutorAPI.ping) for i in indices]
+        return len(answered(_replies(pings), len(pings), timeout_s))
 
     def abandon(self, indices: Sequence[int]) -> None:
         for i in sorted(indices, reverse=True):
-            ray.kill(self.actors[i])
+            actor = self.actors[i]
+            if actor is not None:
+                ray.kill(actor.handle)
             if i == len(self.actors) - 1:
                 self.actors.pop()
 
     def kill(self, index: int) -> None:
-        if self.actors[index] is not None:
-            ray.kill(self.actors[index])
+        actor = self.actors[index]
+        if actor is not None:
+            ray.kill(actor.handle)
         # No handle of it is handed on: one of an actor of a job that has ended (the
         # service that made the pool, before an upgrade) cannot be read by another job.
         self.forget(index)
@@ -106,16 +109,8 @@ class RayGateway(ExecutorGateway):
         return drain_node(node, why)
 
     def storage_unseen(self, indices: Sequence[int]) -> str | None:
-        return storage_unseen(self.config, lambda token: zip(indices, get(
-            [self.actors[i].marks_missing.remote(token) for i in indices]), strict=True))
-
-    def link(self, indices: Sequence[int], incarnations: dict[int, str]) -> None:
-        get([self.actors[i].set_peers.remote(self.actors, incarnations) for i in indices])
-
-    def relink(self, indices: Sequence[int], index: int, incarnation: str) -> None:
-        get_each([self.actors[i].relink.remote(index, self.actors[index], incarnation)
-                  for i in indices])
+        return storage_unseen(self.config, lambda token: zip(indices, self.call(
+            indices, ExecutorAPI.marks_missing, token), strict=True))
 
     def handles(self) -> list[Any]:
-        return list(self.actors)
-
+        return [a.handle if a is not None else None for a in self.actors]

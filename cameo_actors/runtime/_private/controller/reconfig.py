@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError
@@ -31,6 +31,7 @@ from cameo_actors.runtime._private.controller.plans import (
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.recovery import short_cause
 from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime._private.executor_api import ExecutorAPI
 from cameo_actors.runtime._private.placement import Placement, is_keyed_step
 from cameo_actors.runtime.boundary import (
     LIVE_STATES,
@@ -38,14 +39,20 @@ from cameo_actors.runtime.boundary import (
     STRATEGIES,
     ActivationId,
     DataflowInfo,
+    ExecutorRemoval,
+    MigrationInfo,
 )
 from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.exceptions import ReconfigFailed
+from cameo_actors.runtime.interface import WAIT_TIMEOUT_S, ControlAPI, serves
 
 logger = logging.getLogger(__name__)
 #: Reconfigurations kept for `migrations()` (the running ones always).
 MIGRATIONS_KEPT = 200
 #: Lessees one keyed window may have.
 MAX_LESSEES = 8
+#: How long `rebalance` measures the executors' busy time.
+REBALANCE_WINDOW_S = 1.0
 
 
 class Reconfiguration:
@@ -62,8 +69,10 @@ class Reconfiguration:
         self._adding = threading.Lock()
 
     # -- operations on a keyed step ------------------------------------------------------
-    def scale(self, name: str, step: str, parallelism: int, strategy: str = "batched",
-              batch_bins: int | None = None) -> dict[str, Any]:
+    @serves(ControlAPI.scale)
+    def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
+              batch_bins: int | None = None, wait: bool = False,
+              timeout_s: float = WAIT_TIMEOUT_S) -> MigrationInfo:
         """Give a keyed step `parallelism` instances while the dataflow runs."""
         with self.lock:
             info, placement, where = self._keyed(name, step, strategy, batch_bins)
@@ -75,12 +84,15 @@ class Reconfiguration:
                 else [i for i in info["executors"] if i not in self.pool.dead]
             m = scale_plan(self._next_id(), placement, name, step, parallelism, executors,
                            self.pool.load, strategy, batch_bins)
-            return self._start(info, m)
+            started = self._start(info, m)
+        return self._ended(started, timeout_s) if wait else started
 
-    def migrate(self, name: str, step: str, bins: Sequence[int] | None = None,
+    @serves(ControlAPI.migrate)
+    def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,
                 to_instance: int | None = None, instance: int | None = None,
                 to_executor: int | None = None, strategy: str = "batched",
-                batch_bins: int | None = None) -> dict[str, Any]:
+                batch_bins: int | None = None, wait: bool = False,
+                timeout_s: float = WAIT_TIMEOUT_S) -> MigrationInfo:
         """Move bins of a keyed step to one of its instances, or one instance (all its bins)
         to another executor."""
         with self.lock:
@@ -120,9 +132,12 @@ class Reconfiguration:
                                                     "instance": instance, "to_executor": to_executor},
                                     "give bins and to_instance to move bins, or instance and "
                                     "to_executor to move an instance")
-            return self._start(info, m)
+            started = self._start(info, m)
+        return self._ended(started, timeout_s) if wait else started
 
-    def lease(self, name: str, step: str, lessees: int) -> dict[str, Any]:
+    @serves(ControlAPI.lease)
+    def lease(self, name: str, step: str, lessees: int, *, wait: bool = False,
+              timeout_s: float = WAIT_TIMEOUT_S) -> MigrationInfo:
         """Give keyed window `step` `lessees` lessee instances (Dirigo): new ones go to the
         least loaded executors without an instance of the step; fewer: the newest end
         their streams (their last partials merged) and go."""
@@ -192,7 +207,7 @@ class Reconfiguration:
         self.registry.migration_seq += 1
         return f"m{self.registry.migration_seq}"
 
-    def _start(self, info: DataflowInfo, m: Migration) -> dict[str, Any]:
+    def _start(self, info: DataflowInfo, m: Migration) -> MigrationInfo:
         """Register `m` and carry it out in its own thread."""
         self.migrations[m.id] = m
         for old in [k for k, v in self.migrations.items()
@@ -221,29 +236,52 @@ class Reconfiguration:
         self.registry.save()
         m.finish(error)  # last: a client that waited for it may start the next one
 
-    def wait_migration(self, mid: str, timeout_s: float = 120.0) -> dict[str, Any]:
-        if mid not in self.migrations:
-            raise ReconfigError("migration", f"one of {list(self.migrations)[-10:]}", mid,
-                                "name a migration listed by migrations()")
-        self.migrations[mid].over.wait(timeout_s)
-        return self.migrations[mid].info()
+    @serves(ControlAPI.wait_migration)
+    def wait_migration(self, migration_id: str,
+                       timeout_s: float = WAIT_TIMEOUT_S) -> MigrationInfo:
+        if migration_id not in self.migrations:
+            raise ReconfigError("migration", f"one of {list(self.migrations)[-10:]}",
+                                migration_id, "name a migration listed by migrations()")
+        self.migrations[migration_id].over.wait(timeout_s)
+        return self.migrations[migration_id].info()
 
-    def list_migrations(self, name: str | None = None) -> list[dict[str, Any]]:
+    def _ended(self, started: MigrationInfo, timeout_s: float) -> MigrationInfo:
+        """A started migration's record once it ended; raises if it failed or still runs."""
+        info = self.wait_migration(started["id"], timeout_s)
+        what = f"migration {info['id']} ({info['kind']} of {info['dataflow']}/{info['step']})"
+        if info["state"] == "running":
+            raise TimeoutError(f"{what} still under way after {timeout_s:g} s: "
+                               f"{info['epochs_done']}/{info['epochs_total']} epochs done; "
+                               "watch it with migrations()")
+        if info["state"] != "done":
+            raise ReconfigFailed(f"{what} failed: {info['error']}; the dataflow goes on",
+                                 dict(info))
+        return info
+
+    @serves(ControlAPI.migrations)
+    def list_migrations(self, name: str | None = None) -> list[MigrationInfo]:
         return [m.info() for m in list(self.migrations.values())
                 if name is None or m.dataflow == name]
 
     # -- the pool ------------------------------------------------------------------------
-    def rebalance(self, strategy: str = "batched", window_s: float = 1.0) -> list[dict[str, Any]]:
+    @serves(ControlAPI.rebalance)
+    def rebalance(self, *, strategy: str = "batched", wait: bool = False,
+                  timeout_s: float = WAIT_TIMEOUT_S) -> list[MigrationInfo]:
         """Move keyed instances from the busiest executors to the least busy ones (busy time
-        measured over `window_s`), at most one instance per dataflow and executor pair."""
+        measured over `REBALANCE_WINDOW_S`), at most one instance per dataflow and executor
+        pair."""
+        started = self._rebalance(strategy, REBALANCE_WINDOW_S)
+        return [self._ended(m, timeout_s) for m in started] if wait else started
+
+    def _rebalance(self, strategy: str, window_s: float) -> list[MigrationInfo]:
         check_strategy("pool", strategy)
         usable, gateway = self.pool.usable(), self.pool.gateway
-        first = gateway.call_each(usable, "executor_stats")
+        first = gateway.call_each(usable, ExecutorAPI.executor_stats)
         time.sleep(window_s)  # the measurement's window
-        second = gateway.call_each(usable, "executor_stats")
+        second = gateway.call_each(usable, ExecutorAPI.executor_stats)
         busy = {i: (b["busy_ms"] - a["busy_ms"]) / (window_s * 1000.0)
                 for i, a, b in zip(usable, first, second, strict=True) if a and b}
-        started: list[dict[str, Any]] = []
+        started: list[MigrationInfo] = []
         with self.lock:
             for _ in range(len(busy)):
                 hot = max(busy, key=lambda i: busy[i])
@@ -264,6 +302,7 @@ class Reconfiguration:
                 busy[cold] += share
         return started
 
+    @serves(ControlAPI.add_executors)
     def add_executors(self, n: int = 1) -> list[int]:
         """Add `n` executors to the pool (on a multi-node cluster, the autoscaler is asked
         for the CPUs first); new dataflows and moved instances may go there."""
@@ -298,9 +337,24 @@ class Reconfiguration:
         self.registry.save()
         return new
 
-    def remove_executor(self, index: int, strategy: str = "batched") -> dict[str, Any]:
+    @serves(ControlAPI.remove_executor)
+    def remove_executor(self, index: int, *, strategy: str = "batched", wait: bool = False,
+                        timeout_s: float = WAIT_TIMEOUT_S) -> ExecutorRemoval:
         """Move every keyed instance off executor `index`, then stop it. Refused (nothing
         changes) when it hosts what cannot move yet (sources, sinks, stateless steps)."""
+        started = self._remove(index, strategy)
+        if not wait:
+            return started
+        ended = self.wait_removed(index, timeout_s)
+        if ended["state"] == "draining":
+            raise TimeoutError(f"executor {index} still draining after {timeout_s:g} s; "
+                               "watch migrations()")
+        if ended["state"] == "kept":
+            raise ReconfigFailed(f"executor {index} was not removed: {ended['error']}; it "
+                                 "stays in the pool", dict(ended))
+        return cast(ExecutorRemoval, {**started, **ended})
+
+    def _remove(self, index: int, strategy: str) -> ExecutorRemoval:
         with self.lock:
             self.pool.check_executor(index, "pool: executor")
             if not [i for i in self.pool.usable() if i != index]:
@@ -344,14 +398,14 @@ class Reconfiguration:
                 self.pool.draining.discard(index)
                 self._removed.notify_all()
             return
-        self.pool.gateway.call_each([index], "stop")
+        self.pool.gateway.call_each([index], ExecutorAPI.stop)
         self.pool.gateway.kill(index)
         with self._removed:
             self.pool.dead[index] = f"executor {index} removed by a client"
             self.pool.draining.discard(index)
             self._removed.notify_all()
 
-    def wait_removed(self, index: int, timeout_s: float = 120.0) -> dict[str, Any]:
+    def wait_removed(self, index: int, timeout_s: float = WAIT_TIMEOUT_S) -> ExecutorRemoval:
         """Block until the removal of executor `index` ended (or `timeout_s` passed):
         {"executor", "state": "removed" | "draining" | "kept", "error"}."""
         pool = self.pool

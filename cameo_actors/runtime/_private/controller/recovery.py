@@ -24,10 +24,12 @@ from cameo_actors.runtime._private.controller.checkpoints import CheckpointCoord
 from cameo_actors.runtime._private.controller.gateway import Spawn, in_thread
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime._private.executor_api import ExecutorAPI, Placed
 from cameo_actors.runtime._private.placement import Placement, moved_off
-from cameo_actors.runtime.boundary import LIVE_STATES, RECOVERING, RestoreSummary
+from cameo_actors.runtime.boundary import LIVE_STATES, RECOVERING, NodeDrained, RestoreSummary
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
+from cameo_actors.runtime.interface import ControlAPI, serves
 
 logger = logging.getLogger(__name__)
 #: How long one liveness round waits for the executors' answers.
@@ -74,13 +76,13 @@ class Recovery:
         pool, gateway = self.pool, self.pool.gateway
         with self.lock:
             asked = {i: pool.incarnations[i] for i in pool.answering()}
-        answers = gateway.poll([gateway.send(i, "ping") for i in asked], PING_WAIT_S)
+        answers = gateway.poll(gateway.send_all(list(asked), ExecutorAPI.ping), PING_WAIT_S)
         for (i, known), answer in zip(asked.items(), answers, strict=True):
             if pool.incarnations.get(i) != known or i in pool.restarting:
                 continue  # lost and restarted meanwhile (an answer of before is stale)
             if isinstance(answer, BaseException):
                 self.lost(i, short_cause(answer))
-            elif answer is not None and answer[1] != known:
+            elif answer is not None and answer.incarnation != known:
                 self.lost(i, "it was restarted")
 
     def lost(self, index: int, cause: str) -> None:
@@ -113,9 +115,9 @@ class Recovery:
         deadline = began + self.config.recovery_timeout_s
         incarnation = None
         while incarnation is None and time.time() < deadline and not self.stopped.is_set():
-            answer = gateway.poll([gateway.send(index, "ping")], 5.0)[0]
+            answer = gateway.poll([gateway.send(index, ExecutorAPI.ping)], 5.0)[0]
             if answer is not None and not isinstance(answer, BaseException):
-                incarnation = answer[1]
+                incarnation = answer.incarnation
             elif time.time() - began >= self.config.replace_lost_after_s and \
                     self._retire(index, why):
                 self.recover_all(hit, why)
@@ -164,7 +166,8 @@ class Recovery:
             self.pool.gateway.kill(i)
 
     # -- a node leaving on purpose -----------------------------------------------------------
-    def drain(self, node: str) -> dict[str, Any]:
+    @serves(ControlAPI.drain_node)
+    def drain(self, node: str, *, timeout_s: float | None = None) -> NodeDrained:
         """Take the executors on `node` (an address, or a node id or its first 8+ hex
         digits) out of the pool before the node goes: each dataflow with instances there
         is checkpointed now, the executors are retired, and the dataflows restored on the
@@ -209,10 +212,13 @@ class Recovery:
         self.checkpoints.now(hit)  # the restores start from here: little to replay
         with self.lock:
             self._take_out(on, why)
+            # One that ended meanwhile (cancelled, failed, finished) has nothing to restore.
+            hit = [n for n in hit if (d := self.registry.dataflows.get(n)) is not None
+                   and d["state"] in LIVE_STATES]
             for name in hit:
                 self.mark(name, why)
         logger.warning("%s; restoring %s on executors %s", why, hit, left)
-        self.recover_all(hit, why)
+        self.recover_all(hit, why, timeout_s)
         return {"node": node, "executors": on, "dataflows": hit, "ray_refused": refused,
                 "seconds": round(time.time() - began, 3)}
 
@@ -226,11 +232,12 @@ class Recovery:
         return moved_off(placement, gone, self._left([]), dict(self.pool.load))
 
     # -- restoring -------------------------------------------------------------------------
-    def recover_all(self, names: list[str], why: str) -> None:
+    def recover_all(self, names: list[str], why: str, timeout_s: float | None = None) -> None:
         """Restore each of `names`. A part of the pool that dies meanwhile (a second
         executor killed during the restore) is waited for and the restore tried again,
-        until `recovery_timeout_s`; one thread restores a dataflow at a time."""
-        deadline = time.time() + self.config.recovery_timeout_s
+        until `timeout_s` (None: `recovery_timeout_s`); one thread restores a dataflow at
+        a time."""
+        deadline = time.time() + (timeout_s or self.config.recovery_timeout_s)
         for name in names:
             with self.lock:
                 if name in self.restoring:
@@ -298,13 +305,15 @@ class Recovery:
                     "scheduling": info["spec"]["scheduling"]}
         before = registry.placements.get(name)
         left = set(before.executors()) - placement.executors() if before else set()
-        gateway.call_each([i for i in sorted(left) if i not in self.pool.dead], "cancel", name)
+        gateway.call_each([i for i in sorted(left) if i not in self.pool.dead], ExecutorAPI.cancel,
+                          name)
         involved = sorted(placement.executors())
         timeout = self.config.recovery_timeout_s
         try:
-            gateway.call(involved, "restore", restored, placement, info["deployment"],
-                         part_chains(manifest), generation, timeout_s=timeout)
-            gateway.call(involved, "resume", name, timeout_s=timeout)
+            placed = Placed(restored, placement, info["deployment"], generation)
+            gateway.gather(gateway.send_all(involved, ExecutorAPI.restore, placed,
+                                            part_chains(manifest)), timeout)
+            gateway.gather(gateway.send_all(involved, ExecutorAPI.resume, name), timeout)
         except RuntimeUnavailable as e:
             logger.warning("restoring %s: %s; trying again once the pool is whole", name, e)
             return False
@@ -340,11 +349,11 @@ class Recovery:
             if manifest is not None:
                 placement = self.placement_of(manifest)
                 try:
-                    read = gateway.call(sorted(placement.executors()), "fetch", name, placement,
-                                        part_chains(manifest),
-                                        timeout_s=self.config.recovery_timeout_s)
-                    return manifest, placement, skipped, (sum(r[0] for r in read),
-                                                          sum(r[1] for r in read))
+                    read = gateway.gather(gateway.send_all(
+                        sorted(placement.executors()), ExecutorAPI.fetch, name, placement,
+                        part_chains(manifest)), self.config.recovery_timeout_s)
+                    return manifest, placement, skipped, (sum(r.read_bytes for r in read),
+                                                          sum(r.local_bytes for r in read))
                 except CheckpointDamaged as e:
                     damage = str(e)
                 except RuntimeUnavailable as e:
@@ -369,7 +378,7 @@ class Recovery:
                 gateway.forget(i)
             elif gateway.adopt(i):
                 try:
-                    inc = gateway.call([i], "ping", timeout_s=10.0)[0][1]
+                    inc = gateway.gather([gateway.send(i, ExecutorAPI.ping)], 10.0)[0].incarnation
                 except CameoError:
                     inc = None
             if inc is None:

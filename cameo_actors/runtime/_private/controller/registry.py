@@ -1,6 +1,7 @@
 """The registry of dataflows: each one's record and lifecycle, and its placement,
 kept in the checkpoint storage so that a restarted controller (or a new service on
-a new Ray) reads it and goes on. Records change only through these methods."""
+a new Ray) reads it and goes on. Records change only through these methods, and their
+state only by the events of the lifecycle's table (`runtime/lifecycle.py`)."""
 
 from __future__ import annotations
 
@@ -14,20 +15,21 @@ from typing import Any
 
 from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage, StorageError
 from cameo_actors.runtime._private.controller.pool import Pool
+from cameo_actors.runtime._private.controller_api import ControllerAPI
+from cameo_actors.runtime._private.executor_api import ExecutorAPI
 from cameo_actors.runtime._private.placement import Placement
 from cameo_actors.runtime._private.stats import dataflow_stats
 from cameo_actors.runtime.boundary import (
     FAILED,
-    FINISHED,
-    FINISHING,
     LIVE_STATES,
     RECOVERING,
-    RUNNING,
     DataflowInfo,
     DataflowSummary,
     RestoreSummary,
 )
 from cameo_actors.runtime.exceptions import DataflowEnded, DataflowNotFound
+from cameo_actors.runtime.interface import ControlAPI, serves
+from cameo_actors.runtime.lifecycle import LifecycleEvent, Step, step
 
 logger = logging.getLogger(__name__)
 #: Operator failures kept with a dataflow's record when it ends.
@@ -106,6 +108,7 @@ class Registry:
             self.storage.save_registry({})
 
     # -- lookups ---------------------------------------------------------------------------
+    @serves(ControlAPI.describe)
     def record(self, name: str) -> DataflowInfo:
         info = self.dataflows.get(name)
         if info is None:
@@ -123,6 +126,7 @@ class Registry:
         """The records in `states` (a copy of the list: safe to read unlocked)."""
         return [d for d in list(self.dataflows.values()) if d["state"] in states]
 
+    @serves(ControlAPI.list)
     def summaries(self, states: Sequence[str] | None = None) -> list[DataflowSummary]:
         """Every dataflow kept (live and ended), or those in `states`."""
         return [{"name": n, "tenant": d["spec"]["tenant"],
@@ -131,6 +135,7 @@ class Registry:
                  "ended_at": d["ended_at"]}
                 for n, d in list(self.dataflows.items()) if not states or d["state"] in states]
 
+    @serves(ControllerAPI.lifecycle_counts)
     def lifecycle_counts(self) -> tuple[list[tuple[str, str, int]], dict[str, int]]:
         """(transitions per (tenant, state) since the pool started, dataflows per state now)."""
         now = Counter(d["state"] for d in list(self.dataflows.values()))
@@ -153,6 +158,7 @@ class Registry:
     def add(self, name: str, spec: dict[str, Any], placement: Placement, deployment: str,
             interval_s: float, admission: dict[str, Any]) -> DataflowInfo:
         """The record of a dataflow just deployed (running)."""
+        first = step(None, LifecycleEvent.SUBMITTED, dataflow=name)
         old = self.dataflows.get(name)
         if old is not None:  # an ended run of the same name: its record (and results) go
             self.release(old)
@@ -160,7 +166,7 @@ class Registry:
         self.placements[name] = placement
         info: DataflowInfo = {
             "name": name, "spec": spec, "hosts": placement.hosts,
-            "executors": sorted(placement.executors()), "state": RUNNING,
+            "executors": sorted(placement.executors()), "state": first.state.value,
             "submitted_at": time.time(), "ended_at": None, "cause": None, "history": [],
             "exceptions": [], "final": None, "released": False, "lost": False,
             "state_bytes": 0, "deployment": deployment,
@@ -170,32 +176,68 @@ class Registry:
             "recoveries": 0, "recoveries_in_a_row": 0, "resume_state": None,
             "admission": admission}
         self.dataflows[name] = info
-        self.enter(info, RUNNING, "submitted")
+        self._entered(info, "submitted")
         return info
 
-    def enter(self, info: DataflowInfo, state: str, reason: str | None) -> None:
-        now = time.time()
-        info["state"] = state
+    def enter(self, info: DataflowInfo, event: LifecycleEvent, reason: str | None) -> None:
+        """Apply `event` to the record by the lifecycle's table (`runtime/lifecycle.py`).
+
+        Raises:
+            IllegalTransition: its state does not allow `event` (a bug where it was
+                applied); nothing of the record changed.
+        """
+        self._apply(info, self._step(info, event), reason)
+
+    def _step(self, info: DataflowInfo, event: LifecycleEvent) -> Step:
+        """Where `event` takes the record (`IllegalTransition` if nowhere): nothing changed."""
+        return step(info["state"], event, info["resume_state"], dataflow=info["name"])
+
+    def _apply(self, info: DataflowInfo, moved: Step, reason: str | None) -> None:
+        """The record takes the state (and resume state) `moved`, from `_step`. A move to
+        the state it is in records nothing (a repeated or late event)."""
+        resume = None if moved.resume_state is None else moved.resume_state.value
+        if moved.state == info["state"]:
+            if resume != info["resume_state"]:  # closed while recovering: resumes finishing
+                info["resume_state"] = resume
+                self.save()
+            return
+        info["resume_state"] = resume
+        info["state"] = moved.state.value  # a plain string: records travel and are saved
+        self._entered(info, reason)
+
+    def _entered(self, info: DataflowInfo, reason: str | None) -> None:
+        """The record just entered its state: history, end time, the count, saved."""
+        now, state = time.time(), info["state"]
         info["history"].append({"state": state, "at": now, "reason": reason})
         if state not in LIVE_STATES:
             info["ended_at"] = now
         self.transitions[(info["spec"]["tenant"], state)] += 1
         self.save()
 
-    def end(self, info: DataflowInfo, state: str, reason: str) -> int:
-        """Keep the last statistics and failures, free the parts, enter `state`."""
+    def end(self, info: DataflowInfo, event: LifecycleEvent, reason: str) -> int:
+        """Keep the last statistics and failures, free the parts, apply `event` (cancelled
+        or failed); returns the messages dropped. One that ended already (a move to its
+        own state) only frees what it kept, a finished one's results: nothing else changes.
+
+        Raises:
+            IllegalTransition: its state does not allow `event`; nothing changed.
+        """
+        moved = self._step(info, event)  # before anything is freed
+        if moved.state == info["state"]:
+            return self.release(info)
         live = [i for i in info["executors"] if i not in self.pool.dead]
-        parts = self.pool.gateway.call_each(live, "dataflow_stats", info["name"],
-                                            timeout_s=10.0)
+        gateway = self.pool.gateway
+        parts = gateway.gather_each(gateway.send_all(live, ExecutorAPI.dataflow_stats,
+                                                     info["name"]), timeout_s=10.0)
         answered = [p for p in parts if p is not None]
         if answered:
             final = dataflow_stats(info, answered)
             info["final"] = dict(final)
             info["exceptions"] = list(final["failures"])[-EXCEPTIONS_KEPT:]
         dropped = self.release(info)
-        if state == FAILED:
+        if moved.state == FAILED:
             info["cause"] = reason
-        self.enter(info, state, reason)
+        self._apply(info, moved, reason)
         return dropped
 
     def release(self, info: DataflowInfo) -> int:
@@ -203,7 +245,7 @@ class Registry:
         if info["released"]:
             return 0
         live = [i for i in info["executors"] if i not in self.pool.dead]
-        dropped = self.pool.gateway.call_each(live, "cancel", info["name"])
+        dropped = self.pool.gateway.call_each(live, ExecutorAPI.cancel, info["name"])
         self.pool.placed(self.placements.get(info["name"]), None)
         info["released"] = True
         for hook in self.on_release:
@@ -216,17 +258,17 @@ class Registry:
         `lost`: a part of the pool died under it (a retry may work once it is restored)."""
         with self.lock:
             info = self.dataflows.get(name)
-            if info is not None and info["state"] in (*LIVE_STATES, FINISHED):
-                logger.warning("dataflow %s failed: %s", name, cause)
-                info["lost"] = lost
-                self.end(info, FAILED, cause)
+            # Forgotten, or ended already (cancelled or failed: the table keeps it so).
+            if info is None or self._step(info, LifecycleEvent.FAILED).state == info["state"]:
+                return
+            logger.warning("dataflow %s failed: %s", name, cause)
+            info["lost"] = lost
+            self.end(info, LifecycleEvent.FAILED, cause)
 
     def closing(self, info: DataflowInfo) -> None:
-        """Its sources were closed: it drains (finishing), now or once restored."""
-        if info["state"] == RUNNING:
-            self.enter(info, FINISHING, "sources closed")
-        elif info["state"] == RECOVERING:
-            info["resume_state"] = FINISHING
+        """Its sources were closed: it drains (finishing), now or, recovering, once
+        restored (the table moves its resume_state); closed again, nothing changes."""
+        self.enter(info, LifecycleEvent.SOURCES_CLOSED, "sources closed")
 
     def retarget(self, info: DataflowInfo, latency_target_ms: float | None,
                  weight: float | None) -> None:
@@ -248,27 +290,37 @@ class Registry:
         return info["recoveries"], info["recoveries_in_a_row"]
 
     def mark_recovering(self, info: DataflowInfo, why: str) -> None:
+        """A part of the pool it ran on was lost: it is recovering (again: the new cause),
+        and goes back to the state it had once restored (`resume_state`).
+
+        Raises:
+            IllegalTransition: it ended (nothing of it is restored); nothing changed.
+        """
+        moved = self._step(info, LifecycleEvent.EXECUTOR_LOST)
         info["cause"] = why  # first: a reader never sees `recovering` without its cause
-        if info["state"] != RECOVERING:
-            info["resume_state"] = info["state"]
-            self.enter(info, RECOVERING, why)
+        self._apply(info, moved, why)
 
     def restored(self, info: DataflowInfo, spec: dict[str, Any], placement: Placement,
                  phases: RestoreSummary, note: str = "") -> None:
         """A dataflow runs again from checkpoint `phases["checkpoint"]`, on `placement`
-        (`note`: why newer checkpoints were skipped, for its history)."""
+        (`note`: why newer checkpoints were skipped, for its history). One cancelled or
+        failed during the restore stays so.
+
+        Raises:
+            IllegalTransition: it was neither recovering nor ended; nothing changed.
+        """
+        moved = self._step(info, LifecycleEvent.RESTORED)
         self.placed(info, placement)
         info["spec"] = spec
         info["checkpoints"]["last_restore"] = phases
         if info["state"] == RECOVERING:
-            back, info["resume_state"] = info["resume_state"] or RUNNING, None
-            self.enter(info, back, f"restored from checkpoint {phases['checkpoint']}{note}: "
-                                   f"waited {phases['waited_s']:.2f} s for its executors, "
-                                   f"read {phases['read_bytes'] / 1e6:.1f} MB "
-                                   f"({phases['read_local_bytes'] / 1e6:.1f} MB of it from "
-                                   "local copies) in "
-                                   f"{phases['read_s']:.2f} s, restored in "
-                                   f"{phases['restored_s']:.2f} s")
+            self._apply(info, moved, f"restored from checkpoint {phases['checkpoint']}{note}: "
+                                     f"waited {phases['waited_s']:.2f} s for its executors, "
+                                     f"read {phases['read_bytes'] / 1e6:.1f} MB "
+                                     f"({phases['read_local_bytes'] / 1e6:.1f} MB of it from "
+                                     "local copies) in "
+                                     f"{phases['read_s']:.2f} s, restored in "
+                                     f"{phases['restored_s']:.2f} s")
             info["cause"] = None
 
     def recovering_since(self, info: DataflowInfo) -> float:

@@ -29,9 +29,11 @@ from cameo_actors.runtime._private.controller.plans import MigrationState
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.reconfig import Reconfiguration
 from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime._private.executor_api import ExecutorAPI
 from cameo_actors.runtime._private.placement import Placement, is_keyed_step
-from cameo_actors.runtime.boundary import RUNNING
+from cameo_actors.runtime.boundary import RUNNING, ScalingStatus
 from cameo_actors.runtime.config import RuntimeConfig
+from cameo_actors.runtime.interface import ControlAPI, serves
 from cameo_actors.scaling import (
     DataflowMeasure,
     Plan,
@@ -222,8 +224,16 @@ class AutoScaling:
         with self._lock:
             self.scaler.set_dataflow(name, settings)
 
-    def configure(self, name: str, settings: dict[str, Any] | None = None,
-                  pin: dict[str, int | None] | None = None) -> dict[str, Any]:
+    @serves(ControlAPI.scaling)
+    def scaling(self, name: str | None = None) -> ScalingStatus:
+        """The status of one live dataflow, or pool-wide."""
+        if name is not None:
+            self.registry.live(name)
+        return self.status(name)
+
+    @serves(ControlAPI.set_scaling)
+    def configure(self, name: str, settings: dict[str, Any] | None = None, *,
+                  pin: dict[str, int | None] | None = None) -> ScalingStatus:
         """A dataflow's own scaling settings (None without pins: the pool's again), and
         steps pinned to a parallelism by an operator (a step mapped to None is unpinned;
         pins alone keep the dataflow's settings)."""
@@ -248,7 +258,8 @@ class AutoScaling:
             self.scaler.pin(name, step, p)
         return self.status(name)
 
-    def report_backlog(self, name: str, source: str, events: float) -> None:
+    @serves(ControlAPI.report_backlog)
+    def report_backlog(self, name: str, source: str, events: int) -> None:
         """Events a writer holds for `source` that it could not send yet (its lag): the
         policies count it as backlog, and its growth as offered rate."""
         if name in self.registry.dataflows and isinstance(events, (int, float)) and events >= 0:
@@ -274,7 +285,9 @@ class AutoScaling:
         registry, reconfig = self.registry, self.reconfig
         live = self.pool.usable()
         counters: dict[str, dict[str, list[float]]] = {}
-        for part in self.pool.gateway.call_each(live, "counters", timeout_s=10.0):
+        gateway = self.pool.gateway
+        for part in gateway.gather_each(gateway.send_all(live, ExecutorAPI.counters),
+                                        timeout_s=10.0):
             for name, acts in (part or {}).items():
                 counters.setdefault(name, {}).update(acts)
         with self._lock:
@@ -322,7 +335,8 @@ class AutoScaling:
                     started = c.lease(d.dataflow, d.step, 0)
                 else:
                     # One epoch: under overload every marker waits behind the step's queue.
-                    started = c.scale(d.dataflow, d.step, d.to_parallelism, "all_at_once")
+                    started = c.scale(d.dataflow, d.step, d.to_parallelism,
+                                      strategy="all_at_once")
                 self.acting[d.dataflow] = started["id"]
                 logger.info("scaling %s/%s %d -> %d: %s", d.dataflow, d.step, d.from_parallelism,
                             d.to_parallelism, d.reason)
@@ -372,7 +386,7 @@ class AutoScaling:
         self.errors.append({"at": time.time(), "where": where, "error": why})
 
     # -- what clients see ----------------------------------------------------------------
-    def status(self, name: str | None = None) -> dict[str, Any]:
+    def status(self, name: str | None = None) -> ScalingStatus:
         placements = self.registry.placements
         with self._lock:
             flows = {}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -95,7 +95,7 @@ def pack_ingest(source: str, events: list[Any], first_index: int = 0) -> Packed:
 
 def pack_columns(batch: Any) -> bytes:
     """An ingest call of one columnar batch (an Arrow record batch, checked against the
-    source's schema by `columns.conform`): its one item, read back as the batch."""
+    source's schema by `column_schema.conform`): its one item, read back as the batch."""
     return pack_events([columns_item(batch)])
 
 
@@ -156,7 +156,7 @@ def _packb_capped(obj: Any, above: int) -> bytes:
     outer, inner = _padding.chain(pad)
     inner.append(obj)
     try:
-        return msgpack.packb(outer, use_bin_type=True)[pad:]
+        return cast(bytes, msgpack.packb(outer, use_bin_type=True))[pad:]
     finally:
         inner.pop()
 

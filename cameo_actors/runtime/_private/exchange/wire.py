@@ -7,11 +7,12 @@ messages, and the credit returns with Cameo cost feedback for upstreams there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
-from cameo_actors.operators.columns import from_ipc, is_columns, to_ipc
+from cameo_actors.operators.column_ipc import from_ipc, to_ipc
+from cameo_actors.operators.columns import is_columns
 from cameo_actors.scheduling import Message, PriorityContext
 
 #: The msgpack extension code of a columnar batch: an Arrow IPC stream of one batch.
@@ -63,7 +64,7 @@ LinkHeader = tuple[int, str, str, int]
 
 
 def pack_link(header: LinkHeader, messages: list[tuple[Any, ...]], acks: list[Ack]) -> bytes:
-    return msgpack.packb((*header, messages, acks), use_bin_type=True)
+    return cast(bytes, msgpack.packb((*header, messages, acks), use_bin_type=True))
 
 
 def unpack_link(blob: bytes) -> tuple[int, str, str, int, list[Any], list[Any]]:
@@ -73,8 +74,8 @@ def unpack_link(blob: bytes) -> tuple[int, str, str, int, list[Any], list[Any]]:
 
 
 def pack_events(items: list[Any]) -> bytes:
-    return msgpack.packb(items, use_bin_type=True)
+    return cast(bytes, msgpack.packb(items, use_bin_type=True))
 
 
 def unpack_events(blob: bytes) -> list[Any]:
-    return msgpack.unpackb(blob, raw=False, strict_map_key=False, ext_hook=_ext)
+    return cast(list[Any], msgpack.unpackb(blob, raw=False, strict_map_key=False, ext_hook=_ext))

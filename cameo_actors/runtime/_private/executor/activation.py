@@ -29,13 +29,8 @@ from cameo_actors.dataflow.spec import (
 from cameo_actors.operators.base import END_OF_STREAM, Event, Operator, Output
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.build import build_operator, key_function
-from cameo_actors.operators.columns import (
-    hashable_column,
-    is_columns,
-    key_field,
-    rows,
-    split_by_key,
-)
+from cameo_actors.operators.column_keys import hashable_column, key_field, split_by_key
+from cameo_actors.operators.columns import is_columns, rows
 from cameo_actors.operators.lease import build_lessee
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 from cameo_actors.runtime._private.checkpoint.parts import Channel as InputChannel

@@ -47,17 +47,15 @@ below due latency-sensitive work. The plan changes themselves (`prepare`,
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from cameo_actors.clock import Clock, SystemClock
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import ErrorRecord, Output, short_repr
-from cameo_actors.operators.columns import is_columns, rows
+from cameo_actors.operators.columns import rows
 from cameo_actors.runtime._private.checkpoint.parts import (
     CHECKPOINT,
     INDEX,
@@ -75,13 +73,11 @@ from cameo_actors.runtime._private.executor.counters import Statistics
 from cameo_actors.runtime._private.executor.egress import Egress
 from cameo_actors.runtime._private.executor.flow import RESULTS_FULL, FlowControl
 from cameo_actors.runtime._private.executor.hosting import Hosting
-from cameo_actors.runtime._private.executor.ingress import MEASURED_EVENTS, Ingress
+from cameo_actors.runtime._private.executor.ingress import Ingress
 from cameo_actors.runtime._private.executor.parts import DataflowScoped
 from cameo_actors.runtime._private.executor.plan_changes import PlanChanges
 from cameo_actors.runtime._private.executor.reports import Reports
-from cameo_actors.runtime._private.executor.reports import (
-    Unsettled as Unsettled,  # its callers' import
-)
+from cameo_actors.runtime._private.executor.sizing import MessageSizing
 from cameo_actors.runtime._private.executor.source_log import IngressLog
 from cameo_actors.runtime._private.executor.tracing import Egressed, make_tracer
 from cameo_actors.runtime._private.placement import Placement
@@ -89,16 +85,8 @@ from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scheduling import Feedback, Message, Scheduler
 from cameo_actors.tracing.records import DESERIALIZE, SERIALIZE, UNTRACED
 
-#: A paced instance idle longer than this (ms) starts its simulated clock anew.
-PACE_IDLE_MS = 5.0
 #: Tracebacks of faults in the runtime itself kept for executor stats (never expected).
 FAULTS_KEPT = 20
-#: A message of rows runs within this share of the tightest latency target hosted on its
-#: executor (and within the quantum), at its step's measured cost per event: a message
-#: is never preempted, so a tight tenant's message that arrives waits for the one running.
-MESSAGE_TARGET_SHARE = 0.1
-#: ... but a message is never cut to run shorter than this (each costs its scheduling).
-MIN_MESSAGE_MS = 1.0
 
 
 class ExecutorCore:
@@ -139,8 +127,8 @@ class ExecutorCore:
         self.plan_changes = PlanChanges(self.hosting, self.sched, now_ms, self)
         self.reports = Reports(self.hosting, self.sched, self.flow, self.egress, self.stats,
                                self.channels, self.faults)
-        #: what one message of rows may cost here, by the targets hosted (`_retarget`)
-        self._message_ms = config.quantum_ms
+        #: how long one message may run here
+        self.sizing = MessageSizing(config, self.sched, self.ingress, self.stats, self.clock)
         #: the traced activity running now (its outputs carry it), and the results it wrote
         self._trace = UNTRACED
         self._egressed: Egressed | None = None
@@ -148,26 +136,8 @@ class ExecutorCore:
         #: activation -> messages it sent to other executors since the last flush (the
         #: flush's encoding time is shared among them)
         self._unflushed: dict[Activation, int] = {}
-        capacity = config.service_capacity_eps
-        self._pace_ms = 1000.0 / capacity if capacity else 0.0
         # Work handed over by other threads, run by the owner thread.
         self.inbox: deque[Callable[[], None]] = deque()
-
-        # The executor's calls that a part answers alone: that part's methods, bound here.
-        self.ingest = self.ingress.ingest
-        plan = self.plan_changes
-        self.add_instances, self.retire = plan.add_instances, plan.retire
-        self.prepare, self.reroute = plan.prepare, plan.reroute
-        self.epochs = plan.epochs
-        self.add_lessees, self.unlease = plan.add_lessees, plan.unlease
-        self.lessees_ended, self.drop_lessees = plan.lessees_ended, plan.drop_lessees
-        ckpt = self.checkpointing
-        self.checkpoint, self.checkpointed, self.resume = (ckpt.checkpoint, ckpt.checkpointed,
-                                                           ckpt.resume)
-        reports = self.reports
-        self.dataflow_stats, self.executor_stats = reports.dataflow_stats, reports.executor_stats
-        self.usage, self.counters = reports.usage, reports.counters
-        self.ended, self.unsettled = reports.ended, reports.unsettled
 
     # == control (called on the owner thread) ======================================
     def deploy(self, spec: DataflowSpec, placement: Placement, deployment: str = "",
@@ -184,7 +154,7 @@ class ExecutorCore:
         for act in built:
             self._schedule(spec, act)
         self.checkpointing.open_logs(spec, built, deployment)
-        self._retarget()
+        self.sizing.retarget()
         return [a.id for a in built]
 
     def _schedule(self, spec: DataflowSpec, act: Activation) -> None:
@@ -203,7 +173,7 @@ class ExecutorCore:
             part.close(dataflow, hosted.ids)
         self.channels.forget(dataflow)
         self.checkpointing.close_logs(hosted.ids, keep=keep_logs)
-        self._retarget()
+        self.sizing.retarget()
         return dropped
 
     def update(self, dataflow: str, *, latency_target_ms: float | None = None,
@@ -216,7 +186,7 @@ class ExecutorCore:
             self.sched.set_weight(dataflow, weight)
         if latency_target_ms is not None:
             self.stats.dataflows[dataflow].latency.target_ms = float(latency_target_ms)
-            self._retarget()
+            self.sizing.retarget()
 
     def host(self, spec: DataflowSpec, placement: Placement, new: list[str], generation: int,
              deployment: str) -> set[str] | None:
@@ -233,7 +203,7 @@ class ExecutorCore:
             self.hosting.dataflows[spec.name].deployment = deployment
             for part in self._scoped:
                 part.open(spec, built)
-            self._retarget()
+            self.sizing.retarget()
         for act in built:
             self._schedule(spec, act)
         return {a.id for a in built}
@@ -320,7 +290,7 @@ class ExecutorCore:
     def _execute_message(self, aid: str, msg: Message) -> None:
         act = self.hosting.activations[aid]
         if not msg.is_watermark:
-            self._cut(act, msg)
+            self.sizing.cut(act, msg)
         if act.part is not None and act.part.pending:  # a checkpoint waits for barriers here
             self.checkpointing.record(act, msg)
         try:
@@ -344,10 +314,10 @@ class ExecutorCore:
                     out = act.on_watermark(msg.payload, msg.port, msg.upstream)
             else:
                 act.events_in += len(msg.payload)
-                began = self.clock.now_ms() if self._pace_ms else 0.0
+                began = self.clock.now_ms() if self.sizing.paced else 0.0
                 out = act.on_data(msg.payload, msg.port)
-                if self._pace_ms and act.keyed:
-                    self._pace(act, len(msg.payload), began)
+                if self.sizing.paced and act.keyed:
+                    self.sizing.pace(act, len(msg.payload), began)
         except Exception as exc:  # an operator bug must not stop other dataflows
             text = f"{type(exc).__name__}: {exc}"
             out = Output(errors=[ErrorRecord(act.step.id, "operator_failure", text,
@@ -377,49 +347,6 @@ class ExecutorCore:
             self._ack(msg.upstream, aid, msg.size, self.sched.feedback_for(aid, msg.upstream).path_cost_ms)
         elif msg.size:
             self.flow.consumed(aid, msg.size)
-
-    def _cut(self, act: Activation, msg: Message) -> None:
-        """A message runs in parts that fit what a message may cost at its step's cost
-        measured now: a client's columns the quantum (`Ingress.columns_cut`), rows the
-        tightest target's share (`_rows_cut`). The events beyond go back to the front of
-        the mailbox as a message of their own, with the same deadline; other due work may
-        run in between."""
-        events = msg.payload
-        columns = is_columns(events)
-        if columns:
-            if msg.upstream:
-                return
-            cut = self.ingress.columns_cut(act.dataflow)
-        else:
-            cut = self._rows_cut(act, len(events))
-        if len(events) <= cut:
-            return
-        # (A restored in-flight message has size 0: its credits were returned before.)
-        rest = replace(msg, payload=events.slice(cut) if columns else events[cut:],
-                       size=max(0, msg.size - cut), ctx=replace(msg.ctx))
-        msg.payload = events.slice(0, cut) if columns else events[:cut]
-        msg.size = min(msg.size, cut)
-        self.sched.enqueue(rest, self.clock.now_ms(), first=True)
-
-    def _rows_cut(self, act: Activation, n: int) -> int:
-        """Events of `n` rows one message of `act` may have: all until its cost is measured,
-        or while no target here is tight enough to ask for messages shorter than the
-        quantum (so a pool without one runs as before); else parts of equal size (no short
-        remainder costing a message of its own) that each fit `_message_ms`."""
-        budget = self._message_ms
-        if budget >= self.config.quantum_ms or act.events_in < MEASURED_EVENTS:
-            return n
-        cost = n * self.sched.profile(act.id).busy_ms / act.events_in
-        return -(-n // math.ceil(cost / budget)) if cost > budget else n
-
-    def _retarget(self) -> None:
-        """What one message of rows may cost here from now: `MESSAGE_TARGET_SHARE` of the
-        tightest latency target hosted, within [MIN_MESSAGE_MS, quantum] (on every change
-        of the dataflows hosted or their targets)."""
-        tightest = min((c.latency.target_ms for c in self.stats.dataflows.values()),
-                       default=math.inf)
-        self._message_ms = max(MIN_MESSAGE_MS, min(self.config.quantum_ms,
-                                                   MESSAGE_TARGET_SHARE * tightest))
 
     def _waiting_for(self, sender: str) -> Callable[[str], float]:
         """target -> events of `sender` it has before the next ones (sent, not yet done);
@@ -480,19 +407,6 @@ class ExecutorCore:
                 act.ser_ms += share * n
         if self.tracer is not None:
             self.tracer.transfer(SERIALIZE, start, end)
-
-    def _pace(self, act: Activation, events: int, began: float) -> None:
-        """A simulated executor of fixed speed (`RuntimeConfig.service_capacity_eps`): a
-        keyed instance's message takes `events` times one event's share, sleeping the
-        rest, so that added executors add capacity as on a cluster. Its clock runs on
-        from the last message's due end (unless it idled since), so a sleep that
-        overran is taken off the next one and the instance's rate stays exact."""
-        if began - act.paced_until > PACE_IDLE_MS:
-            act.paced_until = began
-        act.paced_until += events * self._pace_ms
-        left = act.paced_until - self.clock.now_ms()
-        if left > 0:
-            time.sleep(left / 1000.0)
 
     def _unsendable(self, sender: str, events: list[Any], why: str) -> None:
         """Events an operator output that cannot travel to another executor: to the error

@@ -32,14 +32,9 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from cameo_actors.operators.base import ErrorRecord, Event
-from cameo_actors.operators.columns import (
-    Columns,
-    from_ipc,
-    is_columns,
-    results_table,
-    rows,
-    to_ipc,
-)
+from cameo_actors.operators.column_ipc import from_ipc, to_ipc
+from cameo_actors.operators.column_results import results_table
+from cameo_actors.operators.columns import Columns, is_columns, rows
 from cameo_actors.runtime._private.executor.footprint import approx_bytes
 from cameo_actors.runtime.boundary import ErrorLogOffsets, LogOffsets, ResultRow
 
@@ -236,7 +231,7 @@ def _chunk_bytes(events: Any) -> int:
     """Estimated memory of a chunk: one event measured per list (the estimate must stay
     cheap), the buffers of columns."""
     if is_columns(events):  # a slice's nbytes is its share of the buffers
-        return events.nbytes + COLUMN_ROW_OVERHEAD * len(events)
+        return int(events.nbytes) + COLUMN_ROW_OVERHEAD * len(events)
     return (approx_bytes(events[0]) + ROW_OVERHEAD) * len(events) if events else 0
 
 

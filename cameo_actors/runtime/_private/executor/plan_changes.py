@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.exchange.epochs import REROUTE, UNLEASE
 from cameo_actors.runtime._private.executor.parts import MessagePath
+from cameo_actors.runtime._private.executor_api import EpochProgress
 
 if TYPE_CHECKING:
     from cameo_actors.dataflow.spec import DataflowSpec
@@ -131,10 +132,10 @@ class PlanChanges:
                 n += 1
         return n
 
-    def epochs(self, dataflow: str, step: str) -> dict[str, dict[str, int]]:
+    def epochs(self, dataflow: str, step: str) -> dict[str, EpochProgress]:
         """Per instance of `step` here: the last routing version done, and bins and bytes
         it gave away."""
-        out = {}
+        out: dict[str, EpochProgress] = {}
         for aid in self._ids(dataflow):
             act = self.hosting.activations[aid]
             if act.step.id == step:

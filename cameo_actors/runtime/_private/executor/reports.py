@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 from cameo_actors.runtime._private.executor.footprint import approx_bytes
+from cameo_actors.runtime._private.executor_api import DataflowWork, Unsettled
 
 if TYPE_CHECKING:
     from cameo_actors.runtime._private.exchange.channels import Channels
@@ -27,28 +28,6 @@ if TYPE_CHECKING:
     from cameo_actors.runtime._private.executor.hosting import Hosting
     from cameo_actors.runtime.boundary import DataflowPart, ExecutorStats
     from cameo_actors.scheduling import Scheduler
-
-
-class DataflowWork(TypedDict):
-    """What an executor still has to do for one dataflow (see `Reports.unsettled`):
-    messages queued in its mailboxes, ingest calls parked until an earlier one came,
-    instances in a migration epoch, activations held (credits, a full result log), the
-    last batch sent to each other executor with its messages, and result rows waiting
-    for a checkpoint before a reader sees them."""
-
-    queued: int
-    parked: int
-    moving: int
-    held: list[str]
-    sent: dict[int, int]
-    awaiting_checkpoint: int
-
-
-class Unsettled(TypedDict):
-    """An executor's `DataflowWork` per dataflow, and the batches it applied per sender."""
-
-    dataflows: dict[str, DataflowWork]
-    applied: dict[int, int]
 
 
 class Reports:
