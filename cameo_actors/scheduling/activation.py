@@ -44,6 +44,17 @@ class ActivationState(Enum):
     REMOVED = "removed"
 
 
+# Module-level aliases, imported where the hot paths (enqueue, the run_once loop) test
+# an activation's state per message: an enum member lookup through the class costs
+# ~50 ns on 3.11, a module global's does not.
+_IDLE = ActivationState.IDLE
+_QUEUED = ActivationState.QUEUED
+_RUNNING = ActivationState.RUNNING
+_RUNNING_HELD = ActivationState.RUNNING_HELD
+_HELD = ActivationState.HELD
+_REMOVED = ActivationState.REMOVED
+
+
 class Activation:
     """A hosted activation: its id and tenant (read on every slice), its mailbox and
     profile, its state, and its key in the run queue while QUEUED."""

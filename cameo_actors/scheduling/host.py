@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .activation import Activation, ActivationState
+from .activation import _HELD, _RUNNING_HELD, Activation
 from .context import Message, SortKey
 from .exceptions import DuplicateActivationError, UnknownActivationError
 from .policies import Policy
 from .profile import ActivationProfile, DataflowProfile, WindowTiming
 from .run_queues import RunQueues
 from .slices import SchedulerStats
-
-_HELD = ActivationState.HELD
-_RUNNING_HELD = ActivationState.RUNNING_HELD
 
 
 class ActivationHost:

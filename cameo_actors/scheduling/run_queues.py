@@ -12,20 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .activation import Activation, ActivationState
+from .activation import (
+    _HELD,
+    _IDLE,
+    _QUEUED,
+    _REMOVED,
+    _RUNNING,
+    _RUNNING_HELD,
+    Activation,
+)
 from .context import SortKey
 from .floor import TenantFloor
 from .policies import Policy
 from .queues import DeadlineRunQueue, RunQueue
 from .slices import SchedulerStats
-
-# Module-level aliases: an enum member lookup through the class costs ~50 ns on 3.11.
-_IDLE = ActivationState.IDLE
-_QUEUED = ActivationState.QUEUED
-_RUNNING = ActivationState.RUNNING
-_RUNNING_HELD = ActivationState.RUNNING_HELD
-_HELD = ActivationState.HELD
-_REMOVED = ActivationState.REMOVED
 
 
 class RunQueues:
