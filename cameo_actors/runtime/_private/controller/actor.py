@@ -50,8 +50,11 @@ class RayControlPlane(ControlPlane):
         for name in logging.root.manager.loggerDict:  # a filter sees its own logger's records
             if name.startswith(__package__ or ""):
                 logging.getLogger(name).addFilter(QuietWhenStopped(stopped))
-        super().__init__(pool, cfg, RayGateway(pool, cfg), storage, resumable=resumable,
-                         stopped=stopped)
+        # The base named, not `super()`: a process that loads this class by value (a
+        # controller restarted on another node) rebuilds it, which `super()`'s cell does
+        # not name.
+        ControlPlane.__init__(self, pool, cfg, RayGateway(pool, cfg), storage,
+                              resumable=resumable, stopped=stopped)
         saved = storage.load_registry() if storage is not None else None
         if saved:
             self.recovery.resume(saved)

@@ -114,9 +114,13 @@ class Executor(ExecutorHost):
         sys.setswitchinterval(cfg.switch_interval_s)
         core = ExecutorCore(index, cfg, self._send_to)
         self._thread = WorkerThread(core)
-        #: Ray restarts a dead executor by running this again: a new incarnation
-        super().__init__(core, cfg, self._thread, incarnation=uuid.uuid4().hex[:12],
-                         address=node_ip(), parts=part_store(cfg, index))
+        # Its base named, not `super()`: a process that loads this class by value (another
+        # node's executor) runs its methods with the class it rebuilt, which `super()`'s
+        # cell does not name. Ray restarts a dead executor by running this again: a new
+        # incarnation.
+        ExecutorHost.__init__(self, core, cfg, self._thread,
+                              incarnation=uuid.uuid4().hex[:12], address=node_ip(),
+                              parts=part_store(cfg, index))
         self.gc_pauses = Pauses(freeze=cfg.gc_freeze)
 
     def _send_to(self, host: int, blob: bytes) -> None:
@@ -125,10 +129,10 @@ class Executor(ExecutorHost):
     @ray.method(concurrency_group="ingest")
     def ingest(  # type: ignore[override]  # Ray's stubs type it as a remote method
             self, client: str, seq: int, target: str, blob: bytes) -> int:
-        return super().ingest(client, seq, target, blob)
+        return ExecutorHost.ingest(self, client, seq, target, blob)
 
     def executor_stats(self) -> ExecutorStats:
-        stats = super().executor_stats()
+        stats = ExecutorHost.executor_stats(self)
         stats["node"] = ray.get_runtime_context().get_node_id()
         stats["pid"] = os.getpid()
         stats["worker_tid"] = self._thread.thread.native_id or 0
