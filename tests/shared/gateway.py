@@ -41,7 +41,7 @@ class InlineWorker:
     def submit(self, fn: Callable[[], None]) -> None:
         fn()
 
-    def wait_until(self, done: Callable[[], bool], timeout_s: float) -> None:
+    def wait_until(self, done: Callable[[], bool], timeout_s: float, every_s: float) -> None:
         if timeout_s > 0:  # else: what holds now
             self.cluster.pump(done)
 

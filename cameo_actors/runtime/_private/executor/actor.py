@@ -37,8 +37,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.05
-#: How often a call that waits for the data plane looks whether it is done.
-WATCH_S = 0.001
 
 
 class WorkerThread:
@@ -86,10 +84,10 @@ class WorkerThread:
         self.submit(run)
         return answer.result(WORKER_TIMEOUT_S)
 
-    def wait_until(self, done: Callable[[], bool], timeout_s: float) -> None:
+    def wait_until(self, done: Callable[[], bool], timeout_s: float, every_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while not done() and time.monotonic() < deadline:
-            time.sleep(WATCH_S)
+            time.sleep(every_s)
 
     def write(self, fn: Callable[[], None]) -> None:
         self._writer.submit(fn)

@@ -56,6 +56,11 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 #: How long the executor waits for its worker thread to answer a call.
 WORKER_TIMEOUT_S = 60.0
+#: How often a wait for the data plane looks again: each look takes the interpreter's
+#: lock from the worker thread a moment, so a checkpoint's parts (tens of ms apart) are
+#: looked for less often than a migration's epoch (which a migration's pace hangs on).
+PARTS_WATCH_S = 0.005
+EPOCH_WATCH_S = 0.001
 
 
 class Worker(Protocol):
@@ -68,8 +73,9 @@ class Worker(Protocol):
     def submit(self, fn: Callable[[], None]) -> None:
         """Hand `fn` to the worker thread, without waiting for it."""
 
-    def wait_until(self, done: Callable[[], bool], timeout_s: float) -> None:
-        """Return once `done()` holds (read from this thread), or after `timeout_s`."""
+    def wait_until(self, done: Callable[[], bool], timeout_s: float, every_s: float) -> None:
+        """Return once `done()` holds (read from this thread every `every_s`), or after
+        `timeout_s`."""
 
     def write(self, fn: Callable[[], None]) -> None:
         """Run `fn` off the worker thread, after the writes handed over before it."""
@@ -225,7 +231,7 @@ class ExecutorHost(ExecutorAPI):
                          ) -> dict[str, WrittenPart]:
         resets = self.resets[dataflow]
         self.worker.wait_until(lambda: self.resets[dataflow] != resets or all(
-            a in self.written.get((dataflow, ckpt), {}) for a in ids), timeout_s)
+            a in self.written.get((dataflow, ckpt), {}) for a in ids), timeout_s, PARTS_WATCH_S)
         return dict(self.written.get((dataflow, ckpt), {}))
 
     def checkpointed(self, dataflow: str, ckpt: int, positions: dict[str, dict[str, int]]) -> None:
@@ -289,7 +295,7 @@ class ExecutorHost(ExecutorAPI):
     def lessees_ended(self, dataflow: str, ids: list[str], timeout_s: float) -> bool:
         changes = self.core.plan_changes
         self.worker.wait_until(lambda: self._quiet(changes.lessees_ended, dataflow, ids),
-                               timeout_s)
+                               timeout_s, PARTS_WATCH_S)
         return self.worker.call(changes.lessees_ended, dataflow, ids)
 
     def drop_lessees(self, dataflow: str, ids: list[str]) -> list[str]:
@@ -317,7 +323,7 @@ class ExecutorHost(ExecutorAPI):
         acts = self.core.hosting.activations
         self.worker.wait_until(lambda: self._quiet(lambda: all(
             a.done_version >= version for a in list(acts.values())
-            if a.dataflow == dataflow and a.step.id == step)), timeout_s)
+            if a.dataflow == dataflow and a.step.id == step)), timeout_s, EPOCH_WATCH_S)
         return self.epochs(dataflow, step)
 
     @staticmethod
