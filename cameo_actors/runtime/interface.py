@@ -93,7 +93,7 @@ def serves(operation: Callable[Concatenate[Any, P], R]
     """Marks a manager's method as the one that does `operation` (a method of an
     interface here, or of the controller's own `ControllerAPI`); the method must take
     the same parameters and answer the same type. The controller routes the operation's
-    calls to it (`controller/actor.py`)."""
+    calls to it (`controller/plane.py`)."""
 
     def mark(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
         method.serves = operation  # type: ignore[attr-defined]  # read by the controller
@@ -128,8 +128,9 @@ def operation_names(interface: type) -> builtins.list[str]:
                    if getattr(value, "operation", False)})
 
 
-class Client:
-    """What a client interface's operations are handed to."""
+class Interface:
+    """An interface of operations (`@operation`): a client that implements it hands each
+    operation it does not define itself to its `_forward`."""
 
     def _forward(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Do operation `name` with these arguments (a client's transport)."""
@@ -137,7 +138,7 @@ class Client:
                                   f"{name} on it, or a _forward that sends it on")
 
 
-class ControlAPI(Client):
+class ControlAPI(Interface):
     """The pool's control operations: dataflows, reconfiguration, scaling."""
 
     # -- dataflows ---------------------------------------------------------------------------
