@@ -143,6 +143,9 @@ del S, E
 LIVE_STATES: Final = (DataflowState.RUNNING, DataflowState.FINISHING, DataflowState.RECOVERING)
 #: States in which its parts on the executors are freed (nothing to read any more).
 RELEASED_STATES: Final = (DataflowState.CANCELLED, DataflowState.FAILED)
+#: States whose record may carry a `cause` (why it is recovering, or why it ended); a
+#: move to any other state clears it.
+CAUSED_STATES: Final = (DataflowState.RECOVERING, *RELEASED_STATES)
 #: Every state, in the order of the lifecycle.
 STATES: Final = tuple(DataflowState)
 _STATES = frozenset(STATES)

@@ -1,7 +1,9 @@
 """Integration tests: a real local Ray, started once for the whole session.
 
 Executor pools are created lazily, one per configuration, and shared by the
-tests; every test deploys dataflows under its own names and cancels them.
+tests; every test deploys dataflows under its own names and cancels them, and
+those a failed test left live are cancelled after it, so that its failure is
+not the next test's too.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def ray_session() -> Iterator[None]:
 class Pools:
     def __init__(self) -> None:
         self._made: dict[str, object] = {}
+        self.touched: set[str] = set()  # by the running test
         # Checkpoints and ingress logs of this session only: a pool of the same name in an
         # earlier (or a parallel) session must not hand its registry over to this one.
         os.makedirs(RUN_DIR, exist_ok=True)
@@ -82,7 +85,17 @@ class Pools:
                                    ingress_log_dir=os.path.join(self.storage, "ingress", name),
                                    local_recovery_dir=os.path.join(self.storage, "local", name))
             self._made[name] = Runtime.start(config, pool=f"test-{name}")
+        self.touched.add(name)
         return self._made[name]
+
+    def cancel_leftovers(self) -> None:
+        """Cancel the live dataflows on the pools the test used."""
+        from cameo_actors.runtime.lifecycle import LIVE_STATES
+
+        for name in sorted(self.touched):
+            rt = self._made[name]
+            for d in rt.list(LIVE_STATES):  # type: ignore[attr-defined]
+                rt.cancel(d["name"])  # type: ignore[attr-defined]
 
     def close(self) -> None:
         for rt in self._made.values():
@@ -95,6 +108,29 @@ def pools(ray_session: None) -> Iterator[Pools]:
     p = Pools()
     yield p
     p.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Iterator[None]:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[FAILED] = True
+    return report
+
+
+FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _pools_left_empty(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that failed, the dataflows it left live on the shared pools."""
+    yield
+    if "pools" in request.fixturenames:
+        pools = request.getfixturevalue("pools")
+        if request.node.stash.get(FAILED, False):
+            pools.cancel_leftovers()
+        pools.touched.clear()
 
 
 # -- Spark (the Spark tier's tests): one SparkSession for the whole session ------------------

@@ -28,6 +28,7 @@ from cameo_actors.runtime.boundary import DataflowInfo, RestoreSummary
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import DataflowEnded, IllegalTransition
 from cameo_actors.runtime.lifecycle import (
+    CAUSED_STATES,
     LIVE_STATES,
     RELEASED_STATES,
     TRANSITIONS,
@@ -153,6 +154,14 @@ def legal_move(before: str | None, after: str) -> bool:
         for e in allowed_events(before) for resume in (S.RUNNING, S.FINISHING))
 
 
+def check_cause(info: DataflowInfo) -> None:
+    """A record carries a cause exactly where its state has one."""
+    if info["state"] in (S.RECOVERING, S.FAILED):
+        assert info["cause"]
+    if info["state"] not in CAUSED_STATES:
+        assert info["cause"] is None, (info["state"], info["cause"])
+
+
 def check_record(registry: Registry, info: DataflowInfo, states: list[str]) -> None:
     """The record is legal, and its history is `states`, the moves the table made."""
     state = info["state"]
@@ -169,8 +178,7 @@ def check_record(registry: Registry, info: DataflowInfo, states: list[str]) -> N
         assert not info["released"]
     assert (info["resume_state"] is not None) == (state == S.RECOVERING)
     assert info["resume_state"] is None or type(info["resume_state"]) is str
-    if state in (S.RECOVERING, S.FAILED):
-        assert info["cause"]
+    check_cause(info)
     tenant = info["spec"]["tenant"]
     assert registry.transitions == Counter((tenant, s) for s in history)
     assert all(type(s) is str for _, s in registry.transitions)
@@ -209,6 +217,12 @@ def test_random_events_keep_a_record_legal_and_illegal_ones_change_nothing(
     plane.lifecycle.deploy(keyed("lc").spec.to_dict())
     info = registry.record("lc")
     states = ["running"]
+    save = registry.save
+
+    def checked_save() -> None:  # what is saved, and what a reader sees meanwhile, is legal
+        check_cause(info)
+        save()
+    registry.save = checked_save  # type: ignore[method-assign]
     check_record(registry, info, states)
     for event, by_fail in moves:
         before, counted = copy.deepcopy(info), Counter(registry.transitions)

@@ -29,7 +29,7 @@ from cameo_actors.runtime.boundary import (
 )
 from cameo_actors.runtime.exceptions import DataflowEnded, DataflowNotFound
 from cameo_actors.runtime.interface import ControlAPI, serves
-from cameo_actors.runtime.lifecycle import LifecycleEvent, Step, step
+from cameo_actors.runtime.lifecycle import CAUSED_STATES, LifecycleEvent, Step, step
 
 logger = logging.getLogger(__name__)
 #: Operator failures kept with a dataflow's record when it ends.
@@ -202,6 +202,8 @@ class Registry:
                 self.save()
             return
         info["resume_state"] = resume
+        if moved.state not in CAUSED_STATES:  # restored: the cause is gone, before it is saved
+            info["cause"] = None
         info["state"] = moved.state.value  # a plain string: records travel and are saved
         self._entered(info, reason)
 
@@ -321,7 +323,6 @@ class Registry:
                                      "local copies) in "
                                      f"{phases['read_s']:.2f} s, restored in "
                                      f"{phases['restored_s']:.2f} s")
-            info["cause"] = None
 
     def recovering_since(self, info: DataflowInfo) -> float:
         """When the dataflow last became `recovering` (epoch seconds)."""
