@@ -63,15 +63,15 @@ def test_admission_predictions_match_what_happens(pools: Any) -> None:
     from cameo_actors.runtime import Runtime
 
     rt = pools["gate2"]
-    feeder = Runtime.connect(pool=rt.pool, address=None)
+    feeder = Runtime.connect(pool=rt.pool, address=None)  # each feeding thread: a handle()
     stop = threading.Event()
     names = ("ov-base", "ov-small", "ov-big")
     threads: list[threading.Thread] = []
     try:
         # A running dataflow at a modest rate teaches the pool what this shape costs.
         rt.deploy(heavy("ov-base"))
-        threads.append(threading.Thread(target=feed, args=(feeder, "ov-base", 2000.0, stop),
-                                        daemon=True))
+        threads.append(threading.Thread(target=feed, daemon=True,
+                                        args=(feeder.handle(), "ov-base", 2000.0, stop)))
         threads[0].start()
         def measured() -> dict[str, Any] | None:
             r = rt.predict()
@@ -89,7 +89,8 @@ def test_admission_predictions_match_what_happens(pools: Any) -> None:
         assert small["feasible"] and outcome(small, "ov-small")["verdict"] == "meets"
         rt.deploy(light("ov-small", 200.0))
         assert rt.describe("ov-small")["admission"]["feasible"]
-        t = threading.Thread(target=feed, args=(feeder, "ov-small", 200.0, stop), daemon=True)
+        t = threading.Thread(target=feed, args=(feeder.handle(), "ov-small", 200.0, stop),
+                             daemon=True)
         t.start()
         threads.append(t)
         measured = wait_for(lambda: (lambda m: m if m["results"] > 200 else None)(
@@ -111,7 +112,8 @@ def test_admission_predictions_match_what_happens(pools: Any) -> None:
         # What it would have got: deployed without a declared rate (nothing to predict
         # with, so admitted) and fed flat out, it keeps up with about what was predicted.
         rt.deploy(heavy("ov-big"))
-        t = threading.Thread(target=feed, args=(feeder, "ov-big", flat_out, stop), daemon=True)
+        t = threading.Thread(target=feed, args=(feeder.handle(), "ov-big", flat_out, stop),
+                             daemon=True)
         t.start()
         threads.append(t)
         wait_for(lambda: rt.stats("ov-big")["events_in"] > 0, "ov-big takes events")
