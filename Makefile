@@ -25,7 +25,7 @@ run: $(STAMP) system  ## the main demo: files -> Spark -> two tenants on the poo
 	$(PY) -m cameo_actors.demo --spark
 
 test: $(STAMP) system  ## the whole suite: unit, then integration on real Ray and Spark
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 unit: $(STAMP)  ## unit tests only (no Ray, no Spark, no sleeps)
 	$(PY) -m pytest -q tests/unit
@@ -48,14 +48,15 @@ bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload;
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/out/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead
-	$(PY) -m bench.throughput --json bench/out/throughput.json
+	$(PY) -m bench.throughput --repeat 3 --json bench/results/throughput.json
 	$(PY) -m bench.multitenant --json bench/out/multitenant.json
 	$(PY) -m bench.service --json bench/out/service.json
 	$(PY) -m bench.migration --quick --json bench/out/migration.json --plots bench/out
 	$(PY) -m bench.recovery --quick --json bench/out/recovery.json
 	$(PY) -m bench.scaling --json bench/out/scaling.json --plots docs/bench
 	$(PY) -m bench.critical_path --json bench/out/critical_path.json
-	$(PY) -m bench.nexmark --json bench/out/nexmark.json
+	$(PY) -m bench.nexmark --json bench/results/nexmark.json
+	$(PY) -m bench.report
 
 # PyFlink in its own venv: apache-flink pins pandas, pyarrow and numpy older than ours.
 FLINK_VENV := .venv-peers/flink

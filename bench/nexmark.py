@@ -14,8 +14,11 @@ second of event time, up to 500 ms out of order, the queries allowing 2 s):
   (as a consumer would), to the end of the stream and the last result read;
 - `ray_busy`: the same run counted per second the executor was busy running operators
   (its worker thread's own rate, without the idle time it spent waiting for the driver);
-- `ray_arrow`, `ray_arrow_busy`: the same, the events pushed as an Arrow table
-  (`ARROW_BATCH` rows per call), run as columns where a step has a kernel.
+- `ray_cpu`: the same run counted per CPU second of every process it used (the driver
+  that generates and pushes, the executor, the controller, Ray's daemons and workers:
+  `bench/harness/cpu.py`): what carries to a cluster;
+- `ray_arrow`, `ray_arrow_busy`, `ray_arrow_cpu`: the same, the events pushed as an Arrow
+  table (`ARROW_BATCH` rows per call), run as columns where a step has a kernel.
 
 Every run's results are compared with the DuckDB reference (cameo_actors/nexmark/reference.py);
 a mismatch fails the benchmark (exit status 1) before any figure is printed.
@@ -27,6 +30,8 @@ other core and is not counted, as a Kafka broker or Flink's datagen source on an
 host would not be; Flink's nexmark runner, below, counts every core its task managers
 used (the datagen source included). On this 2-core machine nothing else runs in
 parallel, so the figures are upper bounds of one core's work, not of a machine's.
+`ray_cpu` counts every process instead (the driver and its data generation included),
+which is closer to what Flink's figure counts: compare that one with Flink's.
 
 Published figures of other systems (throughput per core, events/s), for scale only:
 their setups differ from ours in every way (JVM or Rust, 8-24 cores, 100 M events
@@ -138,28 +143,35 @@ def as_table(stream: NexmarkStream) -> Any:
     return pa.Table.from_batches(conform(SOURCE, table, fields))
 
 
+MODE_WORDS = {"ray": "on Ray", "ray_arrow": "on Ray, pushed as Arrow"}
+
+
 def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any = None
-               ) -> tuple[float, float, list[dict[str, Any]]]:
-    """(seconds end to end, seconds of executor busy time, results) of the query on `rt`;
-    with `table` (`as_table`), the events pushed as Arrow, `ARROW_BATCH` rows per call, and
-    the results read as Arrow tables (made rows after the clock stops, for the check)."""
+               ) -> tuple[float, float, float, list[dict[str, Any]]]:
+    """(seconds end to end, seconds of executor busy time, CPU seconds of every process
+    of the run (`harness/cpu.py`), results) of the query on `rt`; with `table`
+    (`as_table`), the events pushed as Arrow, `ARROW_BATCH` rows per call, and the results
+    read as Arrow tables (made rows after the clock stops, for the check)."""
+    from bench.harness.cpu import CpuMeter
+
     name = rt.deploy(QUERIES[query](name=f"nexmark-{query}-{tag}"))
     events, got = stream.events, []
     read = (lambda h: read_table(h, name)) if table is not None else (lambda h: h.results(name))
     try:
         busy0 = sum(e["busy_ms"] for e in rt.executor_stats())
         t0 = time.perf_counter()
-        for i in range(0, len(events), READ_EVERY):
-            if table is not None:
-                rt.push(name, SOURCE, table.slice(i, READ_EVERY), batch_size=ARROW_BATCH)
-            else:
-                rt.push(name, SOURCE, events[i:i + READ_EVERY], batch_size=BATCH)
-            got.append(read(rt))  # as a consumer would: a full result log holds the sink
-        rt.close(name)
-        got += drain(rt, name, read)
+        with CpuMeter() as machine:
+            for i in range(0, len(events), READ_EVERY):
+                if table is not None:
+                    rt.push(name, SOURCE, table.slice(i, READ_EVERY), batch_size=ARROW_BATCH)
+                else:
+                    rt.push(name, SOURCE, events[i:i + READ_EVERY], batch_size=BATCH)
+                got.append(read(rt))  # as a consumer would: a full result log holds the sink
+            rt.close(name)
+            got += drain(rt, name, read)
         elapsed = time.perf_counter() - t0
         busy = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
-        return elapsed, busy, [row for part in got for row in as_rows(part)]
+        return elapsed, busy, machine.total_s(), [row for part in got for row in as_rows(part)]
     finally:
         rt.cancel(name)
 
@@ -235,7 +247,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "events": events, "rate_eps": args.rate, "late": len(stream.late), "repeat": repeat,
         "batch": BATCH, "arrow_batch": ARROW_BATCH,
-        "cores": {"in_process": 1, "ray": 1, "ray_busy": 1, "ray_arrow": 1, "ray_arrow_busy": 1},
+        "cores": {"in_process": 1, "ray": 1, "ray_busy": 1, "ray_cpu": 1, "ray_arrow": 1,
+                  "ray_arrow_busy": 1, "ray_arrow_cpu": 1},
         "queries": {}, "peers": PEERS,
     }
     rt = None
@@ -249,21 +262,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rt = Runtime.start(RuntimeConfig(num_executors=1), pool="bench-nexmark")
         for query in chosen:
             expected = reference(query, stream)
-            runs: dict[str, list[float]] = {"in_process": [], "ray": [], "ray_busy": [],
-                                            "ray_arrow": [], "ray_arrow_busy": []}
+            runs: dict[str, list[float]] = {mode: [] for mode in out["cores"]}
             for r in range(repeat):
                 seconds, rows = run_in_process(query, stream)
                 check(query, "in-process", rows, expected)
                 runs["in_process"].append(events / seconds)
                 if rt is not None:
-                    seconds, busy, rows = run_on_ray(rt, query, stream, str(r))
-                    check(query, "on Ray", rows, expected)
-                    runs["ray"].append(events / seconds)
-                    runs["ray_busy"].append(events / busy if busy > 0 else 0.0)
-                    seconds, busy, rows = run_on_ray(rt, query, stream, f"{r}-arrow", columns)
-                    check(query, "on Ray, pushed as Arrow", rows, expected)
-                    runs["ray_arrow"].append(events / seconds)
-                    runs["ray_arrow_busy"].append(events / busy if busy > 0 else 0.0)
+                    for mode, table_or_none in (("ray", None), ("ray_arrow", columns)):
+                        seconds, busy, cpu_s, rows = run_on_ray(
+                            rt, query, stream, f"{r}-{mode}", table_or_none)
+                        check(query, MODE_WORDS[mode], rows, expected)
+                        runs[mode].append(events / seconds)
+                        runs[f"{mode}_busy"].append(events / busy if busy > 0 else 0.0)
+                        runs[f"{mode}_cpu"].append(events / cpu_s if cpu_s > 0 else 0.0)
             figures = {mode: {"events_per_s": statistics.median(v),
                               "per_core": statistics.median(v) / out["cores"][mode], "runs": v}
                        for mode, v in runs.items() if v}
@@ -288,7 +299,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def table(out: dict[str, Any]) -> str:
     """The figures as a Markdown table, next to Flink's published ones."""
-    modes = [m for m in ("in_process", "ray", "ray_busy", "ray_arrow", "ray_arrow_busy")
+    modes = [m for m in ("in_process", "ray", "ray_busy", "ray_cpu", "ray_arrow",
+                         "ray_arrow_busy", "ray_arrow_cpu")
              if any(m in q for q in out["queries"].values())]
     flink = PEERS["flink-1.13"]["per_core_eps"]
     lines = [f"Nexmark on cameo, {out['events']:,} events, events/s per core "

@@ -16,6 +16,10 @@ Measured in one run, side by side:
   copies of them one after the other in event time (`--arrow-copies`, default
   10), so that a run lasts long enough for its rate not to be the fixed cost of
   a run (a deploy, the last checkpoint).
+Each Ray arm also gives events per CPU second of every process the run used (the
+driver, the executors, the controller, Ray's daemons and workers: `harness/cpu.py`),
+the figure that carries to a cluster, with those CPU seconds by role.
+Every Ray run's results are checked against `run_local`'s (a mismatch exits).
 Figures are medians over --repeat runs, after a warm-up run of each Ray arm; on
 Ray they include the driver's cost of encoding and sending batches, which shares
 the machine's cores, and the checkpoint `wait_idle` takes at the end (exactly
@@ -111,13 +115,31 @@ def bench_core(events: Any, batch: int = BATCH) -> float:
     return len(events) / elapsed
 
 
-def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH
-              ) -> tuple[float, float, dict[str, Any]]:
+def expected_results(events: list[dict[str, Any]]) -> Any:
+    """The fingerprint of the results `run_local` gives for `events` (every arm's results
+    are checked against it, after its clock stopped)."""
+    from bench.harness.fingerprint import Fingerprint
+    from cameo_actors.testing import run_local
+
+    expected = Fingerprint(RESULT_FIELDS)
+    for row in run_local(dataflow("expected"), {"s": events}).sinks["o"]:
+        expected.add("o", row)
+    return expected
+
+
+#: What tells the tumbling count's results apart.
+RESULT_FIELDS = ("key", "window_start", "n")
+
+
+def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH,
+              expected: Any = None) -> tuple[float, float, dict[str, Any]]:
     """(events/s end to end, events per second of executor busy time, where the time went);
-    `events` rows or an Arrow table. Where the time went: the wall time, the driver's CPU,
+    `events` rows or an Arrow table, whose results must equal `expected`
+    (`expected_results`, None: not checked). Where the time went: the wall time, the driver's CPU,
     the executors' busy time (operators and scheduling on the worker thread) and their
     threads' CPU by thread name (the worker thread, Ray's receiving and sending threads)."""
     from bench.harness.cluster import thread_cpu_s
+    from bench.harness.cpu import CpuMeter
 
     name = rt.deploy(dataflow(f"tp-{tag}", p))
     try:
@@ -127,19 +149,30 @@ def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH
         busy0, threads0, driver0 = sum(e["busy_ms"] for e in stats), thread_cpu_s(pids, names), \
             time.process_time()
         t0 = time.perf_counter()
-        rt.push(name, "s", events, batch_size=batch)
-        rt.close(name)
-        rt.wait_idle(timeout_s=600)
+        with CpuMeter() as machine:
+            rt.push(name, "s", events, batch_size=batch)
+            rt.close(name)
+            rt.wait_idle(timeout_s=600)
         elapsed = time.perf_counter() - t0
         driver_s = time.process_time() - driver0
         threads = {k: round(v - threads0.get(k, 0.0), 3)
                    for k, v in thread_cpu_s(pids, names).items()}
         busy_s = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
         assert rt.stats(name)["events_in"] == len(events)
+        if expected is not None:
+            from bench.harness.fingerprint import Fingerprint
+
+            got = Fingerprint(RESULT_FIELDS)
+            for row in rt.results(name):
+                got.add("o", row)
+            if got != expected:
+                raise SystemExit(f"MISMATCH: {tag}: {got.total} results, not run_local's "
+                                 f"{expected.total} (or other ones)")
         profile = {"wall_s": round(elapsed, 3), "driver_cpu_s": round(driver_s, 3),
                    "executor_busy_s": round(busy_s, 3),
                    "executor_threads_cpu_s": {k: v for k, v in sorted(
-                       threads.items(), key=lambda kv: -kv[1]) if v >= 0.01}}
+                       threads.items(), key=lambda kv: -kv[1]) if v >= 0.01},
+                   "machine": machine.summary(len(events))}
         return len(events) / elapsed, len(events) / busy_s, profile
     finally:
         rt.cancel(name)
@@ -163,46 +196,56 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     events = make_events(args.events)
     columns = as_columns(events, args.arrow_copies)
     table = pa.Table.from_batches([columns])
+    expected = {"rows": expected_results(events), "arrow": expected_results(columns.to_pylist())}
     arms = ["operators", "executor_core", "executor_core_arrow", "ray_x1", "ray_x1_arrow", "ray_x2",
             "ray_x2_arrow", "ray_x1_busy", "ray_x1_arrow_busy", "ray_x2_busy", "ray_x2_arrow_busy"]
     runs: dict[str, list[float]] = {arm: [] for arm in arms}
+    per_cpu: dict[str, list[float]] = {}  # Ray arm -> events per CPU second of every process
     profiles: dict[str, dict[str, Any]] = {}  # the last run's, per Ray arm
-    # One pool at a time: an idle pool's executors and controller beside a run made its
-    # figures vary 2.5x here. The in-process arms run between the one-executor runs.
+    # No pool beside the in-process arms, and one pool at a time: an idle pool's
+    # executors and controller beside a run made its figures vary 2.5x here.
+    for _ in range(args.repeat):
+        runs["operators"].append(bench_operators(events))
+        runs["executor_core"].append(bench_core(events))
+        runs["executor_core_arrow"].append(bench_core(columns, args.arrow_batch))
     for key, p in (("ray_x1", 1), ("ray_x2", 2)):
         rt = Runtime.start(RuntimeConfig(num_executors=p), pool=f"bench-tp{p}")
         try:
-            ray_arms = ((key, events, BATCH), (f"{key}_arrow", table, args.arrow_batch))
-            for arm, data, batch in ray_arms:  # warm-up: the first run of a kind is slower
-                bench_ray(rt, data, p, f"{arm}-warm", batch)
+            ray_arms = ((key, events, BATCH, expected["rows"]),
+                        (f"{key}_arrow", table, args.arrow_batch, expected["arrow"]))
+            for arm, data, batch, want in ray_arms:  # warm-up: the first run of a kind is slower
+                bench_ray(rt, data, p, f"{arm}-warm", batch, want)
             for r in range(args.repeat):
-                if p == 1:
-                    runs["operators"].append(bench_operators(events))
-                    runs["executor_core"].append(bench_core(events))
-                    runs["executor_core_arrow"].append(bench_core(columns, args.arrow_batch))
-                for arm, data, batch in ray_arms:
+                for arm, data, batch, want in ray_arms:
                     end_to_end, per_busy_s, profiles[arm] = bench_ray(rt, data, p,
-                                                                      f"{arm}-{r}", batch)
+                                                                      f"{arm}-{r}", batch, want)
                     runs[arm].append(end_to_end)
                     runs[f"{arm}_busy"].append(per_busy_s)
+                    per_cpu.setdefault(arm, []).append(profiles[arm]["machine"]["events_per_cpu_s"])
         finally:
             rt.shutdown(stop_ray=p == 2)
     # *_busy: events per second of executor busy time (the executors' own rate, per core).
     cores = {arm: 2 if arm.startswith("ray_x2") and not arm.endswith("busy") else 1 for arm in arms}
     result: dict[str, Any] = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
                   "runs": v} for k, v in runs.items()}
+    for arm, v in per_cpu.items():  # what carries to a cluster: every process's CPU counted
+        result[arm]["events_per_cpu_s"], result[arm]["cpu_runs"] = statistics.median(v), v
     print(f"filter -> map -> tumbling count, {args.events:,} events ({len(columns):,} in the "
           f"Arrow arms), median of {args.repeat}:")
     for k, v in result.items():
         spread = f"{min(v['runs']) / 1e3:,.0f}-{max(v['runs']) / 1e3:,.0f}k"
         print(f"  {k:18s} {v['events_per_s'] / 1e3:9,.0f}k events/s  "
-              f"({v['per_core'] / 1e3:,.0f}k per core; runs {spread})")
+              f"({v['per_core'] / 1e3:,.0f}k per core; runs {spread})"
+              + (f"; {v['events_per_cpu_s'] / 1e3:,.0f}k per CPU second of every process"
+                 if "events_per_cpu_s" in v else ""))
     print("where the time went (the last run of each Ray arm; CPU seconds by thread name, "
           "the executors' summed):")
     for arm, prof in profiles.items():
         threads = ", ".join(f"{k} {v:.2f}" for k, v in list(prof["executor_threads_cpu_s"].items())[:5])
+        roles = ", ".join(f"{r} {c:.2f}" for r, c in prof["machine"]["cpu_s_by_role"].items() if c)
         print(f"  {arm:13s} wall {prof['wall_s']:.2f} s, driver CPU {prof['driver_cpu_s']:.2f} s, "
               f"executors busy {prof['executor_busy_s']:.2f} s; threads: {threads}")
+        print(f"  {'':13s} every process: {prof['machine']['cpu_s']:.2f} CPU s ({roles})")
     result["profiles"] = profiles
     save_json(args.json, result)
     return result

@@ -130,7 +130,9 @@ def test_the_page_shows_every_running_dataflow_in_a_browser(served: tuple[Served
     while time.monotonic() < deadline and not (client.status("ui-alerts")["results"]
                                                and client.explain("ui-alerts")["snapshots"]):
         time.sleep(0.5)
+    assert client.status("ui-alerts")["results"], "no results of ui-alerts within 30 s"
     explanation = client.explain("ui-alerts")
+    assert explanation["snapshots"], "no snapshot of ui-alerts' traces within 30 s"
     assert set(explanation) >= {"words", "latency", "operators", "critical_path"}
 
     dom = browse(f"{service.url}/ui?token={service.admin}", out_dir)

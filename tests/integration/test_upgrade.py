@@ -64,13 +64,20 @@ def install(code: Path, package: bytes | Path, version: str) -> None:
                     encoding="utf-8")
 
 
+def git(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True)
+
+
 @pytest.fixture(scope="module")
 def old_code() -> bytes:
-    found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{UPGRADE_FROM}^{{commit}}"],
-                           capture_output=True)
-    if found.returncode != 0:
-        pytest.skip(f"the repository's history lacks {UPGRADE_FROM[:10]} (a shallow clone?): "
-                    "no older version to upgrade from")
+    """The package as of `UPGRADE_FROM`, fetched from the clone's origin when the clone
+    lacks it (a shallow clone): never skipped."""
+    if git("cat-file", "-e", f"{UPGRADE_FROM}^{{commit}}").returncode != 0:
+        fetched = git("fetch", "--quiet", "--depth", "1", "origin", UPGRADE_FROM)
+        assert fetched.returncode == 0, (
+            f"the version to upgrade from, {UPGRADE_FROM[:10]}, is not in this clone and "
+            f"its origin did not give it ({fetched.stderr.decode().strip()}); fix: clone with "
+            "its history (`git fetch --unshallow`)")
     return subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", UPGRADE_FROM,
                            "cameo_actors"], capture_output=True, check=True).stdout
 

@@ -1,0 +1,37 @@
+"""The docs' benchmark tables are written from the committed JSON, and a table that
+differs from its JSON is caught."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import report
+from bench.harness.output import save_json
+
+
+def test_every_table_in_the_docs_equals_its_committed_json() -> None:
+    tables = [m["name"] for doc in report.DOCS
+              for m in report.BLOCK.finditer((Path(report.REPO) / doc).read_text())]
+    assert {"throughput", "nexmark"} <= set(tables)
+    assert report.main(["--check"]) == 0
+
+
+def test_a_table_typed_in_is_found_and_written_from_its_json(tmp_path: Path) -> None:
+    figures = {arm: {"events_per_s": 1000.0 * (i + 1)} for i, arm in enumerate(
+        ["operators", "executor_core", "executor_core_arrow", "ray_x1", "ray_x1_arrow", "ray_x2",
+         "ray_x2_arrow", "ray_x1_busy", "ray_x1_arrow_busy", "ray_x2_busy", "ray_x2_arrow_busy"])}
+    figures["ray_x1"]["events_per_cpu_s"] = 2_000.0
+    figures["ray_x1_arrow"]["events_per_cpu_s"] = 10_000.0
+    path = tmp_path / "throughput.json"
+    save_json(str(path), figures)
+    head = f"<!-- table throughput {path}: python -m bench.report -->\n"
+    text = f"before\n{head}| typed | 9 K |\n<!-- end table -->\nafter\n"
+    new, changed = report.rewrite(text)
+    assert changed == [f"throughput ({path})"]
+    assert new.startswith(f"before\n{head}") and new.endswith("<!-- end table -->\nafter\n")
+    assert "| Ray, 1 executor, end to end (driver pushing) | 4 K | 5 K | 1.2x |" in new
+    assert "| Ray, 1 executor, per CPU second of every process | 2 K | 10 K | 5.0x |" in new
+    commit = json.loads(path.read_text())["measured_on"]["commit"]
+    assert f"commit `{commit[:10]}`" in new
+    assert report.rewrite(new) == (new, [])  # written: nothing left to change
