@@ -11,14 +11,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 
 RUN_DIR = os.path.abspath(os.environ.get("CAMEO_RUN_DIR", ".run"))
 
 #: name -> RuntimeConfig keyword arguments
-POOLS = {
+POOLS: dict[str, dict[str, Any]] = {
     "cameo2": dict(num_executors=2, policy="cameo"),
     "fifo1": dict(num_executors=1, policy="fifo"),
     "edf2": dict(num_executors=2, policy="edf"),
@@ -61,8 +62,11 @@ def ray_session() -> Iterator[None]:
 
     from cameo_actors.runtime import start_local_ray
 
-    # Every pool of POOLS reserves a CPU per executor, mostly idle: room for all of them.
-    start_local_ray(RUN_DIR, num_cpus=32)
+    # Every pool of POOLS reserves a CPU per executor, mostly idle, and they all stay up
+    # (27 executors); room for them, the executors the scaling and reconfiguration tests
+    # add, and the benchmarks' pools beside them (32 were once all taken when
+    # test_scaling's pool asked for a third executor).
+    start_local_ray(RUN_DIR, num_cpus=sum(p["num_executors"] for p in POOLS.values()) + 16)
     yield
     ray.shutdown()
 
@@ -112,7 +116,7 @@ def pools(ray_session: None) -> Iterator[Pools]:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
-                              ) -> Iterator[None]:
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.when == "call" and report.failed:
         item.stash[FAILED] = True
