@@ -1,9 +1,8 @@
 """Spec-driven Spark queries: the connectors of a dataflow's spec start them.
 
-For a dataflow whose source names a connector (format, options, schema from
-the source, event-time column) and whose sink names one (format, path,
-checkpoint, trigger), `SparkTier.deploy` deploys the dataflow and starts, in
-one SparkSession:
+For a dataflow whose source names a connector (format, options, schema from the source,
+event-time column) and whose sink names one (format, path, checkpoint, trigger),
+`SparkTier.deploy` deploys the dataflow and starts, in one SparkSession:
 
 - per source with a connector, an *input query*:
   `spark.readStream.format(<format>)...load()` -> `format("cameo")` sink;

@@ -9,11 +9,11 @@ sampled from /proc while the run goes on, so that a process that starts or exits
 during the run counts too (an exit loses at most its last `period_s`). Events per CPU
 second of all of them is the figure that carries to a cluster.
 
->>> role_of(41, 1, "python", ["python", "-m", "bench.throughput"], root=41)
+>>> role_of(41, "python", ["python", "-m", "bench.throughput"], root=41)
 'driver'
->>> role_of(7, 2, "ray::Executor_9f", ["ray::Executor_9f.ingest"], root=1)
+>>> role_of(7, "ray::Executor_9f", ["ray::Executor_9f.ingest"], root=1)
 'executors'
->>> role_of(8, 2, "java", ["java", "-cp", "...", "org.apache.spark.deploy.SparkSubmit"], root=1)
+>>> role_of(8, "java", ["java", "-cp", "...", "org.apache.spark.deploy.SparkSubmit"], root=1)
 'spark'
 """
 
@@ -75,7 +75,7 @@ def cmdline(pid: int) -> list[str]:
         return []
 
 
-def role_of(pid: int, ppid: int, comm: str, argv: Iterable[str], *, root: int) -> str:
+def role_of(pid: int, comm: str, argv: Iterable[str], *, root: int) -> str:
     """Which part of a run a process is (`ROLES`), from its name and command line."""
     if pid == root:
         return "driver"
@@ -136,7 +136,7 @@ class CpuMeter:
         for pid in descendants(procs, self.root):
             p = procs[pid]
             if pid not in self._roles:
-                self._roles[pid] = role_of(pid, p.ppid, p.comm, cmdline(pid), root=self.root)
+                self._roles[pid] = role_of(pid, p.comm, cmdline(pid), root=self.root)
                 self._first[pid] = p.cpu_s if first else 0.0
             self._last[pid] = max(self._last.get(pid, 0.0), p.cpu_s)
 

@@ -47,9 +47,9 @@ def test_the_tree_and_the_roles() -> None:
     procs = read_procs()
     mine = descendants(procs, os.getpid())
     assert os.getpid() in mine and 1 not in mine
-    assert role_of(5, 1, "gcs_server", ["/x/ray/core/src/ray/gcs/gcs_server"], root=1) == "ray"
-    assert role_of(5, 1, "ray::Controller", ["ray::Controller_ab.monitor"], root=1) == \
+    assert role_of(5, "gcs_server", ["/x/ray/core/src/ray/gcs/gcs_server"], root=1) == "ray"
+    assert role_of(5, "ray::Controller", ["ray::Controller_ab.monitor"], root=1) == \
         "controller"
-    assert role_of(5, 1, "python", ["python", "-m", "pyspark.daemon"], root=1) == "spark"
-    assert role_of(5, 1, "bash", ["bash"], root=1) == "other"
+    assert role_of(5, "python", ["python", "-m", "pyspark.daemon"], root=1) == "spark"
+    assert role_of(5, "bash", ["bash"], root=1) == "other"
     assert doctest.testmod(cpu).failed == 0
