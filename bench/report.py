@@ -10,35 +10,30 @@ JSON (`bench/results/`, committed with the change that measured it)::
     | ... written by the renderer ... |
     <!-- end table -->
 
-Each renderer below turns one benchmark's JSON into its table, the run it came from
-(commit, date, machine, command) in a line under it; nothing in a table is typed in.
+`NAME` is a module of `bench/tables/` (its `table` function) or `MODULE.FUNCTION`, which
+turns one benchmark's JSON into the table's lines; the run it came from (commit, date,
+machine, command) goes in a line under it. Nothing in a table is typed in.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import pkgutil
 import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from bench import tables
 from bench.harness.output import REPO
 
 #: The files whose tables are written.
 DOCS = ("README.md", "docs/benchmarks.md")
-BLOCK = re.compile(r"(<!-- table (?P<name>[a-z_]+) (?P<path>\S+\.json): python -m bench.report -->\n)"
+BLOCK = re.compile(r"(<!-- table (?P<name>[a-z_]+(?:\.[a-z_]+)?) (?P<path>\S+\.json): python -m bench.report -->\n)"
                    r"(?P<body>.*?)(<!-- end table -->)", re.S)
-
-
-def k(v: float | None) -> str:
-    """Events/s as thousands: 1,234 K ("" when not measured)."""
-    return "" if v is None else f"{v / 1e3:,.0f} K"
-
-
-def ratio(a: float | None, b: float | None) -> str:
-    return "" if not a or not b else f"{a / b:.1f}x"
 
 
 def provenance(figures: dict[str, Any], path: str) -> str:
@@ -54,70 +49,25 @@ def provenance(figures: dict[str, Any], path: str) -> str:
             "at the end.")
 
 
-THROUGHPUT_ROWS = (  # (label, rows arm, Arrow arm, cores the arm reserves)
-    ("operators alone, in-process (`run_local`)", "operators", None, 1),
-    ("one executor core, in-process (no Ray)", "executor_core", "executor_core_arrow", 1),
-    ("Ray, 1 executor, end to end (driver pushing)", "ray_x1", "ray_x1_arrow", 1),
-    ("Ray, 2 executors, end to end (parallelism 2)", "ray_x2", "ray_x2_arrow", 2),
-    ("Ray, 1 executor, per second of executor busy time", "ray_x1_busy", "ray_x1_arrow_busy", 1),
-    ("Ray, 2 executors, per second of executor busy time", "ray_x2_busy", "ray_x2_arrow_busy", 1),
-)
-
-
-def throughput(figures: dict[str, Any]) -> list[str]:
-    """`bench.throughput`: events/s of each arm, rows and Arrow; the Ray arms also per CPU
-    second of every process (what carries to a cluster)."""
-    def cell(arm: str | None, field: str = "events_per_s") -> float | None:
-        return figures[arm].get(field) if arm and arm in figures else None
-
-    lines = ["| measured | rows: events/s | Arrow: events/s | Arrow / rows |",
-             "|---|---|---|---|"]
-    for label, rows, arrow, _ in THROUGHPUT_ROWS:
-        lines.append(f"| {label} | {k(cell(rows))} | {k(cell(arrow))} | "
-                     f"{ratio(cell(arrow), cell(rows))} |")
-    for label, rows, arrow, _ in THROUGHPUT_ROWS[2:4]:
-        per_cpu = label.replace("end to end (driver pushing)", "").replace(
-            "end to end (parallelism 2)", "").rstrip(", ")
-        lines.append(f"| {per_cpu}, per CPU second of every process | "
-                     f"{k(cell(rows, 'events_per_cpu_s'))} | {k(cell(arrow, 'events_per_cpu_s'))} | "
-                     f"{ratio(cell(arrow, 'events_per_cpu_s'), cell(rows, 'events_per_cpu_s'))} |")
-    return lines
-
-
-NEXMARK_NAMES = {"q0": "Q0 passthrough", "q1": "Q1 currency", "q2": "Q2 selection",
-                 "q3": "Q3 local items", "q4": "Q4 avg by category", "q5": "Q5 hot items",
-                 "q6": "Q6 avg by seller", "q7": "Q7 highest bid", "q8": "Q8 new users",
-                 "q11": "Q11 sessions"}
-NEXMARK_MODES = (("in-process", "in_process"), ("Ray, rows", "ray"),
-                 ("rows, busy", "ray_busy"), ("rows, per CPU s", "ray_cpu"),
-                 ("Ray, Arrow", "ray_arrow"), ("Arrow, busy", "ray_arrow_busy"),
-                 ("Arrow, per CPU s", "ray_arrow_cpu"))
-
-
-def nexmark(figures: dict[str, Any]) -> list[str]:
-    """`bench.nexmark`: events/s per query and mode, beside the peers' published figures."""
-    peers = {p: figures["peers"][p]["per_core_eps"] for p in ("flink-1.13", "dbsp")}
-    head = [label for label, _ in NEXMARK_MODES]
-    lines = ["| query | " + " | ".join(head) + " | Flink 1.13 | DBSP |",
-             "|---|" + "---|" * (len(head) + 2)]
-    for q, fig in figures["queries"].items():
-        cells = [k(fig[mode]["per_core"]) if mode in fig else "" for _, mode in NEXMARK_MODES]
-        lines.append(f"| {NEXMARK_NAMES.get(q, q)} | " + " | ".join(cells) +
-                     f" | {k(peers['flink-1.13'].get(q))} | {k(peers['dbsp'].get(q))} |")
-    return lines
-
-
-RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
-    "throughput": throughput, "nexmark": nexmark}
+def renderer(name: str) -> Callable[[dict[str, Any]], list[str]]:
+    """`bench.tables.MODULE.table` for "MODULE", `bench.tables.MODULE.FN` for "MODULE.FN"."""
+    module, _, fn = name.partition(".")
+    known = sorted(m.name for m in pkgutil.iter_modules(tables.__path__))
+    if module not in known:
+        raise SystemExit(f"bench.report: a table names {name!r}, but bench/tables/ has no "
+                         f"module {module!r} (one of {known}); fix the marker or add the module")
+    found = getattr(importlib.import_module(f"bench.tables.{module}"), fn or "table", None)
+    if not callable(found):
+        raise SystemExit(f"bench.report: bench/tables/{module}.py has no function "
+                         f"{fn or 'table'!r} for the table named {name!r}")
+    return found  # type: ignore[no-any-return]
 
 
 def render(name: str, path: str) -> str:
     """The body of table `name` from the JSON at `path` (relative to the repository)."""
-    if name not in RENDERERS:
-        raise SystemExit(f"bench.report: no renderer named {name!r}; one of {sorted(RENDERERS)}")
     with open(os.path.join(REPO, path)) as f:
         figures = json.load(f)
-    return "\n".join([*RENDERERS[name](figures), "", provenance(figures, path)]) + "\n"
+    return "\n".join([*renderer(name)(figures), "", provenance(figures, path)]) + "\n"
 
 
 def rewrite(text: str) -> tuple[str, list[str]]:

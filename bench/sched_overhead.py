@@ -1,6 +1,6 @@
 """Per-message cost of the scheduling layer, for 1, 100 and 10,000 activations.
 
-Run: `python -m bench.sched_overhead [--messages N] [--policy NAME]`
+Run: `python -m bench.sched_overhead [--messages N] [--policy NAME] [--json FILE]`
 
 Each size is measured without and with tenant floors (8 tenants), side by side.
 
@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from typing import Any
 
+from bench.harness.output import save_json
 from cameo_actors.scheduling import Message, Scheduler, WindowTiming
 
 
@@ -122,11 +124,13 @@ def measure(n_acts: int, n_msgs: int, policy: str, floor_slack_ms: float | None 
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--messages", type=int, default=200_000, help="messages per run")
     ap.add_argument("--policy", default="cameo", help="policy name (default cameo)")
-    args = ap.parse_args()
+    ap.add_argument("--json", help="write the figures to this file")
+    args = ap.parse_args(argv)
+    runs: list[dict[str, Any]] = []
     print(f"policy={args.policy} messages={args.messages}  (µs per message)")
     print(
         f"{'activations':>11} {'floors':>6} {'build':>7} {'enqueue':>8} {'dispatch':>9} "
@@ -143,6 +147,10 @@ def main() -> None:
                 f"{r['dispatch']:>9.2f} {total:>9.2f} {r['steady']:>7.2f} {ratio:>6}"
             )
             off = total
+            runs.append({"activations": n, "floors": bool(slack), **r, "enq_disp": total})
+    figures = {"policy": args.policy, "messages": args.messages, "runs": runs}
+    save_json(args.json, figures)
+    return figures
 
 
 if __name__ == "__main__":

@@ -1,0 +1,29 @@
+"""`bench.nexmark`'s table, beside the peers' published figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.tables import k
+
+NAMES = {"q0": "Q0 passthrough", "q1": "Q1 currency", "q2": "Q2 selection",
+                 "q3": "Q3 local items", "q4": "Q4 avg by category", "q5": "Q5 hot items",
+                 "q6": "Q6 avg by seller", "q7": "Q7 highest bid", "q8": "Q8 new users",
+                 "q11": "Q11 sessions"}
+MODES = (("in-process", "in_process"), ("Ray, rows", "ray"),
+                 ("rows, busy", "ray_busy"), ("rows, per CPU s", "ray_cpu"),
+                 ("Ray, Arrow", "ray_arrow"), ("Arrow, busy", "ray_arrow_busy"),
+                 ("Arrow, per CPU s", "ray_arrow_cpu"))
+
+
+def table(figures: dict[str, Any]) -> list[str]:
+    """`bench.nexmark`: events/s per query and mode, beside the peers' published figures."""
+    peers = {p: figures["peers"][p]["per_core_eps"] for p in ("flink-1.13", "dbsp")}
+    head = [label for label, _ in MODES]
+    lines = ["| query | " + " | ".join(head) + " | Flink 1.13 | DBSP |",
+             "|---|" + "---|" * (len(head) + 2)]
+    for q, fig in figures["queries"].items():
+        cells = [k(fig[mode]["per_core"]) if mode in fig else "" for _, mode in MODES]
+        lines.append(f"| {NAMES.get(q, q)} | " + " | ".join(cells) +
+                     f" | {k(peers['flink-1.13'].get(q))} | {k(peers['dbsp'].get(q))} |")
+    return lines

@@ -1,0 +1,36 @@
+"""`bench.throughput`'s table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.tables import k, ratio
+
+ROWS = (  # (label, rows arm, Arrow arm, cores the arm reserves)
+    ("operators alone, in-process (`run_local`)", "operators", None, 1),
+    ("one executor core, in-process (no Ray)", "executor_core", "executor_core_arrow", 1),
+    ("Ray, 1 executor, end to end (driver pushing)", "ray_x1", "ray_x1_arrow", 1),
+    ("Ray, 2 executors, end to end (parallelism 2)", "ray_x2", "ray_x2_arrow", 2),
+    ("Ray, 1 executor, per second of executor busy time", "ray_x1_busy", "ray_x1_arrow_busy", 1),
+    ("Ray, 2 executors, per second of executor busy time", "ray_x2_busy", "ray_x2_arrow_busy", 1),
+)
+
+
+def table(figures: dict[str, Any]) -> list[str]:
+    """`bench.throughput`: events/s of each arm, rows and Arrow; the Ray arms also per CPU
+    second of every process (what carries to a cluster)."""
+    def cell(arm: str | None, field: str = "events_per_s") -> float | None:
+        return figures[arm].get(field) if arm and arm in figures else None
+
+    lines = ["| measured | rows: events/s | Arrow: events/s | Arrow / rows |",
+             "|---|---|---|---|"]
+    for label, rows, arrow, _ in ROWS:
+        lines.append(f"| {label} | {k(cell(rows))} | {k(cell(arrow))} | "
+                     f"{ratio(cell(arrow), cell(rows))} |")
+    for label, rows, arrow, _ in ROWS[2:4]:
+        per_cpu = label.replace("end to end (driver pushing)", "").replace(
+            "end to end (parallelism 2)", "").rstrip(", ")
+        lines.append(f"| {per_cpu}, per CPU second of every process | "
+                     f"{k(cell(rows, 'events_per_cpu_s'))} | {k(cell(arrow, 'events_per_cpu_s'))} | "
+                     f"{ratio(cell(arrow, 'events_per_cpu_s'), cell(rows, 'events_per_cpu_s'))} |")
+    return lines
