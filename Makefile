@@ -24,11 +24,13 @@ system:  ## install the Debian packages needed (Java 17 for Spark, Prometheus) i
 run: $(STAMP) system  ## the main demo: files -> Spark -> two tenants on the pool -> Spark -> Parquet
 	$(PY) -m cameo_actors.demo --spark
 
-test: $(STAMP) system  ## the whole suite: unit, then integration on real Ray and Spark
-	$(PY) -m pytest -q --durations=25 tests
+test: unit integration  ## the whole suite: unit, then integration on real Ray and Spark
 
-unit: $(STAMP)  ## unit tests only (no Ray, no Spark, no sleeps)
-	$(PY) -m pytest -q tests/unit
+unit: $(STAMP)  ## unit tests only (no Ray, no Spark, no sleeps), in one process per core
+	$(PY) -m pytest -q -n auto --durations=10 tests/unit
+
+integration: $(STAMP) system  ## integration tests on a real local Ray and Spark (one of each, shared)
+	$(PY) -m pytest -q --durations=25 tests/integration
 
 lint: $(STAMP)  ## ruff, mypy (strict on the runtime and the service), and the architecture's import contracts (import-linter)
 	$(PY) -m ruff check cameo_actors spark_ingest tests bench corpora

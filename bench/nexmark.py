@@ -12,8 +12,9 @@ second of event time, up to 500 ms out of order, the queries allowing 2 s):
   process in batches of 2,000 (msgpack over Ray calls), the scheduler, credits,
   checkpoints every 2 s and the result log included, results read every 50,000 events
   (as a consumer would), to the end of the stream and the last result read;
-- `ray_busy`: the same run counted per second the executor was busy running operators
-  (its worker thread's own rate, without the idle time it spent waiting for the driver);
+- `ray_busy`: the same run counted per CPU second of the executor's worker thread (its
+  thread CPU clock: scheduling, decoding and operators; not the time it waited for the
+  driver, nor time off the core);
 - `ray_cpu`: the same run counted per CPU second of every process it used (the driver
   that generates and pushes, the executor, the controller, Ray's daemons and workers:
   `bench/harness/cpu.py`): what carries to a cluster;
@@ -148,17 +149,20 @@ MODE_WORDS = {"ray": "on Ray", "ray_arrow": "on Ray, pushed as Arrow"}
 
 def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any = None
                ) -> tuple[float, float, float, list[dict[str, Any]]]:
-    """(seconds end to end, seconds of executor busy time, CPU seconds of every process
+    """(seconds end to end, CPU seconds of the executors' worker threads, CPU seconds of every process
     of the run (`harness/cpu.py`), results) of the query on `rt`; with `table`
     (`as_table`), the events pushed as Arrow, `ARROW_BATCH` rows per call, and the results
     read as Arrow tables (made rows after the clock stops, for the check)."""
+    from bench.harness.cluster import thread_cpu_s
     from bench.harness.cpu import CpuMeter
 
     name = rt.deploy(QUERIES[query](name=f"nexmark-{query}-{tag}"))
     events, got = stream.events, []
     read = (lambda h: read_table(h, name)) if table is not None else (lambda h: h.results(name))
     try:
-        busy0 = sum(e["busy_ms"] for e in rt.executor_stats())
+        stats = rt.executor_stats()
+        pids, workers = [e["pid"] for e in stats], {e["worker_tid"]: "worker" for e in stats}
+        busy0 = thread_cpu_s(pids, workers).get("worker", 0.0)
         t0 = time.perf_counter()
         with CpuMeter() as machine:
             for i in range(0, len(events), READ_EVERY):
@@ -170,7 +174,7 @@ def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any 
             rt.close(name)
             got += drain(rt, name, read)
         elapsed = time.perf_counter() - t0
-        busy = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
+        busy = thread_cpu_s(pids, workers).get("worker", 0.0) - busy0
         return elapsed, busy, machine.total_s(), [row for part in got for row in as_rows(part)]
     finally:
         rt.cancel(name)

@@ -8,14 +8,15 @@ Measured in one run, side by side:
   scheduling, mailboxes, credits and egress included, no Ray;
 - ray x1: on Ray, one executor, events pushed from this process;
 - ray x2: on Ray, two executors, source/filter/map/window with parallelism 2;
-- ray x1 busy / ray x2 busy: the same runs counted per second of executor
-  busy time (time the worker threads spent running operators): the rate
-  inside an executor, without the driver and Ray's transport.
-- *_arrow: the same events pushed as an Arrow table (`--arrow-batch` rows per
-  push), run as columns where a step has a kernel (`operators/columns.py`); K
-  copies of them one after the other in event time (`--arrow-copies`, default
-  10), so that a run lasts long enough for its rate not to be the fixed cost of
-  a run (a deploy, the last checkpoint).
+- ray x1 busy / ray x2 busy: the same runs counted per CPU second of the
+  executors' worker threads (their thread CPU clock: scheduling, decoding and
+  operators, not time off the core): the rate inside an executor, without the
+  driver and Ray's transport.
+- *_arrow: the same events pushed as an Arrow table, run as columns where a step
+  has a kernel (`operators/columns.py`). The arms differ in that alone: the same
+  events, the same rows per push (`--arrow-batch`, default the rows' 2,000) and
+  one copy (`--arrow-copies K` runs K copies one after the other in event time,
+  and `--arrow-batch` larger pushes, to see what each adds).
 Each Ray arm also gives events per CPU second of every process the run used (the
 driver, the executors, the controller, Ray's daemons and workers: `harness/cpu.py`),
 the figure that carries to a cluster, with those CPU seconds by role.
@@ -25,7 +26,7 @@ Ray they include the driver's cost of encoding and sending batches, which shares
 the machine's cores, and the checkpoint `wait_idle` takes at the end (exactly
 once: results are readable only after it). One pool runs at a time. Printed
 after them: where the time went in each Ray arm's last run (wall time, the
-driver's CPU, the executors' busy time and their threads' CPU by name).
+driver's CPU, the executors' worker threads' CPU and all their threads' CPU by name).
 """
 
 from __future__ import annotations
@@ -133,11 +134,13 @@ RESULT_FIELDS = ("key", "window_start", "n")
 
 def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH,
               expected: Any = None) -> tuple[float, float, dict[str, Any]]:
-    """(events/s end to end, events per second of executor busy time, where the time went);
-    `events` rows or an Arrow table, whose results must equal `expected`
-    (`expected_results`, None: not checked). Where the time went: the wall time, the driver's CPU,
-    the executors' busy time (operators and scheduling on the worker thread) and their
-    threads' CPU by thread name (the worker thread, Ray's receiving and sending threads)."""
+    """(events/s end to end, events per CPU second of the executors' worker threads, where
+    the time went); `events` rows or an Arrow table, whose results must equal `expected`
+    (`expected_results`, None: not checked). Where the time went: the wall time, the driver's
+    CPU, the executors' threads' CPU by thread name (the worker thread, Ray's receiving and
+    sending threads), the wall time the worker threads spent in `execute` (the executors'
+    own `busy_ms`, which counts time off the core and leaves out scheduling and decoding),
+    and every process's CPU by role."""
     from bench.harness.cluster import thread_cpu_s
     from bench.harness.cpu import CpuMeter
 
@@ -157,7 +160,8 @@ def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH,
         driver_s = time.process_time() - driver0
         threads = {k: round(v - threads0.get(k, 0.0), 3)
                    for k, v in thread_cpu_s(pids, names).items()}
-        busy_s = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
+        busy_wall_s = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
+        worker_cpu_s = threads.get("worker thread", 0.0)
         assert rt.stats(name)["events_in"] == len(events)
         if expected is not None:
             from bench.harness.fingerprint import Fingerprint
@@ -169,11 +173,12 @@ def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH,
                 raise SystemExit(f"MISMATCH: {tag}: {got.total} results, not run_local's "
                                  f"{expected.total} (or other ones)")
         profile = {"wall_s": round(elapsed, 3), "driver_cpu_s": round(driver_s, 3),
-                   "executor_busy_s": round(busy_s, 3),
+                   "worker_threads_cpu_s": round(worker_cpu_s, 3),
+                   "executor_busy_wall_s": round(busy_wall_s, 3),
                    "executor_threads_cpu_s": {k: v for k, v in sorted(
                        threads.items(), key=lambda kv: -kv[1]) if v >= 0.01},
                    "machine": machine.summary(len(events))}
-        return len(events) / elapsed, len(events) / busy_s, profile
+        return len(events) / elapsed, len(events) / max(worker_cpu_s, 1e-3), profile
     finally:
         rt.cancel(name)
 
@@ -181,11 +186,12 @@ def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH,
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=400_000)
-    parser.add_argument("--arrow-copies", type=int, default=10,
-                        help="the Arrow arms run this many copies of the events")
+    parser.add_argument("--arrow-copies", type=int, default=1,
+                        help="the Arrow arms run this many copies of the events (default 1: "
+                             "the rows arms' events)")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--arrow-batch", type=int, default=20_000,
-                        help=f"rows per push of the Arrow arms (the row arms push {BATCH:,})")
+    parser.add_argument("--arrow-batch", type=int, default=BATCH,
+                        help=f"rows per push of the Arrow arms (default the rows arms' {BATCH:,})")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -224,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     per_cpu.setdefault(arm, []).append(profiles[arm]["machine"]["events_per_cpu_s"])
         finally:
             rt.shutdown(stop_ray=p == 2)
-    # *_busy: events per second of executor busy time (the executors' own rate, per core).
+    # *_busy: events per CPU second of the worker threads (the executors' own rate, per core).
     cores = {arm: 2 if arm.startswith("ray_x2") and not arm.endswith("busy") else 1 for arm in arms}
     result: dict[str, Any] = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
                   "runs": v} for k, v in runs.items()}
@@ -244,7 +250,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         threads = ", ".join(f"{k} {v:.2f}" for k, v in list(prof["executor_threads_cpu_s"].items())[:5])
         roles = ", ".join(f"{r} {c:.2f}" for r, c in prof["machine"]["cpu_s_by_role"].items() if c)
         print(f"  {arm:13s} wall {prof['wall_s']:.2f} s, driver CPU {prof['driver_cpu_s']:.2f} s, "
-              f"executors busy {prof['executor_busy_s']:.2f} s; threads: {threads}")
+              f"worker threads CPU {prof['worker_threads_cpu_s']:.2f} s (in execute, wall: "
+              f"{prof['executor_busy_wall_s']:.2f} s); threads: {threads}")
         print(f"  {'':13s} every process: {prof['machine']['cpu_s']:.2f} CPU s ({roles})")
     result["profiles"] = profiles
     save_json(args.json, result)

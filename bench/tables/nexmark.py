@@ -11,8 +11,8 @@ NAMES = {"q0": "Q0 passthrough", "q1": "Q1 currency", "q2": "Q2 selection",
                  "q6": "Q6 avg by seller", "q7": "Q7 highest bid", "q8": "Q8 new users",
                  "q11": "Q11 sessions"}
 MODES = (("in-process", "in_process"), ("Ray, rows", "ray"),
-                 ("rows, busy", "ray_busy"), ("rows, per CPU s", "ray_cpu"),
-                 ("Ray, Arrow", "ray_arrow"), ("Arrow, busy", "ray_arrow_busy"),
+                 ("rows, per worker CPU s", "ray_busy"), ("rows, per CPU s", "ray_cpu"),
+                 ("Ray, Arrow", "ray_arrow"), ("Arrow, per worker CPU s", "ray_arrow_busy"),
                  ("Arrow, per CPU s", "ray_arrow_cpu"))
 
 
