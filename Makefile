@@ -46,17 +46,17 @@ $(BENCH): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH)
 
-bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput, service, migration, recovery, self-scaling (plot), critical paths, Nexmark (docs/benchmarks.md)
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput, service, migration, recovery, self-scaling (plot), critical paths, Nexmark; their JSON in bench/results/, the docs' tables written from it (docs/benchmarks.md)
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/out/cameo.json --plots docs/bench
-	$(PY) -m bench.sched_overhead
+	$(PY) -m bench.sched_overhead --json bench/results/sched_overhead.json
 	$(PY) -m bench.throughput --repeat 3 --json bench/results/throughput.json
 	$(PY) -m bench.multitenant --json bench/out/multitenant.json
-	$(PY) -m bench.service --json bench/out/service.json
-	$(PY) -m bench.migration --quick --json bench/out/migration.json --plots bench/out
-	$(PY) -m bench.recovery --quick --json bench/out/recovery.json
-	$(PY) -m bench.scaling --json bench/out/scaling.json --plots docs/bench
-	$(PY) -m bench.critical_path --json bench/out/critical_path.json
+	$(PY) -m bench.service --quick --json bench/results/service.json
+	$(PY) -m bench.migration --quick --json bench/results/migration.json --plots docs/bench
+	$(PY) -m bench.recovery --quick --json bench/results/recovery.json
+	$(PY) -m bench.scaling --json bench/results/scaling.json --plots docs/bench
+	$(PY) -m bench.critical_path --rounds 5 --json bench/results/critical_path.json
 	$(PY) -m bench.nexmark --json bench/results/nexmark.json
 	$(PY) -m bench.report
 
@@ -75,9 +75,9 @@ bench-peers: $(BENCH) $(FLINK_VENV)/.installed system  ## cameo next to Spark (F
 
 .PHONY: bench-spark
 bench-spark: $(STAMP) system  ## Spark tier: events/s into the runtime, latency per trigger (docs/spark.md)
-	mkdir -p bench/out
-	$(PY) -m bench.spark_throughput --repeat 3 --json bench/out/spark_throughput.json
-	$(PY) -m bench.spark_latency --json bench/out/spark_latency.json
+	$(PY) -m bench.spark_throughput --repeat 3 --json bench/results/spark_throughput.json
+	$(PY) -m bench.spark_latency --json bench/results/spark_latency.json
+	$(PY) -m bench.report
 
 clean:  ## remove the venv and run folders
 	rm -rf $(VENV) .venv-peers .run .pytest_cache .hypothesis

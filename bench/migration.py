@@ -355,8 +355,8 @@ def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = pri
         rt.deploy(alerts_dataflow())
         hosts = rt.describe(COUNTS, refresh=True)["hosts"]
         alerts_on = sorted(set(rt.describe(ALERTS, refresh=True)["hosts"].values()))
-        fill = s.fill_eps if capacity is None else s.load * capacity
-        feed, reader, alerts = CountFeed(rt.handle(), s, fill), Reader(rt.handle(), s), \
+        # Every strategy fills its state at the same rate, so that each moves the same keys.
+        feed, reader, alerts = CountFeed(rt.handle(), s, s.fill_eps), Reader(rt.handle(), s), \
             AlertFeed(rt.handle(), s.alerts_eps, s.seed)
         for t in (feed, reader, alerts):
             t.start()

@@ -31,7 +31,7 @@ from bench import tables
 from bench.harness.output import REPO
 
 #: The files whose tables are written.
-DOCS = ("README.md", "docs/benchmarks.md")
+DOCS = ("README.md", "docs/benchmarks.md", "docs/spark.md")
 BLOCK = re.compile(r"(<!-- table (?P<name>[a-z_]+(?:\.[a-z_]+)?) (?P<path>\S+\.json): python -m bench.report -->\n)"
                    r"(?P<body>.*?)(<!-- end table -->)", re.S)
 

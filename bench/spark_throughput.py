@@ -1,7 +1,7 @@
 """Events/s through Spark into the runtime: JSON files -> Spark -> `cameo` sink -> executors.
 
 Run: `python -m bench.spark_throughput [--rows N] [--files F] [--format json|parquet]
-[--push rows|columns|both] [--max-files-per-trigger M]`
+[--push rows|columns|both] [--max-files-per-trigger M] [--repeat R] [--json F]`
 
 What is measured: N small rows ({"ts", "level", "key", "value"}, ~70 bytes as
 JSON) already landed in F files (JSON, or the same rows as Parquet); one input
@@ -14,7 +14,10 @@ writes, JSON parsing, Arrow -> events, msgpack, Ray calls and the runtime's
 backpressure are all inside it. A warm-up query on a few files first starts
 Spark's Python workers (and their Ray connection) and the JVM's JIT, which a
 long-running tier pays once. Also printed: Spark's own rate (input rows over
-the batches' triggerExecution time).
+the batches' triggerExecution time), and events per CPU second of every process
+the run used (`bench.harness.cpu`: Spark's JVM and Python workers, the executors,
+Ray, the driver), counted from the query's start until the runtime is idle (the
+figure that carries to a cluster). `--json F` writes every run's figures.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import shutil
 import time
 from typing import Any
 
+from bench.harness.cpu import CpuMeter
 from bench.harness.output import save_json
 from bench.harness.spark import spark_on_pool
 from cameo_actors import Dataflow
@@ -45,26 +49,30 @@ def dataflow(name: str, folder: str, opts: dict[str, str], parallelism: int = 1,
 
 def run_once(tier: SparkTier, rt: Any, name: str, folder: str, rows: int, opts: dict[str, str],
              parallelism: int = 1, timeout_s: float = 600, fmt: str = "json") -> dict[str, Any]:
-    t0 = time.monotonic()
-    tier.deploy(dataflow(name, folder, opts, parallelism, fmt))
-    while True:
-        n = rt.stats(name)["events_in"]
-        if n >= rows:
-            break
-        tier.raise_if_failed()
-        if time.monotonic() - t0 > timeout_s:
-            raise TimeoutError(f"{n} of {rows} events in after {timeout_s} s")
-        time.sleep(0.02)
-    elapsed = time.monotonic() - t0
-    query = tier.queries[name].inputs["logs"]
-    tier.stop(name, drain=True)
+    # The CPU of every process (Spark's JVM and Python workers, the executors, Ray, this
+    # driver) until the runtime is idle: the events' whole cost, not only the clock's part.
+    with CpuMeter() as machine:
+        t0 = time.monotonic()
+        tier.deploy(dataflow(name, folder, opts, parallelism, fmt))
+        while True:
+            n = rt.stats(name)["events_in"]
+            if n >= rows:
+                break
+            tier.raise_if_failed()
+            if time.monotonic() - t0 > timeout_s:
+                raise TimeoutError(f"{n} of {rows} events in after {timeout_s} s")
+            time.sleep(0.02)
+        elapsed = time.monotonic() - t0
+        query = tier.queries[name].inputs["logs"]
+        tier.stop(name, drain=True)
+        rt.wait_idle()
     progress = [p for p in query.recentProgress if p["numInputRows"]]
-    rt.wait_idle()
     rt.cancel(name)
     spark_rows = sum(p["numInputRows"] for p in progress)
     spark_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
     return {"rows": rows, "seconds": elapsed, "events_per_s": rows / elapsed,
-            "batches": len(progress), "spark_rows_per_s": spark_rows / (spark_ms / 1000) if spark_ms else None}
+            "batches": len(progress), "spark_rows_per_s": spark_rows / (spark_ms / 1000) if spark_ms else None,
+            "machine": machine.summary(rows)}
 
 
 def to_parquet(folder: str) -> None:
@@ -80,20 +88,23 @@ def to_parquet(folder: str) -> None:
 
 
 def spark_alone(spark: Any, folder: str, rows: int, opts: dict[str, str], ck: str,
-                fmt: str = "json") -> float:
-    """Rows/s of the same files into Spark's `noop` sink: Spark's own ceiling here."""
+                fmt: str = "json") -> dict[str, Any]:
+    """The same files into Spark's `noop` sink: Spark's own ceiling here (rows/s, and the
+    CPU of every process, the idle pool's included)."""
     corrupt = ", _corrupt_record STRING" if fmt == "json" else ""
     reader = spark.readStream.format(fmt).schema("ts BIGINT, level STRING, key STRING, "
                                                  "value DOUBLE" + corrupt)
     for k, v in opts.items():
         if not k.startswith("cameo."):
             reader = reader.option(k, v)
-    t0 = time.monotonic()
-    query = reader.load(folder).writeStream.format("noop").option("checkpointLocation", ck).start()
-    query.processAllAvailable()
-    elapsed = time.monotonic() - t0
+    with CpuMeter() as machine:
+        t0 = time.monotonic()
+        query = reader.load(folder).writeStream.format("noop").option("checkpointLocation", ck).start()
+        query.processAllAvailable()
+        elapsed = time.monotonic() - t0
     query.stop()
-    return rows / elapsed
+    return {"rows": rows, "seconds": elapsed, "rows_per_s": rows / elapsed,
+            "machine": machine.summary(rows)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -144,17 +155,20 @@ def main(argv: list[str] | None = None) -> None:
                 results.append({"push": arm, **r})
                 print(f"run {i} {arm:7s}: {r['rows']:,} events in {r['seconds']:.2f} s = "
                       f"{r['events_per_s']:,.0f} events/s into the runtime; {r['batches']} "
-                      f"Spark batches; Spark's own rate {r['spark_rows_per_s'] or 0:,.0f} rows/s")
+                      f"Spark batches; Spark's own rate {r['spark_rows_per_s'] or 0:,.0f} rows/s; "
+                      f"{r['machine']['events_per_cpu_s'] or 0:,} events per CPU s of every "
+                      f"process ({r['machine']['cores_busy']} cores busy)")
                 shutil.rmtree(os.path.join(tier.checkpoint_root, name), ignore_errors=True)
         for arm in arms:
             rates = sorted(r["events_per_s"] for r in results if r["push"] == arm)
             print(f"{arm}: median {rates[len(rates) // 2]:,.0f} events/s")
         alone = spark_alone(spark, data, args.files * (args.rows // args.files), opts,
                             os.path.join(run, "noop-checkpoint"), args.format)
-        print(f"baseline: the same files into Spark's noop sink: {alone:,.0f} rows/s "
+        print(f"baseline: the same files into Spark's noop sink: {alone['rows_per_s']:,.0f} rows/s, "
+              f"{alone['machine']['events_per_cpu_s'] or 0:,} per CPU s of every process "
               f"({args.format} reading and Spark's batch costs, no Python, no runtime)")
         save_json(args.json, {"cores": os.cpu_count(), "args": vars(args), "runs": results,
-                              "spark_noop_rows_per_s": alone})
+                              "spark_noop": alone})
 
 
 if __name__ == "__main__":

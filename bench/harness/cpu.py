@@ -84,7 +84,8 @@ def role_of(pid: int, comm: str, argv: Iterable[str], *, root: int) -> str:
         return "executors"
     if comm.startswith("ray::Controller") or line.startswith("ray::Controller"):
         return "controller"
-    if comm == "java" or "org.apache.spark" in line or "pyspark" in line:
+    # Spark's Python workers start as pyspark.daemon, or the tier's own niced daemon.
+    if comm == "java" or any(s in line for s in ("org.apache.spark", "pyspark", "spark_ingest")):
         return "spark"
     if "ray" in line or comm.startswith(("raylet", "gcs_server", "ray::")):
         return "ray"

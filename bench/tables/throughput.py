@@ -42,3 +42,16 @@ def table(figures: dict[str, Any]) -> list[str]:
             lines.append(f"| {short}, cores kept busy (last run, of {nproc}) | "
                          + " | ".join("" if b is None else f"{b:.2f}" for b in busy) + " | |")
     return lines
+
+
+def headline(figures: dict[str, Any]) -> list[str]:
+    """The README's figure: what one and two executors take, per CPU second of every
+    process, rows and Arrow."""
+    def per_cpu(arm: str) -> float | None:
+        return figures.get(arm, {}).get("events_per_cpu_s")
+
+    lines = ["| filter -> map -> keyed count on Ray, events per CPU second of every process | "
+             "rows | Arrow |", "|---|---|---|"]
+    for label, arm in (("1 executor", "ray_x1"), ("2 executors", "ray_x2")):
+        lines.append(f"| {label} | {k(per_cpu(arm))} | {k(per_cpu(f'{arm}_arrow'))} |")
+    return lines

@@ -127,11 +127,15 @@ MIGRATION_FIELDS = ("steady_p99_ms", "migration_p99_ms", "migration_max_ms", "al
 
 
 def test_migration(ray_session: None, tmp_path: Path) -> None:
-    """bench.migration --quick: every strategy moved its bins and kept its results."""
+    """bench.migration --quick, two strategies (the bench's own branch for stop_the_world, and
+    batched; test_reconfig.py moves bins by every strategy) at a given capacity (no
+    saturation run): each moved its bins and kept its results."""
     out = tmp_path / "migration.json"
-    migration.main(["--quick", "--json", str(out)])
+    strategies = ("batched", "stop_the_world")
+    migration.main(["--quick", "--strategies", ",".join(strategies), "--capacity", str(CAPACITY),
+                    "--json", str(out)])
     figures = json.loads(out.read_text())
-    assert set(figures["strategies"]) == set(migration.STRATEGIES)
+    assert set(figures["strategies"]) == set(strategies)
     for name, r in figures["strategies"].items():
         assert r["completed"] is True, (name, r["note"])
         assert r["results_match"] is True, (name, r["result_rows"], r["expected_rows"],

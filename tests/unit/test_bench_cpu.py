@@ -51,5 +51,6 @@ def test_the_tree_and_the_roles() -> None:
     assert role_of(5, "ray::Controller", ["ray::Controller_ab.monitor"], root=1) == \
         "controller"
     assert role_of(5, "python", ["python", "-m", "pyspark.daemon"], root=1) == "spark"
+    assert role_of(6, "python", ["python", "-m", "spark_ingest.niced_daemon"], root=1) == "spark"
     assert role_of(5, "bash", ["bash"], root=1) == "other"
     assert doctest.testmod(cpu).failed == 0

@@ -1,0 +1,70 @@
+"""`bench.recovery`'s table: what checkpoints cost, and the way back from an executor's death."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The JSON's goals, in words (the thresholds are `bench.recovery`'s GOAL_*).
+GOALS = {
+    "recovery_under_5s_large_state": "recovery (kill → first new result read) under 5 s, "
+                                     "large state",
+    "checkpoint_overhead_under_10pct": "throughput with checkpoints at least 0.9 of without",
+    "alerts_p99_within_1_2x": "alerts p99 with checkpoints within 1.2x of without",
+}
+
+
+def _s(v: float | None) -> str:
+    return "" if v is None else f"{v:.1f} s"
+
+
+def _recovery(figures: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """The recovery run behind a row (its JSON keys are the intervals as strings)."""
+    runs = figures["sizes"][row["size"]].get("recovery", {})
+    return next((r for iv, r in runs.items() if float(iv) == row["interval_s"]), {})
+
+
+def _restore(rec: dict[str, Any]) -> str:
+    """"1.3 s (wait 1.1, read 0.0, load 0.2)": `recovering` back to `running`, by phase."""
+    p = rec.get("restore_phases")
+    phases = "" if not p else (f" (wait {p['waited_s']:.1f}, read {p['read_s']:.1f}, "
+                               f"load {p['restored_s']:.1f})")
+    return _s(rec.get("restore_s")) + phases
+
+
+def _row(figures: dict[str, Any], r: dict[str, Any]) -> str:
+    rec = _recovery(figures, r) if r["parts"] == "incremental" else {}
+    ckpt = ("" if r["steady_checkpoint_mb"] is None else
+            f"{r['steady_checkpoint_mb']:,.1f} MB in {r['steady_checkpoint_s'] or 0:.2f} s")
+    overhead = "" if r["checkpoint_overhead"] is None else f"{r['checkpoint_overhead']:.2f}"
+    alerts = ("" if r["alerts_p99_on_ms"] is None else
+              f"{r['alerts_p99_off_ms']:,.1f} → {r['alerts_p99_on_ms']:,.1f} ms "
+              f"({r['alerts_p99_ratio']:.2f}x)")
+    equal = {None: "", True: "yes", False: "**no**"}[r["results_match"]]
+    if rec.get("error"):
+        equal = "failed (its `error` in the JSON)"
+    return (f"| {r['keys']:,} keys | {r['interval_s']:g} s | {r['parts']} | {ckpt} | {overhead} | "
+            f"{alerts} | {_s(r['recovery_s'])} | {_s(r['detect_s'])} | {_restore(rec)} | {equal} |")
+
+
+def goals(figures: dict[str, Any]) -> list[str]:
+    """One line per goal: met or not, per row it was checked on."""
+    large = figures["setup"]["large_keys"]
+    lines = []
+    for key, g in figures["goals"].items():
+        label = GOALS.get(key, key).replace("large state", f"large state ({large:,} keys)")
+        verdict = {None: "not measured", True: "met", False: "**not met**"}[g["met"]]
+        rows = ", ".join(f"{row.replace('@', ' at ')} {'-' if ok is None else ('met' if ok else 'not met')}"
+                         for row, ok in g["per_row"].items())
+        lines.append(f"- {label}: {verdict}" + (f" ({rows})" if rows else ""))
+    return lines
+
+
+def table(figures: dict[str, Any]) -> list[str]:
+    """`bench.recovery`: per state size, interval and parts, the checkpoint, its cost in
+    throughput and in the alerts' p99, the recovery and its phases; then the goals."""
+    lines = ["| state | interval | parts | checkpoint | throughput with / without | "
+             "alerts p99, without → with | recovery (kill → first new result read) | detect | "
+             "restore (wait, read and unpack, load) | results equal |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_row(figures, r) for r in figures["table"]]
+    return [*lines, "", "Goals (incremental parts, the default):", "", *goals(figures)]
