@@ -48,7 +48,7 @@ $(BENCH): pyproject.toml $(STAMP)
 
 bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput, service, migration, recovery, self-scaling (plot), critical paths, Nexmark; their JSON in bench/results/, the docs' tables written from it (docs/benchmarks.md)
 	mkdir -p bench/out
-	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/out/cameo.json --plots docs/bench
+	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/results/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead --json bench/results/sched_overhead.json
 	$(PY) -m bench.throughput --repeat 3 --json bench/results/throughput.json
 	$(PY) -m bench.multitenant --json bench/out/multitenant.json

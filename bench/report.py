@@ -25,6 +25,7 @@ import pkgutil
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench import tables
@@ -70,16 +71,39 @@ def render(name: str, path: str) -> str:
     return "\n".join([*renderer(name)(figures), "", provenance(figures, path)]) + "\n"
 
 
-def rewrite(text: str) -> tuple[str, list[str]]:
-    """`text` with every table written from its JSON, and the names of those that changed."""
+def rewrite(text: str, missing: list[str] | None = None) -> tuple[str, list[str]]:
+    """`text` with every table written from its JSON, and the names of those that changed;
+    a table whose JSON is missing is left as it is, and named in `missing`."""
     changed: list[str] = []
 
     def one(m: re.Match[str]) -> str:
+        if not os.path.exists(os.path.join(REPO, m["path"])):
+            if missing is not None:
+                missing.append(f"{m['name']} ({m['path']})")
+            return m.group(0)
         body = render(m["name"], m["path"])
         if body != m["body"]:
             changed.append(f"{m['name']} ({m['path']})")
         return m.group(1) + body + m.group(5)
     return BLOCK.sub(one, text), changed
+
+
+#: Files whose every table is a figure: each is generated, or says why it is typed.
+FIGURE_DOCS = ("docs/benchmarks.md",)
+TYPED = "<!-- typed: "
+_RULE = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$")
+
+
+def typed_tables(text: str) -> list[str]:
+    """The tables of `text` outside the generated blocks with no `<!-- typed: why -->` line
+    right above them: figures typed in, which nothing checks."""
+    lines = BLOCK.sub(lambda m: m.group(1) + m.group(5), text).split("\n")
+    found = []
+    for i in range(1, len(lines) - 1):
+        starts = lines[i].startswith("|") and not lines[i - 1].startswith("|")
+        if starts and _RULE.match(lines[i + 1]) and not lines[i - 1].startswith(TYPED):
+            found.append(lines[i].strip())
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,19 +113,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="change nothing; exit 1 if a table differs from its JSON")
     args = parser.parse_args(argv)
     stale: list[str] = []
+    missing: list[str] = []
     for doc in DOCS:
         path = os.path.join(REPO, doc)
         with open(path) as f:
             text = f.read()
-        new, changed = rewrite(text)
+        gone: list[str] = []
+        new, changed = rewrite(text, gone)
         stale += [f"{doc}: {c}" for c in changed]
+        missing += [f"{doc}: {g}" for g in gone]
         if changed and not args.check:
             with open(path, "w") as f:
                 f.write(new)
     verb = "differ from their JSON (fix: python -m bench.report)" if args.check else "rewritten"
     for s in stale:
         print(f"{verb}: {s}", file=sys.stderr if args.check else sys.stdout)
-    return 1 if args.check and stale else 0
+    typed = [f"{doc}: {header}" for doc in FIGURE_DOCS
+             for header in typed_tables(Path(REPO, doc).read_text())]
+    for t in typed:
+        print(f"a table typed in, which no JSON backs: {t} (fix: write its benchmark's JSON to "
+              f"bench/results/ and a renderer in bench/tables/, or say why it is typed on the "
+              f"line above it: {TYPED}why -->)", file=sys.stderr)
+    for m in missing:
+        print(f"a table's JSON is missing, the table left as it was: {m} (fix: run the command "
+              "its section gives, with --json to that path)", file=sys.stderr)
+    return 1 if missing or (args.check and (stale or typed)) else 0
 
 
 if __name__ == "__main__":

@@ -35,7 +35,9 @@ def measured_on() -> dict[str, Any]:
             memory_gb = round(int(f.readline().split()[1]) / 2**20, 1)  # MemTotal, kB
     except OSError:
         pass
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # Results an earlier run of a chain wrote are not a change to the code measured.
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                 ":(exclude)bench/results")
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]],

@@ -36,7 +36,7 @@ def _setup(figures: dict[str, Any]) -> str:
             f"{s['capacity_eps']:,.0f} it took flat out"
             f"{'' if s['capacity_measured'] else ' (given with --capacity)'};")
     return (f"The count keeps {s['open_windows']} windows of {s['keys_per_window']:,} keys open "
-            f"(about {keys:,} keys in state) in {s['bins']:,} bins;{rate} half the bins move.")
+            f"(about {round(keys, -3):,} keys in state) in {s['bins']:,} bins;{rate} half the bins move.")
 
 
 def goals(figures: dict[str, Any]) -> list[str]:
@@ -49,9 +49,10 @@ def goals(figures: dict[str, Any]) -> list[str]:
         lines.append(f"- `batched` p99 during within 2x its steady p99: "
                      f"{'met' if g['batched_p99_within_2x_steady'] else '**not met**'}"
                      + ("" if x is None else f" ({x:.1f}x)"))
-        lines.append(f"- the alerts' p99 within {runs['batched']['alerts_target_ms']:g} ms "
-                     f"during `batched`: "
-                     f"{'met' if g['batched_alerts_within_target'] else '**not met**'}")
+        b = runs["batched"]
+        lines.append(f"- the alerts' p99 within {b['alerts_target_ms']:g} ms during `batched`: "
+                     f"{'met' if g['batched_alerts_within_target'] else '**not met**'}"
+                     + ("" if b["alerts_p99_ms"] is None else f" ({b['alerts_p99_ms']:,.0f} ms)"))
     spikes = [f"`{name}` {x:.1f}x" for name, x in (("all_at_once", g["spike_all_at_once_x"]),
                                                     ("stop_the_world", g["spike_stop_the_world_x"]))
               if x is not None]

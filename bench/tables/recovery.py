@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The JSON's goals, in words (the thresholds are `bench.recovery`'s GOAL_*).
+#: The JSON's goals: (in words, the table's field each checks, its format). The
+#: thresholds are `bench.recovery`'s GOAL_*.
 GOALS = {
-    "recovery_under_5s_large_state": "recovery (kill → first new result read) under 5 s, "
-                                     "large state",
-    "checkpoint_overhead_under_10pct": "throughput with checkpoints at least 0.9 of without",
-    "alerts_p99_within_1_2x": "alerts p99 with checkpoints within 1.2x of without",
+    "recovery_under_5s_large_state": ("recovery (kill → first new result read) under 5 s, "
+                                      "large state", "recovery_s", "{:.3f} s"),
+    "checkpoint_overhead_under_10pct": ("throughput with checkpoints at least 0.9 of without",
+                                        "checkpoint_overhead", "{:.2f}"),
+    "alerts_p99_within_1_2x": ("alerts p99 with checkpoints within 1.2x of without",
+                               "alerts_p99_ratio", "{:.2f}x"),
 }
 
 
@@ -47,15 +50,23 @@ def _row(figures: dict[str, Any], r: dict[str, Any]) -> str:
 
 
 def goals(figures: dict[str, Any]) -> list[str]:
-    """One line per goal: met or not, per row it was checked on."""
+    """One line per goal: met or not, and the figure of each row it was checked on."""
+    measured = {f"{r['size']}@{r['interval_s']:g}s": r for r in figures["table"]
+                if r["parts"] == "incremental"}
     large = figures["setup"]["large_keys"]
     lines = []
     for key, g in figures["goals"].items():
-        label = GOALS.get(key, key).replace("large state", f"large state ({large:,} keys)")
+        label, field, fmt = GOALS[key]
         verdict = {None: "not measured", True: "met", False: "**not met**"}[g["met"]]
-        rows = ", ".join(f"{row.replace('@', ' at ')} {'-' if ok is None else ('met' if ok else 'not met')}"
-                         for row, ok in g["per_row"].items())
-        lines.append(f"- {label}: {verdict}" + (f" ({rows})" if rows else ""))
+        rows = []
+        for row, ok in g["per_row"].items():
+            size, _, interval = row.partition("@")
+            v = measured[row][field]
+            rows.append(f"{size} at {interval.removesuffix('s')} s: "
+                        f"{'-' if v is None else fmt.format(v)}, "
+                        f"{'-' if ok is None else ('met' if ok else 'not met')}")
+        lines.append(f"- {label.replace('large state', f'large state ({large:,} keys)')}: "
+                     f"{verdict}" + (f" ({'; '.join(rows)})" if rows else ""))
     return lines
 
 

@@ -13,8 +13,22 @@ from bench.harness.output import save_json
 def test_every_table_in_the_docs_equals_its_committed_json() -> None:
     tables = [m["name"] for doc in report.DOCS
               for m in report.BLOCK.finditer((Path(report.REPO) / doc).read_text())]
-    assert {"throughput", "nexmark"} <= set(tables)
+    benchmarks = {name.partition(".")[0] for name in tables}
+    assert {"throughput", "nexmark", "sched_overhead", "service", "migration", "scaling",
+            "recovery", "critical_path", "spark"} <= benchmarks
     assert report.main(["--check"]) == 0
+
+
+def test_a_table_typed_in_must_say_why_and_a_missing_json_is_named() -> None:
+    table = "| mode | p99 ms |\n|---|---|\n| cameo | 12 |\n"
+    assert report.typed_tables(f"text\n\n{table}\nmore\n") == ["| mode | p99 ms |"]
+    assert report.typed_tables(f"text\n{report.TYPED}a run whose JSON was lost -->\n{table}") == []
+    block = "<!-- table throughput bench/results/none.json: python -m bench.report -->\n"
+    generated = f"text\n{block}{table}<!-- end table -->\n"
+    assert report.typed_tables(generated) == []
+    missing: list[str] = []
+    assert report.rewrite(generated, missing) == (generated, [])  # left as it was
+    assert missing == ["throughput (bench/results/none.json)"]
 
 
 def test_a_table_typed_in_is_found_and_written_from_its_json(tmp_path: Path) -> None:

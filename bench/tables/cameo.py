@@ -1,0 +1,253 @@
+"""`bench.cameo`'s tables: the scenarios by mode, the overload mix by level, and what
+each says against its goal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+MODES = ("fifo", "cameo", "floor", "isolated")
+#: The Cameo paper's fifo / cameo on the p99, per scenario: the bar each is held to.
+PAPER = {"single": (2.7, 2.7), "multi": (4.6, 4.6), "spike": (21.0, 30.0)}
+#: The floors may cost the latency-sensitive p99 this much over deadline order alone.
+FLOOR_GOAL = 1.2
+#: Overload: every tenant's share of its fair share under the floors, and the
+#: latency-sensitive tenants' share of results within target.
+FAIR_GOAL, WITHIN_GOAL = 0.8, 0.99
+
+
+def num(v: float) -> str:
+    """A ratio's number: 1.35, or 87 from 10 on."""
+    return f"{v:.2f}" if v < 10 else f"{v:.0f}"
+
+
+def times(v: float | None) -> str:
+    """A ratio as 1.35x or 87x ("" when there is none)."""
+    return "" if v is None else num(v) + "x"
+
+
+def span(values: list[float]) -> str:
+    """The lowest and highest of shares, as 98.1-99.5% (one figure when they are equal)."""
+    lo, hi = pct(min(values)), pct(max(values))
+    return lo if lo == hi else f"{lo.removesuffix('%')}-{hi}"
+
+
+def ms(v: float | None) -> str:
+    """A latency: 34.4 under 100 ms, 1,199 from there ("" when there is none)."""
+    return "" if v is None else f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def pct(v: float | None) -> str:
+    """A share within target: 99.8% (one decimal: the goals are near 100%)."""
+    return "" if v is None else f"{v:.1%}"
+
+
+def sensitive(res: dict[str, Any]) -> list[str]:
+    """The latency-sensitive dataflows of a scenario (those its ratios are over)."""
+    return [n for n, d in res["cameo"]["dataflows"].items() if d.get("latency_sensitive")]
+
+
+def modes(res: dict[str, Any]) -> list[str]:
+    """The modes a scenario ran (fair: fifo and its "cameo" slot)."""
+    return [m for m in MODES if m in res]
+
+
+def reached(res: dict[str, Any], mode: str) -> float:
+    """The load a mode's run reached: its executors' busy share over theirs flat out."""
+    return float(res[mode]["utilization"] / res["flat_out_busy"])
+
+
+def refusals(res: dict[str, Any], label: str = "") -> list[str]:
+    """Why the load check refused a ratio, a bullet per run refused (none: [])."""
+    if res.get("load_refused"):
+        return [f"- {label}: {res['load_refused']}"]
+    return [f"- {label}, run {i}: {r}"
+            for i, r in enumerate(res.get("load_refused_runs") or [], 1) if r]
+
+
+def ratio_cell(res: dict[str, Any], key: str) -> str:
+    """A ratio, its spread over the runs when there were several, or why there is none."""
+    v = res["ratios"].get(key)
+    if v is None:
+        return "refused: load" if refusals(res) else ""
+    lo_hi = (res.get("ratios_spread") or {}).get(key)
+    spread = f" ({num(lo_hi[0])}-{num(lo_hi[1])})" if res.get("runs", 1) > 1 and lo_hi else ""
+    return times(v) + spread
+
+
+def row(scenario: str, measure: str, cells: dict[str, str], *tail: str) -> str:
+    """A line of `table`: a cell per mode, then the two ratios and the paper's bar."""
+    return (f"| {scenario} | {measure} | " + " | ".join(cells.get(m, "") for m in MODES)
+            + " | " + " | ".join([*tail, "", "", ""][:3]) + " |")
+
+
+def table(figures: dict[str, Any]) -> list[str]:
+    """`bench.cameo`: per scenario, the latency-sensitive dataflows' p50, p99 and share
+    within target, bulk's events/s and the load each mode reached, then fair's shares of
+    executor time; the ratios on the p99, beside the paper's bar. A refused ratio's reason
+    follows the table."""
+    lines = ["| scenario | measure | fifo | cameo | floor (default) | isolated | fifo / cameo | "
+             "floor / cameo | paper's bar |", "|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    for name in ("single", "multi", "spike"):
+        res = figures.get(name)
+        if not res:
+            continue
+        dfs = {m: res[m]["dataflows"] for m in modes(res)}
+        for n in sensitive(res):
+            target = res["cameo"]["dataflows"][n]["target_ms"]
+            lines.append(row(name, f"{n} p50 ms", {m: ms(d[n].get("p50_ms")) for m, d in dfs.items()}))
+            lo, hi = PAPER[name]
+            lines.append(row(name, f"{n} p99 ms", {m: ms(d[n].get("p99_ms")) for m, d in dfs.items()},
+                             ratio_cell(res, "fifo_over_cameo_p99"),
+                             ratio_cell(res, "floor_over_cameo_p99"),
+                             f"{lo:g}x" if lo == hi else f"{lo:g}-{hi:g}x"))
+            lines.append(row(name, f"{n} within {target:,.0f} ms",
+                             {m: pct(d[n].get("within_target")) for m, d in dfs.items()}))
+        if all("bulk" in d and not d["bulk"].get("latency_sensitive") for d in dfs.values()):
+            lines.append(row(name, "bulk events/s in",
+                             {m: f"{d['bulk']['throughput_eps']:,.0f}" for m, d in dfs.items()}))
+        lines.append(row(name, f"load reached (stated {res['stated_load']:.0%})", load_cells(res)))
+        notes += refusals(res, name)
+    fair = figures.get("fair")
+    if fair:
+        def shares(mode: str, field: str = "final_shares") -> str:
+            return " / ".join(f"{s:.0%}".removesuffix("%") for s in fair[mode][field].values()) + "%"
+        tenants = " / ".join(n.removeprefix("bulk-") for n in fair["cameo"]["final_shares"])
+        lines.append(row("fair", f"executor time {tenants}",
+                         {"fifo": shares("fifo"), "cameo": shares("cameo") + " (fair_share)"},
+                         "", "", "weights " + shares("cameo", "weight_shares")))
+        lines.append(row("fair", f"load reached (offered {fair['stated_load']:.0%})",
+                         load_cells(fair)))
+        notes += refusals(fair, "fair")
+    if notes:
+        lines += ["", "The load check refused a ratio:", *notes]
+    return lines
+
+
+def load_cells(res: dict[str, Any]) -> dict[str, str]:
+    """Per mode, the load reached and the executors' busy share."""
+    return {m: f"{reached(res, m):.0%} ({res[m]['utilization']:.0%} busy)" for m in modes(res)}
+
+
+def findings(figures: dict[str, Any]) -> list[str]:
+    """The scenarios against their goals, in words, from the same figures as `table`."""
+    out = []
+    for name in ("single", "multi", "spike"):
+        res = figures.get(name)
+        if not res:
+            continue
+        fifo, floor = res["ratios"].get("fifo_over_cameo_p99"), res["ratios"].get("floor_over_cameo_p99")
+        if fifo is None:
+            out.append(f"- **{name}**: no ratio; the load check refused it (above).")
+            continue
+        lo, hi = PAPER[name]
+        bar = f"{lo:g}x" if lo == hi else f"{lo:g}-{hi:g}x"
+        verdict = ("beats" if fifo > hi else "is short of" if fifo < lo else "is within")
+        out.append(f"- **{name}**: fifo / cameo {times(fifo)} {verdict} the paper's {bar}; "
+                   f"floor / cameo {times(floor)} (goal: within {FLOOR_GOAL:g}x, "
+                   f"{'met' if floor <= FLOOR_GOAL else 'not met'}).")
+    for name in ("multi", "spike"):
+        res = figures.get(name)
+        if not res or "isolated" not in res:
+            continue
+        n = sensitive(res)[0]
+        iso, cam = res["isolated"]["dataflows"], res["cameo"]["dataflows"]
+        out.append(f"- **{name}, isolated**: {n} p99 {ms(iso[n].get('p99_ms'))} ms against "
+                   f"{ms(cam[n].get('p99_ms'))} under cameo; its bulk, on one executor, took in "
+                   f"{iso['bulk']['throughput_eps']:,.0f} events/s against "
+                   f"{cam['bulk']['throughput_eps']:,.0f} shared, {pct(iso['bulk'].get('within_target'))} "
+                   f"within target against {pct(cam['bulk'].get('within_target'))}.")
+    fair = figures.get("fair")
+    if fair:
+        def shares(mode: str, field: str = "final_shares") -> str:
+            return " / ".join(f"{s:.0%}" for s in fair[mode][field].values())
+        out.append(f"- **fair**: under `fair_share` the executor time went {shares('cameo')}, "
+                   f"against weights of {shares('cameo', 'weight_shares')}; under `fifo` "
+                   f"{shares('fifo')}.")
+    return out
+
+
+def overload(figures: dict[str, Any]) -> list[str]:
+    """`bench.cameo --scenario overload`: per level offered and mode, the latency-sensitive
+    tenants' share within target and p99, the bulk tenants' events/s and share of their fair
+    share, the lowest share of fair of any tenant, and the load reached."""
+    ov = figures["overload"]
+    alerts, bulks = list(ov["overload"]["sensitive"]), list(ov["overload"]["bulk"])
+    targets = " / ".join(f"{t:g}" for t in ov["overload"]["sensitive"].values())
+    runs = " (any run)" if ov.get("runs", 1) > 1 else ""
+    lines = [f"| offered | mode | alerts {targets} ms within target | their p99 ms | "
+             + " | ".join(f"{b} ev/s, share of fair" for b in bulks)
+             + f" | lowest share of fair{runs} | load reached (executors busy) |",
+             "|---|---|---|---|" + "---|" * len(bulks) + "---|---|"]
+    notes = []
+    for level, res in ov["levels"].items():
+        for m in ("fifo", "cameo", "floor"):
+            dfs = res[m]["dataflows"]
+            bulk = [f"{dfs[b]['throughput_eps']:,.0f}, {pct0(dfs[b].get('share_of_fair'))}"
+                    for b in bulks]
+            lines.append(f"| {float(level):.0%} | {m} | "
+                         + " / ".join(pct(dfs[a].get("within_target")) for a in alerts) + " | "
+                         + " / ".join(ms(dfs[a].get("p99_ms")) for a in alerts) + " | "
+                         + " | ".join(bulk) + f" | {pct0(res[m].get('min_share_of_fair'))} | "
+                         f"{reached(res, m):.0%} ({res[m]['utilization']:.0%}) |")
+        notes += refusals(res, f"{float(level):.0%}")
+    if notes:
+        lines += ["", "Levels a mode did not reach (the load check):", *notes]
+    return lines
+
+
+def pct0(v: float | None) -> str:
+    """A share of fair: 99%."""
+    return "" if v is None else f"{v:.0%}"
+
+
+def overload_findings(figures: dict[str, Any]) -> list[str]:
+    """The overload mix against its goals: the floors' shares of fair, their weights, and the
+    latency-sensitive tenants within target; deadline order alone and fifo beside them; what
+    the bulk tenants took in of what they were offered; the levels off their load."""
+    ov = figures["overload"]
+    levels, alerts = ov["levels"], list(ov["overload"]["sensitive"])
+    (light, _), (heavy, weight) = ((b, v["weight"]) for b, v in ov["overload"]["bulk"].items())
+
+    def lowest(mode: str) -> float:
+        return float(min(r[mode]["min_share_of_fair"] for r in levels.values()))
+
+    def within(mode: str) -> list[float]:
+        return [w for r in levels.values() for a in alerts
+                if (w := r[mode]["dataflows"][a].get("within_target")) is not None]
+
+    def at_levels(cell: Callable[[dict[str, Any]], str]) -> str:
+        return " / ".join(cell(r) for r in levels.values())
+
+    def bulk_in(r: dict[str, Any], mode: str, field: str = "throughput_eps") -> float:
+        return sum(r[mode]["dataflows"][b][field] for b in (light, heavy))
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "not met"
+
+    each = " / ".join(f"{float(lvl):.0%}" for lvl in levels)
+    floor_shares = at_levels(lambda r: times(
+        r["floor"]["dataflows"][heavy]["share"] / r["floor"]["dataflows"][light]["share"]))
+    out = [f"- **floor**: every tenant got at least {lowest('floor'):.0%} of its fair share at "
+           f"every level (goal: {FAIR_GOAL:.0%}, {met(lowest('floor') >= FAIR_GOAL)}); {heavy} "
+           f"(weight {weight:g}) got {floor_shares} {light}'s executor time at {each}. The "
+           f"latency-sensitive tenants were {span(within('floor'))} within target (goal: "
+           f"{WITHIN_GOAL:.0%} for each, {met(min(within('floor')) >= WITHIN_GOAL)}).",
+           f"- **cameo** (deadline order alone): {heavy}, whose deadlines come last, got "
+           + at_levels(lambda r: pct0(r["cameo"]["dataflows"][heavy]["share_of_fair"]))
+           + f" of its fair share at {each}; the latency-sensitive tenants were "
+           f"{span(within('cameo'))} within target.",
+           f"- **fifo**: the latency-sensitive tenants were {span(within('fifo'))} within "
+           f"target; the lowest share of fair was {lowest('fifo'):.0%}.",
+           "- **Taken in**: the bulk tenants were offered together "
+           + at_levels(lambda r: f"{bulk_in(r, 'floor', 'offered_eps'):,.0f}")
+           + f" events/s at {each}, and took in "
+           + "; ".join(f"{at_levels(lambda r, m=m: f'{bulk_in(r, m):,.0f}')} under {m}"
+                       for m in ("fifo", "cameo", "floor")) + "."]
+    off = [f"{float(lvl):.0%}" for lvl, r in levels.items() if refusals(r)]
+    if off:
+        out.append(f"- **Load**: at {', '.join(off)} the executors of a mode or more did not "
+                   "reach the load the level states (the table's last column, the reasons "
+                   "under it): their figures are not the mix at the level offered.")
+    return out
