@@ -38,9 +38,12 @@ def measured_on() -> dict[str, Any]:
     # Results an earlier run of a chain wrote are not a change to the code measured.
     status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
                  ":(exclude)bench/results")
+    script = os.path.basename(sys.argv[0])
+    if script == "__main__.py":  # python -m PACKAGE: the package names the command
+        script = os.path.basename(os.path.dirname(sys.argv[0]))
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]],
+            "argv": [script, *sys.argv[1:]],
             "nproc": os.cpu_count(), "cpu_model": cpu_model, "memory_gb": memory_gb,
             "loadavg_1m_end": round(os.getloadavg()[0], 2), "python": platform.python_version()}
 
