@@ -70,8 +70,8 @@ $(FLINK_VENV)/.installed:
 
 .PHONY: bench-peers
 bench-peers: $(BENCH) $(FLINK_VENV)/.installed system  ## cameo next to Spark (FAIR pools), PyFlink and Bytewax
-	mkdir -p bench/out
-	$(PY) -m bench.peers --json bench/out/peers.json
+	$(PY) -m bench.peers --json bench/results/peers.json
+	$(PY) -m bench.report
 
 .PHONY: bench-spark
 bench-spark: $(STAMP) system  ## Spark tier: events/s into the runtime, latency per trigger (docs/spark.md)
