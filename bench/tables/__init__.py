@@ -13,3 +13,8 @@ def k(v: float | None) -> str:
 def ratio(a: float | None, b: float | None) -> str:
     """a / b as 1.2x ("" when either is missing or zero)."""
     return "" if not a or not b else f"{a / b:.1f}x"
+
+
+def ms(v: float | None) -> str:
+    """A latency: 34.4 under 100 ms, 1,199 from there ("" when there is none)."""
+    return "" if v is None else f"{v:,.1f}" if v < 100 else f"{v:,.0f}"

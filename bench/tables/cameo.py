@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench.tables import ms
+
 MODES = ("fifo", "cameo", "floor", "isolated")
 #: The Cameo paper's fifo / cameo on the p99, per scenario: the bar each is held to.
 PAPER = {"single": (2.7, 2.7), "multi": (4.6, 4.6), "spike": (21.0, 30.0)}
@@ -30,11 +32,6 @@ def span(values: list[float]) -> str:
     """The lowest and highest of shares, as 98.1-99.5% (one figure when they are equal)."""
     lo, hi = pct(min(values)), pct(max(values))
     return lo if lo == hi else f"{lo.removesuffix('%')}-{hi}"
-
-
-def ms(v: float | None) -> str:
-    """A latency: 34.4 under 100 ms, 1,199 from there ("" when there is none)."""
-    return "" if v is None else f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
 
 
 def pct(v: float | None) -> str:

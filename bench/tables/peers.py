@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.tables import ratio
+from bench.tables import ms, ratio
 
 SYSTEMS = ("cameo", "spark", "flink", "bytewax")
 NAMES = {"cameo": "cameo", "spark": "Spark", "flink": "PyFlink", "bytewax": "Bytewax"}
@@ -24,11 +24,6 @@ def rate(v: float | None) -> str:
     if v is None:
         return ""
     return f"{v / 1e3:,.0f} K" if v >= 99_950 else f"{v / 1e3:.3g} K"
-
-
-def ms(v: float | None) -> str:
-    """A latency: 4.0 under 100 ms, 1,048 from there."""
-    return "" if v is None else f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
 
 
 def measure(s: Summary | None, from_event: bool = False) -> dict[str, float | None]:

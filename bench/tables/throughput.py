@@ -6,14 +6,13 @@ from typing import Any
 
 from bench.tables import k, ratio
 
-ROWS = (  # (label, rows arm, Arrow arm, cores the arm reserves)
-    ("operators alone, in-process (`run_local`)", "operators", None, 1),
-    ("one executor core, in-process (no Ray)", "executor_core", "executor_core_arrow", 1),
-    ("Ray, 1 executor, end to end (driver pushing)", "ray_x1", "ray_x1_arrow", 1),
-    ("Ray, 2 executors, end to end (parallelism 2)", "ray_x2", "ray_x2_arrow", 2),
-    ("Ray, 1 executor, per CPU second of its worker thread", "ray_x1_busy", "ray_x1_arrow_busy", 1),
-    ("Ray, 2 executors, per CPU second of their worker threads", "ray_x2_busy", "ray_x2_arrow_busy",
-     1),
+ROWS = (  # (label, rows arm, Arrow arm)
+    ("operators alone, in-process (`run_local`)", "operators", None),
+    ("one executor core, in-process (no Ray)", "executor_core", "executor_core_arrow"),
+    ("Ray, 1 executor, end to end (driver pushing)", "ray_x1", "ray_x1_arrow"),
+    ("Ray, 2 executors, end to end (parallelism 2)", "ray_x2", "ray_x2_arrow"),
+    ("Ray, 1 executor, per CPU second of its worker thread", "ray_x1_busy", "ray_x1_arrow_busy"),
+    ("Ray, 2 executors, per CPU second of their worker threads", "ray_x2_busy", "ray_x2_arrow_busy"),
 )
 
 
@@ -25,20 +24,18 @@ def table(figures: dict[str, Any]) -> list[str]:
 
     lines = ["| measured | rows: events/s | Arrow: events/s | Arrow / rows |",
              "|---|---|---|---|"]
-    for label, rows, arrow, _ in ROWS:
+    for label, rows, arrow in ROWS:
         lines.append(f"| {label} | {k(cell(rows))} | {k(cell(arrow))} | "
                      f"{ratio(cell(arrow), cell(rows))} |")
-    for label, rows, arrow, _ in ROWS[2:4]:
-        per_cpu = label.replace("end to end (driver pushing)", "").replace(
-            "end to end (parallelism 2)", "").rstrip(", ")
-        lines.append(f"| {per_cpu}, per CPU second of every process | "
+    ray_arms = [(label.split(", end")[0], rows, arrow) for label, rows, arrow in ROWS[2:4]]
+    for short, rows, arrow in ray_arms:
+        lines.append(f"| {short}, per CPU second of every process | "
                      f"{k(cell(rows, 'events_per_cpu_s'))} | {k(cell(arrow, 'events_per_cpu_s'))} | "
                      f"{ratio(cell(arrow, 'events_per_cpu_s'), cell(rows, 'events_per_cpu_s'))} |")
     profiles, nproc = figures.get("profiles", {}), figures.get("measured_on", {}).get("nproc")
-    for label, rows, arrow, _ in ROWS[2:4]:  # the share of the machine a run kept busy
+    for short, rows, arrow in ray_arms:  # the share of the machine a run kept busy
         busy = [profiles.get(arm, {}).get("machine", {}).get("cores_busy") for arm in (rows, arrow)]
         if any(b is not None for b in busy):
-            short = label.split(", end")[0]
             lines.append(f"| {short}, cores kept busy (last run, of {nproc}) | "
                          + " | ".join("" if b is None else f"{b:.2f}" for b in busy) + " | |")
     return lines
