@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help run test unit integration lint bench clean system
+.PHONY: help run test unit integration lint bench clean system compiled
 .PHONY: serve
 
 help:  ## list the targets
@@ -21,15 +21,21 @@ $(STAMP): pyproject.toml
 system:  ## install the Debian packages needed (Java 17 for Spark, Prometheus) if missing
 	@bash .ci/system-deps
 
-run: $(STAMP) system  ## the main demo: files -> Spark -> two tenants on the pool -> Spark -> Parquet
+run: $(STAMP) compiled system  ## the main demo: files -> Spark -> two tenants on the pool -> Spark -> Parquet
 	$(PY) -m cameo_actors.demo --spark
 
 test: unit integration  ## the whole suite: unit, then integration on real Ray and Spark
 
-unit: $(STAMP)  ## unit tests only (no Ray, no Spark, no sleeps), in one process per core
+# Our modules compiled ahead, kept fresh: where PYTHONDONTWRITEBYTECODE is set (this machine
+# sets it), every process (each Ray worker, each test process) compiled them again at import,
+# 0.4 s of each actor's start. (pip compiles the packages it installs.)
+compiled: $(STAMP)
+	@$(PY) -m compileall -q -j 0 cameo_actors spark_ingest bench corpora tests > /dev/null
+
+unit: $(STAMP) compiled  ## unit tests only (no Ray, no Spark, no sleeps), in one process per core
 	$(PY) -m pytest -q -n auto --durations=10 tests/unit
 
-integration: $(STAMP) system  ## integration tests on a real local Ray and Spark (one of each, shared)
+integration: $(STAMP) compiled system  ## integration tests on a real local Ray and Spark (one of each, shared)
 	$(PY) -m pytest -q --durations=25 tests/integration
 
 lint: $(STAMP)  ## ruff, mypy (strict on the runtime and the service), and the architecture's import contracts (import-linter)
@@ -38,7 +44,7 @@ lint: $(STAMP)  ## ruff, mypy (strict on the runtime and the service), and the a
 	$(PY) -m mypy --strict cameo_actors/runtime cameo_actors/service
 	$(VENV)/bin/lint-imports --no-logo
 
-serve: $(STAMP)  ## the service: embedded Ray, API and /metrics on 127.0.0.1:8470 (docs/service.md)
+serve: $(STAMP) compiled  ## the service: embedded Ray, API and /metrics on 127.0.0.1:8470 (docs/service.md)
 	$(VENV)/bin/cameo serve
 
 BENCH := $(VENV)/.bench-installed

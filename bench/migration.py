@@ -1,6 +1,6 @@
 """Live migration of operator state: latency while key bins move, per strategy (Megaphone).
 
-Run: `python -m bench.migration [--quick] [--json FILE] [--plots DIR]
+Run: `python -m bench.migration [--quick | --smoke] [--json FILE] [--plots DIR]
       [--strategies all_at_once,batched,fluid,stop_the_world] [--capacity EPS]`
 
 The migrated dataflow, "counts": source (ts, key) -> key_by(key) -> tumbling count per
@@ -12,7 +12,8 @@ mode: 2 s windows, 64 s behind, 60,000 keys per window: about 2,000,000 distinct
 state (1,000,000 on each side of the move), while results leave at 30,000 rows/s (a
 count's result rows cost the executor more than its input events: with every key in one
 window only, state = result rate x how long a window stays open), 4096 bins. `--quick`:
-1 s windows 3 s behind, 50,000 keys, 64 bins, phases of a few seconds (about 75 s in all).
+1 s windows 3 s behind, 50,000 keys, 64 bins, phases of a few seconds (about 75 s in all);
+`--smoke` (the integration test's) the same with 20,000 keys and shorter phases.
 
 Next to it, "alerts" (`cameo_actors.examples.alerts_dataflow`: filter + map, target 50 ms,
 tenant ops) gets a steady light stream (1,000 events/s, a quarter of them alerts) from its
@@ -101,7 +102,7 @@ PUSH_EVENTS = 2_000
 
 @dataclass(frozen=True)
 class Setup:
-    """One run's shape (`full()` or `quick()`)."""
+    """One run's shape (`full()`, `quick()` or `smoke()`)."""
 
     bins: int
     window_ms: int
@@ -127,6 +128,13 @@ class Setup:
     def quick(cls) -> Setup:
         return cls(bins=64, window_ms=1_000, lateness_ms=3_000, keys_per_window=12_500,
                    warmup_s=1.5, steady_s=3.0, after_s=2.0, settle_s=1.0, calibrate_s=2.0,
+                   migration_timeout_s=60.0)
+
+    @classmethod
+    def smoke(cls) -> Setup:
+        """The plumbing only (figures not judged): `quick()`, smaller and shorter."""
+        return cls(bins=64, window_ms=1_000, lateness_ms=3_000, keys_per_window=5_000,
+                   warmup_s=0.5, steady_s=1.5, after_s=1.0, settle_s=0.5, calibrate_s=1.0,
                    migration_timeout_s=60.0)
 
     @property
@@ -606,8 +614,11 @@ def _figures(s: Setup, capacity: float | None, measured: bool, results: dict[str
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="50,000 keys, 64 bins, short phases: about 75 s")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="50,000 keys, 64 bins, short phases: about 75 s")
+    size.add_argument("--smoke", action="store_true",
+                      help="20,000 keys, 64 bins, phases of a second or two (tests)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES),
                         help=f"comma-separated, of {', '.join(STRATEGIES)}")
     parser.add_argument("--capacity", type=float,
@@ -616,7 +627,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--plots", help="write the latency plot (and its CSV) to this folder")
     args = parser.parse_args(argv)
-    s = Setup.quick() if args.quick else Setup.full()
+    s = Setup.smoke() if args.smoke else Setup.quick() if args.quick else Setup.full()
     if args.load is not None:
         s = dataclasses.replace(s, load=args.load)
     strategies = [x.strip() for x in args.strategies.split(",") if x.strip()]

@@ -1,6 +1,6 @@
 """Fault tolerance: what checkpoints cost, and how long an executor's death stops a dataflow.
 
-Run: `python -m bench.recovery [--quick] [--sizes small,large]
+Run: `python -m bench.recovery [--quick | --smoke] [--sizes small,large]
       [--parts throughput,alerts,recovery] [--capacity EPS] [--json FILE]`
 
 The checkpointed dataflow, "bulk" (tenant analytics, target 1 s): source (ts, key, g, value,
@@ -68,7 +68,7 @@ Per state size and checkpoint interval (1 s and 5 s; `--quick`: 1 s only), on Ra
 
 `--parts` measures only some of the three (the steady rate then comes from `--capacity`
 or one run without checkpoints); `--sizes` only some sizes (the integration smoke test
-runs `--quick --sizes small`).
+runs `--smoke --sizes small`: `--quick`'s shape, one round of each, short arms).
 
 Goals, reported and not asserted: recovery (to the first new result) under 5 s for about
 100 MB of state; checkpoint overhead under 10% of throughput (ratio >= 0.9); alerts p99
@@ -116,7 +116,7 @@ GOAL_RECOVERY_S, GOAL_OVERHEAD, GOAL_ALERTS_X = 5.0, 0.9, 1.2
 
 @dataclass(frozen=True)
 class Setup:
-    """One run's shape (`full()` or `quick()`)."""
+    """One run's shape (`full()`, `quick()` or `smoke()`)."""
 
     intervals_s: tuple[float, ...]
     small_keys: int
@@ -143,6 +143,14 @@ class Setup:
         return cls(intervals_s=(1.0,), small_keys=4_000, large_keys=175_000,
                    small_events=150_000, repeats=2, alerts_repeats=1, measure_s=4.0,
                    after_s=1.5)
+
+    @classmethod
+    def smoke(cls) -> Setup:
+        """The integration smoke test's: every part measured once, briefly (figures not
+        judged)."""
+        return cls(intervals_s=(1.0,), small_keys=4_000, large_keys=175_000,
+                   small_events=50_000, repeats=1, alerts_repeats=1, measure_s=1.5,
+                   after_s=1.0)
 
     def keys(self, size: str) -> int:
         return self.small_keys if size == "small" else self.large_keys
@@ -782,8 +790,11 @@ def run_size(s: Setup, size: str, shared: Any, kill: Any, parts: tuple[str, ...]
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="interval 1 s only, large = 175,000 keys (~10 MB), short arms")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="interval 1 s only, large = 175,000 keys (~10 MB), short arms")
+    size.add_argument("--smoke", action="store_true",
+                      help="--quick's shape, one round of each part, 1.5 s arms (tests)")
     parser.add_argument("--sizes", default="small,large", help="comma-separated: small, large")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"comma-separated, of {', '.join(PARTS)}")
@@ -792,7 +803,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "measured (else one run measures it)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
-    s = Setup.quick() if args.quick else Setup.full()
+    s = Setup.smoke() if args.smoke else Setup.quick() if args.quick else Setup.full()
     sizes = [x.strip() for x in args.sizes.split(",") if x.strip()]
     if set(sizes) - {"small", "large"}:
         parser.error(f"unknown sizes {sorted(set(sizes) - {'small', 'large'})}")

@@ -13,6 +13,10 @@ JSON (`bench/results/`, committed with the change that measured it)::
 `NAME` is a module of `bench/tables/` (its `table` function) or `MODULE.FUNCTION`, which
 turns one benchmark's JSON into the table's lines; the run it came from (commit, date,
 machine, command) goes in a line under it. Nothing in a table is typed in.
+
+`--check` also fails on a figure (a rate, µs, a ratio) in the README or docs/ whose
+section names no JSON of `bench/results/` and does not say why it is typed
+(`<!-- typed: why -->`), and on a table of docs/benchmarks.md typed in with no such line.
 """
 
 from __future__ import annotations
@@ -106,6 +110,46 @@ def typed_tables(text: str) -> list[str]:
     return found
 
 
+#: Where a figure may be: the README and every page of docs/.
+FIGURE_PAGES = ("README.md", "docs/*.md")
+#: A measured figure, as the docs write one: a rate, a time in µs, a ratio ("2.9x").
+FIGURE = re.compile(r"\b\d[\d,.]*(?:-\d[\d,.]*)?\s?(?:k|K|M)?\s?"
+                    r"(?:events/s|ev/s|rows/s|events per CPU second|µs\b|x\b)")
+_RESULTS = re.compile(r"bench/results/[\w.-]+\.json")
+
+
+def unbacked_figures(text: str) -> list[str]:
+    """The lines of `text` (outside code blocks and generated tables) with a figure, in a
+    section (heading to heading) that names no JSON of `bench/results/` that exists and
+    says of none why it is typed (`<!-- typed: why -->`): figures nobody can check."""
+    found: list[str] = []
+    section: list[tuple[int, str]] = []
+
+    def close() -> None:
+        body = "\n".join(line for _, line in section)
+        named = [p for p in _RESULTS.findall(body) if os.path.exists(os.path.join(REPO, p))]
+        if not named and TYPED not in body:
+            found.extend(f"line {n}: {line.strip()}" for n, line in section
+                         if FIGURE.search(line))
+
+    fenced = generated = False
+    for n, line in enumerate(text.split("\n"), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            close()
+            section = []
+        if line.startswith("<!-- table "):
+            generated = True
+            section.append((n, line))  # names its JSON
+        elif line.startswith("<!-- end table"):
+            generated = False
+        elif not fenced and not generated and not line.startswith("```"):
+            section.append((n, line))
+    close()
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,10 +178,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"a table typed in, which no JSON backs: {t} (fix: write its benchmark's JSON to "
               f"bench/results/ and a renderer in bench/tables/, or say why it is typed on the "
               f"line above it: {TYPED}why -->)", file=sys.stderr)
+    unbacked = [f"{page.relative_to(REPO)}: {line}" for pattern in FIGURE_PAGES
+                for page in sorted(Path(REPO).glob(pattern))
+                for line in unbacked_figures(page.read_text())]
+    for u in unbacked:
+        print(f"a figure that names no JSON: {u} (fix: generate it, name the JSON of "
+              f"bench/results/ it comes from in its section, or say why it is typed there: "
+              f"{TYPED}why -->)", file=sys.stderr)
     for m in missing:
         print(f"a table's JSON is missing, the table left as it was: {m} (fix: run the command "
               "its section gives, with --json to that path)", file=sys.stderr)
-    return 1 if missing or (args.check and (stale or typed)) else 0
+    return 1 if missing or (args.check and (stale or typed or unbacked)) else 0
 
 
 if __name__ == "__main__":

@@ -135,14 +135,14 @@ def bulk_workload(rate: float, seed: int = 2, **kw: Any) -> Workload:
     return Workload(rate, RUN_S, seed=seed, keys=200, period_s=0.1, **kw)
 
 
-#: Seconds each probe of a scenario's mix is measured for (`tuned`), after a warm-up of 2,
-#: and the loads (of the capacity bulk alone reaches) it is probed at: both below the knee.
+#: Seconds each probe of a scenario's mix is measured for (`tuned`), after a warm-up of half
+#: that, and the loads (of the capacity bulk alone reaches) it is probed at: both below the knee.
 PROBE_S = 4.0
 PROBE_LOADS = (0.45, 0.7)
 
 
 def tuned(loads_at: Callable[[float], list[Load]], capacity: float, load: float, flat_out: float,
-          log: Any = print) -> float:
+          log: Any = print, probe_s: float = PROBE_S) -> float:
     """The capacity to offer a scenario's load against, so that its executors reach `load`
     of their busy share flat out: its mix (`loads_at(capacity)`) is run alone under deadline
     order at two loads below the knee (`PROBE_LOADS`), and the busy share it reached is
@@ -152,7 +152,7 @@ def tuned(loads_at: Callable[[float], list[Load]], capacity: float, load: float,
     bring multi down: there the busy share hardly moves with the rate.)"""
     reached = []
     for share in PROBE_LOADS:
-        probe = run(loads_at(capacity * share / load), "probe", MODES["cameo"], 2.0, PROBE_S)
+        probe = run(loads_at(capacity * share / load), "probe", MODES["cameo"], probe_s / 2, probe_s)
         reached.append(probe["utilization"] / flat_out)
     (a, ra), (b, rb) = zip(PROBE_LOADS, reached, strict=True)
     slope = (rb - ra) / (b - a)
@@ -164,13 +164,14 @@ def tuned(loads_at: Callable[[float], list[Load]], capacity: float, load: float,
 
 
 def single(capacity: float, warmup: float, seconds: float, load: float = 0.85, window_ms: int = 250,
-           log: Any = print, turn: int = 0, flat_out: float = 1.0, tune: bool = True) -> dict[str, Any]:
-    """bulk alone at `load` of capacity (`tuned` first, unless not `tune`), with `window_ms`
-    tumbling windows (several results a second, so a p99 over a short run is not the max of
-    a handful of windows)."""
+           log: Any = print, turn: int = 0, flat_out: float = 1.0, tune: bool = True,
+           probe_s: float = PROBE_S) -> dict[str, Any]:
+    """bulk alone at `load` of capacity (`tuned` first, `probe_s` a probe, unless not
+    `tune`), with `window_ms` tumbling windows (several results a second, so a p99 over a
+    short run is not the max of a handful of windows)."""
     def loads_at(cap: float) -> list[Load]:
         return [Load(bulk(window_ms=window_ms), bulk_workload(load * cap), latency_sensitive=True)]
-    cap = tuned(loads_at, capacity, load, flat_out, log) if tune else capacity
+    cap = tuned(loads_at, capacity, load, flat_out, log, probe_s) if tune else capacity
     res = _scenario(lambda: loads_at(cap), MODES, warmup, seconds, log=log, load=load, turn=turn,
                     flat_out=flat_out)
     res["single"] = {"load": load, "window_ms": window_ms, "offered_eps": load * cap}

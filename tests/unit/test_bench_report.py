@@ -1,5 +1,5 @@
 """The docs' benchmark tables are written from the committed JSON, and a table that
-differs from its JSON is caught."""
+differs from its JSON, a table typed in and a figure that names no JSON are caught."""
 
 from __future__ import annotations
 
@@ -49,3 +49,17 @@ def test_a_table_typed_in_is_found_and_written_from_its_json(tmp_path: Path) -> 
     commit = json.loads(path.read_text())["measured_on"]["commit"]
     assert f"commit `{commit[:10]}`" in new
     assert report.rewrite(new) == (new, [])  # written: nothing left to change
+
+
+def test_a_figure_in_a_section_that_names_no_json_is_found() -> None:
+    claim = "Pushes reach 400,000 events/s with msgpack, 2.9x JSON.\n"
+    assert report.unbacked_figures(f"# Pushes\n\n{claim}") == [
+        "line 3: Pushes reach 400,000 events/s with msgpack, 2.9x JSON."]
+    # Backed: the section names a JSON of bench/results/ that exists, or says why it is typed.
+    assert report.unbacked_figures(f"# Pushes\n{claim}From `bench/results/service.json`.\n") == []
+    assert report.unbacked_figures(f"# Pushes\n{claim}From `bench/results/gone.json`.\n") != []
+    assert report.unbacked_figures(f"# Pushes\n{report.TYPED}a lost run -->\n{claim}") == []
+    # The section ends at the next heading; code blocks (examples of output) are not claims.
+    assert report.unbacked_figures(
+        f"# A\nFrom `bench/results/service.json`.\n# B\n{claim}") == [f"line 4: {claim.strip()}"]
+    assert report.unbacked_figures("# Output\n```\nin 12,059.0 ev/s\n```\n") == []
