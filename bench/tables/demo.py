@@ -1,0 +1,52 @@
+"""`bench.demo`'s table (docs/benchmarks.md): the `make run` demo, leg by leg, run by run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The legs of an alert's way, as the demo reads them back from Parquet.
+LEGS = (("spark_in", "Spark in (file landed -> ingress)"),
+        ("runtime", "runtime (ingress -> egress)"),
+        ("spark_out", "Spark out (egress -> Parquet)"),
+        ("end_to_end", "end to end"))
+#: The parts whose cores the demo counts (`spark_ingest.cpu.PARTS`), as the table names them.
+PARTS = (("spark jvm", "Spark JVM"), ("spark python", "its Python workers"),
+         ("executors", "executors"), ("ray (other)", "rest of Ray"), ("driver", "driver"),
+         ("other", "other"))
+
+
+def leg(s: dict[str, Any] | None, runtime: bool) -> str:
+    if not s or not s.get("n"):
+        return "no rows"
+    if runtime:
+        return f"{s['p50_ms']:.0f} / {s['p99_ms']:.0f} ms"
+    return f"{s['p50_ms'] / 1000:.2f} / {s['p99_ms'] / 1000:.2f} s"
+
+
+def met(alerts: dict[str, Any], goals: dict[str, float]) -> bool:
+    e2e = alerts["stages"].get("end_to_end", {})
+    return bool(e2e.get("n")) and e2e["p50_ms"] <= goals["end_to_end_p50_ms"] \
+        and e2e["p99_ms"] <= goals["end_to_end_p99_ms"] \
+        and alerts["within_target"] >= goals["within_target"]
+
+
+def table(figures: dict[str, Any]) -> list[str]:
+    """The alerts' latency per leg (p50 / p99) and the cores each part used, per run; then
+    the goals and how many runs met them."""
+    runs, goals = figures["runs"], figures["goals"]
+    alerts = [r["dataflows"]["alerts"] for r in runs]
+    lines = ["| the alerts (target 50 ms) | " + " | ".join(f"run {i + 1}" for i in range(len(runs)))
+             + " |", "|---|" + "---|" * len(runs)]
+    for stage, label in LEGS:
+        cells = [leg(a["stages"].get(stage), stage == "runtime") for a in alerts]
+        if stage == "runtime":
+            cells = [f"{c}, {a['within_target']:.1%} within target" for c, a in zip(cells, alerts,
+                                                                                   strict=True)]
+        lines.append(f"| {label} p50 / p99 | " + " | ".join(cells) + " |")
+    lines.append("| cores used: " + ", ".join(name for _, name in PARTS) + " | " + " | ".join(
+        ", ".join(f"{r['cores'].get(part, 0.0):.2f}" for part, _ in PARTS) for r in runs) + " |")
+    n = sum(met(a, goals) for a in alerts)
+    lines += ["", f"Goals (end to end p50 at most {goals['end_to_end_p50_ms'] / 1000:g} s, p99 at "
+              f"most {goals['end_to_end_p99_ms'] / 1000:g} s, {goals['within_target']:.0%} within "
+              f"target in the runtime): met in {n} of {len(runs)} runs."]
+    return lines
