@@ -132,9 +132,10 @@ class Setup:
 
     @classmethod
     def smoke(cls) -> Setup:
-        """The plumbing only (figures not judged): `quick()`, smaller and shorter."""
+        """The plumbing only (figures not judged): `quick()`, smaller and shorter but for
+        the phases during and after the move, which must see a window fire (every 1 s)."""
         return cls(bins=64, window_ms=1_000, lateness_ms=3_000, keys_per_window=5_000,
-                   warmup_s=0.5, steady_s=1.5, after_s=1.0, settle_s=0.5, calibrate_s=1.0,
+                   warmup_s=0.5, steady_s=1.5, after_s=2.0, settle_s=1.0, calibrate_s=1.0,
                    migration_timeout_s=60.0)
 
     @property

@@ -19,7 +19,10 @@ from bench.harness.tenants import PROBE_EPS, measure_capacity
 
 pytestmark = pytest.mark.integration
 
-CAPACITY = 20_000.0  # a fixed offered scale: no calibration, the figures are not checked
+# A fixed offered scale, no calibration (the figures are not checked), and small: at 20,000
+# events/s the runs offered more than this machine takes, and each mode's backlog drained
+# for seconds after its measured ones.
+CAPACITY = 5_000.0
 FIELDS = ("p50_ms", "p95_ms", "p99_ms", "max_ms", "within_target", "throughput_eps", "target_ms",
           "latency_sensitive")
 
@@ -135,7 +138,7 @@ def test_migration(ray_session: None, tmp_path: Path) -> None:
     saturation run): each moved its bins and kept its results."""
     out = tmp_path / "migration.json"
     strategies = ("batched", "stop_the_world")
-    migration.main(["--smoke", "--strategies", ",".join(strategies), "--capacity", str(CAPACITY),
+    migration.main(["--smoke", "--strategies", ",".join(strategies), "--capacity", "20000",
                     "--json", str(out)])
     figures = json.loads(out.read_text())
     assert set(figures["strategies"]) == set(strategies)
