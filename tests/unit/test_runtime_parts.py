@@ -383,3 +383,29 @@ def test_rays_folder_moves_to_a_short_path_when_its_sockets_would_not_fit() -> N
     finally:
         shutil.rmtree(top)
         shutil.rmtree(moved)
+
+
+def test_a_checkpoint_that_makes_a_full_log_readable_holds_its_sink_within_the_budget() -> None:
+    """Exactly-once: rows become readable when the checkpoint after them completes, all at
+    once. A fast sink's interval of rows then lies past the size that holds it; the sink is
+    held (flow control), and the footprint the budget is checked against counts the log at
+    most at that size (once, the monitor failed a dataflow whose reader was only behind)."""
+    held: list[str] = []
+    egress = Egress(10**9, held.append, held.remove, state_budget_bytes=8_000,
+                    delivery=lambda spec: "exactly_once")
+    spec = keyed().spec
+    built = Hosting(0, FunctionResolver()).build(spec, place(spec, [0], {}))
+    egress.open(spec, built)
+    log_bytes = egress.dataflows["d"].log_bytes
+    assert log_bytes == 4_000  # half the budget, one sink
+    for i in range(50):  # far past log_bytes, none of it readable yet
+        egress.results("d", "d/o/0", [{"n": i, "pad": "x" * 200}], 1.0, 2.0)
+    assert held == [] and egress.footprint("d") == 0
+    egress.dataflows["d"].results["d/o/0"].snapshot(1)  # the sink's barrier of checkpoint 1
+    egress.checkpointed("d", 1)
+    rows, size = egress.dataflows["d"].results["d/o/0"].unread()
+    assert rows == 50 and size > 8_000  # over the whole budget, readable at once
+    assert held == ["d/o/0"]  # held until a reader commits
+    assert egress.footprint("d") == log_bytes  # not a state overrun
+    egress.commit_results("d", "d/o/0", 50)
+    assert held == [] and egress.footprint("d") == 0

@@ -397,5 +397,9 @@ class Egress:
             return 0
         # Rows waiting for a checkpoint are not counted: they are readable (or the
         # checkpoint failed and is tried again) within an interval, and a dataflow must not
-        # fail because a fast writer outran one checkpoint.
-        return sum(log.unread()[1] for log in out.results.values()) + out.error_log.bytes
+        # fail because a fast writer outran one checkpoint. Nor, for the same reason, what
+        # a log holds past the size that holds its sink: a checkpoint makes up to an
+        # interval's results readable at once, the sink is then held until a reader
+        # commits (a full log is flow control, answered 429, not a state overrun).
+        return sum(min(log.unread()[1], out.log_bytes) for log in out.results.values()) \
+            + out.error_log.bytes
