@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The legs of an alert's way, as the demo reads them back from Parquet.
-LEGS = (("spark_in", "Spark in (file landed -> ingress)"),
-        ("runtime", "runtime (ingress -> egress)"),
-        ("spark_out", "Spark out (egress -> Parquet)"),
-        ("end_to_end", "end to end"))
+from bench.tables.spark import LEGS  # the legs of an alert's way, as the Spark tables name them
+
 #: The parts whose cores the demo counts (`spark_ingest.cpu.PARTS`), as the table names them.
 PARTS = (("spark jvm", "Spark JVM"), ("spark python", "its Python workers"),
          ("executors", "executors"), ("ray (other)", "rest of Ray"), ("driver", "driver"),
