@@ -19,7 +19,12 @@ second of event time, up to 500 ms out of order, the queries allowing 2 s):
   that generates and pushes, the executor, the controller, Ray's daemons and workers:
   `bench/harness/cpu.py`): what carries to a cluster;
 - `ray_arrow`, `ray_arrow_busy`, `ray_arrow_cpu`: the same, the events pushed as an Arrow
-  table (`ARROW_BATCH` rows per call), run as columns where a step has a kernel.
+  table (`ARROW_BATCH` rows per call), run as columns where a step has a kernel;
+- `cpu`: per Ray arm, the median run's events, CPU seconds of every process and wall
+  time: `ray_x1` and `ray_x1_arrow` are the runs above; `ray_x2`, `ray_x4` (and their
+  Arrow twins) run `SCALE_QUERIES` on pools of two and four executors, with parallelism
+  2 and 4 (four on two cores is oversubscribed: its wall time says little, its CPU per
+  event what it costs).
 
 Every run's results are compared with the DuckDB reference (cameo_actors/nexmark/reference.py);
 a mismatch fails the benchmark (exit status 1) before any figure is printed.
@@ -106,6 +111,10 @@ PEERS: dict[str, dict[str, Any]] = {
 }
 
 
+#: The queries run on 2 and 4 executors too: keyed windows (q4, q5) and a join (q8).
+SCALE_QUERIES = ("q4", "q5", "q8")
+
+
 class Mismatch(Exception):
     """A query's results differ from the reference."""
 
@@ -147,8 +156,8 @@ def as_table(stream: NexmarkStream) -> Any:
 MODE_WORDS = {"ray": "on Ray", "ray_arrow": "on Ray, pushed as Arrow"}
 
 
-def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any = None
-               ) -> tuple[float, float, float, list[dict[str, Any]]]:
+def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any = None,
+               parallelism: int = 1) -> tuple[float, float, float, list[dict[str, Any]]]:
     """(seconds end to end, CPU seconds of the executors' worker threads, CPU seconds of every process
     of the run (`harness/cpu.py`), results) of the query on `rt`; with `table`
     (`as_table`), the events pushed as Arrow, `ARROW_BATCH` rows per call, and the results
@@ -156,7 +165,7 @@ def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any 
     from bench.harness.cluster import thread_cpu_s
     from bench.harness.cpu import CpuMeter
 
-    name = rt.deploy(QUERIES[query](name=f"nexmark-{query}-{tag}"))
+    name = rt.deploy(QUERIES[query](name=f"nexmark-{query}-{tag}", parallelism=parallelism))
     events, got = stream.events, []
     read = (lambda h: read_table(h, name)) if table is not None else (lambda h: h.results(name))
     try:
@@ -237,11 +246,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "reference drops")
     parser.add_argument("--repeat", type=int, help="runs per query and mode (default 3, quick 1)")
     parser.add_argument("--no-ray", action="store_true", help="in-process only")
+    parser.add_argument("--executors", default="1,2,4",
+                        help="pools to run on, by executors, comma-separated (default 1,2,4): "
+                        "on n executors a query runs with parallelism n (its source, and the "
+                        "filters and projections chained to it, too)")
+    parser.add_argument("--scale-queries", nargs="+", default=list(SCALE_QUERIES),
+                        choices=list(QUERIES), help="the queries run on more than one executor "
+                        f"(default {' '.join(SCALE_QUERIES)}: keyed windows and a join)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     events = args.events or (20_000 if args.quick else 300_000)
     repeat = args.repeat or (1 if args.quick else 3)
     chosen = args.query or list(QUERIES)
+    sizes = [] if args.no_ray else [int(n) for n in args.executors.split(",")]
 
     t0 = time.perf_counter()
     stream = generate(stream_config(events, args.rate, args.late_share))
@@ -255,47 +272,67 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "ray_arrow_busy": 1, "ray_arrow_cpu": 1},
         "queries": {}, "peers": PEERS,
     }
-    rt = None
+    expected = {query: reference(query, stream) for query in chosen}
+    runs: dict[str, dict[str, list[float]]] = {q: {mode: [] for mode in out["cores"]}
+                                               for q in chosen}
+    #: query -> Ray arm (ray_x<n>, ray_x<n>_arrow) -> every run's (events, CPU s, wall s)
+    machine: dict[str, dict[str, list[tuple[int, float, float]]]] = {q: {} for q in chosen}
     started = False
     try:
-        if not args.no_ray:
+        for query in chosen:
+            for _ in range(repeat):
+                seconds, rows = run_in_process(query, stream)
+                check(query, "in-process", rows, expected[query])
+                runs[query]["in_process"].append(events / seconds)
+        if sizes:
             from bench.harness.cluster import ensure_ray
-            from cameo_actors.runtime import Runtime, RuntimeConfig
 
             started = ensure_ray()
-            rt = Runtime.start(RuntimeConfig(num_executors=1), pool="bench-nexmark")
-        for query in chosen:
-            expected = reference(query, stream)
-            runs: dict[str, list[float]] = {mode: [] for mode in out["cores"]}
-            for r in range(repeat):
-                seconds, rows = run_in_process(query, stream)
-                check(query, "in-process", rows, expected)
-                runs["in_process"].append(events / seconds)
-                if rt is not None:
-                    for mode, table_or_none in (("ray", None), ("ray_arrow", columns)):
-                        seconds, busy, cpu_s, rows = run_on_ray(
-                            rt, query, stream, f"{r}-{mode}", table_or_none)
-                        check(query, MODE_WORDS[mode], rows, expected)
-                        runs[mode].append(events / seconds)
-                        runs[f"{mode}_busy"].append(events / busy if busy > 0 else 0.0)
-                        runs[f"{mode}_cpu"].append(events / cpu_s if cpu_s > 0 else 0.0)
-            figures = {mode: {"events_per_s": statistics.median(v),
-                              "per_core": statistics.median(v) / out["cores"][mode], "runs": v}
-                       for mode, v in runs.items() if v}
-            out["queries"][query] = {"results": len(expected), "checked": True, **figures}
-            print(f"  {query}: " + ", ".join(f"{m} {f['per_core'] / 1e3:,.1f}k/s per core"
-                                             for m, f in figures.items())
-                  + f" ({len(expected):,} results, equal to the reference)")
+        for n in sizes:  # one pool at a time: an idle one beside a run skews it
+            from cameo_actors.runtime import Runtime, RuntimeConfig
+
+            rt = Runtime.start(RuntimeConfig(num_executors=n), pool=f"bench-nexmark{n}")
+            try:
+                for query in chosen if n == 1 else [q for q in chosen if q in args.scale_queries]:
+                    for r in range(repeat):
+                        for mode, table_or_none in (("ray", None), ("ray_arrow", columns)):
+                            seconds, busy, cpu_s, rows = run_on_ray(
+                                rt, query, stream, f"x{n}-{r}-{mode}", table_or_none, n)
+                            check(query, f"{MODE_WORDS[mode]}, {n} executors", rows,
+                                  expected[query])
+                            arm = f"ray_x{n}" + mode[3:]
+                            machine[query].setdefault(arm, []).append((events, cpu_s, seconds))
+                            if n == 1:
+                                runs[query][mode].append(events / seconds)
+                                runs[query][f"{mode}_busy"].append(events / busy if busy > 0
+                                                                   else 0.0)
+                                runs[query][f"{mode}_cpu"].append(events / cpu_s if cpu_s > 0
+                                                                  else 0.0)
+            finally:
+                rt.shutdown(stop_ray=False)
     except Mismatch as e:
         print(f"MISMATCH: {e}", file=sys.stderr)
         raise SystemExit(1) from e
     finally:
-        if rt is not None:
-            rt.shutdown(stop_ray=False)
         if started:
             import ray
 
             ray.shutdown()
+    for query in chosen:
+        figures = {mode: {"events_per_s": statistics.median(v),
+                          "per_core": statistics.median(v) / out["cores"][mode], "runs": v}
+                   for mode, v in runs[query].items() if v}
+        # What carries to a cluster: the median run's CPU seconds of every process.
+        cpu = {arm: dict(zip(("events", "cpu_s_all", "wall_s"),
+                             sorted(arm_runs, key=lambda r: r[1])[len(arm_runs) // 2], strict=True))
+               for arm, arm_runs in machine[query].items()}
+        out["queries"][query] = {"results": len(expected[query]), "checked": True, **figures,
+                                 **({"cpu": cpu} if cpu else {})}
+        print(f"  {query}: " + ", ".join(f"{m} {f['per_core'] / 1e3:,.1f}k/s per core"
+                                         for m, f in figures.items())
+              + "".join(f"; {arm} {c['events'] / c['cpu_s_all'] / 1e3:,.1f}k per CPU s"
+                        for arm, c in cpu.items() if c["cpu_s_all"] > 0)
+              + f" ({len(expected[query]):,} results, equal to the reference)")
     print(table(out))
     save_json(args.json, out)
     return out

@@ -1,14 +1,18 @@
 """Throughput of filter -> map -> tumbling count, per core.
 
-Run: `python -m bench.throughput [--events N] [--arrow-copies K] [--repeat R] [--json FILE]`
+Run: `python -m bench.throughput [--events N] [--executors 1,2,4] [--arrow-copies K] [--repeat R]
+[--json FILE]`
 
 Measured in one run, side by side:
 - operators: the three operators alone, in-process (`run_local`);
 - executor core: the same dataflow through one `ExecutorCore` in-process:
   scheduling, mailboxes, credits and egress included, no Ray;
 - ray x1: on Ray, one executor, events pushed from this process;
-- ray x2: on Ray, two executors, source/filter/map/window with parallelism 2;
-- ray x1 busy / ray x2 busy: the same runs counted per CPU second of the
+- ray x2, ray x4: on Ray, two and four executors, every step with parallelism 2 or 4
+  (source -> filter -> map -> key_by chained on each executor, only the keyed
+  exchange to the window crosses executors); four on this machine's two cores is
+  oversubscribed: its wall time says little, its CPU per event what it costs;
+- ray xN busy: the same runs counted per CPU second of the
   executors' worker threads (their thread CPU clock: scheduling, decoding and
   operators, not time off the core): the rate inside an executor, without the
   driver and Ray's transport.
@@ -160,7 +164,13 @@ def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH,
         driver_s = time.process_time() - driver0
         threads = {k: round(v - threads0.get(k, 0.0), 3)
                    for k, v in thread_cpu_s(pids, names).items()}
-        busy_wall_s = (sum(e["busy_ms"] for e in rt.executor_stats()) - busy0) / 1000
+        after = rt.executor_stats()
+        busy_wall_s = (sum(e["busy_ms"] for e in after) - busy0) / 1000
+        exchange = {k: sum(e.get("exchange", {}).get(k, 0) for e in after)
+                    - sum(e.get("exchange", {}).get(k, 0) for e in stats)
+                    for k in ("calls", "messages", "events", "acks", "bytes")}
+        for k in ("executed", "slices"):  # messages run, and the slices they ran in
+            exchange[k] = sum(e[k] for e in after) - sum(e[k] for e in stats)
         worker_cpu_s = threads.get("worker thread", 0.0)
         assert rt.stats(name)["events_in"] == len(events)
         if expected is not None:
@@ -175,6 +185,7 @@ def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH,
         profile = {"wall_s": round(elapsed, 3), "driver_cpu_s": round(driver_s, 3),
                    "worker_threads_cpu_s": round(worker_cpu_s, 3),
                    "executor_busy_wall_s": round(busy_wall_s, 3),
+                   "exchange": exchange,
                    "executor_threads_cpu_s": {k: v for k, v in sorted(
                        threads.items(), key=lambda kv: -kv[1]) if v >= 0.01},
                    "machine": machine.summary(len(events))}
@@ -192,6 +203,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--arrow-batch", type=int, default=BATCH,
                         help=f"rows per push of the Arrow arms (default the rows arms' {BATCH:,})")
+    parser.add_argument("--executors", default="1,2,4",
+                        help="the Ray arms' executor counts, comma-separated (default 1,2,4)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -203,10 +216,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     columns = as_columns(events, args.arrow_copies)
     table = pa.Table.from_batches([columns])
     expected = {"rows": expected_results(events), "arrow": expected_results(columns.to_pylist())}
-    arms = ["operators", "executor_core", "executor_core_arrow", "ray_x1", "ray_x1_arrow", "ray_x2",
-            "ray_x2_arrow", "ray_x1_busy", "ray_x1_arrow_busy", "ray_x2_busy", "ray_x2_arrow_busy"]
+    sizes = [int(n) for n in args.executors.split(",")]
+    ray_arms = [f"ray_x{n}{kind}" for n in sizes for kind in ("", "_arrow")]
+    arms = ["operators", "executor_core", "executor_core_arrow", *ray_arms,
+            *(f"{arm}_busy" for arm in ray_arms)]
     runs: dict[str, list[float]] = {arm: [] for arm in arms}
-    per_cpu: dict[str, list[float]] = {}  # Ray arm -> events per CPU second of every process
+    machine: dict[str, list[dict[str, Any]]] = {}  # Ray arm -> every run's `CpuMeter.summary`
     profiles: dict[str, dict[str, Any]] = {}  # the last run's, per Ray arm
     # No pool beside the in-process arms, and one pool at a time: an idle pool's
     # executors and controller beside a run made its figures vary 2.5x here.
@@ -214,31 +229,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs["operators"].append(bench_operators(events))
         runs["executor_core"].append(bench_core(events))
         runs["executor_core_arrow"].append(bench_core(columns, args.arrow_batch))
-    for key, p in (("ray_x1", 1), ("ray_x2", 2)):
+    for p in sizes:
         rt = Runtime.start(RuntimeConfig(num_executors=p), pool=f"bench-tp{p}")
         try:
-            ray_arms = ((key, events, BATCH, expected["rows"]),
-                        (f"{key}_arrow", table, args.arrow_batch, expected["arrow"]))
-            for arm, data, batch, want in ray_arms:  # warm-up: the first run of a kind is slower
+            pool_arms = ((f"ray_x{p}", events, BATCH, expected["rows"]),
+                         (f"ray_x{p}_arrow", table, args.arrow_batch, expected["arrow"]))
+            for arm, data, batch, want in pool_arms:  # warm-up: the first run of a kind is slower
                 bench_ray(rt, data, p, f"{arm}-warm", batch, want)
             for r in range(args.repeat):
-                for arm, data, batch, want in ray_arms:
+                for arm, data, batch, want in pool_arms:
                     end_to_end, per_busy_s, profiles[arm] = bench_ray(rt, data, p,
                                                                       f"{arm}-{r}", batch, want)
                     runs[arm].append(end_to_end)
                     runs[f"{arm}_busy"].append(per_busy_s)
-                    per_cpu.setdefault(arm, []).append(profiles[arm]["machine"]["events_per_cpu_s"])
+                    machine.setdefault(arm, []).append(profiles[arm]["machine"])
         finally:
-            rt.shutdown(stop_ray=p == 2)
+            rt.shutdown(stop_ray=p == sizes[-1])
     # *_busy: events per CPU second of the worker threads (the executors' own rate, per core).
-    cores = {arm: 2 if arm.startswith("ray_x2") and not arm.endswith("busy") else 1 for arm in arms}
+    cores = {arm: int(arm[5]) if arm.startswith("ray_x") and not arm.endswith("busy") else 1
+             for arm in arms}
     result: dict[str, Any] = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
                   "runs": v} for k, v in runs.items()}
-    for arm, v in per_cpu.items():  # what carries to a cluster: every process's CPU counted
-        result[arm]["events_per_cpu_s"], result[arm]["cpu_runs"] = statistics.median(v), v
+    # What carries to a cluster: every process's CPU counted; `cpu` keeps the median run's
+    # events, CPU seconds and wall time of each Ray arm.
+    result["cpu"] = {}
+    for arm, summaries in machine.items():
+        per_cpu = [m["events_per_cpu_s"] for m in summaries]
+        result[arm]["events_per_cpu_s"], result[arm]["cpu_runs"] = statistics.median(per_cpu), per_cpu
+        mid = sorted(summaries, key=lambda m: m["events_per_cpu_s"])[len(summaries) // 2]
+        result["cpu"][arm] = {"events": len(table if arm.endswith("_arrow") else events),
+                              "cpu_s_all": mid["cpu_s"], "wall_s": mid["wall_s"],
+                              "cpu_s_by_role": mid["cpu_s_by_role"]}
     print(f"filter -> map -> tumbling count, {args.events:,} events ({len(columns):,} in the "
           f"Arrow arms), median of {args.repeat}:")
     for k, v in result.items():
+        if k == "cpu":
+            continue
         spread = f"{min(v['runs']) / 1e3:,.0f}-{max(v['runs']) / 1e3:,.0f}k"
         print(f"  {k:18s} {v['events_per_s'] / 1e3:9,.0f}k events/s  "
               f"({v['per_core'] / 1e3:,.0f}k per core; runs {spread})"
@@ -253,6 +279,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"worker threads CPU {prof['worker_threads_cpu_s']:.2f} s (in execute, wall: "
               f"{prof['executor_busy_wall_s']:.2f} s); threads: {threads}")
         print(f"  {'':13s} every process: {prof['machine']['cpu_s']:.2f} CPU s ({roles})")
+        ex = prof["exchange"]
+        print(f"  {'':13s} between executors: {ex['calls']:,} calls, {ex['messages']:,} "
+              f"messages, {ex['events']:,} events, {ex['acks']:,} acks, {ex['bytes'] / 1e6:.1f} MB; "
+              f"{ex['executed']:,} messages run in {ex['slices']:,} slices")
     result["profiles"] = profiles
     save_json(args.json, result)
     return result

@@ -192,6 +192,9 @@ class Dataflow:
         self._steps.append(step)
         return Stream(self, step.id)
 
+    def _parallelism_of(self, step_id: str) -> int:
+        return next(s.parallelism for s in self._steps if s.id == step_id)
+
     def _next_id(self, op: str, given: str | None) -> str:
         self._counter += 1
         return given if given is not None else f"{op}_{self._counter}"
@@ -208,12 +211,13 @@ class Stream:
         self.dataflow = dataflow
         self.step_id = step_id
 
-    def filter(self, predicate: str, *, id: str | None = None) -> Stream:
+    def filter(self, predicate: str, *, id: str | None = None, parallelism: int | None = None
+               ) -> Stream:
         """Keep events for which the safe expression is true, e.g. "level == 'ERROR'"."""
-        return self._then(FilterStep, "filter", id, predicate=predicate)
+        return self._then(FilterStep, "filter", id, predicate=predicate, parallelism=parallelism)
 
     def map(self, fields: Mapping[str, str] | None = None, *, function: str | None = None,
-            id: str | None = None, parallelism: int = 1) -> Stream:
+            id: str | None = None, parallelism: int | None = None) -> Stream:
         """Project each event to new fields (name -> safe expression), or apply
         a Python function by import path ('pkg.mod:fn', event -> event)."""
         pairs = tuple(fields.items()) if fields is not None else None
@@ -224,13 +228,15 @@ class Stream:
         """Keep only the named fields."""
         return self.map({n: n for n in names}, id=id)
 
-    def flat_map(self, function: str, *, id: str | None = None, parallelism: int = 1) -> Stream:
+    def flat_map(self, function: str, *, id: str | None = None, parallelism: int | None = None
+                 ) -> Stream:
         """Apply a Python function by import path: event -> iterable of events."""
         return self._then(FlatMapStep, "flat_map", id, function=function, parallelism=parallelism)
 
-    def key_by(self, key: str, *, id: str | None = None) -> Stream:
+    def key_by(self, key: str, *, id: str | None = None, parallelism: int | None = None
+               ) -> Stream:
         """Key the stream by a safe expression (usually a field name)."""
-        return self._then(KeyByStep, "key_by", id, key=key)
+        return self._then(KeyByStep, "key_by", id, key=key, parallelism=parallelism)
 
     def window(self, *, tumbling_ms: int | None = None, sliding_ms: int | None = None,
                slide_ms: int | None = None, session_gap_ms: int | None = None,
@@ -334,6 +340,11 @@ class Stream:
         return self.dataflow
 
     def _then(self, cls: type[Step], op: str, id: str | None, **params: Any) -> Stream:
+        if params.get("parallelism", 0) is None:
+            # A stateless step left to choose runs as many instances as its input: instance
+            # i of each stays with instance i of the step before it, on its executor
+            # (a forward hop, no exchange), as Flink chains operators.
+            params["parallelism"] = self.dataflow._parallelism_of(self.step_id)
         step = cls(id=self.dataflow._next_id(op, id), inputs=(self.step_id,), **params)
         check_step_rules(step)  # fail on the line that made it
         return self.dataflow._add(step)

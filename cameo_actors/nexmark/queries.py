@@ -75,9 +75,12 @@ SESSION_GAP_MS = 10_000  # q11
 _FUNCTIONS = "cameo_actors.nexmark.functions"
 
 
-def _source(name: str, allowed_lateness_ms: int) -> Stream:
+def _source(name: str, allowed_lateness_ms: int, parallelism: int = 1) -> Stream:
+    """The events, read by `parallelism` instances: the filters and projections after them
+    run as many (each chained to its source instance), and only a key crosses executors."""
     return Dataflow(name, latency_target_ms=LATENCY_TARGET_MS, tenant="nexmark").source(
-        SOURCE, schema=SCHEMA, event_time="date_time", allowed_lateness_ms=allowed_lateness_ms)
+        SOURCE, schema=SCHEMA, event_time="date_time", allowed_lateness_ms=allowed_lateness_ms,
+        parallelism=parallelism)
 
 
 def _kind(events: Stream, kind: str, *fields: str) -> Stream:
@@ -88,14 +91,14 @@ def _kind(events: Stream, kind: str, *fields: str) -> Stream:
 def q0(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q0",
        parallelism: int = 1) -> Dataflow:
     """Passthrough: every bid."""
-    return _kind(_source(name, allowed_lateness_ms), "bid", *FIELDS["bid"]).sink(SINK)
+    return _kind(_source(name, allowed_lateness_ms, parallelism), "bid", *FIELDS["bid"]).sink(SINK)
 
 
 def q1(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q1",
        parallelism: int = 1) -> Dataflow:
     """Currency conversion: every bid, its price in euro cents (rounded down)."""
     num, den = Q1_RATE
-    return (_source(name, allowed_lateness_ms).filter("kind == 'bid'", id="bids")
+    return (_source(name, allowed_lateness_ms, parallelism).filter("kind == 'bid'", id="bids")
             .map({"auction": "auction", "bidder": "bidder", "price": f"price * {num} // {den}",
                   "date_time": "date_time", "extra": "extra"}, id="convert")
             .sink(SINK))
@@ -104,7 +107,7 @@ def q1(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q
 def q2(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q2",
        parallelism: int = 1) -> Dataflow:
     """Selection: the bids on auctions whose id is a multiple of 123."""
-    return (_source(name, allowed_lateness_ms)
+    return (_source(name, allowed_lateness_ms, parallelism)
             .filter(f"kind == 'bid' and auction % {Q2_MODULUS} == 0", id="select")
             .project("auction", "price", id="auction_price")
             .sink(SINK))
@@ -117,7 +120,7 @@ def q3(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q
     An interval join: a person and an auction it sells join when the auction comes within
     `interval_ms` after the person (the generator's sellers are always earlier persons).
     """
-    events = _source(name, allowed_lateness_ms)
+    events = _source(name, allowed_lateness_ms, parallelism)
     states = ", ".join(f"'{s}'" for s in Q3_STATES)
     persons = (events.filter(f"kind == 'person' and state in ({states})", id="local_persons")
                .project("id", "name", "city", "state", "date_time", id="person_fields")
@@ -146,7 +149,7 @@ def q4(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q
        parallelism: int = 1) -> Dataflow:
     """Average closing price per category, updated at every closing:
     ``{category, date_time, auction, price, avg_price}``."""
-    return (_closings(_source(name, allowed_lateness_ms), parallelism)
+    return (_closings(_source(name, allowed_lateness_ms, parallelism), parallelism)
             .key_by("category", id="by_category")
             .process(f"{_FUNCTIONS}:CategoryAverage", time_field="date_time",
                      id="category_average", parallelism=parallelism)
@@ -157,7 +160,7 @@ def q5(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q
        parallelism: int = 1) -> Dataflow:
     """Hot items: per sliding window, the auction(s) with the most bids,
     ``{auction, n, window_start, window_end}``."""
-    return (_kind(_source(name, allowed_lateness_ms), "bid", "auction", "date_time")
+    return (_kind(_source(name, allowed_lateness_ms, parallelism), "bid", "auction", "date_time")
             .key_by("auction", id="by_auction")
             .window(sliding_ms=WINDOW_MS, slide_ms=Q5_SLIDE_MS, id="bids_per_auction",
                     parallelism=parallelism)
@@ -174,7 +177,7 @@ def q6(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q
        parallelism: int = 1) -> Dataflow:
     """Average selling price per seller over its last 10 closed auctions, updated at every
     closing: ``{seller, date_time, auction, price, avg_price}``."""
-    return (_closings(_source(name, allowed_lateness_ms), parallelism)
+    return (_closings(_source(name, allowed_lateness_ms, parallelism), parallelism)
             .key_by("seller", id="by_seller")
             .process(f"{_FUNCTIONS}:SellerAverage", time_field="date_time",
                      id="seller_average", parallelism=parallelism)
@@ -185,7 +188,7 @@ def q7(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q
        parallelism: int = 1) -> Dataflow:
     """Highest bid: per 10 s tumbling window, the bid(s) with the highest price,
     ``{auction, bidder, price, date_time, window_end}``."""
-    return (_kind(_source(name, allowed_lateness_ms), "bid", "auction", "bidder", "price",
+    return (_kind(_source(name, allowed_lateness_ms, parallelism), "bid", "auction", "bidder", "price",
                   "date_time")
             .window(tumbling_ms=WINDOW_MS, id="highest")
             .aggregate(top=max_by("price"))
@@ -197,7 +200,7 @@ def q8(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-q
        parallelism: int = 1) -> Dataflow:
     """New users: persons who created an auction in the 10 s window they registered in,
     ``{id, name, auction, window_start, window_end}`` per (person, auction)."""
-    events = _source(name, allowed_lateness_ms)
+    events = _source(name, allowed_lateness_ms, parallelism)
     persons = _kind(events, "person", "id", "name", "date_time").key_by("id", id="by_person")
     auctions = _kind(events, "auction", "id", "seller", "date_time").key_by("seller",
                                                                             id="by_seller")
@@ -212,7 +215,7 @@ def q11(*, allowed_lateness_ms: int = ALLOWED_LATENESS_MS, name: str = "nexmark-
         parallelism: int = 1) -> Dataflow:
     """User sessions: bids per bidder per session, ``{bidder, n, window_start, window_end}``
     (a session is ``[first bid, last bid + 10 s)``)."""
-    return (_kind(_source(name, allowed_lateness_ms), "bid", "bidder", "date_time")
+    return (_kind(_source(name, allowed_lateness_ms, parallelism), "bid", "bidder", "date_time")
             .key_by("bidder", id="by_bidder")
             .window(session_gap_ms=SESSION_GAP_MS, id="sessions", parallelism=parallelism)
             .aggregate(n=count())

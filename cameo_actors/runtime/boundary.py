@@ -241,6 +241,8 @@ class ExecutorStats(TypedDict, total=False):
     version: str  # cameo's version in the executor's process (mixed during an upgrade)
     code: str  # the digest of its code (`codebase.code_id`): two commits differ here
     worker_tid: int  # the worker thread's id in the OS (/proc/PID/task/TID)
+    # calls sent to other executors, and the messages and events they carried
+    exchange: dict[str, int]
     alive: bool  # False: the executor died (its dataflows failed)
     # Python's cycle collector in the executor's process, per generation: passes, their
     # total and longest time in ms, objects found unreachable; objects frozen out of it

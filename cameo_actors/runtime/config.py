@@ -123,6 +123,13 @@ class RuntimeConfig:
             its policy ("off", the default, "ds2" or "threshold"), the pool's bounds
             (min/max executors, max parallelism per step), warm-up and scale-down
             windows, lessees. Dataflows may have their own (`Runtime.set_scaling`).
+        exchange_linger_ms: the longest a message for another executor waits to share one
+            call with others while this executor's worker is busy (an idle worker sends
+            at once); a message waits at most a twentieth of what is left of its
+            latency target, so a tight target's messages go sooner.
+        exchange_batch_events: a link's gathered events that make it send at once (at
+            most a quarter of `credit_events`, so a sender is never held on its own
+            unsent events).
         service_capacity_eps: a simulated executor speed for benchmarks on one machine:
             each instance of a keyed step processes at most this many events per second
             (it sleeps the rest of each event's share), so that an added executor adds
@@ -178,6 +185,8 @@ class RuntimeConfig:
     trace_niceness: int = 10
     scaling: dict[str, Any] = field(default_factory=dict)
     service_capacity_eps: float | None = None
+    exchange_linger_ms: float = 10.0
+    exchange_batch_events: int = 5_000
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -187,12 +196,15 @@ class RuntimeConfig:
             raise ValueError(f"RuntimeConfig.num_executors: expected >= 1 or None, got {self.num_executors}")
         for name in ("quantum_ms", "credit_events", "ingress_events", "max_message_events",
                      "result_capacity", "max_windows_per_event", "state_budget_bytes",
-                     "max_state_bytes", "ended_kept", "monitor_interval_s"):
+                     "max_state_bytes", "ended_kept", "monitor_interval_s", "exchange_batch_events"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
         if type(self.bins) is not int or not 1 <= self.bins <= MAX_BINS or self.bins & (self.bins - 1):
             raise ValueError(f"RuntimeConfig.bins: expected a power of two from 1 to {MAX_BINS}, "
                              f"got {self.bins!r}")
+        if not 0 <= self.exchange_linger_ms <= 1000:
+            raise ValueError(f"RuntimeConfig.exchange_linger_ms: expected 0 to 1000, got "
+                             f"{self.exchange_linger_ms}")
         if not self.epoch_timeout_s > 0:
             raise ValueError(f"RuntimeConfig.epoch_timeout_s: expected > 0, got {self.epoch_timeout_s}")
         if not (self.checkpoint_interval_s == 0 or 0.1 <= self.checkpoint_interval_s <= 3600):

@@ -6,15 +6,21 @@ Ray may reorder calls, so every call carries a sequence number per link
 the ones before it were applied (a source does the same for each client's
 ingest calls: `ExecutorCore.ingest`). A link belongs to one incarnation of
 each end: after an executor restarted, batches meant for or sent by its old
-incarnation are dropped, and both ends count the link from zero again. Outgoing messages and
-acknowledgements are collected per destination during a slice and sent by
-`flush` as one call each.
+incarnation are dropped, and both ends count the link from zero again.
+
+Outgoing messages and acknowledgements are gathered per destination and sent as one
+call each: a call costs the sender and the receiver far more CPU than the events in
+it (Ray's submission, its threads, the receiving thread's hand-off), so a link is
+sent when it is due (`flush_due`: its most urgent item may wait no longer, or it
+holds `batch_events` events), or everything at once (`flush`: the worker has
+nothing else to do, or a caller must see it sent).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from cameo_actors.runtime._private.exchange.wire import (
@@ -46,12 +52,20 @@ class Channels:
     [1]
     """
 
-    def __init__(self, index: int, send: Send, unsendable: Unsendable | None = None) -> None:
+    def __init__(self, index: int, send: Send, unsendable: Unsendable | None = None,
+                 batch_events: int = 5_000) -> None:
         self.index = index
         self._send = send
         self._unsendable = unsendable
+        self.batch_events = batch_events
         self._out_msgs: dict[int, list[tuple[Any, ...]]] = {}
         self._out_acks: dict[int, list[Ack]] = {}
+        #: per destination: when its most urgent gathered item must leave (ms), and the
+        #: events gathered
+        self._due: dict[int, float] = {}
+        self._events: Counter[int] = Counter()
+        #: calls sent, and the messages and events in them (executor stats)
+        self.sent: Counter[str] = Counter()
         self.seq_out: Counter[int] = Counter()  # batches sent per executor
         self.seq_in: Counter[int] = Counter()  # batches applied per sender
         #: (executor, dataflow) -> the last batch sent there that carried the dataflow's
@@ -73,6 +87,8 @@ class Channels:
         self._parked.pop(peer, None)
         self._out_msgs.pop(peer, None)
         self._out_acks.pop(peer, None)
+        self._due.pop(peer, None)
+        self._events.pop(peer, None)
 
     # -- inbound -------------------------------------------------------------------------
     def from_executor(self, blob: bytes, apply: ApplyBatch) -> None:
@@ -89,19 +105,37 @@ class Channels:
             apply(*batch)
 
     # -- outbound ------------------------------------------------------------------------
-    def message(self, host: int, msg: Message) -> None:
+    def message(self, host: int, msg: Message, due_ms: float = -math.inf) -> None:
+        """Gather `msg` for `host`; it must leave by `due_ms` (default: the next flush)."""
         self._out_msgs.setdefault(host, []).append(encode_message(msg))
+        self._events[host] += msg.size
+        if due_ms < self._due.get(host, math.inf):
+            self._due[host] = due_ms
 
-    def ack(self, host: int, ack: Ack) -> None:
+    def ack(self, host: int, ack: Ack, due_ms: float = -math.inf) -> None:
         self._out_acks.setdefault(host, []).append(ack)
+        if due_ms < self._due.get(host, math.inf):
+            self._due[host] = due_ms
+
+    def flush_due(self, now_ms: float) -> int:
+        """Send the links that are due at `now_ms` or hold `batch_events` events.
+        Returns how many calls."""
+        due = [host for host, at in self._due.items()
+               if at <= now_ms or self._events[host] >= self.batch_events]
+        return self._flush(due) if due else 0
 
     def flush(self) -> int:
-        """Send what was collected for other executors: one call per destination.
+        """Send everything gathered for other executors: one call per destination.
         Returns how many calls."""
         if not self._out_msgs and not self._out_acks:
             return 0
+        return self._flush(set(self._out_msgs) | set(self._out_acks))
+
+    def _flush(self, hosts: Iterable[int]) -> int:
         sent = 0
-        for host in set(self._out_msgs) | set(self._out_acks):
+        for host in hosts:
+            self._due.pop(host, None)
+            events = self._events.pop(host, 0)
             messages, acks = self._out_msgs.pop(host, []), self._out_acks.pop(host, [])
             seq = self.seq_out[host]
             try:
@@ -115,6 +149,8 @@ class Channels:
             self.seq_out[host] += 1
             self._send(host, blob)
             sent += 1
+            self.sent.update(calls=1, messages=len(messages), events=events, acks=len(acks),
+                             bytes=len(blob))
         return sent
 
     def link(self, host: int, seq: int) -> tuple[int, str, str, int]:

@@ -5,7 +5,7 @@ lessee's partials back to their owners). Pure: no Ray."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec
@@ -14,6 +14,9 @@ from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.build import key_function
 from cameo_actors.runtime._private.placement import Placement, is_keyed_step
 from cameo_actors.runtime.boundary import ActivationId
+
+#: The most keys a route remembers the owner of (then it starts again).
+MEMO_KEYS = 65_536
 
 
 @dataclass
@@ -37,10 +40,30 @@ class Route:
     #: the keyed step's lessees (in `targets` too, for watermarks and barriers): a part
     #: whose owner is behind goes to the least loaded of them instead
     lessees: tuple[str, ...] = ()
+    #: key -> its owner by `owners`, for str and int keys seen lately (`owner_of`)
+    memo: dict[Any, str] = field(default_factory=dict)
 
     def set_table(self, owners: list[str]) -> None:
         self.owners = owners
         self.sole = owners[0] if len(set(owners)) == 1 else None
+        self.memo.clear()
+
+    def owner_of(self, key: Any, mask: int) -> str:
+        """The instance that owns `key`. A str or int key's owner is remembered: a dict
+        lookup instead of encoding and hashing it again for each of its events (other
+        keys are hashed each time: 1, 1.0 and True are one dict key but hash apart)."""
+        cls = key.__class__
+        if cls is str or cls is int:
+            owner = self.memo.get(key)
+            if owner is None:
+                assert self.owners is not None
+                owner = self.owners[stable_hash(key) & mask]
+                if len(self.memo) >= MEMO_KEYS:
+                    self.memo.clear()
+                self.memo[key] = owner
+            return owner
+        assert self.owners is not None
+        return self.owners[stable_hash(key) & mask]
 
 
 def route_to(spec: DataflowSpec, placement: Placement, aid: ActivationId, lessee: bool,

@@ -174,8 +174,12 @@ class Activation:
                     parts: dict[str, Any] = split_by_key(events, field, owners, mask)
                 else:
                     parts = {}
+                    owner_of, known = route.owner_of, route.memo.get
                     for e in rows(events):
-                        t = owners[stable_hash(key_fn(e)) & mask]
+                        k = key_fn(e)
+                        t = known(k) if k.__class__ is str else None  # most keys: one lookup
+                        if t is None:
+                            t = owner_of(k, mask)
                         part = parts.get(t)
                         if part is None:
                             parts[t] = [e]

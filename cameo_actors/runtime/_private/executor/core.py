@@ -89,6 +89,11 @@ from cameo_actors.tracing.records import DESERIALIZE, SERIALIZE, UNTRACED
 FAULTS_KEPT = 20
 
 
+#: The shortest a message for another executor waits for others to share its call,
+#: while the worker has more to compute (an idle worker sends at once).
+MIN_LINGER_MS = 2.0
+
+
 class ExecutorCore:
     """One executor's logic: hosting, the scheduling loop and the message path; the
     executor's other calls are answered by the part that owns them (module docstring)."""
@@ -103,7 +108,8 @@ class ExecutorCore:
                                floor_slack_ms=config.floor_slack_ms if config.tenant_floor else None)
         self.hosting = Hosting(index, FunctionResolver(config.allowed_modules),
                                max_string_chars=config.max_string_chars)
-        self.channels = Channels(index, send, self._unsendable)
+        self.channels = Channels(index, send, self._unsendable,
+                                 min(config.exchange_batch_events, config.credit_events // 4))
         self.flow = FlowControl(config.credit_events, config.ingress_events,
                                 self.sched.hold, self.sched.release)
         self.egress = Egress(config.result_capacity,
@@ -389,15 +395,32 @@ class ExecutorCore:
                 self.sched.enqueue(msg, self.clock.now_ms())
                 target.events_arrived += msg.size
         elif host is not None:
-            self.channels.message(host, msg)
+            self.channels.message(host, msg, self._due_ms(msg))
             if act is not None:
                 self._unflushed[act] = self._unflushed.get(act, 0) + 1
 
-    def flush(self) -> None:
-        """Send what was collected for other executors: one call per destination. Its
-        encoding time is shared among the activations that sent (useful time)."""
+    def _due_ms(self, msg: Message) -> float:
+        """When a message for another executor must leave: it may wait for others to share
+        its call a twentieth of what is left of its dataflow's latency target (Cameo's
+        slack, not a fixed linger), at most `exchange_linger_ms`, and at least
+        `MIN_LINGER_MS` while the worker is busy: a call costs about a fifth of that in
+        CPU, so a late message (no slack left) does not make every call carry one."""
+        now = self.clock.now_ms()
+        counters = self.stats.dataflows.get(msg.ctx.dataflow)
+        slack = msg.ctx.ingest_ms + counters.latency.target_ms - now if counters else 0.0
+        linger = self.config.exchange_linger_ms
+        return now + min(linger, max(MIN_LINGER_MS, slack / 20))
+
+    def flush_due(self) -> None:
+        """Send the links that are due (`Channels.flush_due`): the worker goes on computing."""
+        self.flush(due_only=True)
+
+    def flush(self, due_only: bool = False) -> None:
+        """Send what was collected for other executors (only the links that are due, with
+        `due_only`): one call per destination. Its encoding time is shared among the
+        activations that sent (useful time)."""
         start = self.clock.now_ms()
-        if not self.channels.flush():
+        if not (self.channels.flush_due(start) if due_only else self.channels.flush()):
             return
         end = self.clock.now_ms()
         senders, self._unflushed = self._unflushed, {}
@@ -439,8 +462,9 @@ class ExecutorCore:
         host = self.hosting.hosts.get(upstream)
         if host == self.index:
             self._on_ack(upstream, downstream, n, path_cost_ms)
-        elif host is not None:
-            self.channels.ack(host, (upstream, downstream, n, path_cost_ms))
+        elif host is not None:  # credits return sooner than data: a sender may wait on them
+            self.channels.ack(host, (upstream, downstream, n, path_cost_ms),
+                              self.clock.now_ms() + min(MIN_LINGER_MS, self.config.exchange_linger_ms))
 
     def _on_ack(self, upstream: str, downstream: str, n: int, path_cost_ms: float) -> None:
         self.sched.on_feedback(upstream, Feedback(downstream, max(0.0, path_cost_ms)), self.clock.now_ms())

@@ -54,8 +54,10 @@ class Reports:
                                self.flow.held_among(ids))
 
     def executor_stats(self) -> ExecutorStats:
-        return self.stats.executor(self.sched, len(self.hosting.activations), len(self.flow.held),
-                                   self.faults)
+        stats = self.stats.executor(self.sched, len(self.hosting.activations),
+                                    len(self.flow.held), self.faults)
+        stats["exchange"] = dict(self.channels.sent)
+        return stats
 
     def ended(self, dataflow: str) -> bool:
         """Every activation of `dataflow` here has seen the end of every input (its
