@@ -2,7 +2,8 @@
 for a hot key.
 
 Run: `python -m bench.scaling [--quick | --smoke] [--json FILE] [--plots DIR]
-      [--policies ds2,threshold] [--parts steps,hot] [--capacity EPS] [--no-deadline-aware]`
+      [--policies ds2,threshold] [--parts steps,hot,capped] [--capacity EPS]
+      [--no-deadline-aware]`
 
 The figure of docs/benchmarks.md: `python -m bench.scaling --json bench/out/scaling.json --plots docs/bench`
 (`make bench`), which writes `docs/bench/scaling.png`.
@@ -105,6 +106,16 @@ step, with no oscillation, and ahead of threshold (settled at the optimum in at 
 many phases, with no more actions and no more instances above the optimum; the seconds to
 converge are reported, not compared: a policy that stays above the optimum converges in
 0 s); lessee speedup >= 1.5.
+
+Scenario 3, "capped" (policy ds2): the scaling loop must pay off where each executor's
+capacity is capped. The window is offered 3 C events/s (C input events/s, 3 bids each),
+three times what one instance takes, for `capped_s` (60 s; quick 30 s; smoke 3 s), on a
+pool that starts with one executor and the window at one instance; the guard rails of
+scenario 1. Figures (`capped`): the decisions, `actions`, `oscillations`, `settled` (the
+optimum is ceil(3 C / 0.8 C) = 4), `seconds_to_rate` (the first sample after which
+nothing waits at the generator: its lag stays under one push), the window's measured
+events/s at each parallelism, `p99_within_target_from_s` (the second from which the
+window's per-second p99 stays within its 2 s target), and `results_match` (run_local's).
 """
 
 from __future__ import annotations
@@ -113,6 +124,7 @@ import argparse
 import itertools
 import math
 import random
+import statistics
 import sys
 import threading
 import time
@@ -140,7 +152,7 @@ ALERTS_TARGET_MS = 50.0
 #: Rate steps, as multiples of the base rate r0.
 STEPS = (1, 2, 4, 2, 1)
 POLICIES = ("ds2", "threshold")
-PARTS = ("steps", "hot")
+PARTS = ("steps", "hot", "capped")
 #: Events per push call of the generator.
 PUSH_EVENTS = 1_000
 SAMPLE_S = 0.5
@@ -200,6 +212,8 @@ class Setup:
     hot_buffer_events: int = 3_000
     drain_timeout_s: float = 180.0
     seed: int = 7
+    #: the capped part: how long the window is offered 3x one instance's capacity
+    capped_s: float = 60.0
 
     @classmethod
     def full(cls) -> Setup:
@@ -209,13 +223,13 @@ class Setup:
     @classmethod
     def quick(cls) -> Setup:
         return cls(phase_s=20.0, warmup_s=4.0, scale_down_window_s=8.0, rate_window_s=3.0,
-                   hot_s=15.0)
+                   hot_s=15.0, capped_s=30.0)
 
     @classmethod
     def smoke(cls) -> Setup:
         """The plumbing only: the whole run (both policies, both hot runs) under a minute."""
         return cls(phase_s=1.5, warmup_s=1.0, scale_down_window_s=1.0, rate_window_s=1.0,
-                   hot_s=2.0, interval_s=0.5, drain_timeout_s=60.0)
+                   hot_s=2.0, interval_s=0.5, drain_timeout_s=60.0, capped_s=3.0)
 
     @property
     def hot_events(self) -> int:
@@ -596,12 +610,15 @@ class Sampler:
             time.sleep(max(0.0, next_at - time.monotonic()))
 
 
-def run_policy(s: Setup, policy: str, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Scenario 1 for one policy on a fresh pool: its figures."""
+def run_policy(s: Setup, policy: str, log: Callable[[str], None] = print,
+               trace: Trace | None = None, start_executors: int | None = None
+               ) -> dict[str, Any]:
+    """Scenario 1 for one policy on a fresh pool: its figures (with `trace` and
+    `start_executors`, the same run on another trace: the capped part)."""
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
-    trace = s.trace()
-    rt = Runtime.start(RuntimeConfig(num_executors=s.start_executors,
+    trace = trace or s.trace()
+    rt = Runtime.start(RuntimeConfig(num_executors=start_executors or s.start_executors,
                                      service_capacity_eps=s.capacity_eps,
                                      credit_events=s.buffer_events,
                                      ingress_events=s.buffer_events,
@@ -672,6 +689,44 @@ def run_policy(s: Setup, policy: str, log: Callable[[str], None] = print) -> dic
         "scaling_errors": status.get("errors", []), "misses": status.get("misses", []),
         "timeline": sampler.samples,
     }
+
+
+# -- scenario 3: capped executors offered 3x one's capacity --------------------------------------
+def capped(s: Setup, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The window offered 3x one instance's capacity C (C input events/s, three bids each)
+    for `capped_s`, on a pool that starts with one executor and the window at one
+    instance: DS2 adds executors and instances until the rate is taken in. Its figures:
+    the decisions, `seconds_to_rate` (from the start to the first sample after which
+    nothing waits at the generator: its lag stays under one push), the rate the window
+    took at each parallelism, the second from which its p99 stays within its target,
+    and whether the results equal run_local's."""
+    trace = Trace(((s.capacity_eps, s.capped_s),))
+    r = run_policy(s, "ds2", log, trace=trace, start_executors=1)
+    samples = r["timeline"]
+    fell = [i for i, x in enumerate(samples) if x["lag_events"] >= PUSH_EVENTS]
+    after = samples[fell[-1] + 1] if fell and fell[-1] + 1 < len(samples) else (
+        None if fell else samples[0] if samples else None)
+    by_parallelism: dict[int, list[float]] = {}
+    for x in samples:
+        if x["true_processing_eps"] is not None:
+            by_parallelism.setdefault(x["parallelism"], []).append(x["true_processing_eps"])
+    per_s = r["p99_ms_per_s"]  # [second, p99]
+    over = [sec for sec, v in per_s if v > TARGET_MS]
+    returned = (max(over) + 1 if over else per_s[0][0]) if per_s and (
+        not over or max(over) < per_s[-1][0]) else None
+    decisions = [d for phase in r["decisions"] for d in phase]
+    return {"offered_eps": BIDS_PER_EVENT * s.capacity_eps, "capacity_eps": s.capacity_eps,
+            "seconds": s.capped_s, "optimum": r["optimum"][0],
+            "decisions": decisions, "actions": len(decisions),
+            "oscillations": r["oscillations"], "settled": r["settled"][0],
+            "executors_max": r["executors_max"],
+            "seconds_to_rate": None if after is None else max(0.0, after["t_s"]),
+            "window_eps_by_parallelism": {p: round(statistics.median(v))
+                                          for p, v in sorted(by_parallelism.items())},
+            "p99_within_target_from_s": returned,
+            "p99_ms": r["p99_ms"], "results_match": r["results_equal"],
+            "result_rows": r["result_rows"], "alerts_within_target": r["within_target"],
+            "timeline": samples}
 
 
 # -- scenario 2: a hot key, with and without a lessee -----------------------------------------
@@ -768,7 +823,8 @@ def goals(summ: Mapping[str, Mapping[str, Any]], hot: Mapping[str, Any] | None
             "lessee_speedup_at_least_1_5": None if speedup is None else speedup >= 1.5}
 
 
-def _figures(s: Setup, policies: dict[str, Any], hot: dict[str, Any] | None) -> dict[str, Any]:
+def _figures(s: Setup, policies: dict[str, Any], hot: dict[str, Any] | None,
+             capped_run: dict[str, Any] | None = None) -> dict[str, Any]:
     summ = summary(policies)
     trace = s.trace()
     return {"setup": {**asdict(s), "base_eps": s.base_eps,
@@ -778,7 +834,20 @@ def _figures(s: Setup, policies: dict[str, Any], hot: dict[str, Any] | None) -> 
                                   "(the same for every policy)",
                       "latency": "bids: egress - window_end; alerts: egress - ingest",
                       "pool_backlog": "executor_stats() backlog: messages queued"},
-            "policies": policies, "summary": summ, "hot_key": hot, "goals": goals(summ, hot)}
+            "policies": policies, "summary": summ, "hot_key": hot, "capped": capped_run,
+            "goals": {**goals(summ, hot), **capped_goals(capped_run)}}
+
+
+def capped_goals(c: Mapping[str, Any] | None) -> dict[str, bool | None]:
+    """The capped part's goals: the offered rate taken in within 60 s, in at most 3
+    actions, no oscillation, results exact."""
+    if c is None:
+        return {}
+    return {"capped_rate_taken_within_60_s": c["seconds_to_rate"] is not None
+            and c["seconds_to_rate"] <= 60,
+            "capped_at_most_3_actions": c["actions"] <= 3,
+            "capped_no_oscillation": c["oscillations"] == 0,
+            "capped_results_match": c["results_match"]}
 
 
 def _print_policy(r: Mapping[str, Any], log: Callable[[str], None]) -> None:
@@ -799,15 +868,18 @@ def mismatches(figures: Mapping[str, Any]) -> list[str]:
     hot = figures.get("hot_key") or {}
     bad += [f"hot key {k}" for k in ("without", "with")
             if k in hot and hot[k].get("results_equal") is False]
+    if (figures.get("capped") or {}).get("results_match") is False:
+        bad.append("capped")
     return bad
 
 
 def run(s: Setup, policies: Sequence[str], parts: Sequence[str], json_path: str | None
-        ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        ) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
     """The parts asked for, in turn (the figures so far saved after each policy)."""
     began = time.monotonic()
     results: dict[str, Any] = {}
     hot: dict[str, Any] | None = None
+    capped_run: dict[str, Any] | None = None
     trace = s.trace()
     print(f"C = {s.capacity_eps:,.0f} events/s per keyed instance; rates "
           f"{[r for r, _ in trace.phases]} events/s, {s.phase_s:g} s each; optimum "
@@ -820,8 +892,16 @@ def run(s: Setup, policies: Sequence[str], parts: Sequence[str], json_path: str 
     if "hot" in parts:
         print("hot key:")
         hot = hot_key(s)
+    if "capped" in parts:
+        print(f"capped: the window offered {BIDS_PER_EVENT * s.capacity_eps:,.0f} events/s, "
+              f"3x one instance's capacity, for {s.capped_s:g} s, from one executor:")
+        c = capped_run = capped(s)
+        print(f"  actions {c['actions']} (settled at {c['settled']}, optimum {c['optimum']}), "
+              f"the rate taken in after {c['seconds_to_rate']} s, p99 within target from "
+              f"{c['p99_within_target_from_s']} s, window events/s by parallelism "
+              f"{c['window_eps_by_parallelism']}, results equal: {c['results_match']}")
     print(f"all parts took {time.monotonic() - began:.0f} s")
-    return results, hot
+    return results, hot, capped_run
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -834,7 +914,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--policies", default=",".join(POLICIES),
                         help=f"comma-separated, of {', '.join(POLICIES)}")
     parser.add_argument("--parts", default=",".join(PARTS),
-                        help="steps (scenario 1), hot (scenario 2), comma-separated")
+                        help="steps (scenario 1), hot (scenario 2), capped (scenario 3), "
+                        "comma-separated")
     parser.add_argument("--capacity", type=float,
                         help="C, events/s per keyed instance (default 1000)")
     parser.add_argument("--no-deadline-aware", action="store_true",
@@ -856,13 +937,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     own_ray = ensure_ray()
     try:
-        results, hot = run(s, policies, parts, args.json)
+        results, hot, capped_run = run(s, policies, parts, args.json)
     finally:
         if own_ray:
             import ray
 
             ray.shutdown()
-    figures = _figures(s, results, hot)
+    figures = _figures(s, results, hot, capped_run)
     save_json(args.json, figures)
     for p, row in figures["summary"].items():
         print(f"{p}: {row}")

@@ -46,3 +46,34 @@ def findings(figures: dict[str, Any]) -> list[str]:
             "with no column kernel, such as a join or a `process` function, runs per row).",
             "- Per CPU second of every process, fed Arrow, below Flink 1.13's published figure "
             f"per core: {', '.join(below) or 'none'} (the setups differ: below)."]
+
+
+def scale_out(figures: dict[str, Any]) -> list[str]:
+    """The queries run on 1, 2 and 4 executors (parallelism 1, 2, 4): CPU µs per event of
+    every process of the run, rows and Arrow, and each against one executor."""
+    arms = sorted({arm for q in figures["queries"].values() for arm in q.get("cpu", {})},
+                  key=lambda a: (a.endswith("_arrow"), int(a[5:].split("_")[0])))
+    if not arms:
+        return ["(no run on more than one executor in this file)"]
+    def label(arm: str) -> str:
+        n = int(arm[5:].split("_")[0])
+        return f"{'Arrow' if arm.endswith('_arrow') else 'rows'}, {n} executor{'s' if n > 1 else ''}"
+    lines = ["| query | " + " | ".join(label(a) for a in arms) + " |",
+             "|---|" + "---|" * len(arms)]
+    for q, fig in figures["queries"].items():
+        cpu = fig.get("cpu", {})
+        if not any(a in cpu for a in arms if not a.startswith("ray_x1")):
+            continue
+        cells = []
+        for arm in arms:
+            c = cpu.get(arm)
+            one = cpu.get("ray_x1_arrow" if arm.endswith("_arrow") else "ray_x1")
+            if not c or not c["cpu_s_all"]:
+                cells.append("")
+                continue
+            us = 1e6 * c["cpu_s_all"] / c["events"]
+            vs = "" if arm.startswith("ray_x1") or not one else \
+                f" ({one['cpu_s_all'] / c['cpu_s_all']:.2f}x)"
+            cells.append(f"{us:.1f}{vs}")
+        lines.append(f"| {NAMES.get(q, q)} | " + " | ".join(cells) + " |")
+    return lines

@@ -78,3 +78,32 @@ def hot_key(figures: dict[str, Any]) -> list[str]:
     lines += ["", f"- Lessee speedup{shown}, goal 1.5x: "
                   f"{_goal(figures['goals']['lessee_speedup_at_least_1_5'])}."]
     return lines
+
+
+def capped(figures: dict[str, Any]) -> list[str]:
+    """`bench.scaling`, scenario 3: DS2 from one executor, the window offered 3x one
+    instance's capacity: its decisions, the time to take the rate in, and the goals."""
+    c = figures.get("capped")
+    if not c:
+        return ["(no capped run in this file)"]
+    lines = ["| seconds in (seen) | instances from | to | why (the scaler's words) |",
+             "|---|---|---|---|"]
+    for d in c["decisions"]:
+        lines.append(f"| {d.get('seen_s', '')} | {d.get('from_parallelism', '')} | "
+                     f"{d.get('to_parallelism', '')} | "
+                     f"{str(d.get('reason', '')).replace('|', '/')} |")
+    by_p = ", ".join(f"{p}: {v:,}" for p, v in c["window_eps_by_parallelism"].items())
+    goals = figures["goals"]
+    return lines + [
+        "",
+        f"- Offered: {c['offered_eps']:,.0f} events/s to the window, each instance capped at "
+        f"{c['capacity_eps']:,.0f}, for {c['seconds']:g} s; settled at {c['settled']} "
+        f"instances (optimum {c['optimum']}), {c['executors_max']} executors at most.",
+        f"- The window's measured events/s at each parallelism: {by_p}.",
+        f"- The offered rate taken in after {c['seconds_to_rate']} s; the window's p99 within "
+        f"its target from second {c['p99_within_target_from_s']} on; p99 over the run "
+        f"{_latency(c['p99_ms'])}.",
+        f"- Taken in within 60 s: {_goal(goals.get('capped_rate_taken_within_60_s'))}; at most 3 "
+        f"actions: {_goal(goals.get('capped_at_most_3_actions'))}; no oscillation: "
+        f"{_goal(goals.get('capped_no_oscillation'))}; results equal to run_local's: "
+        f"{_goal(goals.get('capped_results_match'))}."]

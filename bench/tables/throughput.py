@@ -1,4 +1,4 @@
-"""`bench.throughput`'s table."""
+"""`bench.throughput`'s tables."""
 
 from __future__ import annotations
 
@@ -6,49 +6,81 @@ from typing import Any
 
 from bench.tables import k, ratio
 
-ROWS = (  # (label, rows arm, Arrow arm)
-    ("operators alone, in-process (`run_local`)", "operators", None),
-    ("one executor core, in-process (no Ray)", "executor_core", "executor_core_arrow"),
-    ("Ray, 1 executor, end to end (driver pushing)", "ray_x1", "ray_x1_arrow"),
-    ("Ray, 2 executors, end to end (parallelism 2)", "ray_x2", "ray_x2_arrow"),
-    ("Ray, 1 executor, per CPU second of its worker thread", "ray_x1_busy", "ray_x1_arrow_busy"),
-    ("Ray, 2 executors, per CPU second of their worker threads", "ray_x2_busy", "ray_x2_arrow_busy"),
-)
+
+def ray_sizes(figures: dict[str, Any]) -> list[int]:
+    """The executor counts the run measured on Ray (ray_x1, ray_x2, ...), ascending."""
+    return sorted(int(arm[5:]) for arm in figures if arm.startswith("ray_x")
+                  and arm[5:].isdigit())
+
+
+def executors(n: int) -> str:
+    return f"{n} executor{'s' if n > 1 else ''}"
 
 
 def table(figures: dict[str, Any]) -> list[str]:
-    """`bench.throughput`: events/s of each arm, rows and Arrow; the Ray arms also per CPU
-    second of every process (what carries to a cluster)."""
-    def cell(arm: str | None, field: str = "events_per_s") -> float | None:
-        return figures[arm].get(field) if arm and arm in figures else None
+    """`bench.throughput`: events/s of each arm, rows and Arrow, end to end and per CPU
+    second of the executors' worker threads."""
+    def cell(arm: str | None) -> float | None:
+        return figures[arm].get("events_per_s") if arm and arm in figures else None
 
+    rows = [("operators alone, in-process (`run_local`)", "operators", None),
+            ("one executor core, in-process (no Ray)", "executor_core", "executor_core_arrow")]
+    for n in ray_sizes(figures):
+        rows.append((f"Ray, {executors(n)}, end to end (parallelism {n})", f"ray_x{n}",
+                     f"ray_x{n}_arrow"))
+    for n in ray_sizes(figures):
+        rows.append((f"Ray, {executors(n)}, per CPU second of the worker threads",
+                     f"ray_x{n}_busy", f"ray_x{n}_arrow_busy"))
     lines = ["| measured | rows: events/s | Arrow: events/s | Arrow / rows |",
              "|---|---|---|---|"]
-    for label, rows, arrow in ROWS:
-        lines.append(f"| {label} | {k(cell(rows))} | {k(cell(arrow))} | "
-                     f"{ratio(cell(arrow), cell(rows))} |")
-    ray_arms = [(label.split(", end")[0], rows, arrow) for label, rows, arrow in ROWS[2:4]]
-    for short, rows, arrow in ray_arms:
-        lines.append(f"| {short}, per CPU second of every process | "
-                     f"{k(cell(rows, 'events_per_cpu_s'))} | {k(cell(arrow, 'events_per_cpu_s'))} | "
-                     f"{ratio(cell(arrow, 'events_per_cpu_s'), cell(rows, 'events_per_cpu_s'))} |")
-    profiles, nproc = figures.get("profiles", {}), figures.get("measured_on", {}).get("nproc")
-    for short, rows, arrow in ray_arms:  # the share of the machine a run kept busy
-        busy = [profiles.get(arm, {}).get("machine", {}).get("cores_busy") for arm in (rows, arrow)]
-        if any(b is not None for b in busy):
-            lines.append(f"| {short}, cores kept busy (last run, of {nproc}) | "
-                         + " | ".join("" if b is None else f"{b:.2f}" for b in busy) + " | |")
+    for label, row_arm, arrow_arm in rows:
+        lines.append(f"| {label} | {k(cell(row_arm))} | {k(cell(arrow_arm))} | "
+                     f"{ratio(cell(arrow_arm), cell(row_arm))} |")
+    return lines
+
+
+def cpu_of(figures: dict[str, Any], arm: str) -> tuple[float, float] | None:
+    """(events per CPU second of every process, CPU µs per event) of a Ray arm's median
+    run; None where it was not measured."""
+    cpu = figures.get("cpu", {}).get(arm)
+    if cpu and cpu["cpu_s_all"] > 0:
+        return cpu["events"] / cpu["cpu_s_all"], 1e6 * cpu["cpu_s_all"] / cpu["events"]
+    per = figures.get(arm, {}).get("events_per_cpu_s")  # a run from before `cpu`
+    return (per, 1e6 / per) if per else None
+
+
+def scale_out(figures: dict[str, Any]) -> list[str]:
+    """What 1, 2 and 4 executors cost per event, counted over every process of the run
+    (the driver, the executors, the controller, Ray's): rows and Arrow, and each against
+    one executor."""
+    lines = ["| on Ray | rows: events per CPU s | rows: CPU µs per event | rows: vs 1 executor "
+             "| Arrow: events per CPU s | Arrow: CPU µs per event | Arrow: vs 1 executor "
+             "| cores kept busy (rows, Arrow) |", "|---|---|---|---|---|---|---|---|"]
+    profiles = figures.get("profiles", {})
+    for n in ray_sizes(figures):
+        cells = []
+        for kind in ("", "_arrow"):
+            got, one = cpu_of(figures, f"ray_x{n}{kind}"), cpu_of(figures, f"ray_x1{kind}")
+            cells += ["", "", ""] if got is None else [
+                k(got[0]), f"{got[1]:.1f}", ratio(got[0], one[0] if one else None)]
+        busy = [profiles.get(f"ray_x{n}{kind}", {}).get("machine", {}).get("cores_busy")
+                for kind in ("", "_arrow")]
+        shown = ", ".join("-" if b is None else f"{b:.2f}" for b in busy) \
+            if any(b is not None for b in busy) else ""
+        lines.append(f"| {executors(n)} | " + " | ".join(cells) + f" | {shown} |")
     return lines
 
 
 def headline(figures: dict[str, Any]) -> list[str]:
-    """The README's figure: what one and two executors take, per CPU second of every
-    process, rows and Arrow."""
-    def per_cpu(arm: str) -> float | None:
-        return figures.get(arm, {}).get("events_per_cpu_s")
-
-    lines = ["| filter -> map -> keyed count on Ray, events per CPU second of every process | "
-             "rows | Arrow |", "|---|---|---|"]
-    for label, arm in (("1 executor", "ray_x1"), ("2 executors", "ray_x2")):
-        lines.append(f"| {label} | {k(per_cpu(arm))} | {k(per_cpu(f'{arm}_arrow'))} |")
+    """The README's figure: what 1, 2 and 4 executors take per CPU second of every process,
+    and the CPU each event costs, rows and Arrow."""
+    lines = ["| filter -> map -> keyed count on Ray, every process counted | rows: events per "
+             "CPU s | rows: CPU µs per event | Arrow: events per CPU s | Arrow: CPU µs per "
+             "event |", "|---|---|---|---|---|"]
+    for n in ray_sizes(figures):
+        cells = []
+        for kind in ("", "_arrow"):
+            got = cpu_of(figures, f"ray_x{n}{kind}")
+            cells += ["", ""] if got is None else [k(got[0]), f"{got[1]:.1f}"]
+        lines.append(f"| {executors(n)} | " + " | ".join(cells) + " |")
     return lines

@@ -90,8 +90,9 @@ class InProcessCluster:
         self.clock.advance(0.1)
         ran = False
         for c in self.cores:
-            ran |= c.run_slice()
-            c.flush()
+            worked = c.run_slice()
+            c.flush_after_slice(worked)  # as the worker thread does: a busy one lingers
+            ran |= worked
         if self.in_transit:
             host, blob = self.in_transit.pop(self.rng.randrange(len(self.in_transit)))
             self.cores[host].receive(blob)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench import report
 from bench.harness.output import save_json
+from bench.tables import throughput
 
 
 def test_every_table_in_the_docs_equals_its_committed_json() -> None:
@@ -44,8 +45,10 @@ def test_a_table_typed_in_is_found_and_written_from_its_json(tmp_path: Path) -> 
     new, changed = report.rewrite(text)
     assert changed == [f"throughput ({path})"]
     assert new.startswith(f"before\n{head}") and new.endswith("<!-- end table -->\nafter\n")
-    assert "| Ray, 1 executor, end to end (driver pushing) | 4 K | 5 K | 1.2x |" in new
-    assert "| Ray, 1 executor, per CPU second of every process | 2 K | 10 K | 5.0x |" in new
+    assert "| Ray, 1 executor, end to end (parallelism 1) | 4 K | 5 K | 1.2x |" in new
+    # Per CPU second of every process, and the CPU each event cost: the scale-out table.
+    assert "| 1 executor | 2 K | 500.0 | 1.0x | 10 K | 100.0 | 1.0x |  |" in \
+        throughput.scale_out(figures)
     commit = json.loads(path.read_text())["measured_on"]["commit"]
     assert f"commit `{commit[:10]}`" in new
     assert report.rewrite(new) == (new, [])  # written: nothing left to change

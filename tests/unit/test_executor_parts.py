@@ -205,3 +205,67 @@ def test_unsettled_counts_queued_messages_and_parked_calls() -> None:
     assert list(work) == ["d"] and work["d"]["queued"] == 2 and work["d"]["parked"] == 1
     assert reports.ended("d") is False
     assert reports.usage()["d"]["events_in"] == 1
+
+
+# -- the exchange: links sent when due, keys' owners remembered -----------------------------------
+def _message(target: str, size: int) -> Message:
+    from cameo_actors.scheduling import PriorityContext
+
+    return Message(target, 0, [{"k": i} for i in range(size)], False,
+                   PriorityContext("d", "t", 0.0), "d/up/0", size)
+
+
+def test_a_link_is_sent_when_its_most_urgent_message_is_due_or_its_events_fill_a_call() -> None:
+    sent: list[int] = []
+    ch = Channels(0, lambda host, blob: sent.append(host), batch_events=100)
+    ch.message(1, _message("d/w/1", 10), due_ms=50.0)
+    ch.message(1, _message("d/w/1", 10), due_ms=20.0)  # the most urgent sets the link's time
+    ch.message(2, _message("d/w/2", 10), due_ms=90.0)
+    assert ch.flush_due(10.0) == 0 and sent == []  # nothing due: both links gather on
+    assert ch.flush_due(20.0) == 1 and sent == [1]
+    ch.message(2, _message("d/w/2", 95), due_ms=90.0)  # 105 events: a call's worth
+    assert ch.flush_due(21.0) == 1 and sent == [1, 2]
+    ch.ack(3, ("d/up/0", "d/w/3", 5, 0.0), due_ms=500.0)
+    assert ch.flush() == 1 and sent == [1, 2, 3]  # an idle worker sends everything
+    assert ch.idle() and ch.sent["calls"] == 3 and ch.sent["events"] == 125
+    assert ch.sent["messages"] == 4 and ch.sent["acks"] == 1
+
+
+def test_a_busy_worker_lets_a_message_linger_by_its_slack_and_an_idle_one_sends_it() -> None:
+    from tests.shared.inprocess import InProcessCluster
+
+    d = (Dataflow("x", latency_target_ms=1000)
+         .source("s", schema={"ts": "int", "k": "str"}, event_time="ts", parallelism=2)
+         .key_by("k").window(tumbling_ms=10, parallelism=2).aggregate(n=count()).sink("o"))
+    cluster = InProcessCluster(2, RuntimeConfig(exchange_linger_ms=10.0), seed=0)
+    hosts = cluster.deploy(d.spec)
+    core = cluster.cores[0]
+    cluster.ingest(hosts, "x/s/0", [[{"ts": i, "k": f"k{i}"} for i in range(40)]])
+    while core.run_slice():
+        core.flush_after_slice(True)  # busy: the keys of the other instance wait
+    assert cluster.in_transit == [] and not core.channels.idle()
+    cluster.clock.advance(9.0)
+    core.flush_after_slice(True)
+    assert cluster.in_transit == []  # 1 s of slack: it may wait 10 ms (the linger's cap)
+    cluster.clock.advance(1.0)
+    core.flush_after_slice(True)
+    assert len(cluster.in_transit) == 1 and core.channels.idle()
+    cluster.ingest(hosts, "x/s/0", [[{"ts": 50 + i, "k": f"k{i}"} for i in range(40)]])
+    while core.run_slice():
+        pass
+    core.flush_after_slice(False)  # nothing more to run: sent at once
+    assert len(cluster.in_transit) == 2
+
+
+def test_a_keyed_route_remembers_str_and_int_owners_until_its_table_changes() -> None:
+    from cameo_actors.operators.bins import stable_hash
+    from cameo_actors.runtime._private.exchange.routes import Route
+
+    route = Route("w", 0, ("a", "b"))
+    route.set_table(["a", "b"] * 8)
+    mask = 15
+    for key in ("k1", "k2", 7, 2**70, 1.0, ("t", 1)):
+        assert route.owner_of(key, mask) == ["a", "b"][stable_hash(key) & 1]
+    assert set(route.memo) == {"k1", "k2", 7, 2**70}  # a float or tuple key is hashed each time
+    route.set_table(["b", "a"] * 8)
+    assert route.memo == {} and route.owner_of("k1", mask) == ["b", "a"][stable_hash("k1") & 1]

@@ -388,3 +388,16 @@ def test_fault_tolerance_of_the_wrong_shape_is_refused(section: object, fragment
     with pytest.raises(SpecError) as exc:
         DataflowSpec.from_dict({**raw(), "fault_tolerance": section})
     assert_spec_error(exc, None, fragment)
+
+
+def test_stateless_steps_run_as_many_instances_as_their_input() -> None:
+    # Chained to their input on its executor (forward hops), unless told otherwise.
+    df = Dataflow("wide", latency_target_ms=100)
+    spec = (df.source("s", schema=LOG_SCHEMA, event_time="ts", parallelism=4)
+            .filter("level == 'ERROR'", id="f").map({"ts": "ts", "key": "key"}, id="m")
+            .key_by("key", id="k").window(tumbling_ms=1000, id="w").aggregate(n=count())
+            .map({"n": "n", "ts": "ts"}, id="after", parallelism=1).sink("o")).spec
+    assert {s.id: s.parallelism for s in spec.steps} == {
+        "s": 4, "f": 4, "m": 4, "k": 4, "w": 1, "after": 1, "o": 1}
+    # The wire form names every parallelism: a spec read back is the same.
+    assert DataflowSpec.from_json(spec.to_json()) == spec

@@ -59,10 +59,7 @@ class WorkerThread:
             try:
                 core.drain_inbox()
                 ran = core.run_slice()
-                if ran:  # more to compute: only the links that are due go now
-                    core.flush_due()
-                else:
-                    core.flush()
+                core.flush_after_slice(ran)
             except Exception:  # a runtime bug: report it, keep serving the other dataflows
                 core.faults.append(traceback.format_exc(limit=8))
                 logger.exception("executor %d: fault in the worker loop", core.index)

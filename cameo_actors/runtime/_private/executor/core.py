@@ -411,9 +411,10 @@ class ExecutorCore:
         linger = self.config.exchange_linger_ms
         return now + min(linger, max(MIN_LINGER_MS, slack / 20))
 
-    def flush_due(self) -> None:
-        """Send the links that are due (`Channels.flush_due`): the worker goes on computing."""
-        self.flush(due_only=True)
+    def flush_after_slice(self, ran: bool) -> None:
+        """What the worker sends after a slice: while it has more to run (`ran`), only the
+        links that are due (`Channels.flush_due`); once it has nothing, everything."""
+        self.flush(due_only=ran)
 
     def flush(self, due_only: bool = False) -> None:
         """Send what was collected for other executors (only the links that are due, with
