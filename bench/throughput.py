@@ -12,6 +12,8 @@ Measured in one run, side by side:
   (source -> filter -> map -> key_by chained on each executor, only the keyed
   exchange to the window crosses executors); four on this machine's two cores is
   oversubscribed: its wall time says little, its CPU per event what it costs;
+- ray x1 p2: the dataflow of parallelism 2 on one executor: the same keyed exchange as
+  ray x2's, inside one executor (what an exchange between executors is set beside);
 - ray xN busy: the same runs counted per CPU second of the
   executors' worker threads (their thread CPU clock: scheduling, decoding and
   operators, not time off the core): the rate inside an executor, without the
@@ -232,14 +234,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for p in sizes:
         rt = Runtime.start(RuntimeConfig(num_executors=p), pool=f"bench-tp{p}")
         try:
-            pool_arms = ((f"ray_x{p}", events, BATCH, expected["rows"]),
-                         (f"ray_x{p}_arrow", table, args.arrow_batch, expected["arrow"]))
-            for arm, data, batch, want in pool_arms:  # warm-up: the first run of a kind is slower
-                bench_ray(rt, data, p, f"{arm}-warm", batch, want)
+            pool_arms = [(f"ray_x{p}", p, events, BATCH, expected["rows"]),
+                         (f"ray_x{p}_arrow", p, table, args.arrow_batch, expected["arrow"])]
+            if p == 1 and 2 in sizes:  # the keyed exchange of parallelism 2 inside one executor
+                pool_arms += [("ray_x1_p2", 2, events, BATCH, expected["rows"]),
+                              ("ray_x1_p2_arrow", 2, table, args.arrow_batch, expected["arrow"])]
+            for arm, par, data, batch, want in pool_arms:  # warm-up: a first run is slower
+                bench_ray(rt, data, par, f"{arm}-warm", batch, want)
             for r in range(args.repeat):
-                for arm, data, batch, want in pool_arms:
-                    end_to_end, per_busy_s, profiles[arm] = bench_ray(rt, data, p,
+                for arm, par, data, batch, want in pool_arms:
+                    end_to_end, per_busy_s, profiles[arm] = bench_ray(rt, data, par,
                                                                       f"{arm}-{r}", batch, want)
+                    runs.setdefault(arm, [])
+                    runs.setdefault(f"{arm}_busy", [])
                     runs[arm].append(end_to_end)
                     runs[f"{arm}_busy"].append(per_busy_s)
                     machine.setdefault(arm, []).append(profiles[arm]["machine"])
@@ -247,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rt.shutdown(stop_ray=p == sizes[-1])
     # *_busy: events per CPU second of the worker threads (the executors' own rate, per core).
     cores = {arm: int(arm[5]) if arm.startswith("ray_x") and not arm.endswith("busy") else 1
-             for arm in arms}
+             for arm in runs}
     result: dict[str, Any] = {k: {"events_per_s": statistics.median(v), "per_core": statistics.median(v) / cores[k],
                   "runs": v} for k, v in runs.items()}
     # What carries to a cluster: every process's CPU counted; `cpu` keeps the median run's

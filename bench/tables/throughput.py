@@ -68,6 +68,16 @@ def scale_out(figures: dict[str, Any]) -> list[str]:
         shown = ", ".join("-" if b is None else f"{b:.2f}" for b in busy) \
             if any(b is not None for b in busy) else ""
         lines.append(f"| {executors(n)} | " + " | ".join(cells) + f" | {shown} |")
+    inside = [cpu_of(figures, f"ray_x1_p2{kind}") for kind in ("", "_arrow")]
+    across = [cpu_of(figures, f"ray_x2{kind}") for kind in ("", "_arrow")]
+    if any(inside):  # the same keyed exchange inside one executor: what crossing is set beside
+        cells = []
+        for got, other in zip(inside, across, strict=True):
+            cells += ["", "", ""] if got is None else [
+                k(got[0]), f"{got[1]:.1f}",
+                f"2 executors: {other[1] / got[1]:.2f}x its CPU per event" if other else ""]
+        lines.append("| 1 executor, parallelism 2 (the keyed exchange inside it) | "
+                     + " | ".join(cells) + " |  |")
     return lines
 
 
