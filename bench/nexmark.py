@@ -258,7 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     events = args.events or (20_000 if args.quick else 300_000)
     repeat = args.repeat or (1 if args.quick else 3)
     chosen = args.query or list(QUERIES)
-    sizes = [] if args.no_ray else [int(n) for n in args.executors.split(",")]
+    sizes = [] if args.no_ray else [int(n) for n in args.executors.split(",")
+                                    if int(n) == 1 or set(chosen) & set(args.scale_queries)]
 
     t0 = time.perf_counter()
     stream = generate(stream_config(events, args.rate, args.late_share))

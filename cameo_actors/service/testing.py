@@ -200,9 +200,12 @@ class LocalCluster:
         self._added = 0
         self.autoscale = autoscale
 
-    def _ray(self, *args: str, log_name: str, own: str | None = None) -> subprocess.Popen[bytes]:
+    def _ray(self, *args: str, log_name: str, own: str | None = None,
+             netns: str | None = None) -> subprocess.Popen[bytes]:
         ray = os.path.join(os.path.dirname(sys.executable), "ray")
         cmd = [ray] if os.path.exists(ray) else [sys.executable, "-m", "ray.scripts.scripts"]
+        if netns is not None:  # the node's processes on a network of their own
+            cmd = ["ip", "netns", "exec", netns, *cmd]
         if own is not None:  # the node's processes see a folder of their own at `own`
             os.makedirs(own, exist_ok=True)
             cmd = ["unshare", "--mount", "--", "sh", "-c",
@@ -309,6 +312,90 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class NamespacedCluster(LocalCluster):
+    """A `LocalCluster` whose worker nodes are hosts of their own: each in a network
+    namespace (`ip netns`) with one interface, a veth pair to a bridge of this machine's,
+    so that every call between executors on two nodes crosses a network stack as it
+    would between machines. The head is on the bridge's address in this namespace (a
+    driver here finds its raylet there). Needs root (CI and the sessions run as root).
+
+    Args:
+        run_dir, cpus: as `LocalCluster`'s (head first).
+        subnet: the first three octets of the /24 the nodes take (.1 the head, .2, .3,
+            ... the workers): addresses that exist only in this machine's namespaces.
+        delay_ms: a delay each veth adds per packet (`tc netem`); where the kernel has no
+            netem, `delay_error` says so and the cluster runs without one.
+    """
+
+    def __init__(self, run_dir: str, cpus: Sequence[int] = (2, 1, 1), subnet: str = "10.231.7",
+                 delay_ms: float | None = None) -> None:
+        super().__init__(run_dir, cpus)
+        self.subnet = subnet
+        self.delay_ms = delay_ms
+        self.delay_error: str | None = None
+        self.head_ip = f"{subnet}.1"
+        self.tag = f"cm{os.getpid() % 100_000}"  # names of 15 characters at most, per run
+        self.bridge = f"{self.tag}b"
+        self.namespaces: dict[int, str] = {}
+
+    def node_ip(self, number: int) -> str:
+        return f"{self.subnet}.{1 + number}"
+
+    def start(self) -> NamespacedCluster:
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.head_ip}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        self.port = free_port(self.head_ip)
+        self.address = f"{self.head_ip}:{self.port}"
+        super().start()
+        return self
+
+    def add_node(self, cpus: int, own: str | None = None) -> int:
+        if own is not None:
+            raise ValueError("add_node: a namespaced node has this machine's disk (own=None)")
+        self._added += 1
+        number = self._added
+        ns, veth = f"{self.tag}n{number}", f"{self.tag}v{number}"
+        _ip("netns", "add", ns)
+        self.namespaces[number] = ns
+        _ip("link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
+        _ip("link", "set", f"{veth}p", "netns", ns)
+        _ip("link", "set", veth, "master", self.bridge, "up")
+        inside = ("ip", "netns", "exec", ns, "ip")
+        for step in (("addr", "add", f"{self.node_ip(number)}/24", "dev", f"{veth}p"),
+                     ("link", "set", f"{veth}p", "up"), ("link", "set", "lo", "up"),
+                     ("route", "add", "default", "via", self.head_ip)):
+            subprocess.run([*inside, *step], check=True, capture_output=True)
+        if self.delay_ms:
+            for dev, where in ((veth, ()), (f"{veth}p", ("ip", "netns", "exec", ns))):
+                done = subprocess.run([*where, "tc", "qdisc", "add", "dev", dev, "root", "netem",
+                                       "delay", f"{self.delay_ms}ms"], capture_output=True)
+                if done.returncode != 0:
+                    self.delay_error = done.stderr.decode(errors="replace").strip()
+        self.nodes[number] = self._ray(
+            f"--address={self.address}", f"--node-ip-address={self.node_ip(number)}",
+            f"--num-cpus={cpus}", f"--dashboard-agent-listen-port={free_port()}",
+            log_name=f"worker-{number}.log", netns=ns)
+        return number
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            for number, ns in list(self.namespaces.items()):
+                subprocess.run(["ip", "link", "del", f"{self.tag}v{number}"], capture_output=True)
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+                del self.namespaces[number]
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
+def _ip(*args: str) -> None:
+    """An `ip` command; its error, if any, raised with what it said."""
+    done = subprocess.run(["ip", *args], capture_output=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.decode(errors='replace').strip()}")
 
 
 def processes_under(pid: int) -> dict[int, tuple[str, str]]:

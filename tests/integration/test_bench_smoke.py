@@ -214,7 +214,13 @@ def test_scaling(ray_session: None, tmp_path: Path) -> None:
         assert all(x["parallelism"] >= 1 for x in r["timeline"])
     assert set(figures["summary"]) == set(scaling.POLICIES)
     assert set(figures["goals"]) == {"ds2_at_most_2_actions_per_step", "ds2_no_oscillation",
-                                     "ds2_ahead_of_threshold", "lessee_speedup_at_least_1_5"}
+                                     "ds2_ahead_of_threshold", "lessee_speedup_at_least_1_5",
+                                     "capped_rate_taken_within_60_s", "capped_at_most_3_actions",
+                                     "capped_no_oscillation", "capped_results_match"}
+    capped = figures["capped"]  # 3 s: too short for the loop to act, the plumbing only
+    assert capped["results_match"] is True and capped["optimum"] == 4
+    assert capped["offered_eps"] == 3 * capped["capacity_eps"] and capped["timeline"]
+    assert capped["actions"] == len(capped["decisions"]) >= 0
     hot = figures["hot_key"]
     assert hot["without"]["results_equal"] is True
     assert hot["without"]["throughput_eps"] > 0
@@ -247,8 +253,14 @@ def test_nexmark(ray_session: None, tmp_path: Path) -> None:
     """bench.nexmark --quick on two queries, small: every mode (rows and Arrow pushes on
     Ray) measured and checked against the DuckDB reference (a mismatch would exit)."""
     out = tmp_path / "nexmark.json"
-    res = nexmark.main(["--quick", "--events", "5000", "--query", "q1", "q7", "--json", str(out)])
+    res = nexmark.main(["--quick", "--events", "5000", "--query", "q1", "q7", "--executors", "1,2",
+                        "--scale-queries", "q7", "--json", str(out)])
     assert json.loads(out.read_text())["queries"].keys() == {"q1", "q7"}
+    # Every process's CPU per Ray arm; q7 on two executors (parallelism 2) too, checked.
+    assert set(res["queries"]["q1"]["cpu"]) == {"ray_x1", "ray_x1_arrow"}
+    assert set(res["queries"]["q7"]["cpu"]) == {"ray_x1", "ray_x1_arrow", "ray_x2", "ray_x2_arrow"}
+    for c in res["queries"]["q7"]["cpu"].values():
+        assert c["events"] == 5000 and c["cpu_s_all"] > 0 and c["wall_s"] > 0
     for q in res["queries"].values():
         assert q["checked"] is True and q["results"] > 0
         for mode in ("in_process", "ray", "ray_busy", "ray_cpu", "ray_arrow", "ray_arrow_busy",

@@ -26,6 +26,7 @@ from typing import Any
 from cameo_actors.runtime._private.exchange.wire import (
     MSG_CONTEXT,
     MSG_PAYLOAD,
+    MSG_SIZE,
     MSG_UPSTREAM,
     Ack,
     encode_message,
@@ -113,7 +114,10 @@ class Channels:
             self._due[host] = due_ms
 
     def ack(self, host: int, ack: Ack, due_ms: float = -math.inf) -> None:
+        """Gather a credit return for `host`; the events it acknowledges count toward the
+        link's `batch_events`, so that a sender is never held long on credits gathered here."""
         self._out_acks.setdefault(host, []).append(ack)
+        self._events[host] += ack[2]
         if due_ms < self._due.get(host, math.inf):
             self._due[host] = due_ms
 
@@ -135,7 +139,7 @@ class Channels:
         sent = 0
         for host in hosts:
             self._due.pop(host, None)
-            events = self._events.pop(host, 0)
+            self._events.pop(host, None)
             messages, acks = self._out_msgs.pop(host, []), self._out_acks.pop(host, [])
             seq = self.seq_out[host]
             try:
@@ -149,8 +153,8 @@ class Channels:
             self.seq_out[host] += 1
             self._send(host, blob)
             sent += 1
-            self.sent.update(calls=1, messages=len(messages), events=events, acks=len(acks),
-                             bytes=len(blob))
+            self.sent.update(calls=1, messages=len(messages), acks=len(acks), bytes=len(blob),
+                             events=sum(m[MSG_SIZE] for m in messages))
         return sent
 
     def link(self, host: int, seq: int) -> tuple[int, str, str, int]:

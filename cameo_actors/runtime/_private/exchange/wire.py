@@ -22,9 +22,9 @@ ARROW = 1
 Ack = tuple[str, str, int, float]
 
 
-#: Where the payload, the priority context (its dataflow first) and the sending
-#: activation are in an encoded message.
-MSG_PAYLOAD, MSG_CONTEXT, MSG_UPSTREAM = 3, 4, 5
+#: Where the payload, the priority context (its dataflow first), the sending activation
+#: and the events it counts are in an encoded message.
+MSG_PAYLOAD, MSG_CONTEXT, MSG_UPSTREAM, MSG_SIZE = 3, 4, 5, 6
 
 
 def packable(obj: Any) -> bool:

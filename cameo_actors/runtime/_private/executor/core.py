@@ -463,9 +463,9 @@ class ExecutorCore:
         host = self.hosting.hosts.get(upstream)
         if host == self.index:
             self._on_ack(upstream, downstream, n, path_cost_ms)
-        elif host is not None:  # credits return sooner than data: a sender may wait on them
+        elif host is not None:  # with the data there, or sooner once a call's worth gathered
             self.channels.ack(host, (upstream, downstream, n, path_cost_ms),
-                              self.clock.now_ms() + min(MIN_LINGER_MS, self.config.exchange_linger_ms))
+                              self.clock.now_ms() + self.config.exchange_linger_ms)
 
     def _on_ack(self, upstream: str, downstream: str, n: int, path_cost_ms: float) -> None:
         self.sched.on_feedback(upstream, Feedback(downstream, max(0.0, path_cost_ms)), self.clock.now_ms())
