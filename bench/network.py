@@ -46,8 +46,11 @@ def run_on(cluster: Any, data: dict[str, Any], expected: dict[str, Any], repeat:
     cluster.start()
     try:
         os.environ.update(cluster.env)  # this process joins it as a driver
-        rt = Runtime.start(RuntimeConfig(num_executors=NODES), pool="bench-network",
-                           address=cluster.address)
+        storage = os.path.join(cluster.run_dir, "shared")  # every node sees this machine's disk
+        config = RuntimeConfig(num_executors=NODES,
+                               checkpoint_url=os.path.join(storage, "checkpoints"),
+                               ingress_log_dir=os.path.join(storage, "ingress"))
+        rt = Runtime.start(config, pool="bench-network", address=cluster.address)
         try:
             out: dict[str, Any] = {"addresses": sorted(e["address"] for e in rt.executor_stats())}
             for kind in ("rows", "arrow"):

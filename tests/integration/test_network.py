@@ -4,7 +4,7 @@ the head on the bridge. Every call between their executors crosses a network sta
 between machines. The results equal `run_local`'s.
 
 The driver runs in a process of its own (`python -m tests.integration.test_network
-ADDRESS`): this one may already be a driver of the session's local Ray, and a process
+ADDRESS STORAGE`): this one may already be a driver of the session's local Ray, and a process
 talks to one cluster."""
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def cluster() -> Iterator[NamespacedCluster]:
 
 def test_a_keyed_window_over_three_namespaced_nodes_equals_run_local(
         cluster: NamespacedCluster) -> None:
-    done = subprocess.run([sys.executable, "-m", "tests.integration.test_network", cluster.address],
+    done = subprocess.run([sys.executable, "-m", "tests.integration.test_network", cluster.address,
+                           os.path.join(cluster.run_dir, "shared")],
                           env={**os.environ, **cluster.env}, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
     got = json.loads(done.stdout.decode().strip().splitlines()[-1])
@@ -56,14 +57,16 @@ def test_a_keyed_window_over_three_namespaced_nodes_equals_run_local(
     assert got["equal"], got
 
 
-def drive(address: str) -> dict[str, object]:
-    """The driver's part: a pool of one executor per node, the dataflow run, its results
-    compared."""
+def drive(address: str, storage: str) -> dict[str, object]:
+    """The driver's part: a pool of one executor per node (its checkpoints and ingress
+    logs in `storage`, which every node sees), the dataflow run, its results compared."""
     import ray
 
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
-    rt = Runtime.start(RuntimeConfig(num_executors=NODES), pool="network", address=address)
+    config = RuntimeConfig(num_executors=NODES, checkpoint_url=os.path.join(storage, "checkpoints"),
+                           ingress_log_dir=os.path.join(storage, "ingress"))
+    rt = Runtime.start(config, pool="network", address=address)
     try:
         data = events(6_000, seed=11)
         d = spread_window()
@@ -82,4 +85,4 @@ def drive(address: str) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(drive(sys.argv[1])))
+    print(json.dumps(drive(sys.argv[1], sys.argv[2])))
