@@ -52,18 +52,21 @@ $(BENCH): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH)
 
-bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput, service, migration, recovery, self-scaling (plot), critical paths, Nexmark; their JSON in bench/results/, the docs' tables written from it (docs/benchmarks.md)
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput (1, 2, 4 executors; three nodes on loopback and in network namespaces), service, migration, recovery, self-scaling (plot; capped executors), critical paths, Nexmark (and on 1, 2, 4 executors); their JSON in bench/results/, the docs' tables written from it (docs/benchmarks.md)
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/results/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead --json bench/results/sched_overhead.json
 	$(PY) -m bench.throughput --repeat 3 --json bench/results/throughput.json
+	$(PY) -m bench.network --json bench/results/network.json
 	$(PY) -m bench.multitenant --json bench/out/multitenant.json
 	$(PY) -m bench.service --quick --json bench/results/service.json
 	$(PY) -m bench.migration --quick --json bench/results/migration.json --plots docs/bench
 	$(PY) -m bench.recovery --quick --json bench/results/recovery.json
-	$(PY) -m bench.scaling --json bench/results/scaling.json --plots docs/bench
+	$(PY) -m bench.scaling --parts steps,hot --json bench/results/scaling.json --plots docs/bench
+	$(PY) -m bench.scaling --parts capped --json bench/results/scaling_capped.json
 	$(PY) -m bench.critical_path --rounds 5 --json bench/results/critical_path.json
-	$(PY) -m bench.nexmark --json bench/results/nexmark.json
+	$(PY) -m bench.nexmark --executors 1 --json bench/results/nexmark.json
+	$(PY) -m bench.nexmark --query q4 q5 q8 --events 150000 --json bench/results/nexmark_scale.json
 	$(PY) -m bench.report
 
 # PyFlink in its own venv: apache-flink pins pandas, pyarrow and numpy older than ours.

@@ -139,14 +139,15 @@ RESULT_FIELDS = ("key", "window_start", "n")
 
 
 def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH,
-              expected: Any = None) -> tuple[float, float, dict[str, Any]]:
+              expected: Any = None, meter_root: int | None = None
+              ) -> tuple[float, float, dict[str, Any]]:
     """(events/s end to end, events per CPU second of the executors' worker threads, where
     the time went); `events` rows or an Arrow table, whose results must equal `expected`
     (`expected_results`, None: not checked). Where the time went: the wall time, the driver's
     CPU, the executors' threads' CPU by thread name (the worker thread, Ray's receiving and
     sending threads), the wall time the worker threads spent in `execute` (the executors'
     own `busy_ms`, which counts time off the core and leaves out scheduling and decoding),
-    and every process's CPU by role."""
+    and every process's CPU by role: of every process under `meter_root` (default this one)."""
     from bench.harness.cluster import thread_cpu_s
     from bench.harness.cpu import CpuMeter
 
@@ -158,7 +159,7 @@ def bench_ray(rt: Any, events: Any, p: int, tag: str, batch: int = BATCH,
         busy0, threads0, driver0 = sum(e["busy_ms"] for e in stats), thread_cpu_s(pids, names), \
             time.process_time()
         t0 = time.perf_counter()
-        with CpuMeter() as machine:
+        with CpuMeter(meter_root) as machine:
             rt.push(name, "s", events, batch_size=batch)
             rt.close(name)
             rt.wait_idle(timeout_s=600)
