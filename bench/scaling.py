@@ -58,8 +58,8 @@ Samples every 0.5 s (`timeline`): `t_s` (from the start of the trace), `offered_
 trace's rate), `parallelism` (instances of `w` in `describe()["hosts"]`, lessees left
 out), `executors` and `wanted_executors` (`scaling()`), `lag_events` (the generator's
 lag), `pool_backlog` (the sum of `executor_stats()` backlogs: messages queued, as the
-runtime counts them), `busy` and `true_processing_eps` of `w` when the controller has
-measured them. Decisions are the controller's (`scaling()["decisions"]` of kind
+runtime counts them), `busy`, `true_processing_eps` and `events_in_eps` of `w` when the
+controller has measured them. Decisions are the controller's (`scaling()["decisions"]` of kind
 parallelism for `w`), each stamped `seen_s` with this process's clock when first seen.
 
 Figures per policy (`policies.<policy>`):
@@ -114,7 +114,8 @@ pool that starts with one executor and the window at one instance; the guard rai
 scenario 1. Figures (`capped`): the decisions, `actions`, `oscillations`, `settled` (the
 optimum is ceil(3 C / 0.8 C) = 4), `seconds_to_rate` (the first sample after which
 nothing waits at the generator: its lag stays under one push), the window's measured
-events/s at each parallelism, `p99_within_target_from_s` (the second from which the
+events/s at each parallelism (`window_eps_by_parallelism`; one instance's per useful
+second: `instance_eps_by_parallelism`), `p99_within_target_from_s` (the second from which the
 window's per-second p99 stays within its 2 s target), and `results_match` (run_local's).
 """
 
@@ -594,7 +595,8 @@ class Sampler:
              "wanted_executors": status.get("wanted_executors"),
              "lag_events": self.feed.lag_events,
              "pool_backlog": sum(e.get("backlog", 0) for e in rt.executor_stats()),
-             "busy": step.get("busy"), "true_processing_eps": step.get("true_processing_eps")}
+             "busy": step.get("busy"), "true_processing_eps": step.get("true_processing_eps"),
+             "events_in_eps": step.get("events_in_eps")}
         self.samples.append(s)
         return s
 
@@ -706,10 +708,13 @@ def capped(s: Setup, log: Callable[[str], None] = print) -> dict[str, Any]:
     fell = [i for i, x in enumerate(samples) if x["lag_events"] >= PUSH_EVENTS]
     after = samples[fell[-1] + 1] if fell and fell[-1] + 1 < len(samples) else (
         None if fell else samples[0] if samples else None)
-    by_parallelism: dict[int, list[float]] = {}
+    taken: dict[int, list[float]] = {}  # the window's events/s in all, by parallelism
+    per_instance: dict[int, list[float]] = {}  # one instance's, per useful second
     for x in samples:
+        if x.get("events_in_eps") is not None:
+            taken.setdefault(x["parallelism"], []).append(x["events_in_eps"])
         if x["true_processing_eps"] is not None:
-            by_parallelism.setdefault(x["parallelism"], []).append(x["true_processing_eps"])
+            per_instance.setdefault(x["parallelism"], []).append(x["true_processing_eps"])
     per_s = r["p99_ms_per_s"]  # [second, p99]
     over = [sec for sec, v in per_s if v > TARGET_MS]
     returned = (max(over) + 1 if over else per_s[0][0]) if per_s and (
@@ -722,7 +727,9 @@ def capped(s: Setup, log: Callable[[str], None] = print) -> dict[str, Any]:
             "executors_max": r["executors_max"],
             "seconds_to_rate": None if after is None else max(0.0, after["t_s"]),
             "window_eps_by_parallelism": {p: round(statistics.median(v))
-                                          for p, v in sorted(by_parallelism.items())},
+                                          for p, v in sorted(taken.items())},
+            "instance_eps_by_parallelism": {p: round(statistics.median(v))
+                                            for p, v in sorted(per_instance.items())},
             "p99_within_target_from_s": returned,
             "p99_ms": r["p99_ms"], "results_match": r["results_equal"],
             "result_rows": r["result_rows"], "alerts_within_target": r["within_target"],

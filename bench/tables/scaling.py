@@ -93,16 +93,22 @@ def capped(figures: dict[str, Any]) -> list[str]:
                      f"{d.get('to_parallelism', '')} | "
                      f"{str(d.get('reason', '')).replace('|', '/')} |")
     by_p = ", ".join(f"{p}: {v:,}" for p, v in c["window_eps_by_parallelism"].items())
+    one = ", ".join(f"{p}: {v:,}" for p, v in c.get("instance_eps_by_parallelism", {}).items())
+    back = c["p99_within_target_from_s"]
     goals = figures["goals"]
     return lines + [
         "",
         f"- Offered: {c['offered_eps']:,.0f} events/s to the window, each instance capped at "
         f"{c['capacity_eps']:,.0f}, for {c['seconds']:g} s; settled at {c['settled']} "
         f"instances (optimum {c['optimum']}), {c['executors_max']} executors at most.",
-        f"- The window's measured events/s at each parallelism: {by_p}.",
-        f"- The offered rate taken in after {c['seconds_to_rate']} s; the window's p99 within "
-        f"its target from second {c['p99_within_target_from_s']} on; p99 over the run "
-        f"{_latency(c['p99_ms'])}.",
+        f"- The window's events/s in all at each parallelism (median of the samples): {by_p}; "
+        f"one instance's, per second of its useful time: {one}.",
+        f"- The offered rate taken in after {c['seconds_to_rate']:.0f} s (nothing waits at the "
+        f"generator from then on); the window's p99 "
+        + (f"within its target from second {back} on" if back is not None else
+           "not back within its target by the end of the run (the backlog built before it "
+           "scaled still drained)")
+        + f"; p99 over the run {_latency(c['p99_ms'])}.",
         f"- Taken in within 60 s: {_goal(goals.get('capped_rate_taken_within_60_s'))}; at most 3 "
         f"actions: {_goal(goals.get('capped_at_most_3_actions'))}; no oscillation: "
         f"{_goal(goals.get('capped_no_oscillation'))}; results equal to run_local's: "
