@@ -165,7 +165,8 @@ def run_on_ray(rt: Any, query: str, stream: NexmarkStream, tag: str, table: Any 
     from bench.harness.cluster import thread_cpu_s
     from bench.harness.cpu import CpuMeter
 
-    name = rt.deploy(QUERIES[query](name=f"nexmark-{query}-{tag}", parallelism=parallelism))
+    name = rt.deploy(QUERIES[query](name=f"nexmark-{query}-{tag}", parallelism=parallelism,
+                                    source_parallelism=parallelism))
     events, got = stream.events, []
     read = (lambda h: read_table(h, name)) if table is not None else (lambda h: h.results(name))
     try:

@@ -81,7 +81,9 @@ def test_latency_scenarios(ray_session: None) -> None:
 
 def test_capacity_is_measured_flat_out(ray_session: None) -> None:
     capacity = measure_capacity(1.0)
-    assert capacity.eps > PROBE_EPS and 0.0 < capacity.busy <= 1.0
+    # An executor's busy time counts a message when it ends: one that ran across the start of
+    # the 1 s measured counts in it whole, so a pool busy all the time reads a little over 1.
+    assert capacity.eps > PROBE_EPS and 0.0 < capacity.busy <= 1.05
 
 
 def test_spike(ray_session: None) -> None:
