@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.tables import k
+from bench.tables import k, per_event
 
 NAMES = {"q0": "Q0 passthrough", "q1": "Q1 currency", "q2": "Q2 selection",
          "q3": "Q3 local items", "q4": "Q4 avg by category", "q5": "Q5 hot items",
@@ -50,7 +50,8 @@ def findings(figures: dict[str, Any]) -> list[str]:
 
 def scale_out(figures: dict[str, Any]) -> list[str]:
     """The queries run on 1, 2 and 4 executors (parallelism 1, 2, 4): CPU µs per event of
-    every process of the run, rows and Arrow, and each against one executor."""
+    every process of the run, rows and Arrow; in brackets, events per CPU second against
+    one executor's, and the cores the run kept busy (its CPU over its wall time)."""
     arms = sorted({arm for q in figures["queries"].values() for arm in q.get("cpu", {})},
                   key=lambda a: (a.endswith("_arrow"), int(a[5:].split("_")[0])))
     if not arms:
@@ -66,14 +67,13 @@ def scale_out(figures: dict[str, Any]) -> list[str]:
             continue
         cells = []
         for arm in arms:
-            c = cpu.get(arm)
-            one = cpu.get("ray_x1_arrow" if arm.endswith("_arrow") else "ray_x1")
-            if not c or not c["cpu_s_all"]:
+            got = per_event(cpu.get(arm))
+            one = per_event(cpu.get("ray_x1_arrow" if arm.endswith("_arrow") else "ray_x1"))
+            if got is None:
                 cells.append("")
                 continue
-            us = 1e6 * c["cpu_s_all"] / c["events"]
-            vs = "" if arm.startswith("ray_x1") or not one else \
-                f" ({one['cpu_s_all'] / c['cpu_s_all']:.2f}x)"
-            cells.append(f"{us:.1f}{vs}")
+            vs = "" if arm.startswith("ray_x1") or one is None else f"{got[0] / one[0]:.2f}x; "
+            cores = "" if got[2] is None else f"{got[2]:.1f} cores"
+            cells.append(f"{got[1]:.1f} ({vs}{cores})" if vs or cores else f"{got[1]:.1f}")
         lines.append(f"| {NAMES.get(q, q)} | " + " | ".join(cells) + " |")
     return lines

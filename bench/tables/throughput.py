@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.tables import k, ratio
+from bench.tables import k, per_event, ratio
 
 
 def ray_sizes(figures: dict[str, Any]) -> list[int]:
@@ -39,14 +39,14 @@ def table(figures: dict[str, Any]) -> list[str]:
     return lines
 
 
-def cpu_of(figures: dict[str, Any], arm: str) -> tuple[float, float] | None:
-    """(events per CPU second of every process, CPU µs per event) of a Ray arm's median
-    run; None where it was not measured."""
-    cpu = figures.get("cpu", {}).get(arm)
-    if cpu and cpu["cpu_s_all"] > 0:
-        return cpu["events"] / cpu["cpu_s_all"], 1e6 * cpu["cpu_s_all"] / cpu["events"]
-    per = figures.get(arm, {}).get("events_per_cpu_s")  # a run from before `cpu`
-    return (per, 1e6 / per) if per else None
+def cpu_of(figures: dict[str, Any], arm: str) -> tuple[float, float, float | None] | None:
+    """`per_event` of a Ray arm's median run; a run from before `cpu` kept only its
+    events per CPU second."""
+    got = per_event(figures.get("cpu", {}).get(arm))
+    if got is not None:
+        return got
+    per = figures.get(arm, {}).get("events_per_cpu_s")
+    return (per, 1e6 / per, None) if per else None
 
 
 def scale_out(figures: dict[str, Any]) -> list[str]:
@@ -56,18 +56,14 @@ def scale_out(figures: dict[str, Any]) -> list[str]:
     lines = ["| on Ray | rows: events per CPU s | rows: CPU µs per event | rows: vs 1 executor "
              "| Arrow: events per CPU s | Arrow: CPU µs per event | Arrow: vs 1 executor "
              "| cores kept busy (rows, Arrow) |", "|---|---|---|---|---|---|---|---|"]
-    profiles = figures.get("profiles", {})
     for n in ray_sizes(figures):
         cells = []
         for kind in ("", "_arrow"):
             got, one = cpu_of(figures, f"ray_x{n}{kind}"), cpu_of(figures, f"ray_x1{kind}")
             cells += ["", "", ""] if got is None else [
                 k(got[0]), f"{got[1]:.1f}", ratio(got[0], one[0] if one else None)]
-        busy = [profiles.get(f"ray_x{n}{kind}", {}).get("machine", {}).get("cores_busy")
-                for kind in ("", "_arrow")]
-        shown = ", ".join("-" if b is None else f"{b:.2f}" for b in busy) \
-            if any(b is not None for b in busy) else ""
-        lines.append(f"| {executors(n)} | " + " | ".join(cells) + f" | {shown} |")
+        lines.append(f"| {executors(n)} | " + " | ".join(cells)
+                     + f" | {busy([cpu_of(figures, f'ray_x{n}{kind}') for kind in ('', '_arrow')])} |")
     inside = [cpu_of(figures, f"ray_x1_p2{kind}") for kind in ("", "_arrow")]
     across = [cpu_of(figures, f"ray_x2{kind}") for kind in ("", "_arrow")]
     if any(inside):  # the same keyed exchange inside one executor: what crossing is set beside
@@ -77,8 +73,14 @@ def scale_out(figures: dict[str, Any]) -> list[str]:
                 k(got[0]), f"{got[1]:.1f}",
                 f"2 executors: {other[1] / got[1]:.2f}x its CPU per event" if other else ""]
         lines.append("| 1 executor, parallelism 2 (the keyed exchange inside it) | "
-                     + " | ".join(cells) + " |  |")
+                     + " | ".join(cells) + f" | {busy(inside)} |")
     return lines
+
+
+def busy(runs: list[tuple[float, float, float | None] | None]) -> str:
+    """The cores each run kept busy, side by side ("" when none was measured)."""
+    shown = ["-" if r is None or r[2] is None else f"{r[2]:.2f}" for r in runs]
+    return "" if all(x == "-" for x in shown) else ", ".join(shown)
 
 
 def headline(figures: dict[str, Any]) -> list[str]:
@@ -86,11 +88,9 @@ def headline(figures: dict[str, Any]) -> list[str]:
     and the CPU each event costs, rows and Arrow."""
     lines = ["| filter -> map -> keyed count on Ray, every process counted | rows: events per "
              "CPU s | rows: CPU µs per event | Arrow: events per CPU s | Arrow: CPU µs per "
-             "event |", "|---|---|---|---|---|"]
+             "event | cores kept busy (rows, Arrow) |", "|---|---|---|---|---|---|"]
     for n in ray_sizes(figures):
-        cells = []
-        for kind in ("", "_arrow"):
-            got = cpu_of(figures, f"ray_x{n}{kind}")
-            cells += ["", ""] if got is None else [k(got[0]), f"{got[1]:.1f}"]
-        lines.append(f"| {executors(n)} | " + " | ".join(cells) + " |")
+        runs = [cpu_of(figures, f"ray_x{n}{kind}") for kind in ("", "_arrow")]
+        cells = [c for got in runs for c in (("", "") if got is None else (k(got[0]), f"{got[1]:.1f}"))]
+        lines.append(f"| {executors(n)} | " + " | ".join(cells) + f" | {busy(runs)} |")
     return lines
