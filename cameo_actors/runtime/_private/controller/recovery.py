@@ -113,31 +113,41 @@ class Recovery:
         pool, gateway = self.pool, self.pool.gateway
         began = time.time()
         deadline = began + self.config.recovery_timeout_s
-        incarnation = None
-        while incarnation is None and time.time() < deadline and not self.stopped.is_set():
-            answer = gateway.poll([gateway.send(index, ExecutorAPI.ping)], 5.0)[0]
-            if answer is not None and not isinstance(answer, BaseException):
-                incarnation = answer.incarnation
-            elif time.time() - began >= self.config.replace_lost_after_s and \
-                    self._retire(index, why):
-                self.recover_all(hit, why)
+        while True:
+            incarnation = None
+            while incarnation is None and time.time() < deadline and not self.stopped.is_set():
+                answer = gateway.poll([gateway.send(index, ExecutorAPI.ping)], 5.0)[0]
+                if answer is not None and not isinstance(answer, BaseException):
+                    incarnation = answer.incarnation
+                elif time.time() - began >= self.config.replace_lost_after_s and \
+                        self._retire(index, why):
+                    self.recover_all(hit, why)
+                    return
+                else:  # still restarting
+                    time.sleep(0.1)
+            if incarnation is None:
+                with self.lock:
+                    pool.dead[index] = f"{why}; it was not restarted within " \
+                                       f"{self.config.recovery_timeout_s:g} s"
+                    pool.restarting.discard(index)
+                for name in hit:
+                    self.registry.fail(name, pool.dead[index], lost=True)
                 return
-            else:  # still restarting
+            try:
+                with self.lock:
+                    pool.incarnations[index] = incarnation
+                    others = [i for i in pool.live() if i != index]
+                    gateway.link([index], pool.incarnations)
+                    gateway.relink(others, index, incarnation)
+                    pool.restarting.discard(index)
+                break
+            except RuntimeUnavailable as e:
+                # It (or a peer) died again between answering and being linked (a chaos
+                # test kills executors back to back): link its next incarnation, as the
+                # first, rather than leave its dataflows recovering for good.
+                logger.warning("executor %d: linking its incarnation %s failed (%s); waiting "
+                               "for the next one", index, incarnation, e)
                 time.sleep(0.1)
-        if incarnation is None:
-            with self.lock:
-                pool.dead[index] = f"{why}; it was not restarted within " \
-                                   f"{self.config.recovery_timeout_s:g} s"
-                pool.restarting.discard(index)
-            for name in hit:
-                self.registry.fail(name, pool.dead[index], lost=True)
-            return
-        with self.lock:
-            pool.incarnations[index] = incarnation
-            others = [i for i in pool.live() if i != index]
-            gateway.link([index], pool.incarnations)
-            gateway.relink(others, index, incarnation)
-            pool.restarting.discard(index)
         self.recover_all(hit, why)
 
     def _retire(self, index: int, why: str) -> bool:
