@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -171,7 +172,8 @@ class Activation:
                 mask, key_fn = self.bins - 1, route.key_fn
                 field = key_field(key_fn) if is_columns(events) else None
                 if field is not None and hashable_column(events, field):
-                    parts: dict[str, Any] = split_by_key(events, field, owners, mask)
+                    parts: dict[str, Any] = split_by_key(
+                        events, field, partial(route.owner_of, mask=mask))
                 else:
                     parts = {}
                     owner_of, known = route.owner_of, route.memo.get
