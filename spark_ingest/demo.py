@@ -24,6 +24,7 @@ from the Parquet files, with the latency of each leg per dataflow.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import threading
@@ -148,7 +149,8 @@ def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0
         summary["cores"] = shares.cores()
         summary["dataflows"] = _report(spark, rt, flows, out, other, summary["cores"])
         print(goals(summary["dataflows"]["alerts"]))
-        print(micro_batches(queries))
+        summary["micro_batches"] = micro_batch_phases({q.name: q.recentProgress for q in queries})
+        print(micro_batches(summary["micro_batches"]))
         for ex in rt.executor_stats():
             print(f"executor {ex['executor']}: {ex['activations']} activations, "
                   f"{ex['executed']} messages, busy {ex['busy_ms']:.0f} ms")
@@ -156,7 +158,28 @@ def run_end_to_end(files: int = 60, rows: int = 1000, interval_ms: float = 100.0
         tier.stop_all()
         spark.stop()
         rt.shutdown()
+    # Last, after every other process's output: what a script reads of the run.
+    print(json.dumps(headline(summary["dataflows"]["alerts"])), flush=True)
     return summary
+
+
+def headline(alerts: dict[str, Any]) -> dict[str, Any]:
+    """The alerts' figures `make run` is held to (`GOALS`), as its last line states them:
+    end to end (file landed -> Parquet) p50 and p99 in seconds, None when no result came
+    out, and the share of results within the 50 ms target in the runtime.
+
+    >>> headline({"within_target": 0.985, "results": 89, "stages": {"end_to_end": {
+    ...     "n": 89, "p50_ms": 2814.0, "p99_ms": 6102.5}}})
+    {'e2e_p50_s': 2.814, 'e2e_p99_s': 6.103, 'alerts_within_50ms': 0.985, 'alerts_results': 89, 'goals_met': False}
+    """
+    e2e = alerts["stages"].get("end_to_end", {})
+    p50 = round(e2e["p50_ms"] / 1000, 3) if e2e.get("n") else None
+    p99 = round(e2e["p99_ms"] / 1000, 3) if e2e.get("n") else None
+    within = round(alerts["within_target"], 4)
+    met = p50 is not None and p99 is not None and p50 * 1000 <= GOALS["end_to_end_p50_ms"] \
+        and p99 * 1000 <= GOALS["end_to_end_p99_ms"] and within >= GOALS["within_target"]
+    return {"e2e_p50_s": p50, "e2e_p99_s": p99, "alerts_within_50ms": within,
+            "alerts_results": alerts["results"], "goals_met": met}
 
 
 def warm_up(tier: Any, work: str) -> None:
@@ -185,18 +208,34 @@ def queries_up(tier: Any, names: list[str], timeout_s: float = 120.0) -> float:
     return time.monotonic() - start
 
 
-def micro_batches(queries: list[Any]) -> str:
-    """Per query: its micro-batches with data and where their time went (ms, mean)."""
-    lines = []
-    for q in queries:
-        batches = [p for p in q.recentProgress if p["numInputRows"]]
+def micro_batch_phases(progress: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per query (name -> its `recentProgress`): its micro-batches with data, and the mean
+    ms of each phase Spark reports for them (`durationMs`: triggerExecution is the whole;
+    addBatch the sink's write, walCommit and commitOffsets the offset and commit logs,
+    latestOffset and getBatch the source, queryPlanning the plan).
+
+    >>> micro_batch_phases({"q": [{"numInputRows": 0, "durationMs": {"addBatch": 9}},
+    ...                           {"numInputRows": 5, "durationMs": {"addBatch": 800, "walCommit": 100}},
+    ...                           {"numInputRows": 7, "durationMs": {"addBatch": 600}}]})
+    {'q': {'batches': 2, 'ms': {'addBatch': 700.0, 'walCommit': 50.0}}}
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name, recent in progress.items():
+        batches = [p for p in recent if p["numInputRows"]]
         if not batches:
             continue
         keys = sorted({k for p in batches for k in p["durationMs"]})
         mean = {k: sum(p["durationMs"].get(k, 0) for p in batches) / len(batches) for k in keys}
-        parts = ", ".join(f"{k} {v:.0f}" for k, v in sorted(mean.items(), key=lambda kv: -kv[1])
-                          if v >= 5)
-        lines.append(f"   {q.name}: {len(batches)} batches with data; ms per batch: {parts}")
+        out[name] = {"batches": len(batches),
+                     "ms": dict(sorted(mean.items(), key=lambda kv: -kv[1]))}
+    return out
+
+
+def micro_batches(phases: dict[str, dict[str, Any]]) -> str:
+    """`micro_batch_phases` as lines: per query, the phases of 5 ms or more."""
+    lines = [f"   {name}: {q['batches']} batches with data; ms per batch: "
+             + ", ".join(f"{k} {v:.0f}" for k, v in q["ms"].items() if v >= 5)
+             for name, q in phases.items()]
     return "Spark's micro-batches:\n" + "\n".join(lines)
 
 

@@ -521,6 +521,26 @@ def test_the_demo_explains_a_missed_target_with_its_numbers() -> None:
     assert source is not None and ("maxFilesPerTrigger", "10") in source.options
 
 
+def test_the_demo_ends_with_one_json_line_and_the_phases_of_its_micro_batches() -> None:
+    import doctest
+    import json
+
+    from spark_ingest import demo
+
+    assert doctest.testmod(demo).failed == 0
+    alerts = {"within_target": 1.0, "results": 3, "stages": {}}  # nothing reached Parquet
+    line = json.dumps(demo.headline(alerts))
+    assert json.loads(line) == {"e2e_p50_s": None, "e2e_p99_s": None, "alerts_within_50ms": 1.0,
+                                "alerts_results": 3, "goals_met": False}
+    phases = demo.micro_batch_phases({"idle": [{"numInputRows": 0, "durationMs": {"addBatch": 3}}],
+                                      "in": [{"numInputRows": 9, "durationMs": {
+                                          "triggerExecution": 1000, "addBatch": 700,
+                                          "walCommit": 4}}]})
+    assert list(phases) == ["in"]  # a query with no data in its micro-batches is left out
+    assert demo.micro_batches(phases).splitlines()[1] == (
+        "   in: 1 batches with data; ms per batch: triggerExecution 1000, addBatch 700")
+
+
 # -- `any` and nullable types ----------------------------------------------------------------
 def test_any_and_nullable_fields_map_to_spark_columns() -> None:
     from spark_ingest.schema import ddl, input_spark_type
