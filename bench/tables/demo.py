@@ -20,6 +20,20 @@ def leg(s: dict[str, Any] | None, runtime: bool) -> str:
     return f"{s['p50_ms'] / 1000:.2f} / {s['p99_ms'] / 1000:.2f} s"
 
 
+def phases(q: dict[str, Any] | None) -> str:
+    """A query's mean micro-batch by phase (`spark_ingest.demo.micro_batch_phases`)."""
+    if not q:
+        return "not recorded"
+    ms = q["ms"]
+
+    def part(*keys: str) -> float:
+        return sum(ms.get(k, 0.0) for k in keys)
+
+    return (f"{part('triggerExecution'):.0f} ({part('addBatch'):.0f}, "
+            f"{part('walCommit', 'commitOffsets'):.0f}, {part('latestOffset', 'getBatch'):.0f}, "
+            f"{part('queryPlanning'):.0f}) over {q['batches']} batches")
+
+
 def met(alerts: dict[str, Any], goals: dict[str, float]) -> bool:
     e2e = alerts["stages"].get("end_to_end", {})
     return bool(e2e.get("n")) and e2e["p50_ms"] <= goals["end_to_end_p50_ms"] \
@@ -42,6 +56,11 @@ def table(figures: dict[str, Any]) -> list[str]:
         lines.append(f"| {label} p50 / p99 | " + " | ".join(cells) + " |")
     lines.append("| cores used: " + ", ".join(name for _, name in PARTS) + " | " + " | ".join(
         ", ".join(f"{r['cores'].get(part, 0.0):.2f}" for part, _ in PARTS) for r in runs) + " |")
+    queries = sorted({q for r in runs for q in r.get("micro_batches", {}) if "alerts" in q})
+    for q in queries:
+        lines.append(f"| Spark query `{q}`, ms per micro-batch with data: whole (writing, the "
+                     "offset and commit logs, reading, planning) | "
+                     + " | ".join(phases(r.get("micro_batches", {}).get(q)) for r in runs) + " |")
     n = sum(met(a, goals) for a in alerts)
     lines += ["", f"Goals (end to end p50 at most {goals['end_to_end_p50_ms'] / 1000:g} s, p99 at "
               f"most {goals['end_to_end_p99_ms'] / 1000:g} s, {goals['within_target']:.0%} within "
