@@ -133,16 +133,21 @@ class Dataflow:
 
     def source(self, name: str, *, schema: Mapping[str, str], event_time: str | None = None,
                allowed_lateness_ms: int = 0, connector: ConnectorArg = None,
-               parallelism: int = 1) -> Stream:
+               parallelism: int = 1, idle_timeout_ms: float | None = None) -> Stream:
         """Where events enter. `schema` maps field -> int|float|str|bool|any;
         `event_time` names the field holding event time in ms; the watermark
-        trails the largest event time seen by `allowed_lateness_ms`."""
+        trails the largest event time seen by `allowed_lateness_ms`. An instance
+        that takes in nothing for `idle_timeout_ms` is idle: the steps after it
+        leave it out of their watermark until it sends again, so that a quiet
+        instance (of several) does not hold every window back; an event it then
+        takes in behind that watermark is late."""
         if not isinstance(schema, Mapping):
             raise SpecError(name, "schema as a mapping of field -> type", type(schema).__name__,
                             "schema={'ts': 'int', 'level': 'str'}")
         step = SourceStep(id=name, schema=tuple(schema.items()), event_time=event_time,
                           allowed_lateness_ms=allowed_lateness_ms,
-                          connector=_connector(connector, name), parallelism=parallelism)
+                          connector=_connector(connector, name), parallelism=parallelism,
+                          idle_timeout_ms=idle_timeout_ms)
         check_step_rules(step)  # fail on the line that made it
         return self._add(step)
 

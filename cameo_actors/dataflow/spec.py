@@ -104,13 +104,16 @@ class Step:
 @dataclass(frozen=True)
 class SourceStep(Step):
     """Where events enter the dataflow. Events are checked against `schema`;
-    the watermark is the largest event time seen minus `allowed_lateness_ms`."""
+    the watermark is the largest event time seen minus `allowed_lateness_ms`. An
+    instance that takes in nothing for `idle_timeout_ms` (None: never) is idle: the
+    steps after it leave it out of their watermark until it sends again."""
 
     OP: ClassVar[str] = "source"
     schema: Pairs = ()
     event_time: str | None = None
     allowed_lateness_ms: int = 0
     connector: ConnectorSpec | None = None
+    idle_timeout_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -224,6 +224,9 @@ def _check_source(step: SourceStep) -> None:
     if not _non_negative(step.allowed_lateness_ms):
         raise SpecError(step.id, f"allowed_lateness_ms >= 0 and {_FINITE} of ms",
                         step.allowed_lateness_ms, "use 0 or a positive number of ms")
+    if step.idle_timeout_ms is not None and not _positive(step.idle_timeout_ms):
+        raise SpecError(step.id, f"idle_timeout_ms > 0 and {_FINITE} of ms, or null (never idle)",
+                        step.idle_timeout_ms, "use a number of ms such as 1000, or leave it out")
     if step.connector is not None:
         _check_connector(step.connector, step.id)
 

@@ -308,3 +308,39 @@ def test_events_that_cannot_be_carried_are_refused_alone_and_the_rest_flows(pool
         assert messages[-1].startswith("field 'value': expected a finite float, got nan")
     finally:
         rt.cancel(name)
+
+
+def test_an_idle_source_instance_lets_the_windows_after_it_fire(pools: Any) -> None:
+    """A source of parallelism 2 fed by one push: its other instance takes in nothing.
+    Without an idle timeout that instance holds every window; with one, the windows
+    fire before the stream closes, and the results at the end equal run_local's."""
+    import time
+
+    rt = pools["cameo2"]
+    data = [{"ts": t, "k": f"k{t % 4}"} for t in range(0, 400, 2)]
+    fired: dict[float | None, list[Any]] = {}
+    for timeout in (None, 100.0):
+        d = (Dataflow(unique("idle"), latency_target_ms=200)
+             .source("s", schema={"ts": "int", "k": "str"}, event_time="ts", parallelism=2,
+                     idle_timeout_ms=timeout)
+             .key_by("k").window(tumbling_ms=100, parallelism=2).aggregate(n=count()).sink("o"))
+        name = rt.deploy(d)
+        try:
+            rt.push(name, "s", data, batch_size=len(data))  # one call: one instance
+            deadline = time.monotonic() + 30
+            fired[timeout] = []
+            while True:
+                rt.wait_idle()  # ends with a checkpoint: what fired is readable
+                fired[timeout] += rt.results(name)  # each read returns what came since
+                if fired[timeout] or timeout is None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            rt.close(name)
+            rt.wait_idle()
+            expected = run_local(d, {"s": data}).sinks["o"]
+            assert canon(fired[timeout] + rt.results(name)) == canon(expected)
+        finally:
+            rt.cancel(name)
+    assert fired[None] == []
+    # Windows [0, 100) .. [200, 300) end by the watermark 398: fired while the stream is open.
+    assert sorted({r["window_start"] for r in fired[100.0]}) == [0, 100, 200]

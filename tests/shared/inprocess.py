@@ -91,6 +91,7 @@ class InProcessCluster:
         ran = False
         for c in self.cores:
             worked = c.run_slice()
+            worked |= c.idle_sources()
             c.flush_after_slice(worked)  # as the worker thread does: a busy one lingers
             ran |= worked
         if self.in_transit:

@@ -38,6 +38,10 @@ REROUTE, EPOCH, STATE, EXTRACT = "reroute", "epoch", "state", "extract"
 #: A lessee's partial aggregates for one owner; the end of lending to some lessees
 #: (Dirigo, `cameo_actors.operators.lease`).
 MERGE, UNLEASE = "merge", "unlease"
+#: The sender is idle: a source instance that took in nothing for its idle_timeout_ms,
+#: or an activation all of whose inputs are idle. The receiver leaves the channel out of
+#: its watermark until data or a watermark comes on it again.
+IDLE = "idle"
 #: State entries (a key in a window) taken per step of giving bins away: bounds one
 #: step's work to a few ms.
 CHUNK_KEYS = 4_000

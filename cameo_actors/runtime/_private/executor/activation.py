@@ -41,6 +41,7 @@ from cameo_actors.runtime._private.exchange.epochs import (
     CHUNK_KEYS,
     EPOCH,
     EXTRACT,
+    IDLE,
     MERGE,
     REROUTE,
     STATE,
@@ -107,6 +108,12 @@ class Activation:
         self.positions: dict[str, int] = {}
         #: the watermark the calls taken in so far leave at this source (`Ingress._lead`)
         self.lead_ms = -math.inf
+        #: source idleness (`SourceStep.idle_timeout_ms`): when a source last took in a call
+        #: (ms), the input channels that said they are idle (left out of their port's
+        #: watermark until they send again), and whether this activation said so downstream
+        self.last_input_ms = -math.inf
+        self.idle_channels: set[Channel] = set()
+        self.idle_sent = False
         self.parked: dict[str, dict[int, tuple[list[Any], float]]] = {}
         #: this activation's part of the latest checkpoint (checkpoint.py)
         self.part: Part | None = None
@@ -149,11 +156,59 @@ class Activation:
             held = epoch.held
             held[(port, channel)] = max(watermark, held.get((port, channel), NO_WM))
             return Output()
+        if self.idle_channels or self.idle_sent:
+            self.active(port, channel)
+        return self._raise(watermark, port, channel)
+
+    def _raise(self, watermark: float, port: int, channel: str) -> Output:
+        """A channel's watermark recorded; the operator sees the port's when it rises."""
         chans = self.channels[port]
         if watermark <= chans.get(channel, NO_WM):
             return Output()
         chans[channel] = watermark
-        return self.operator.on_watermark(min(chans.values()), port)
+        return self.operator.on_watermark(self._port_watermark(port), port)
+
+    # -- idleness ------------------------------------------------------------------
+    def _port_watermark(self, port: int) -> float:
+        """The least watermark of a port's channels, idle ones left out. A port all of
+        whose channels are idle holds no other port back: it takes theirs (the least of
+        the other ports'), or holds where it was when every input is idle."""
+        idle = self.idle_channels
+        chans = self.channels[port]
+        if not idle:
+            return min(chans.values())
+        active = [wm for c, wm in chans.items() if (port, c) not in idle]
+        if active:
+            return min(active)
+        others = [wm for p, cs in enumerate(self.channels) if p != port
+                  for c, wm in cs.items() if (p, c) not in idle]
+        return min(others) if others else NO_WM
+
+    def on_idle(self, port: int, channel: str) -> tuple[Output, list[Barrier]]:
+        """A channel says it is idle: the port's watermark without it (the operator moves
+        on if that is higher), and, once every input is idle, this activation's own
+        IDLE to its downstreams."""
+        self.idle_channels.add((port, channel))
+        if self.epoch is not None and self.epoch.involved:
+            return Output(), []  # watermarks wait for the epoch; its end counts this one out
+        out = self.operator.on_watermark(self._port_watermark(port), port)
+        idle = self.idle_channels
+        if self.idle_sent or any((p, c) not in idle for p, cs in enumerate(self.channels)
+                                 for c, wm in cs.items() if wm < END_OF_STREAM):
+            return out, []
+        self.idle_sent = True
+        return out, [(t, p, [IDLE]) for t, p in self.watermark_targets()]
+
+    def went_idle(self) -> list[Barrier]:
+        """A source that took in nothing for its idle timeout: IDLE to its downstreams."""
+        self.idle_sent = True
+        return [(t, p, [IDLE]) for t, p in self.watermark_targets()]
+
+    def active(self, port: int, channel: str) -> None:
+        """Data or a watermark came on a channel: it counts again (and so does this
+        activation, downstream, with the next data or watermark it sends)."""
+        self.idle_channels.discard((port, channel))
+        self.idle_sent = False
 
     # -- output --------------------------------------------------------------------
     def split(self, events: list[Event], waiting: Callable[[str], float] | None = None
@@ -288,6 +343,8 @@ class Activation:
             return out, []
         if kind == UNLEASE:  # the lessees of a downstream step get nothing more from here
             return Output(), self._unlease(payload[1], set(payload[2]))
+        if kind == IDLE:
+            return self.on_idle(port, channel)
         raise ValueError(f"activation {self.id}: unknown control message {kind!r}")
 
     def _reroute(self, step: str, version: int, owners: list[int], instances: list[int]
@@ -433,7 +490,9 @@ class Activation:
         for port, events in epoch.buffered:
             _merge(out, self.operator.on_batch(events, port))
         for (port, channel), wm in epoch.held.items():
-            _merge(out, self.on_watermark(wm, port, channel))
+            _merge(out, self._raise(wm, port, channel))  # a channel that went idle stays so
+        for port in range(len(self.channels)) if self.idle_channels else ():
+            _merge(out, self.operator.on_watermark(self._port_watermark(port), port))
         return out
 
     def end_barriers(self) -> list[Barrier]:

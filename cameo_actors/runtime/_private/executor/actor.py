@@ -71,6 +71,7 @@ class WorkerThread:
             try:
                 core.drain_inbox()
                 ran = core.run_slice()
+                core.idle_sources()
                 core.flush_after_slice(ran)
             except Exception:  # a runtime bug: report it, keep serving the other dataflows
                 core.faults.append(traceback.format_exc(limit=8))

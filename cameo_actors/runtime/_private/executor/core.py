@@ -92,6 +92,8 @@ FAULTS_KEPT = 20
 #: The shortest a message for another executor waits for others to share its call,
 #: while the worker has more to compute (an idle worker sends at once).
 MIN_LINGER_MS = 2.0
+#: How often the worker looks for sources gone idle (`idle_sources`), ms.
+IDLE_CHECK_MS = 10.0
 
 
 class ExecutorCore:
@@ -142,6 +144,7 @@ class ExecutorCore:
         #: activation -> messages it sent to other executors since the last flush (the
         #: flush's encoding time is shared among them)
         self._unflushed: dict[Activation, int] = {}
+        self._next_idle_check = -math.inf
         # Work handed over by other threads, run by the owner thread.
         self.inbox: deque[Callable[[], None]] = deque()
 
@@ -319,6 +322,8 @@ class ExecutorCore:
                 else:
                     out = act.on_watermark(msg.payload, msg.port, msg.upstream)
             else:
+                if act.idle_channels or act.idle_sent:
+                    act.active(msg.port, msg.upstream)
                 act.events_in += len(msg.payload)
                 began = self.clock.now_ms() if self.sizing.paced else 0.0
                 out = act.on_data(msg.payload, msg.port)
@@ -442,6 +447,28 @@ class ExecutorCore:
                                "fix: make the function return JSON-like values", short_repr(e))
                    for e in events]
         self.egress.errors(act.dataflow, records, self.clock.now_ms(), self.clock.now_ms())
+
+    def idle_sources(self) -> bool:
+        """Sources with an idle timeout that took in nothing for it, and hold nothing
+        waiting, tell their downstreams they are idle (`Activation.went_idle`); looked at
+        every IDLE_CHECK_MS at most. Whether any did."""
+        now = self.clock.now_ms()
+        if now < self._next_idle_check:
+            return False
+        self._next_idle_check = now + IDLE_CHECK_MS
+        went = False
+        for act in self.hosting.activations.values():
+            timeout = getattr(act.step, "idle_timeout_ms", None)  # sources have one
+            if timeout is None or act.idle_sent or act.events_arrived > act.events_in \
+                    or act.saw_end():
+                continue
+            if act.last_input_ms == -math.inf:  # its time counts from the first look
+                act.last_input_ms = now
+            hosted = self.hosting.dataflows.get(act.dataflow)
+            if now - act.last_input_ms >= timeout and hosted is not None:
+                self.send_barriers(hosted.spec, act.id, act.went_idle(), now)
+                went = True
+        return went
 
     def control(self, spec: DataflowSpec, target: str, payload: list[Any], now: float) -> None:
         """A control message from the controller into `target`'s mailbox, a barrier there."""

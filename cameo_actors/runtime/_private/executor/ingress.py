@@ -136,6 +136,7 @@ class Ingress:
         # Cut into messages, each with its span of event time, before anything is enqueued:
         # the watermark ahead of them (`_lead`) needs their earliest.
         planned = [_parts(item, tf, self.max_message_events) for item in items]
+        act.last_input_ms = now  # a source that takes in calls is not idle
         if tf and act.window_timing is not None:
             self._lead(act, spec, planned, ingest_ms, now)
         for item, parts in zip(items, planned, strict=True):
