@@ -382,7 +382,17 @@ def _plain_field(name: str, value: Any) -> Any:
 
 
 def _step_to_dict(step: Step) -> dict[str, Any]:
-    return {"op": step.OP, **_plain(step)}
+    plain = _plain(step)
+    for name in _LEFT_OUT_WHEN_NONE:  # added later: an older version reads the spec unset
+        if plain.get(name, 0) is None:
+            del plain[name]
+    return {"op": step.OP, **plain}
+
+
+#: Step fields added after specs were first stored and served: left out of the wire form
+#: while unset, so that a spec without them still reads in an older version (a rolling
+#: upgrade's old service or controller refuses a field it does not know).
+_LEFT_OUT_WHEN_NONE = ("idle_timeout_ms",)
 
 
 # -- from plain data, checking every field --------------------------------------

@@ -39,18 +39,6 @@ logger = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.05
 
 
-def _warm_pyarrow() -> None:
-    """pyarrow imports pandas, when it is installed (Spark's Python needs it), the first time
-    it converts Python objects (`pa.array`): 0.5 s here on a quiet machine, 1.8 s beside
-    Spark. On the worker thread that import was the first columnar message's step, 36
-    quanta long: the demo's 50 ms tenant, sharing the executor, missed its target for it.
-    Done here, on a thread of its own as the executor starts, it overlaps Ray's start and
-    the controller's first calls instead."""
-    import pyarrow as pa
-
-    pa.array([0])
-
-
 class WorkerThread:
     """The executor's worker thread: it alone runs the core (its inbox, the scheduling
     loop, the flush of outgoing batches); the parts' writer is a thread of its own."""
@@ -133,7 +121,15 @@ class Executor(ExecutorHost):
                               incarnation=uuid.uuid4().hex[:12], address=node_ip(),
                               parts=part_store(cfg, index))
         self.gc_pauses = Pauses(freeze=cfg.gc_freeze)
-        threading.Thread(target=_warm_pyarrow, name="cameo-warm-pyarrow", daemon=True).start()
+        # pyarrow imports pandas, when it is installed (Spark's Python needs it), the first
+        # time it converts Python objects (`pa.array`): 0.5 s on a quiet machine here, 1.8 s
+        # beside Spark. On the worker thread that was the first columnar message's step, 36
+        # quanta: the demo's 50 ms tenant, sharing the executor, missed its target for it.
+        # Done on a thread of its own as the executor starts, it overlaps Ray's start and
+        # the controller's first calls. (A lambda here, not a name of this module: an old
+        # process loads this class by value and looks such names up in its old modules.)
+        threading.Thread(target=lambda: __import__("pyarrow").array([0]),
+                         name="cameo-warm-pyarrow", daemon=True).start()
 
     def _send_to(self, host: int, blob: bytes) -> None:
         Actor[ExecutorAPI](self.peers[host]).send(ExecutorAPI.deliver, blob)
