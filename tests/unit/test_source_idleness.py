@@ -99,6 +99,11 @@ def test_idle_timeout_is_checked_in_the_spec() -> None:
     spec = windowed("ok", 250).spec
     assert spec.steps[0].idle_timeout_ms == 250  # type: ignore[attr-defined]
     assert type(spec).from_json(spec.to_json()) == spec
+    # Unset, it is left out of the wire form: an older version reads the spec as before.
+    unset = windowed("old", None).spec
+    assert "idle_timeout_ms" not in unset.to_dict()["steps"][0]
+    assert spec.to_dict()["steps"][0]["idle_timeout_ms"] == 250
+    assert type(unset).from_dict(unset.to_dict()) == unset
 
 
 @pytest.mark.parametrize("strategy", ["all_at_once", "batched", "fluid"])
