@@ -175,11 +175,9 @@ def headline(alerts: dict[str, Any]) -> dict[str, Any]:
     e2e = alerts["stages"].get("end_to_end", {})
     p50 = round(e2e["p50_ms"] / 1000, 3) if e2e.get("n") else None
     p99 = round(e2e["p99_ms"] / 1000, 3) if e2e.get("n") else None
-    within = round(alerts["within_target"], 4)
-    met = p50 is not None and p99 is not None and p50 * 1000 <= GOALS["end_to_end_p50_ms"] \
-        and p99 * 1000 <= GOALS["end_to_end_p99_ms"] and within >= GOALS["within_target"]
-    return {"e2e_p50_s": p50, "e2e_p99_s": p99, "alerts_within_50ms": within,
-            "alerts_results": alerts["results"], "goals_met": met}
+    return {"e2e_p50_s": p50, "e2e_p99_s": p99,
+            "alerts_within_50ms": round(alerts["within_target"], 4),
+            "alerts_results": alerts["results"], "goals_met": goals_met(alerts)}
 
 
 def warm_up(tier: Any, work: str) -> None:
@@ -244,6 +242,15 @@ def micro_batches(phases: dict[str, dict[str, Any]]) -> str:
 GOALS = {"end_to_end_p50_ms": 2000.0, "end_to_end_p99_ms": 4000.0, "within_target": 0.99}
 
 
+def goals_met(alerts: dict[str, Any], goals: dict[str, float] = GOALS) -> bool:
+    """Whether the alerts' figures of a run met `goals` (a run's own, as its JSON keeps
+    them, or today's `GOALS`); not when no result reached Parquet."""
+    e2e = alerts["stages"].get("end_to_end", {})
+    return bool(e2e.get("n")) and e2e["p50_ms"] <= goals["end_to_end_p50_ms"] \
+        and e2e["p99_ms"] <= goals["end_to_end_p99_ms"] \
+        and alerts["within_target"] >= goals["within_target"]
+
+
 def goals(alerts: dict[str, Any]) -> str:
     """Whether the alerts met `GOALS`, and if not which leg took the time.
 
@@ -255,8 +262,7 @@ def goals(alerts: dict[str, Any]) -> str:
     if not e2e.get("n"):
         return "goals not measured: no alerts result reached Parquet"
     p50, p99, within = e2e["p50_ms"], e2e["p99_ms"], alerts["within_target"]
-    met = p50 <= GOALS["end_to_end_p50_ms"] and p99 <= GOALS["end_to_end_p99_ms"] \
-        and within >= GOALS["within_target"]
+    met = goals_met(alerts)
     line = (f"goals {'met' if met else 'missed'}: end to end p50 {p50 / 1000:.2f} s (goal 2 s), "
             f"p99 {p99 / 1000:.2f} s (goal 4 s); {100 * within:.1f}% within 50 ms in the "
             "runtime (goal 99%)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.tables.spark import LEGS  # the legs of an alert's way, as the Spark tables name them
+from spark_ingest.demo import goals_met
 
 #: The parts whose cores the demo counts (`spark_ingest.cpu.PARTS`), as the table names them.
 PARTS = (("spark jvm", "Spark JVM"), ("spark python", "its Python workers"),
@@ -34,13 +35,6 @@ def phases(q: dict[str, Any] | None) -> str:
             f"{part('queryPlanning'):.0f}) over {q['batches']} batches")
 
 
-def met(alerts: dict[str, Any], goals: dict[str, float]) -> bool:
-    e2e = alerts["stages"].get("end_to_end", {})
-    return bool(e2e.get("n")) and e2e["p50_ms"] <= goals["end_to_end_p50_ms"] \
-        and e2e["p99_ms"] <= goals["end_to_end_p99_ms"] \
-        and alerts["within_target"] >= goals["within_target"]
-
-
 def table(figures: dict[str, Any]) -> list[str]:
     """The alerts' latency per leg (p50 / p99) and the cores each part used, per run; then
     the goals and how many runs met them."""
@@ -61,7 +55,7 @@ def table(figures: dict[str, Any]) -> list[str]:
         lines.append(f"| Spark query `{q}`, ms per micro-batch with data: whole (writing, the "
                      "offset and commit logs, reading, planning) | "
                      + " | ".join(phases(r.get("micro_batches", {}).get(q)) for r in runs) + " |")
-    n = sum(met(a, goals) for a in alerts)
+    n = sum(goals_met(a, goals) for a in alerts)
     lines += ["", f"Goals (end to end p50 at most {goals['end_to_end_p50_ms'] / 1000:g} s, p99 at "
               f"most {goals['end_to_end_p99_ms'] / 1000:g} s, {goals['within_target']:.0%} within "
               f"target in the runtime): met in {n} of {len(runs)} runs."]
