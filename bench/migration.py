@@ -1,7 +1,8 @@
 """Live migration of operator state: latency while key bins move, per strategy (Megaphone).
 
 Run: `python -m bench.migration [--quick | --smoke] [--json FILE] [--plots DIR]
-      [--strategies all_at_once,batched,fluid,stop_the_world] [--capacity EPS]`
+      [--strategies all_at_once,batched,fluid,stop_the_world] [--capacity EPS]
+      [--backends memory,rocksdb]`
 
 The migrated dataflow, "counts": source (ts, key) -> key_by(key) -> tumbling count per
 key (`window(id="counts")`, `n=count()`) -> sink, target 1 s. Its state is large: the
@@ -45,6 +46,11 @@ stop the input, close, read every result and compare them with `run_local`'s eng
 (`cameo_actors.testing.LocalEngine`) on the same events (their ts kept, keys from the
 same seed): equal row count, rows and counted events per window, and an
 order-independent hash of the multiset of (key, window_start, n) rows.
+
+State backends (`--backends`, default memory): every strategy runs on pools keeping
+the count's state in each backend (`RuntimeConfig.state_backend`) in turn, at the same
+offered rate; a run on another backend than memory is keyed `strategy@backend` in the
+JSON, and its goals carry the backend's name.
 
 Latency of a count result: `egress_ms - (window_end + lateness_ms)`, from the moment the
 generator produced the first event that made the window computable (the watermark passes
@@ -92,6 +98,7 @@ from bench.harness.stats import quantile
 from bench.harness.threads import check_threads
 from cameo_actors import Dataflow, count
 from cameo_actors.examples import alerts_dataflow
+from cameo_actors.operators.state_store import BACKENDS, MEMORY
 
 STRATEGIES = ("all_at_once", "batched", "fluid", "stop_the_world")
 COUNTS, STEP, SOURCE, SINK = "counts", "counts", "events", "out"
@@ -349,16 +356,18 @@ def _max_lag(feed: CountFeed, lo: float, hi: float) -> float | None:
     return max(lags) if lags else None
 
 
-def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = print
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One strategy on a fresh pool: its figures and its plot series. Without `capacity`,
-    it is measured here first, flat out, once the state is full (the saturation run)."""
+def run_strategy(s: Setup, strategy: str, capacity: float | None, log: Any = print,
+                 backend: str = MEMORY) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One strategy on a fresh pool keeping its state in `backend`: its figures and its
+    plot series. Without `capacity`, it is measured here first, flat out, once the state
+    is full (the saturation run)."""
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
     # Moving state alone: checkpoints off (bench.recovery measures what they cost).
-    rt = Runtime.start(RuntimeConfig(num_executors=2, bins=s.bins, checkpoint_interval_s=0),
-                       pool=f"bench-migration-{strategy}")
-    out: dict[str, Any] = {"strategy": strategy}
+    rt = Runtime.start(RuntimeConfig(num_executors=2, bins=s.bins, checkpoint_interval_s=0,
+                                     state_backend=backend),
+                       pool=f"bench-migration-{strategy}-{backend}")
+    out: dict[str, Any] = {"strategy": strategy, "backend": backend}
     try:
         rt.deploy(counts_dataflow(s))
         rt.deploy(alerts_dataflow())
@@ -537,18 +546,27 @@ def _keys_in_state(s: Setup, rate: float) -> int:
     return int(per_window * s.open_windows)
 
 
-def summary(results: dict[str, Any]) -> dict[str, Any]:
-    """The goals, reported (not asserted)."""
-    def get(strategy: str, field: str) -> Any:
-        return results.get(strategy, {}).get(field)
+def run_name(strategy: str, backend: str) -> str:
+    """A run's key in the JSON: the strategy, with its backend unless in memory."""
+    return strategy if backend == MEMORY else f"{strategy}@{backend}"
 
-    ratio = get("batched", "migration_over_steady_p99")
-    return {
-        "batched_p99_within_2x_steady": ratio is not None and ratio <= 2.0,
-        "batched_alerts_within_target": get("batched", "alerts_within_target"),
-        "spike_all_at_once_x": get("all_at_once", "migration_over_steady_p99"),
-        "spike_stop_the_world_x": get("stop_the_world", "migration_over_steady_p99"),
-    }
+
+def summary(results: dict[str, Any]) -> dict[str, Any]:
+    """The goals, reported (not asserted): per backend measured, the memory's unsuffixed."""
+    out: dict[str, Any] = {}
+    for backend in dict.fromkeys(r.get("backend", MEMORY) for r in results.values()):
+        def get(strategy: str, field: str, backend: str = backend) -> Any:
+            return results.get(run_name(strategy, backend), {}).get(field)
+
+        suffix = "" if backend == MEMORY else f"_{backend}"
+        ratio = get("batched", "migration_over_steady_p99")
+        out.update({
+            f"batched_p99_within_2x_steady{suffix}": ratio is not None and ratio <= 2.0,
+            f"batched_alerts_within_target{suffix}": get("batched", "alerts_within_target"),
+            f"spike_all_at_once_x{suffix}": get("all_at_once", "migration_over_steady_p99"),
+            f"spike_stop_the_world_x{suffix}": get("stop_the_world", "migration_over_steady_p99"),
+        })
+    return out
 
 
 def write_plots(series: dict[str, dict[str, Any]], out_dir: str) -> list[str]:
@@ -625,9 +643,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--capacity", type=float,
                         help="the counts' capacity (events/s): skip the saturation run")
     parser.add_argument("--load", type=float, help="share of the capacity offered (0.6)")
+    parser.add_argument("--backends", default=MEMORY,
+                        help=f"comma-separated state backends, of {', '.join(BACKENDS)}: every "
+                             f"strategy on each, at the same offered rate")
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--plots", help="write the latency plot (and its CSV) to this folder")
     args = parser.parse_args(argv)
+    backends = [x.strip() for x in args.backends.split(",") if x.strip()]
+    if not backends or set(backends) - set(BACKENDS):
+        parser.error(f"unknown backends {sorted(set(backends) - set(BACKENDS))}; expected some "
+                     f"of {BACKENDS}")
     s = Setup.smoke() if args.smoke else Setup.quick() if args.quick else Setup.full()
     if args.load is not None:
         s = dataclasses.replace(s, load=args.load)
@@ -644,10 +669,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         print(f"{s.open_windows} windows of {s.keys_per_window:,} keys open: about "
               f"{s.open_windows * s.keys_per_window:,} keys in state, {s.bins} bins")
-        for strategy in strategies:
-            print(f"{strategy}:")
-            results[strategy], series[strategy] = run_strategy(s, strategy, capacity)
-            r = results[strategy]
+        for backend, strategy in ((b, x) for b in backends for x in strategies):
+            name = run_name(strategy, backend)
+            print(f"{name}:")
+            results[name], series[name] = run_strategy(s, strategy, capacity, backend=backend)
+            r = results[name]
             capacity = r["capacity_eps"]  # the same load for every strategy
             save_json(args.json, _figures(s, capacity, args.capacity is None, results))
             print(f"  {'done' if r['completed'] else 'NOT done'} in {r['duration_s']:.2f} s, "

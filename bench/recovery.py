@@ -99,6 +99,7 @@ from bench.harness.results import Latencies, Reader
 from bench.harness.threads import check_threads
 from cameo_actors import Dataflow, avg, count, max_, min_, sum_
 from cameo_actors.examples import alerts_dataflow
+from cameo_actors.operators.state_store import BACKENDS
 
 BULK_SOURCE, STATE_STEP, STATE_SINK, TICK_SINK = "events", "state", "totals", "ticks"
 SCHEMA = {"ts": "int", "key": "str", "g": "int", "value": "float", "size": "int"}
@@ -537,6 +538,7 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
         before = rt.describe(name, refresh=True)
         c = before["checkpoints"]
         pid = next(e["pid"] for e in rt.executor_stats() if e["executor"] == victim)
+        fig["rss_mb_before"] = process_memory_mb(pid, "VmRSS")
         kill_t = time.time()
         kill["ms"] = kill_t * 1000
         os.kill(pid, signal.SIGKILL)
@@ -641,8 +643,14 @@ def _rss_mb(rt: Any, executor: int) -> float | None:
 
 # -- report -------------------------------------------------------------------------------------
 def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One flat row per (interval, size, parts: incremental or full): the table and the
-    goals read these. Recovery is measured with incremental parts (the default) only."""
+    """One flat row per (state backend, interval, size, parts: incremental or full): the
+    table and the goals read these. Recovery is measured with incremental parts (the
+    default) only."""
+    return [row for backend, runs in results["backends"].items()
+            for row in _rows(backend, runs)]
+
+
+def _rows(backend: str, results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for size, r in results["sizes"].items():
         tp_all, al_all = r.get("throughput", {}), r.get("alerts", {})
@@ -653,7 +661,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 tp, al = (tp, al) if parts == "incremental" else (tp.get("full", {}), al.get("full", {}))
                 rec = r.get("recovery", {}).get(iv, {}) if parts == "incremental" else {}
                 out.append({
-                    "interval_s": iv, "size": size, "parts": parts, "keys": r["keys"],
+                    "backend": backend, "interval_s": iv, "size": size, "parts": parts,
+                    "keys": r["keys"], "rss_mb": rec.get("rss_mb_before"),
                     "steady_checkpoint_mb": al.get("checkpoint_mb"),
                     "steady_checkpoint_s": al.get("checkpoint_s"),
                     "checkpoint_mb": rec.get("checkpoint_mb"), "checkpoint_s": rec.get("checkpoint_s"),
@@ -672,11 +681,16 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def row_key(r: dict[str, Any]) -> str:
+    """A row's name in the goals: "rocksdb/large@1s"."""
+    return f"{r['backend']}/{r['size']}@{r['interval_s']:g}s"
+
+
 def goals(table: list[dict[str, Any]]) -> dict[str, Any]:
     """Each goal per row with incremental parts (the default): met (True/False), or None
     when not measured."""
     def check(field: str, ok: Any, sizes: tuple[str, ...] = ("small", "large")) -> dict[str, Any]:
-        per = {f"{r['size']}@{r['interval_s']:g}s": (None if r[field] is None else bool(ok(r[field])))
+        per = {row_key(r): (None if r[field] is None else bool(ok(r[field])))
                for r in table if r["size"] in sizes and r["parts"] == "incremental"}
         if not per or any(v is None for v in per.values()):
             return {"per_row": per, "met": None}  # not (all) measured
@@ -694,7 +708,7 @@ def _f(v: Any, fmt: str, width: int) -> str:
 
 
 def print_table(table: list[dict[str, Any]], g: dict[str, Any]) -> None:
-    head = (f"{'interval':>8} {'size':>5} {'parts':>11} {'keys':>10} {'ckpt MB':>8} {'ckpt s':>6} "
+    head = (f"{'backend':>8} {'interval':>8} {'size':>5} {'parts':>11} {'keys':>10} {'ckpt MB':>8} {'ckpt s':>6} "
             f"{'tp off/s':>9} {'tp on/s':>9} {'tp ratio':>8} {'alerts p99 alone':>16} {'off':>11} "
             f"{'on':>11} {'ratio':>6} {'busy off':>8} {'on':>5} {'recovery s':>10} {'restore s':>9} "
             f"{'replayed':>9} {'match':>5}")
@@ -702,7 +716,7 @@ def print_table(table: list[dict[str, Any]], g: dict[str, Any]) -> None:
     print("-" * len(head))
     for r in table:
         match = "-" if r["results_match"] is None else ("yes" if r["results_match"] else "NO")
-        print(f"{r['interval_s']:>6g} s {r['size']:>5} {r['parts']:>11} {r['keys']:>10,} "
+        print(f"{r['backend']:>8} {r['interval_s']:>6g} s {r['size']:>5} {r['parts']:>11} {r['keys']:>10,} "
               f"{_f(r['steady_checkpoint_mb'], ',.1f', 8)} {_f(r['steady_checkpoint_s'], '.2f', 6)} "
               f"{_f(r['throughput_off_eps'], ',.0f', 9)} "
               f"{_f(r['throughput_on_eps'], ',.0f', 9)} {_f(r['checkpoint_overhead'], '.2f', 8)} "
@@ -728,7 +742,8 @@ def print_table(table: list[dict[str, Any]], g: dict[str, Any]) -> None:
 
 def _figures(s: Setup, results: dict[str, Any]) -> dict[str, Any]:
     table = rows(results)
-    return {"setup": {**asdict(s), "pools": "throughput and alerts: one executor; recovery: two"},
+    return {"setup": {**asdict(s), "pools": "throughput and alerts: one executor; recovery: two; "
+                                           "a pool of each per state backend, one at a time"},
             **results, "table": table, "goals": goals(table)}
 
 
@@ -801,8 +816,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--capacity", type=float,
                         help="bulk's events/s without checkpoints when throughput is not "
                              "measured (else one run measures it)")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help=f"comma-separated state backends, of {', '.join(BACKENDS)}: each "
+                             f"measured on pools of its own, one after the other")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
+    backends = [x.strip() for x in args.backends.split(",") if x.strip()]
+    if not backends or set(backends) - set(BACKENDS):
+        parser.error(f"unknown backends {sorted(set(backends) - set(BACKENDS))}; expected some "
+                     f"of {BACKENDS}")
     s = Setup.smoke() if args.smoke else Setup.quick() if args.quick else Setup.full()
     sizes = [x.strip() for x in args.sizes.split(",") if x.strip()]
     if set(sizes) - {"small", "large"}:
@@ -815,23 +837,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     started = ensure_ray()
     t0 = time.monotonic()
-    results: dict[str, Any] = {"sizes": {}}
+    results: dict[str, Any] = {"backends": {}}
     try:
-        shared = Runtime.start(RuntimeConfig(num_executors=1, monitor_interval_s=0.2),
-                               pool="bench-recovery-shared")
-        # Room for the whole day window's rows at the close, and a restore of 100 MB
-        # measured rather than failed at the default 60 s.
-        kill = Runtime.start(RuntimeConfig(num_executors=2, monitor_interval_s=0.2,
-                                           result_capacity=4_000_000, recovery_timeout_s=300.0),
-                             pool="bench-recovery-kill")
-        try:
-            for size in sizes:
-                print(f"{size} state ({s.keys(size):,} keys):")
-                results["sizes"][size] = run_size(s, size, shared, kill, parts, args.capacity)
-                save_json(args.json, _figures(s, results))
-        finally:
-            shared.shutdown(stop_ray=False)
-            kill.shutdown(stop_ray=False)
+        for backend in backends:
+            runs = results["backends"][backend] = {"sizes": {}}
+            shared = Runtime.start(RuntimeConfig(num_executors=1, monitor_interval_s=0.2,
+                                                 state_backend=backend),
+                                   pool=f"bench-recovery-shared-{backend}")
+            # Room for the whole day window's rows at the close, and a restore of 100 MB
+            # measured rather than failed at the default 60 s.
+            kill = Runtime.start(RuntimeConfig(num_executors=2, monitor_interval_s=0.2,
+                                               result_capacity=4_000_000,
+                                               recovery_timeout_s=300.0, state_backend=backend),
+                                 pool=f"bench-recovery-kill-{backend}")
+            try:
+                for size in sizes:
+                    print(f"{backend}, {size} state ({s.keys(size):,} keys):")
+                    runs["sizes"][size] = run_size(s, size, shared, kill, parts, args.capacity)
+                    save_json(args.json, _figures(s, results))
+            finally:
+                shared.shutdown(stop_ray=False)
+                kill.shutdown(stop_ray=False)
         results["elapsed_s"] = time.monotonic() - t0
         print(f"done in {results['elapsed_s']:.0f} s")
     finally:

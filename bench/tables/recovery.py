@@ -22,7 +22,7 @@ def _s(v: float | None) -> str:
 
 def _recovery(figures: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """The recovery run behind a row (its JSON keys are the intervals as strings)."""
-    runs = figures["sizes"][row["size"]].get("recovery", {})
+    runs = figures["backends"][row["backend"]]["sizes"][row["size"]].get("recovery", {})
     return next((r for iv, r in runs.items() if float(iv) == row["interval_s"]), {})
 
 
@@ -45,13 +45,15 @@ def _row(figures: dict[str, Any], r: dict[str, Any]) -> str:
     equal = {None: "", True: "yes", False: "**no**"}[r["results_match"]]
     if rec.get("error"):
         equal = "failed (its `error` in the JSON)"
-    return (f"| {r['keys']:,} keys | {r['interval_s']:g} s | {r['parts']} | {ckpt} | {overhead} | "
-            f"{alerts} | {_s(r['recovery_s'])} | {_s(r['detect_s'])} | {_restore(rec)} | {equal} |")
+    rss = "" if r.get("rss_mb") is None else f"{r['rss_mb']:,.0f} MB"
+    return (f"| {r['backend']} | {r['keys']:,} keys | {r['interval_s']:g} s | {r['parts']} | "
+            f"{ckpt} | {overhead} | {alerts} | {_s(r['recovery_s'])} | {_s(r['detect_s'])} | "
+            f"{_restore(rec)} | {rss} | {equal} |")
 
 
 def goals(figures: dict[str, Any]) -> list[str]:
     """One line per goal: met or not, and the figure of each row it was checked on."""
-    measured = {f"{r['size']}@{r['interval_s']:g}s": r for r in figures["table"]
+    measured = {f"{r['backend']}/{r['size']}@{r['interval_s']:g}s": r for r in figures["table"]
                 if r["parts"] == "incremental"}
     large = figures["setup"]["large_keys"]
     lines = []
@@ -60,9 +62,9 @@ def goals(figures: dict[str, Any]) -> list[str]:
         verdict = {None: "not measured", True: "met", False: "**not met**"}[g["met"]]
         rows = []
         for row, ok in g["per_row"].items():
-            size, _, interval = row.partition("@")
+            run, _, interval = row.partition("@")
             v = measured[row][field]
-            rows.append(f"{size} at {interval.removesuffix('s')} s: "
+            rows.append(f"{run.replace('/', ', ')} at {interval.removesuffix('s')} s: "
                         f"{'-' if v is None else fmt.format(v)}, "
                         f"{'-' if ok is None else ('met' if ok else 'not met')}")
         lines.append(f"- {label.replace('large state', f'large state ({large:,} keys)')}: "
@@ -71,11 +73,12 @@ def goals(figures: dict[str, Any]) -> list[str]:
 
 
 def table(figures: dict[str, Any]) -> list[str]:
-    """`bench.recovery`: per state size, interval and parts, the checkpoint, its cost in
-    throughput and in the alerts' p99, the recovery and its phases; then the goals."""
-    lines = ["| state | interval | parts | checkpoint | throughput with / without | "
+    """`bench.recovery`: per state backend, state size, interval and parts, the checkpoint,
+    its cost in throughput and in the alerts' p99, the recovery and its phases, the
+    killed executor's resident memory before; then the goals."""
+    lines = ["| backend | state | interval | parts | checkpoint | throughput with / without | "
              "alerts p99, without → with | recovery (kill → first new result read) | detect | "
-             "restore (wait, read and unpack, load) | results equal |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "restore (wait, read and unpack, load) | resident memory | results equal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_row(figures, r) for r in figures["table"]]
     return [*lines, "", "Goals (incremental parts, the default):", "", *goals(figures)]

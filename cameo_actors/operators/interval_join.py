@@ -40,6 +40,7 @@ from cameo_actors.operators.aggregates import is_time
 from cameo_actors.operators.base import Event, Output
 from cameo_actors.operators.bins import KeyBins
 from cameo_actors.operators.join import check_sides
+from cameo_actors.operators.state_store import StateBackend
 from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowing import (
     KeyFn,
@@ -249,8 +250,8 @@ class IntervalJoinOperator(WindowedOperator):
     def state_keys(self) -> list[Any]:
         return list(self._keys)
 
-    def _use_bins(self, bins: int) -> None:
-        self._index = KeyBins(bins)
+    def _use_bins(self, bins: int, backend: StateBackend) -> None:
+        self._index = KeyBins(bins)  # per-key state: in memory in every backend (for now)
 
     def state_bins(self) -> list[int]:
         return self._index.bins()

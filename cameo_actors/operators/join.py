@@ -31,6 +31,8 @@ from typing import Any
 
 from cameo_actors.operators.base import Event, Output
 from cameo_actors.operators.keyed_windows import KeyedWindows
+from cameo_actors.operators.state_store import StateBackend
+from cameo_actors.operators.stored_windows import aligned_state
 from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowing import (
     RESULT_FIELDS,
@@ -214,8 +216,8 @@ class WindowJoinOperator(WindowedOperator):
     def _aligned_state(self) -> KeyedWindows[Any] | None:
         return self._state
 
-    def _use_bins(self, bins: int) -> None:
-        self._state = KeyedWindows(bins)
+    def _use_bins(self, bins: int, backend: StateBackend) -> None:
+        self._state = aligned_state(bins, backend)
 
     def state_keys(self) -> list[Any]:
         return self._state.keys()

@@ -52,6 +52,7 @@ from cameo_actors.errors import SpecError
 from cameo_actors.operators.aggregates import is_time
 from cameo_actors.operators.base import Event, Output, short_repr
 from cameo_actors.operators.bins import KeyBins
+from cameo_actors.operators.state_store import StateBackend
 from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowing import (
     KeyFn,
@@ -402,8 +403,8 @@ class ProcessOperator(WindowedOperator):
         states = self._states
         return [*states, *(k for k in self._timers if k not in states)]
 
-    def _use_bins(self, bins: int) -> None:
-        self._index = KeyBins(bins)
+    def _use_bins(self, bins: int, backend: StateBackend) -> None:
+        self._index = KeyBins(bins)  # per-key state: in memory in every backend (for now)
 
     def state_bins(self) -> list[int]:
         return self._index.bins()

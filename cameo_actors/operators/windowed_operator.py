@@ -14,6 +14,14 @@ import msgpack
 from cameo_actors.operators.base import Operator
 from cameo_actors.operators.bins import check_bins
 from cameo_actors.operators.keyed_windows import KeyedWindows
+from cameo_actors.operators.state_store import (
+    IN_MEMORY,
+    StateBackend,
+    backend_folder,
+    is_store_piece,
+    joined,
+)
+from cameo_actors.operators.stored_windows import StoredWindows, store_entries
 from cameo_actors.operators.windowing import Rejects
 
 
@@ -58,9 +66,11 @@ class WindowedOperator(Operator):
         raise NotImplementedError
 
     # -- state by bin (live migration, `bins.py`) ---------------------------------------
-    def use_bins(self, bins: int) -> None:
+    def use_bins(self, bins: int, backend: StateBackend = IN_MEMORY) -> None:
         """Keep the keyed state in `bins` bins (the pool's count, a power of two), as
-        the routing table does; set before any state comes in.
+        the routing table does, in the pool's `backend` (where the operator kind has one:
+        aligned windows; the others keep their state in memory); set before any state
+        comes in.
 
         Raises:
             ValueError: `bins` is not a power of two, or state is here already.
@@ -69,9 +79,9 @@ class WindowedOperator(Operator):
         if self.state_bins():
             raise ValueError(f"step {self.step_id!r}: the bin count is set before any state "
                              f"comes in; this operator holds state already")
-        self._use_bins(bins)
+        self._use_bins(bins, backend)
 
-    def _use_bins(self, bins: int) -> None:
+    def _use_bins(self, bins: int, backend: StateBackend) -> None:
         raise NotImplementedError
 
     def state_keys(self) -> list[Any]:
@@ -128,6 +138,14 @@ class WindowedOperator(Operator):
             malformed_count=self.rejects.malformed_count,
         )
         return state
+
+    def on_batch(self, events: Any, port: int = 0) -> Any:
+        """As `Operator.on_batch`; then a stored state's cache is kept to its bound."""
+        out = super().on_batch(events, port)
+        state = self._aligned_state()
+        if state is not None and state.__class__ is StoredWindows:
+            state.after_batch()
+        return out
 
     # -- a checkpoint's snapshot in steps ----------------------------------------------------
     def _aligned_state(self) -> KeyedWindows[Any] | None:
@@ -201,5 +219,11 @@ class WindowedOperator(Operator):
                     piece = msgpack.unpackb(piece, raw=False, strict_map_key=False)
                 state[piece[0]].extend(piece[1])
         elif "pieces" in state:  # aligned windows packed in steps (`end_snapshot`)
-            state = {**state, "aligned": {**state["aligned"], "pieces": state["pieces"]}}
+            pieces = [joined(p) for p in state["pieces"]]
+            stored = [p for p in pieces if is_store_piece(p)]
+            if stored and not isinstance(self._aligned_state(), StoredWindows):
+                # a store's checkpoint, restored in memory (the pool changed its backend)
+                pieces = [*store_entries(stored, backend_folder(None)),
+                          *(p for p in pieces if not is_store_piece(p))]
+            state = {**state, "aligned": {**state["aligned"], "pieces": pieces}}
         self._restore_windows(state)

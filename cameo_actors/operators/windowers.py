@@ -23,6 +23,8 @@ from cameo_actors.operators.aggregates import CompiledAggregates, MalformedEvent
 from cameo_actors.operators.base import Event, Output
 from cameo_actors.operators.bins import KeyBins, stable_hash
 from cameo_actors.operators.keyed_windows import KeyedWindows
+from cameo_actors.operators.state_store import StateBackend
+from cameo_actors.operators.stored_windows import aligned_state
 from cameo_actors.operators.windowing import AlignedWindows, Rejects, decode_key, encode_key
 
 #: An event let into windows: (event, time, key, start and end of the last window it
@@ -77,8 +79,9 @@ class Windower(Protocol):
         """Replace the windows with those of a `snapshot`."""
         ...
 
-    def use_bins(self, bins: int) -> None:
-        """Keep the state in `bins` bins (`WindowedOperator.use_bins`); only while empty."""
+    def use_bins(self, bins: int, backend: StateBackend) -> None:
+        """Keep the state in `bins` bins in `backend` (`WindowedOperator.use_bins`); only
+        while empty."""
         ...
 
     def state_keys(self) -> list[Any]:
@@ -189,8 +192,8 @@ class AlignedWindower(AlignedWindows):
         copy_acc = self.aggs.copy
         self.state.load(state["aligned"], lambda fields: copy_acc(fields[0]))
 
-    def use_bins(self, bins: int) -> None:
-        self.state = KeyedWindows(bins)
+    def use_bins(self, bins: int, backend: StateBackend) -> None:
+        self.state = aligned_state(bins, backend)
 
     def state_keys(self) -> list[Any]:
         return self.state.keys()
@@ -385,8 +388,8 @@ class SessionWindower:
         for k in (*self.sessions, *(k for k in self.fired_last if k not in self.sessions)):
             index.add(k)
 
-    def use_bins(self, bins: int) -> None:
-        self.index = KeyBins(bins)
+    def use_bins(self, bins: int, backend: StateBackend) -> None:
+        self.index = KeyBins(bins)  # per-key state: in memory in every backend (for now)
 
     def state_keys(self) -> list[Any]:
         return [*self.sessions, *(k for k in self.fired_last if k not in self.sessions)]

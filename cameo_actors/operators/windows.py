@@ -48,6 +48,7 @@ from cameo_actors.operators.base import Event, Output
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.columns import Columns
 from cameo_actors.operators.keyed_windows import KeyedWindows
+from cameo_actors.operators.state_store import StateBackend
 from cameo_actors.operators.window_columns import fold_columns
 from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowers import Admitted, AlignedWindower, SessionWindower, Windower
@@ -390,8 +391,8 @@ class WindowOperator(WindowedOperator):
         windower = self._windower
         return windower.state if isinstance(windower, AlignedWindower) else None
 
-    def _use_bins(self, bins: int) -> None:
-        self._windower.use_bins(bins)
+    def _use_bins(self, bins: int, backend: StateBackend) -> None:
+        self._windower.use_bins(bins, backend)
 
     def state_keys(self) -> list[Any]:
         return self._windower.state_keys()

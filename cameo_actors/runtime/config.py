@@ -8,6 +8,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cameo_actors.operators.state_store import BACKENDS, StateBackend, backend_folder
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 from cameo_actors.runtime.boundary import MAX_BINS
 from cameo_actors.scaling import settings_from_dict
@@ -130,6 +131,16 @@ class RuntimeConfig:
         exchange_batch_events: a link's gathered events that make it send at once (at
             most a quarter of `credit_events`, so a sender is never held on its own
             unsent events).
+        state_backend: where keyed steps keep the state of aligned (tumbling, sliding)
+            windows and windowed joins: "memory" (Python objects on the executor's heap) or
+            "rocksdb" (an embedded store per activation, a bounded cache of hot entries in
+            memory; checkpoints are the store's own files, a restore opens them). State
+            kept per key (sessions, processes, interval joins) and lessees' partials stay
+            in memory in both (docs/runtime.md, "State backends").
+        store_dir: where the executors' stores live (a local disk of each node; a store
+            is deleted with its activation). None: `cameo-state` in the system's temp folder.
+        state_cache_entries: decoded entries each store keeps in memory; beyond, the
+            oldest are written back and dropped, a few after each batch.
         service_capacity_eps: a simulated executor speed for benchmarks on one machine:
             each instance of a keyed step processes at most this many events per second
             (it sleeps the rest of each event's share), so that an added executor adds
@@ -187,6 +198,9 @@ class RuntimeConfig:
     service_capacity_eps: float | None = None
     exchange_linger_ms: float = 10.0
     exchange_batch_events: int = 5_000
+    state_backend: str = "memory"
+    store_dir: str | None = None
+    state_cache_entries: int = 100_000
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -236,6 +250,12 @@ class RuntimeConfig:
             raise ValueError(f"RuntimeConfig.trace_niceness: expected an int from 0 to 19, got "
                              f"{self.trace_niceness!r}")
         settings_from_dict(self.scaling, where="RuntimeConfig.scaling")  # ScalingConfigError
+        if self.state_backend not in BACKENDS:
+            raise ValueError(f"RuntimeConfig.state_backend: expected one of {BACKENDS}, got "
+                             f"{self.state_backend!r}")
+        if type(self.state_cache_entries) is not int or self.state_cache_entries < 1:
+            raise ValueError(f"RuntimeConfig.state_cache_entries: expected an int >= 1, got "
+                             f"{self.state_cache_entries!r}")
         if self.service_capacity_eps is not None and not 0 < self.service_capacity_eps < float("inf"):
             raise ValueError(f"RuntimeConfig.service_capacity_eps: expected events per second > 0, "
                              f"or None, got {self.service_capacity_eps}")
@@ -254,6 +274,11 @@ class RuntimeConfig:
         if not on or not url or not self.local_recovery_dir:
             return None
         return os.path.join(self.local_recovery_dir, f"executor-{executor}")
+
+    def state_backend_of(self) -> StateBackend:
+        """Where the executors keep keyed state (`state_backend`, `store_dir`)."""
+        return StateBackend(self.state_backend, backend_folder(self.store_dir),
+                            self.state_cache_entries)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -20,6 +20,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from cameo_actors.errors import UserError
+from cameo_actors.operators.state_store import BACKENDS
 from cameo_actors.runtime.config import ADMISSION_MODES, DELIVERY_MODES, RuntimeConfig
 from cameo_actors.scaling import settings_from_dict
 from cameo_actors.service.auth import MAX_TOKENS, MAX_TOKENS_PER_TENANT
@@ -134,6 +135,14 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "results of a new pool's dataflows, unless a spec says otherwise: exactly_once "
            "(readable once the checkpoint after them completed) or at_least_once (at once, "
            f"with ids) (default {POOL_DEFAULTS['delivery']})"),
+    Option("state_backend", "--state-backend", ("CAMEO_STATE_BACKEND",),
+           "where a new pool keeps the state of aligned windows and windowed joins: memory "
+           "(Python objects on the executor's heap) or rocksdb (an embedded store per step "
+           "instance on the node's disk, its hot entries cached; for state larger than memory "
+           f"or fast restores) (default {POOL_DEFAULTS['state_backend']})"),
+    Option("store_dir", "--store-dir", ("CAMEO_STORE_DIR",),
+           "a local folder of each node where a new pool's rocksdb stores live (default: "
+           "cameo-state in the system's temp folder)"),
     Option("admission", "--admission", ("CAMEO_ADMISSION",),
            "what a submit predicted to make a dataflow miss its target gets in a new pool: "
            "admit (the prediction is only reported), warn (admitted, with warnings) or refuse "
@@ -221,6 +230,8 @@ class ServiceConfig:
     checkpoint_interval_s: float = POOL_DEFAULTS["checkpoint_interval_s"]
     replace_lost_after_s: float = POOL_DEFAULTS["replace_lost_after_s"]
     delivery: str = POOL_DEFAULTS["delivery"]
+    state_backend: str = POOL_DEFAULTS["state_backend"]
+    store_dir: str | None = POOL_DEFAULTS["store_dir"]
     admission: str = POOL_DEFAULTS["admission"]
     tenant_floor: str = "on" if POOL_DEFAULTS["tenant_floor"] else "off"
     scaling: dict[str, Any] = field(default_factory=_pool_factory("scaling"))
@@ -263,6 +274,9 @@ class ServiceConfig:
         if self.delivery not in DELIVERY_MODES:
             raise ConfigError("delivery", f"one of {DELIVERY_MODES}", self.delivery,
                               "use exactly_once, or at_least_once for results at once")
+        if self.state_backend not in BACKENDS:
+            raise ConfigError("state_backend", f"one of {BACKENDS}", self.state_backend,
+                              "use memory (the default), or rocksdb for state larger than memory")
         if self.admission not in ADMISSION_MODES:
             raise ConfigError("admission", f"one of {ADMISSION_MODES}", self.admission,
                               "use warn (the default), admit or refuse")

@@ -136,14 +136,14 @@ MIGRATION_FIELDS = ("steady_p99_ms", "migration_p99_ms", "migration_max_ms", "al
 
 def test_migration(ray_session: None, tmp_path: Path) -> None:
     """bench.migration --smoke, two strategies (the bench's own branch for stop_the_world, and
-    batched; test_reconfig.py moves bins by every strategy) at a given capacity (no
-    saturation run): each moved its bins and kept its results."""
+    batched; test_reconfig.py moves bins by every strategy) on both state backends at a
+    given capacity (no saturation run): each moved its bins and kept its results."""
     out = tmp_path / "migration.json"
     strategies = ("batched", "stop_the_world")
     migration.main(["--smoke", "--strategies", ",".join(strategies), "--capacity", "20000",
-                    "--json", str(out)])
+                    "--backends", "memory,rocksdb", "--json", str(out)])
     figures = json.loads(out.read_text())
-    assert set(figures["strategies"]) == set(strategies)
+    assert set(figures["strategies"]) == {*strategies, *(f"{x}@rocksdb" for x in strategies)}
     for name, r in figures["strategies"].items():
         assert r["completed"] is True, (name, r["note"])
         assert r["results_match"] is True, (name, r["result_rows"], r["expected_rows"],
@@ -153,7 +153,8 @@ def test_migration(ray_session: None, tmp_path: Path) -> None:
         assert isinstance(r["alerts_within_target"], bool)
         assert r["bins_moved"] == r["bins_total"] > 0
         assert set(r["hosts_after"].values()) == {0, 1}
-    assert set(figures["goals"]) >= {"batched_p99_within_2x_steady", "batched_alerts_within_target"}
+    assert set(figures["goals"]) >= {"batched_p99_within_2x_steady", "batched_alerts_within_target",
+                                     "batched_p99_within_2x_steady_rocksdb"}
 
 
 CHECKPOINT_FIELDS = ("throughput_off_eps", "throughput_on_eps", "checkpoint_overhead",
@@ -164,24 +165,27 @@ RECOVERY_FIELDS = (*CHECKPOINT_FIELDS, "recovery_s", "restore_s", "detect_s", "c
 
 
 def test_recovery(ray_session: None, tmp_path: Path) -> None:
-    """bench.recovery --smoke, small state only (well under a minute): every figure measured,
-    the dataflow whose executor was killed restored, its results equal to run_local's."""
+    """bench.recovery --smoke, small state only, on each state backend (about a minute
+    each): every figure measured, the dataflow whose executor was killed restored, its
+    results equal to run_local's."""
     out = tmp_path / "recovery.json"
     recovery.main(["--smoke", "--sizes", "small", "--json", str(out)])
     figures = json.loads(out.read_text())
-    assert [(r["size"], r["interval_s"], r["parts"]) for r in figures["table"]] == \
-        [("small", 1.0, "incremental"), ("small", 1.0, "full")]
+    assert [(r["backend"], r["size"], r["interval_s"], r["parts"]) for r in figures["table"]] == \
+        [(b, "small", 1.0, parts) for b in ("memory", "rocksdb") for parts in ("incremental", "full")]
     for r in figures["table"]:
         assert r["error"] is None, r["error"]
         measured = RECOVERY_FIELDS if r["parts"] == "incremental" else CHECKPOINT_FIELDS
         assert r["results_match"] is (True if r["parts"] == "incremental" else None), r
         for f in measured:
             assert isinstance(r[f], (int, float)) and math.isfinite(r[f]) and r[f] >= 0, (f, r[f])
-    rec = figures["sizes"]["small"]["recovery"]["1.0"]
-    assert rec["recoveries"] == 1 and rec["final_state"] == "finished"
-    assert rec["result_rows"] == rec["expected_rows"]
-    assert rec["alerts_kept_running"] is True
-    assert 0 < rec["detect_s"] <= rec["recovery_s"]
+    for backend in ("memory", "rocksdb"):
+        rec = figures["backends"][backend]["sizes"]["small"]["recovery"]["1.0"]
+        assert rec["recoveries"] == 1 and rec["final_state"] == "finished"
+        assert rec["result_rows"] == rec["expected_rows"]
+        assert rec["alerts_kept_running"] is True
+        assert 0 < rec["detect_s"] <= rec["recovery_s"]
+        assert rec["rss_mb_before"] > 0
     assert set(figures["goals"]) == {"recovery_under_5s_large_state",
                                      "checkpoint_overhead_under_10pct", "alerts_p99_within_1_2x"}
 

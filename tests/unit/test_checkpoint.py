@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from cameo_actors import Dataflow, count
 from cameo_actors.dataflow.spec import AggSpec
 from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.operators.state_store import BACKENDS, MEMORY
 from cameo_actors.operators.windows import WindowOperator
 from cameo_actors.runtime._private.checkpoint.parts import (
     CHECKPOINT,
@@ -54,6 +55,8 @@ from tests.shared.inprocess import InProcessCluster
 from tests.shared.zoo import events, flows
 
 KINDS = ["filter", "tumbling", "sliding", "session", "join", "union"]
+#: A stored state's cache in these tests: most entries written back and read again.
+SMALL_CACHE = 2
 
 
 def config(folder: Path, credits: int = 10_000, **kw: Any) -> RuntimeConfig:
@@ -299,7 +302,7 @@ class Driver:
     recovery, a failure of every process by a new controller that resumes the registry."""
 
     def __init__(self, d: Dataflow, folder: Path, n: int, seed: int, bins: int = 16,
-                 credits: int = 10_000, max_steps: int = 40) -> None:
+                 credits: int = 10_000, max_steps: int = 40, backend: str = MEMORY) -> None:
         self.spec = d.spec
         self.name = d.name
         self.seed = seed
@@ -307,7 +310,10 @@ class Driver:
         self.max_steps = max_steps
         # Failures may follow each other with no checkpoint between (the crash-loop guard,
         # max_recoveries, is not what these tests are about).
-        self.plane = ControlPlane(n, config(folder, credits, bins=bins, max_recoveries=10),
+        self.plane = ControlPlane(n, config(folder, credits, bins=bins, max_recoveries=10,
+                                            state_backend=backend,
+                                            store_dir=str(folder / "stores"),
+                                            state_cache_entries=SMALL_CACHE),
                                   seed, steps_per_call=0)
         self.plane.lifecycle.deploy(self.spec.to_dict())
         self.offsets: dict[str, int] = {}
@@ -446,11 +452,13 @@ def expected_rows(d: Dataflow, data: list[dict[str, Any]]) -> list[str]:
     return canon(run_local(d, {s.id: data for s in d.spec.sources}).sinks["o"])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_operator_kind_is_restored_exactly_once(kind: str, tmp_path: Path) -> None:
+def test_every_operator_kind_is_restored_exactly_once(kind: str, backend: str,
+                                                      tmp_path: Path) -> None:
     d = flow(kind, "rk", 2)
     data = events(400, seed=11)
-    run = Driver(d, tmp_path, n=2, seed=0)
+    run = Driver(d, tmp_path, n=2, seed=0, backend=backend)
     calls = run.calls(data, [37])
     half = len(calls) // 2
     # At the cut, a backlog at the last source (the others' barriers run ahead of it):
@@ -554,11 +562,12 @@ def test_a_batch_between_survivors_sent_before_the_restore_is_not_applied(
        p=st.integers(1, 3), seed=st.integers(0, 10_000), size=st.integers(100, 1000),
        sizes=st.lists(st.integers(1, 50), min_size=1, max_size=5),
        turn=st.integers(1, 6), credits=st.sampled_from([10, 10_000]), lag=st.integers(1, 60),
-       checkpoints=st.integers(0, 6), crashes=st.integers(1, 4))
+       checkpoints=st.integers(0, 6), crashes=st.integers(1, 4),
+       backend=st.sampled_from(BACKENDS))
 def test_any_checkpoints_and_crashes_give_each_result_exactly_once(
         tmp_path_factory: pytest.TempPathFactory, kind: str, n: int, p: int, seed: int,
         size: int, sizes: list[int], turn: int, credits: int, lag: int, checkpoints: int,
-        crashes: int) -> None:
+        crashes: int, backend: str) -> None:
     """Checkpoints start at random points of the input; each completes once its parts
     are in (checked after every call), or is stepped to completion a little later, or is
     abandoned (timed out) for the next one. Failures at random points too, of every core
@@ -567,7 +576,7 @@ def test_any_checkpoints_and_crashes_give_each_result_exactly_once(
     d = flow(kind, f"pr{seed}", p)
     data = events(size, seed=seed)
     run = Driver(d, tmp_path_factory.mktemp("prop"), n=n, seed=seed, credits=credits,
-                 max_steps=lag)
+                 max_steps=lag, backend=backend)
     calls = run.calls(data, sizes, turn)
     rng = random.Random(seed)
     starts = [rng.random() for _ in range(checkpoints)]
@@ -583,7 +592,8 @@ def test_any_checkpoints_and_crashes_give_each_result_exactly_once(
         run.try_complete()
     for _, action in todo:
         getattr(run, action)()
-    assert canon(run.end()) == expected_rows(d, data), (kind, n, p, plan, run.restored_from)
+    assert canon(run.end()) == expected_rows(d, data), \
+        (kind, n, p, plan, run.restored_from, backend)
 
 
 # == 4. each client's calls once, in order ===============================================

@@ -12,6 +12,7 @@ import pytest
 from cameo_actors import Dataflow, count, max_, run_local, sum_
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.bins import stable_hash
+from cameo_actors.operators.state_store import BACKENDS
 from cameo_actors.runtime._private.placement import even_owners
 from cameo_actors.runtime.config import RuntimeConfig
 from tests.shared.gateway import ControlPlane
@@ -47,13 +48,14 @@ def lend(plane: ControlPlane, name: str, lessees: int) -> None:
     assert plane.reconfig.wait_migration(started["id"], 0)["state"] == "done"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("when", ["before", "while", "given back"])
-def test_lessees_in_the_cores_give_run_locals_results(when: str) -> None:
-    lent = [run(seed, when) for seed in range(12)]
+def test_lessees_in_the_cores_give_run_locals_results(when: str, backend: str) -> None:
+    lent = [run(seed, when, backend) for seed in range(12)]
     assert sum(lent) > 0, "the lessees took events"
 
 
-def run(seed: int, when: str) -> int:
+def run(seed: int, when: str, backend: str) -> int:
     """One seeded run; returns the events the lessees took."""
     rng = random.Random(seed)
     lent = 0
@@ -61,8 +63,9 @@ def run(seed: int, when: str) -> int:
     hot = remote_key(2, 16)
     data = [{"ts": i // 3, "k": hot if rng.random() < 0.7 else rng.randrange(1, 12),
              "v": rng.randrange(50)} for i in range(1500)]
-    plane = ControlPlane(3, RuntimeConfig(credit_events=rng.choice([60, 200]), bins=16), seed,
-                         steps_per_call=0)
+    plane = ControlPlane(3, RuntimeConfig(credit_events=rng.choice([60, 200]), bins=16,
+                                          state_backend=backend, state_cache_entries=2),
+                         seed, steps_per_call=0)
     plane.lifecycle.deploy(d.spec.to_dict())
     cluster, hosts = plane.cluster, plane.registry.placements[d.name].hosts
     if when == "before":
@@ -89,9 +92,10 @@ def run(seed: int, when: str) -> int:
     return lent
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("seed", range(6))
 def test_lessees_restored_after_a_crash_give_each_result_exactly_once(
-        tmp_path_factory: pytest.TempPathFactory, seed: int) -> None:
+        tmp_path_factory: pytest.TempPathFactory, seed: int, backend: str) -> None:
     from tests.unit.test_checkpoint import Driver
 
     rng = random.Random(seed)
@@ -99,7 +103,8 @@ def test_lessees_restored_after_a_crash_give_each_result_exactly_once(
     hot = remote_key(2, 16)
     data = [{"ts": i // 3, "k": hot if rng.random() < 0.7 else rng.randrange(1, 12),
              "v": rng.randrange(50)} for i in range(1200)]
-    run = Driver(d, tmp_path_factory.mktemp("lease"), n=3, seed=seed, credits=200)
+    run = Driver(d, tmp_path_factory.mktemp("lease"), n=3, seed=seed, credits=200,
+                 backend=backend)
     lend(run.plane, d.name, 2)
     source = f"{d.name}/s/0"
     bursts = [data[i:i + 150] for i in range(0, len(data), 150)]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from cameo_actors.dataflow.spec import DataflowSpec
 from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.operators.state_store import BACKENDS, MEMORY
 from cameo_actors.runtime._private.controller.plans import STRATEGIES, balanced_owners, epochs_of
 from cameo_actors.runtime._private.placement import RoutingTable, even_owners, is_keyed_step
 from cameo_actors.runtime.config import RuntimeConfig
@@ -37,13 +38,14 @@ def random_change(rng: random.Random, plane: ControlPlane, spec: DataflowSpec, s
 
 
 def run_with_migrations(spec: DataflowSpec, data: list[dict[str, Any]], n: int, seed: int,
-                        credits: int, bins: int, strategy: str, migrations: int
-                        ) -> tuple[ControlPlane, list[dict[str, Any]]]:
+                        credits: int, bins: int, strategy: str, migrations: int,
+                        backend: str = MEMORY) -> tuple[ControlPlane, list[dict[str, Any]]]:
     """Feed `data` while `migrations` random reconfigurations run. The client's calls go
     on during each one: some are made while the controller's calls to the executors
     travel, so bins move under a stream of events, watermarks and acks in random order."""
     rng = random.Random(seed)
-    plane = ControlPlane(n, RuntimeConfig(credit_events=credits, policy="cameo", bins=bins),
+    plane = ControlPlane(n, RuntimeConfig(credit_events=credits, policy="cameo", bins=bins,
+                                          state_backend=backend, state_cache_entries=2),
                          seed, steps_per_call=rng.randrange(1, 8))
     plane.lifecycle.deploy(spec.to_dict())
     hosts = plane.registry.placements[spec.name].hosts
@@ -80,9 +82,11 @@ def run_with_migrations(spec: DataflowSpec, data: list[dict[str, Any]], n: int, 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 3), p=st.integers(1, 3), seed=st.integers(0, 1000),
        credits=st.sampled_from([10, 10_000]), bins=st.sampled_from([4, 16, 64]),
-       strategy=st.sampled_from(STRATEGIES), migrations=st.integers(1, 2))
+       strategy=st.sampled_from(STRATEGIES), migrations=st.integers(1, 2),
+       backend=st.sampled_from(BACKENDS))
 def test_migrations_keep_results_equal_run_local(n: int, p: int, seed: int, credits: int,
-                                                 bins: int, strategy: str, migrations: int) -> None:
+                                                 bins: int, strategy: str, migrations: int,
+                                                 backend: str) -> None:
     data = events(600, seed=seed)
     for d in flows(f"m{seed}", p):
         spec = d.spec
@@ -90,8 +94,9 @@ def test_migrations_keep_results_equal_run_local(n: int, p: int, seed: int, cred
             continue
         expected = run_local(d, {s.id: data for s in spec.sources}).sinks["o"]
         plane, done = run_with_migrations(spec, data, n, seed, credits, bins, strategy,
-                                          migrations)
-        assert canon(plane.results(d.name)) == canon(expected), (d.name, n, p, bins, strategy)
+                                          migrations, backend)
+        assert canon(plane.results(d.name)) == canon(expected), \
+            (d.name, n, p, bins, strategy, backend)
         assert [m["state"] for m in done] == ["done"] * migrations
         assert [m["epochs_done"] for m in done] == [m["epochs_total"] for m in done]
         for c in plane.cluster.cores:

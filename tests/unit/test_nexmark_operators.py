@@ -838,7 +838,7 @@ def test_session_merges_keep_max_by_and_top() -> None:
 def test_property_session_moves_with_event_aggregates(data: st.DataObject, gap: int,
                                                       on_time: bool) -> None:
     steps = data.draw(scripts(on_time))
-    assert_moves_change_nothing(lambda: window("session", EVENT_AGGS, gap=gap), steps, on_time)
+    assert_moves_change_nothing(lambda _: window("session", EVENT_AGGS, gap=gap), steps, on_time)
 
 
 def session(bins: int = DEFAULT_BINS) -> WindowOperator:

@@ -97,7 +97,8 @@ class Content:
     Attributes:
         state: the activation's state at the first barrier, packed (without the
             operator's pieces).
-        pieces: the operator's state packed in steps (msgpack objects).
+        pieces: the operator's state packed in steps (msgpack objects, or lists of
+            frames that make one).
         inflight: the messages recorded on channels whose barrier had not come.
         results: a sink's result log at the barrier, (first offset, chunks, id counts).
         nbytes: its size, once packed.
@@ -122,7 +123,10 @@ class Content:
             results = [base, len(log), seen]
         head = _pack({"state": self.state, "inflight_frames": len(inflight),
                       "results_frames": results, "pieces": len(self.pieces)})
-        out = [head, *inflight, *log, *self.pieces]
+        # A piece is one msgpack object, or a list of frames that make one (a store's
+        # file: its header, then its mapped bytes, read only as they are written).
+        pieces = [f for p in self.pieces for f in (p if isinstance(p, list) else (p,))]
+        out = [head, *inflight, *log, *pieces]
         self.nbytes = sum(map(len, out))
         self.state, self.pieces, self.inflight, self.results = b"", [], [], None
         return out

@@ -33,6 +33,7 @@ from cameo_actors.operators.build import build_operator, key_function
 from cameo_actors.operators.column_keys import hashable_column, key_field, split_by_key
 from cameo_actors.operators.columns import is_columns, rows
 from cameo_actors.operators.lease import build_lessee
+from cameo_actors.operators.state_store import IN_MEMORY, StateBackend
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 from cameo_actors.runtime._private.checkpoint.parts import Channel as InputChannel
 from cameo_actors.runtime._private.checkpoint.parts import Part
@@ -62,7 +63,8 @@ Barrier = tuple[str, int, Any]
 class Activation:
     def __init__(self, spec: DataflowSpec, aid: ActivationId, placement: Placement,
                  resolver: FunctionResolver | None = None, *,
-                 max_string_chars: int = DEFAULT_MAX_STRING_CHARS) -> None:
+                 max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+                 backend: StateBackend = IN_MEMORY) -> None:
         step = spec.step(aid.step)
         instance = aid.instance
         self.aid = aid
@@ -99,8 +101,10 @@ class Activation:
         self.key_fns = [key_function(spec, up) for up in step.inputs] if self.keyed else []
         self.epoch: Epoch | None = None
         self.plans: dict[int, Epoch] = {}
-        if self.keyed:  # its state kept in the routing table's bins, moved bin by bin
-            self.operator.use_bins(self.bins)  # type: ignore[attr-defined]
+        if self.keyed:  # its state kept in the routing table's bins, moved bin by bin; a
+            # lessee's partials are taken whole at each merge, so they stay in memory
+            self.operator.use_bins(  # type: ignore[attr-defined]
+                self.bins, IN_MEMORY if self.lessee else backend)
         self.done_version = placement.tables[step.id].version if step.id in placement.tables else 0
         self.bins_given = self.bytes_sent = 0  # given away here, over every epoch
         # A source's input order: client -> its next ingest call, and the calls that

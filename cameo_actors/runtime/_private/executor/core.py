@@ -109,7 +109,8 @@ class ExecutorCore:
                                policy_params=dict(config.policy_params),
                                floor_slack_ms=config.floor_slack_ms if config.tenant_floor else None)
         self.hosting = Hosting(index, FunctionResolver(config.allowed_modules),
-                               max_string_chars=config.max_string_chars)
+                               max_string_chars=config.max_string_chars,
+                               backend=config.state_backend_of())
         self.channels = Channels(index, send, self._unsendable,
                                  min(config.exchange_batch_events, config.credit_events // 4))
         self.flow = FlowControl(config.credit_events, config.ingress_events,

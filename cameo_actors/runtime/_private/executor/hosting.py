@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.operators.state_store import IN_MEMORY, StateBackend
 from cameo_actors.operators.stateless import DEFAULT_MAX_STRING_CHARS
 from cameo_actors.runtime._private.executor.activation import Activation
 from cameo_actors.runtime._private.placement import Placement
@@ -33,10 +34,12 @@ class HostedDataflow:
 
 class Hosting:
     def __init__(self, index: int, resolver: FunctionResolver, *,
-                 max_string_chars: int = DEFAULT_MAX_STRING_CHARS) -> None:
+                 max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+                 backend: StateBackend = IN_MEMORY) -> None:
         self.index = index
         self.resolver = resolver
         self.max_string_chars = max_string_chars  # the pool's, for every source built here
+        self.backend = backend  # the pool's, where keyed state is kept
         self.activations: dict[str, Activation] = {}
         #: activation id -> executor index, for every activation of the dataflows hosted here
         self.hosts: dict[str, int] = {}
@@ -48,7 +51,8 @@ class Hosting:
         not yet hosted."""
         if only is None and spec.name in self.dataflows:
             raise ValueError(f"dataflow {spec.name!r} is already deployed on executor {self.index}")
-        return [Activation(spec, aid, placement, self.resolver, max_string_chars=self.max_string_chars)
+        return [Activation(spec, aid, placement, self.resolver,
+                           max_string_chars=self.max_string_chars, backend=self.backend)
                 for aid in placement.on(self.index) if only is None or str(aid) in only]
 
     def add(self, spec: DataflowSpec, placement: Placement, built: list[Activation]) -> None:
