@@ -1,7 +1,8 @@
 """Fault tolerance: what checkpoints cost, and how long an executor's death stops a dataflow.
 
 Run: `python -m bench.recovery [--quick | --smoke] [--sizes small,large]
-      [--parts throughput,alerts,recovery] [--capacity EPS] [--json FILE]`
+      [--parts throughput,alerts,recovery] [--capacity EPS] [--backends memory,rocksdb]
+      [--standby N] [--json FILE]`
 
 The checkpointed dataflow, "bulk" (tenant analytics, target 1 s): source (ts, key, g, value,
 size) -> two branches: key_by(key) -> a one-day tumbling window (`id="state"`: n, total,
@@ -65,6 +66,12 @@ Per state size and checkpoint interval (1 s and 5 s; `--quick`: 1 s only), on Ra
   (`reader_key_errors`, see `Reader`) and tried again. Alerts keep running on executor
   0: `alerts_kept_running` (never left `running`) and their p99 from the kill to the
   first new bulk result. A run that fails keeps what it measured, with an `error`.
+
+State backends (`--backends`, both by default): each is measured on pools of its own
+(`RuntimeConfig.state_backend`), one after the other; every row names its `backend`, and
+`rss_mb` is the killed executor's resident memory just before the kill. `--standby N`
+gives the recovery pool N warm spare executors (`standby_executors`): the killed
+executor's dataflow is then restored on a spare at once.
 
 `--parts` measures only some of the three (the steady rate then comes from `--capacity`
 or one run without checkpoints); `--sizes` only some sizes (the integration smoke test
@@ -819,6 +826,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--backends", default=",".join(BACKENDS),
                         help=f"comma-separated state backends, of {', '.join(BACKENDS)}: each "
                              f"measured on pools of its own, one after the other")
+    parser.add_argument("--standby", type=int, default=0,
+                        help="standby executors of the recovery pool (RuntimeConfig."
+                             "standby_executors): the killed executor's dataflows are restored "
+                             "on a spare instead of after Ray restarted it (default 0)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     backends = [x.strip() for x in args.backends.split(",") if x.strip()]
@@ -837,7 +848,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     started = ensure_ray()
     t0 = time.monotonic()
-    results: dict[str, Any] = {"backends": {}}
+    results: dict[str, Any] = {"backends": {}, "standby_executors": args.standby}
     try:
         for backend in backends:
             runs = results["backends"][backend] = {"sizes": {}}
@@ -848,7 +859,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # measured rather than failed at the default 60 s.
             kill = Runtime.start(RuntimeConfig(num_executors=2, monitor_interval_s=0.2,
                                                result_capacity=4_000_000,
-                                               recovery_timeout_s=300.0, state_backend=backend),
+                                               recovery_timeout_s=300.0, state_backend=backend,
+                                               standby_executors=args.standby),
                                  pool=f"bench-recovery-kill-{backend}")
             try:
                 for size in sizes:

@@ -69,7 +69,7 @@ class StateBackend:
 
     kind: str = MEMORY
     folder: str = ""
-    cache_entries: int = 100_000
+    cache_entries: int = 1_000_000
 
     @property
     def stored(self) -> bool:

@@ -98,6 +98,10 @@ class RuntimeConfig:
             the worker thread at 100 MB of state). False: Python's default.
         recovery_timeout_s: how long a restarted executor may take to come back, and how
             long a client's call waits for a recovering dataflow.
+        standby_executors: empty executors the pool keeps warm besides `num_executors`
+            (they take no dataflow): a lost executor's dataflows are restored on one at
+            once, without waiting for the platform to start the lost process again (about
+            a second here), and the lost one, once restarted, is the next spare.
         replace_lost_after_s: how long recovery waits for Ray to restart a lost executor
             (on a node with room) before it restores that executor's dataflows on the
             executors left instead and retires it (its node died and no other has room).
@@ -184,6 +188,7 @@ class RuntimeConfig:
     local_recovery_dir: str | None = None
     gc_freeze: bool = True
     recovery_timeout_s: float = 60.0
+    standby_executors: int = 0
     replace_lost_after_s: float = 20.0
     max_recoveries: int = 3
     trace_sample: float = 1.0
@@ -200,7 +205,7 @@ class RuntimeConfig:
     exchange_batch_events: int = 5_000
     state_backend: str = "memory"
     store_dir: str | None = None
-    state_cache_entries: int = 100_000
+    state_cache_entries: int = 1_000_000
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -250,6 +255,9 @@ class RuntimeConfig:
             raise ValueError(f"RuntimeConfig.trace_niceness: expected an int from 0 to 19, got "
                              f"{self.trace_niceness!r}")
         settings_from_dict(self.scaling, where="RuntimeConfig.scaling")  # ScalingConfigError
+        if type(self.standby_executors) is not int or not 0 <= self.standby_executors <= 16:
+            raise ValueError(f"RuntimeConfig.standby_executors: expected an int from 0 to 16, "
+                             f"got {self.standby_executors!r}")
         if self.state_backend not in BACKENDS:
             raise ValueError(f"RuntimeConfig.state_backend: expected one of {BACKENDS}, got "
                              f"{self.state_backend!r}")

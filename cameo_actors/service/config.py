@@ -143,6 +143,10 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("store_dir", "--store-dir", ("CAMEO_STORE_DIR",),
            "a local folder of each node where a new pool's rocksdb stores live (default: "
            "cameo-state in the system's temp folder)"),
+    Option("standby_executors", "--standby-executors", ("CAMEO_STANDBY_EXECUTORS",),
+           "empty executors a new pool keeps warm besides --executors: a lost executor's "
+           "dataflows are restored on one at once instead of after Ray restarted it "
+           f"(default {POOL_DEFAULTS['standby_executors']})", _int),
     Option("admission", "--admission", ("CAMEO_ADMISSION",),
            "what a submit predicted to make a dataflow miss its target gets in a new pool: "
            "admit (the prediction is only reported), warn (admitted, with warnings) or refuse "
@@ -231,6 +235,7 @@ class ServiceConfig:
     replace_lost_after_s: float = POOL_DEFAULTS["replace_lost_after_s"]
     delivery: str = POOL_DEFAULTS["delivery"]
     state_backend: str = POOL_DEFAULTS["state_backend"]
+    standby_executors: int = POOL_DEFAULTS["standby_executors"]
     store_dir: str | None = POOL_DEFAULTS["store_dir"]
     admission: str = POOL_DEFAULTS["admission"]
     tenant_floor: str = "on" if POOL_DEFAULTS["tenant_floor"] else "off"
@@ -274,6 +279,9 @@ class ServiceConfig:
         if self.delivery not in DELIVERY_MODES:
             raise ConfigError("delivery", f"one of {DELIVERY_MODES}", self.delivery,
                               "use exactly_once, or at_least_once for results at once")
+        if not 0 <= self.standby_executors <= 16:
+            raise ConfigError("standby_executors", "0 to 16", self.standby_executors,
+                              "use 1: one spare per pool (on a cluster, about one per node)")
         if self.state_backend not in BACKENDS:
             raise ConfigError("state_backend", f"one of {BACKENDS}", self.state_backend,
                               "use memory (the default), or rocksdb for state larger than memory")

@@ -83,6 +83,7 @@ def serve(cfg: ServiceConfig) -> int:
                            replace_lost_after_s=cfg.replace_lost_after_s,
                            delivery=cfg.delivery, admission=cfg.admission,
                            state_backend=cfg.state_backend, store_dir=cfg.store_dir,
+                           standby_executors=cfg.standby_executors,
                            tenant_floor=cfg.tenant_floor == "on", scaling=dict(cfg.scaling))
     try:
         # The service restores what its run folder kept (a restart, a crash): on purpose.

@@ -222,6 +222,7 @@ class ControlPlane(Plane):
         super().__init__("test", config, gateway, self.cluster.storage, spawn=spawn)
         self.gateway: InProcessGateway = gateway
         self.pool.link()
+        self.pool.keep_spares(config.standby_executors)  # of the n cores, the last ones
 
     def push(self, name: str, source: str, items: list[Any], client: str = "client") -> None:
         """A client's next call to `source` (its first instance), as the Runtime sends it:

@@ -302,7 +302,8 @@ class Driver:
     recovery, a failure of every process by a new controller that resumes the registry."""
 
     def __init__(self, d: Dataflow, folder: Path, n: int, seed: int, bins: int = 16,
-                 credits: int = 10_000, max_steps: int = 40, backend: str = MEMORY) -> None:
+                 credits: int = 10_000, max_steps: int = 40, backend: str = MEMORY,
+                 standby: int = 0) -> None:
         self.spec = d.spec
         self.name = d.name
         self.seed = seed
@@ -310,10 +311,11 @@ class Driver:
         self.max_steps = max_steps
         # Failures may follow each other with no checkpoint between (the crash-loop guard,
         # max_recoveries, is not what these tests are about).
-        self.plane = ControlPlane(n, config(folder, credits, bins=bins, max_recoveries=10,
-                                            state_backend=backend,
-                                            store_dir=str(folder / "stores"),
-                                            state_cache_entries=SMALL_CACHE),
+        self.plane = ControlPlane(n + standby,
+                                  config(folder, credits, bins=bins, max_recoveries=10,
+                                         state_backend=backend, store_dir=str(folder / "stores"),
+                                         state_cache_entries=SMALL_CACHE,
+                                         standby_executors=standby),
                                   seed, steps_per_call=0)
         self.plane.lifecycle.deploy(self.spec.to_dict())
         self.offsets: dict[str, int] = {}
@@ -555,6 +557,50 @@ def test_a_batch_between_survivors_sent_before_the_restore_is_not_applied(
     assert canon(rows) == expected_rows(d, data)
 
 
+def test_a_spare_takes_a_lost_executors_instances_at_once_and_the_lost_one_is_the_next_spare(
+        tmp_path: Path) -> None:
+    """With a standby executor, the dataflows of a lost executor are restored on the spare
+    without waiting for the lost one (it is still restarting when they run again); once
+    back, the lost one is the spare. Results stay exact, and a second loss uses it."""
+    d = flow("tumbling", "sb", 2)
+    data = events(300, seed=3)
+    run = Driver(d, tmp_path, n=2, seed=5, standby=1)
+    plane, cluster = run.plane, run.cluster
+    assert plane.pool.standby == {2} and 2 not in plane.registry.placements[d.name].executors()
+    calls = run.calls(data, [29])
+    third = len(calls) // 3
+    for target, items in calls[:third]:
+        run.push(target, items)
+    run.start()
+    run.finish()
+    waited: list[tuple[int, bool]] = []
+    restore = plane.recovery._recover
+
+    def recover(name: str, why: str, again: bool = False) -> bool:
+        waited.append((0, 0 in plane.pool.restarting))
+        return restore(name, why, again)
+
+    plane.recovery._recover = recover  # type: ignore[method-assign]
+    run.read()
+    cluster.restart_core(0)
+    plane.recovery.check_executors()
+    assert waited == [(0, True)], "restored while the lost executor was still restarting"
+    assert plane.registry.placements[d.name].executors() == {1, 2}
+    assert plane.pool.standby == {0} and not plane.pool.replaced
+    assert plane.registry.record(d.name)["checkpoints"]["last_restore"]["waited_s"] < 1
+    for target, items in calls[third:2 * third]:
+        run.push(target, items)
+    run.start()
+    run.finish()
+    cluster.restart_core(2)
+    plane.recovery.check_executors()
+    assert plane.registry.placements[d.name].executors() == {0, 1}
+    assert plane.pool.standby == {2}
+    for target, items in calls[2 * third:]:
+        run.push(target, items)
+    assert canon(run.end()) == expected_rows(d, data)
+
+
 # == 3. the property ====================================================================
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
@@ -563,11 +609,11 @@ def test_a_batch_between_survivors_sent_before_the_restore_is_not_applied(
        sizes=st.lists(st.integers(1, 50), min_size=1, max_size=5),
        turn=st.integers(1, 6), credits=st.sampled_from([10, 10_000]), lag=st.integers(1, 60),
        checkpoints=st.integers(0, 6), crashes=st.integers(1, 4),
-       backend=st.sampled_from(BACKENDS))
+       backend=st.sampled_from(BACKENDS), standby=st.integers(0, 1))
 def test_any_checkpoints_and_crashes_give_each_result_exactly_once(
         tmp_path_factory: pytest.TempPathFactory, kind: str, n: int, p: int, seed: int,
         size: int, sizes: list[int], turn: int, credits: int, lag: int, checkpoints: int,
-        crashes: int, backend: str) -> None:
+        crashes: int, backend: str, standby: int) -> None:
     """Checkpoints start at random points of the input; each completes once its parts
     are in (checked after every call), or is stepped to completion a little later, or is
     abandoned (timed out) for the next one. Failures at random points too, of every core
@@ -576,7 +622,7 @@ def test_any_checkpoints_and_crashes_give_each_result_exactly_once(
     d = flow(kind, f"pr{seed}", p)
     data = events(size, seed=seed)
     run = Driver(d, tmp_path_factory.mktemp("prop"), n=n, seed=seed, credits=credits,
-                 max_steps=lag, backend=backend)
+                 max_steps=lag, backend=backend, standby=standby)
     calls = run.calls(data, sizes, turn)
     rng = random.Random(seed)
     starts = [rng.random() for _ in range(checkpoints)]
@@ -593,7 +639,7 @@ def test_any_checkpoints_and_crashes_give_each_result_exactly_once(
     for _, action in todo:
         getattr(run, action)()
     assert canon(run.end()) == expected_rows(d, data), \
-        (kind, n, p, plan, run.restored_from, backend)
+        (kind, n, p, plan, run.restored_from, backend, standby)
 
 
 # == 4. each client's calls once, in order ===============================================

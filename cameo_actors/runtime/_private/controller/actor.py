@@ -60,8 +60,9 @@ class RayControlPlane(ControlPlane):
             self.recovery.resume(saved)
         else:
             n = cfg.num_executors or max(1, int(cluster_cpus()))
-            self.pool.gateway.start(range(n))
+            self.pool.gateway.start(range(n + cfg.standby_executors))
             self.pool.link()
+            self.pool.keep_spares(cfg.standby_executors)
         self.admission.report()
         loops = [("watch", self.recovery.watch), ("monitor", self.monitor.run),
                  ("checkpointer", self.checkpoints.run), ("scaling", self.scaling.run)]

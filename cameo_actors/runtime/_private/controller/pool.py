@@ -32,6 +32,11 @@ class Pool:
         self.kept: dict[int, str] = {}
         #: executor index -> activations it hosts (placement's balance)
         self.load: dict[int, int] = {}
+        #: empty executors kept warm: a lost executor's dataflows are restored on one at
+        #: once (`Recovery.lost`), and the lost one, restarted, becomes a spare
+        self.standby: set[int] = set()
+        #: a lost executor -> the spare its instances are restored on (until it is back)
+        self.replaced: dict[int, int] = {}
 
     def size(self) -> int:
         return self.gateway.size()
@@ -41,8 +46,21 @@ class Pool:
         return [i for i in range(self.size()) if i not in self.dead]
 
     def usable(self) -> list[int]:
-        """Executors new work may go to: alive, not being removed."""
-        return [i for i in self.live() if i not in self.draining]
+        """Executors new work may go to: alive, not being removed, not a spare."""
+        return [i for i in self.live() if i not in self.draining and i not in self.standby]
+
+    def keep_spares(self, n: int) -> None:
+        """The last `n` live executors are spares (a pool just started: they host nothing)."""
+        self.standby = set(self.live()[len(self.live()) - n:]) if n > 0 else set()
+
+    def spare(self, lost: int) -> int | None:
+        """A spare that answers, taken out of the standby to replace `lost`; None if none."""
+        for s in sorted(self.standby):
+            if s != lost and s in self.answering():
+                self.standby.discard(s)
+                self.replaced[lost] = s
+                return s
+        return None
 
     def answering(self) -> list[int]:
         """Executors expected to answer now: alive, not restarting, linked (one being

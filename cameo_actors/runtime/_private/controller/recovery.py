@@ -98,7 +98,59 @@ class Recovery:
                    if not d["released"] and index in d["executors"]]
             for name in hit:
                 self.mark(name, why)
-        self.spawn(f"cameo-restart-{index}", self._restart, index, why, hit)
+            spare = self.pool.spare(index) if hit else None
+        if spare is None:
+            self.spawn(f"cameo-restart-{index}", self._restart, index, why, hit)
+            return
+        # A warm spare takes its instances now; the lost one, once restarted, is a spare.
+        logger.warning("executor %d replaced by spare executor %d", index, spare)
+        self.spawn(f"cameo-replace-{index}", self._replace, index, why, hit)
+        self.spawn(f"cameo-rejoin-{index}", self._rejoin, index)
+
+    def _replace(self, index: int, why: str, hit: list[str]) -> None:
+        """Restore `hit` with lost executor `index`'s instances on its spare."""
+        try:
+            self.recover_all(hit, why)
+        finally:
+            with self.lock:
+                self.pool.replaced.pop(index, None)
+                self._spare_again(index)
+
+    def _spare_again(self, index: int) -> None:
+        """A replaced executor is a spare once it is back and its dataflows restored
+        elsewhere (under the lock; whichever of the two comes last)."""
+        pool = self.pool
+        if index not in pool.restarting and index not in pool.dead \
+                and index not in pool.replaced and not pool.load.get(index):
+            pool.standby.add(index)
+
+    def _rejoin(self, index: int) -> None:
+        """Wait for lost executor `index` to be restarted (empty), link it to the others,
+        and keep it as a spare (or take it out, as `_restart` does, if it does not come
+        back)."""
+        pool, gateway = self.pool, self.pool.gateway
+        deadline = time.time() + self.config.recovery_timeout_s
+        while time.time() < deadline and not self.stopped.is_set():
+            answer = gateway.poll([gateway.send(index, ExecutorAPI.ping)], 5.0)[0]
+            if answer is None or isinstance(answer, BaseException):
+                time.sleep(0.1)
+                continue
+            try:
+                with self.lock:
+                    pool.incarnations[index] = answer.incarnation
+                    gateway.link([index], pool.incarnations)
+                    gateway.relink([i for i in pool.live() if i != index], index,
+                                   answer.incarnation)
+                    pool.restarting.discard(index)
+                    self._spare_again(index)
+                return
+            except RuntimeUnavailable as e:
+                logger.warning("executor %d: linking its incarnation %s failed (%s); waiting "
+                               "for the next one", index, answer.incarnation, e)
+                time.sleep(0.1)
+        with self.lock:
+            self._take_out([index], "it was replaced by a spare, and not restarted within "
+                                    f"{self.config.recovery_timeout_s:g} s")
 
     def mark(self, name: str, why: str) -> None:
         self.losses[name] += 1
@@ -233,9 +285,12 @@ class Recovery:
                 "seconds": round(time.time() - began, 3)}
 
     def placement_of(self, manifest: dict[str, Any]) -> Placement:
-        """A checkpoint's placement, the instances of executors gone for good moved to
-        the executors left (`routing.moved_off`)."""
+        """A checkpoint's placement, the instances of a lost executor a spare replaces
+        moved to the spare, those of executors gone for good to the executors left
+        (`routing.moved_off`)."""
         placement = Placement.from_dict(manifest["placement"])
+        for lost, spare in dict(self.pool.replaced).items():
+            placement = moved_off(placement, {lost}, [spare], {})
         gone = placement.executors() & set(self.pool.dead)
         if not gone:
             return placement
@@ -315,8 +370,8 @@ class Recovery:
                     "scheduling": info["spec"]["scheduling"]}
         before = registry.placements.get(name)
         left = set(before.executors()) - placement.executors() if before else set()
-        gateway.call_each([i for i in sorted(left) if i not in self.pool.dead], ExecutorAPI.cancel,
-                          name)
+        gateway.call_each([i for i in sorted(left) if i not in self.pool.dead
+                           and i not in self.pool.restarting], ExecutorAPI.cancel, name)
         involved = sorted(placement.executors())
         timeout = self.config.recovery_timeout_s
         try:

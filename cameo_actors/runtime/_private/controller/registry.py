@@ -68,6 +68,7 @@ class Registry:
                     "executors": pool.size(),
                     "incarnations": {str(i): inc for i, inc in pool.incarnations.items()},
                     "dead": {str(i): why for i, why in pool.dead.items()},
+                    "standby": sorted(pool.standby),
                     "dataflows": dict(self.dataflows),
                     "placements": {n: p.to_dict() for n, p in self.placements.items()},
                     "migration_seq": self.migration_seq}
@@ -81,6 +82,7 @@ class Registry:
         self.dataflows = registry["dataflows"]
         self.placements = {n: Placement.from_dict(p) for n, p in registry["placements"].items()}
         self.pool.dead = {int(i): why for i, why in registry["dead"].items()}
+        self.pool.standby = set(registry.get("standby", ()))  # a registry of before: none
         self.migration_seq = registry["migration_seq"]
         for name, placement in self.placements.items():
             if not self.dataflows[name]["released"]:
