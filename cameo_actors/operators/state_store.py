@@ -225,6 +225,15 @@ class KeyStore:
             yield k, it.value()
             it.next()
 
+    def scan_from(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of every key from `start` on, in key order (a new iterator: it
+        sees every write made before it)."""
+        it = self.db.iter()
+        it.seek(start)
+        while it.valid():
+            yield it.key(), it.value()
+            it.next()
+
     def delete_prefix(self, prefix: bytes) -> None:
         """Remove every key starting with `prefix` (one range tombstone)."""
         self.db.delete_range(prefix, _after(prefix))
