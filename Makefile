@@ -60,8 +60,9 @@ bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload;
 	$(PY) -m bench.network --json bench/results/network.json
 	$(PY) -m bench.multitenant --json bench/out/multitenant.json
 	$(PY) -m bench.service --quick --json bench/results/service.json
-	$(PY) -m bench.migration --quick --json bench/results/migration.json --plots docs/bench
-	$(PY) -m bench.recovery --quick --json bench/results/recovery.json
+	$(PY) -m bench.migration --quick --backends memory,rocksdb --json bench/results/migration.json --plots docs/bench
+	$(PY) -m bench.recovery --quick --standby 1 --json bench/results/recovery.json
+	$(PY) -m bench.recovery --sizes large --parts recovery --standby 1 --json bench/results/recovery_100mb.json
 	$(PY) -m bench.scaling --parts steps,hot --json bench/results/scaling.json --plots docs/bench
 	$(PY) -m bench.scaling --parts capped --json bench/results/scaling_capped.json
 	$(PY) -m bench.critical_path --rounds 5 --json bench/results/critical_path.json

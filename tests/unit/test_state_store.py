@@ -7,6 +7,7 @@ test_checkpoint.py, test_migration.py and test_lease_runtime.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from cameo_actors.dataflow.spec import AggSpec
 from cameo_actors.operators.state_store import (
     MEMORY,
     ROCKSDB,
+    KeyStore,
     StateBackend,
     end_bytes,
     joined,
@@ -158,3 +160,14 @@ def test_a_piece_still_in_frames_is_joined() -> None:
     frames = [b"\x82\xa4file\xa1x\xa4data\xc6\x00\x00\x00\x02", memoryview(b"ab")]
     assert joined(frames) == {"file": "x", "data": b"ab"}
     assert joined([100, {"k": 1}]) == [100, {"k": 1}]
+
+
+def test_stores_left_by_a_dead_process_are_removed_by_the_next_one(tmp_path: Path) -> None:
+    root = tmp_path / "stores"
+    dead = root / "store-999999999-abc"  # no process has that id
+    dead.mkdir(parents=True)
+    (dead / "000001.sst").write_bytes(b"x")
+    mine = root / f"store-{os.getpid()}-def"
+    mine.mkdir()
+    KeyStore(str(root)).close()
+    assert not dead.exists() and mine.exists()

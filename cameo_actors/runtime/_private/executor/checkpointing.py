@@ -187,13 +187,16 @@ class Checkpointing:
         self._part_done(act)
 
     def index_step(self, act: Activation, msg: Message) -> None:
-        """A bounded step of finding the bins of a restored activation's keys (the restore
-        leaves that out, so the activation runs sooner), then the next as a message to
-        itself, `msg`'s deadline kept: other work that is due runs between steps."""
+        """A bounded step of finding the bins of a restored activation's keys, or of
+        warming a restored store's cache (the restore leaves that out, so the activation
+        runs sooner), then the next as a message to itself, due as an event that came in
+        now: the replay and the new input run between steps (with the restore's
+        deadline, a store's warm-up of a million entries held them back 4 s)."""
         if act.operator.index_step(INDEX_KEYS):
             return
         now = self.now_ms()
-        step = self.sched.derive(msg, act.id, [INDEX], now, is_watermark=True)
+        step = Message.ingress(act.id, [INDEX], dataflow=msg.ctx.dataflow, tenant=msg.ctx.tenant,
+                               ingest_ms=now, is_watermark=True, size=0)
         step.generation = act.generation
         self.sched.enqueue(step, now)
 
