@@ -8,7 +8,8 @@ and put without a pass over the rest:
 
 - aligned windows (window aggregates, windowed joins, lessees' partials):
   window end -> key -> state, and per window the keys of each bin, added when
-  a key first comes into the window (`keyed_windows.KeyedWindows`);
+  a key first comes into the window (`keyed_windows.KeyedWindows`); on the rocksdb
+  backend, the same over a store keyed end, bin, key (`stored_windows.StoredWindows`);
 - state kept per key (sessions, keyed processes, interval joins): the keys of
   each bin indexed as they gain and lose state (`KeyBins`), next to it.
 

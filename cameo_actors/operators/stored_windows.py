@@ -25,16 +25,16 @@ from typing import Any
 from cameo_actors.operators.bins import DEFAULT_BINS, stable_hash
 from cameo_actors.operators.keyed_windows import KeyedWindows, _entries, _states
 from cameo_actors.operators.state_store import (
-    _BIN,
+    BIN,
     KeyStore,
     StateBackend,
-    _packers,
     bin_of,
     bin_prefix,
     end_bytes,
     is_store_piece,
     key_bytes,
     key_of,
+    packers,
     unpack_state,
     window_key,
 )
@@ -403,7 +403,7 @@ class StoredWindows(KeyedWindows[Any]):
 def _pairs(prefix: bytes, mask: int, items: Iterable[tuple[Any, Any]]
            ) -> Iterator[tuple[bytes, bytes]]:
     """(store key, packed state) of a window's (key, state) items."""
-    pack_bin, pack = _BIN.pack, _packers.pack
+    pack_bin, pack = BIN.pack, packers.pack
     for k, state in items:
         try:
             if k.__class__ is str:
