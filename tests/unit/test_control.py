@@ -163,6 +163,46 @@ def test_an_executor_lost_during_a_restore_is_waited_for_and_the_restore_tried_a
     finished(plane, flow, data)
 
 
+def test_a_restore_waits_for_an_executor_restarted_but_not_linked_yet(tmp_path: Path) -> None:
+    """Both executors restarted; executor 0's restart thread links it first, while
+    executor 1 answers as its new incarnation but its own thread has not linked it yet.
+    The restore waits for that link: restored on executor 1 before it, the messages of
+    the other executor to it were dropped as meant for its old incarnation, and its
+    relink after reset the link under the restored dataflow (it hung, `finishing`)."""
+    deferred: dict[str, tuple[Any, tuple[Any, ...]]] = {}
+
+    def spawn(name: str, fn: Any, *args: Any) -> None:
+        deferred[name] = (fn, args)  # both losses are seen before either thread runs
+
+    plane = ControlPlane(2, config(tmp_path), spawn=spawn)
+    flow, data = keyed("rl", 2), events(600, seed=8)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "rl", data[:300])
+    assert plane.checkpoints.take("rl")
+    restored_on: list[int] = []
+
+    def late_link(index: int, method: str) -> None:
+        if method == "restore":
+            restored_on.append(index)
+        if method == "ping" and index == 0 and deferred and 0 not in plane.pool.restarting:
+            fn, args = deferred.pop("cameo-restart-1")  # executor 1's thread, late
+            fn(*args)
+
+    plane.gateway.before = late_link
+    plane.cluster.restart_core(0)
+    plane.cluster.restart_core(1)
+    plane.recovery.check_executors()
+    assert plane.pool.restarting == {0, 1}
+    fn, args = deferred.pop("cameo-restart-0")
+    fn(*args)
+    info = plane.registry.record("rl")
+    assert not deferred and info["state"] == RUNNING, info["history"]
+    assert sorted(restored_on) == [0, 1] and info["recoveries"] == 1, info["history"]
+    assert not plane.pool.restarting and not plane.recovery.restoring
+    feed(plane, "rl", data[300:], end=True)
+    finished(plane, flow, data)
+
+
 def test_a_scale_up_runs_epoch_by_epoch_and_results_equal_run_local(tmp_path: Path) -> None:
     plane = ControlPlane(2, config(tmp_path))
     flow, data = keyed("mg", 1), events(900, seed=5)

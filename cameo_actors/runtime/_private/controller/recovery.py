@@ -406,13 +406,19 @@ class Recovery:
         """The newest checkpoint of `name` whose manifest and parts are whole, and where
         it is restored (`placement_of`), its parts read by the executors that restore
         them; why each newer one was skipped (damaged); and the bytes read (all, and from
-        local copies). None if a part of the pool died meanwhile."""
+        local copies). None if a part of the pool died meanwhile, or an executor it goes
+        to is restarting."""
         registry, gateway = self.registry, self.pool.gateway
         assert registry.storage is not None
         skipped: list[str] = []
         for ckpt, manifest, damage in registry.storage.restorable(name, deployment):
             if manifest is not None:
                 placement = self.placement_of(manifest)
+                if placement.executors() & self.pool.restarting:
+                    # Back maybe, but not linked yet: restored there before its link, the
+                    # others' messages to it would be dropped as meant for its old
+                    # incarnation, and the link made after would reset the dataflow's.
+                    return None
                 try:
                     read = gateway.gather(gateway.send_all(
                         sorted(placement.executors()), ExecutorAPI.fetch, name, placement,
