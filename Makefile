@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help run test unit integration lint bench clean system compiled
-.PHONY: serve
+.PHONY: serve run-kafka
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ system:  ## install the Debian packages needed (Java 17 for Spark, Prometheus) i
 
 run: $(STAMP) compiled system  ## the main demo: files -> Spark -> two tenants on the pool -> Spark -> Parquet
 	$(PY) -m cameo_actors.demo --spark
+
+run-kafka: $(STAMP) compiled  ## the Kafka demo: a local Kafka-protocol broker -> two tenants on the pool -> Kafka, latency produce to consume
+	$(PY) -m cameo_actors.demo --kafka
 
 test: unit integration  ## the whole suite: unit, then integration on real Ray and Spark
 
@@ -52,12 +55,13 @@ $(BENCH): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH)
 
-bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput (1, 2, 4 executors; three nodes on loopback and in network namespaces), service, migration, recovery, self-scaling (plot; capped executors), critical paths, Nexmark (and on 1, 2, 4 executors); their JSON in bench/results/, the docs' tables written from it (docs/benchmarks.md)
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots), overhead, throughput (1, 2, 4 executors; three nodes on loopback and in network namespaces), service, migration, recovery, self-scaling (plot; capped executors), critical paths, Nexmark (and on 1, 2, 4 executors), Kafka (and its demo); their JSON in bench/results/, the docs' tables written from it (docs/benchmarks.md)
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/results/cameo.json --plots docs/bench
 	$(PY) -m bench.sched_overhead --json bench/results/sched_overhead.json
 	$(PY) -m bench.throughput --repeat 3 --json bench/results/throughput.json
 	$(PY) -m bench.network --json bench/results/network.json
+	$(PY) -m bench.kafka --json bench/results/kafka.json
 	$(PY) -m bench.multitenant --json bench/out/multitenant.json
 	$(PY) -m bench.service --quick --json bench/results/service.json
 	$(PY) -m bench.migration --quick --backends memory,rocksdb --json bench/results/migration.json --plots docs/bench

@@ -3,6 +3,7 @@
     python -m cameo_actors.demo            # on the Ray runtime (embedded local Ray)
     python -m cameo_actors.demo --local    # in-process, no Ray
     python -m cameo_actors.demo --spark    # end to end: files -> Spark -> Ray -> Spark -> Parquet
+    python -m cameo_actors.demo --kafka    # end to end: Kafka -> Ray -> Kafka, in milliseconds
 
 Tenant "ops" runs an error filter with a 50 ms target; tenant "analytics" a
 per-key one-second windowed sum with a 1 s target. Both share the pool.
@@ -76,8 +77,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=20_000, help="events per dataflow")
     parser.add_argument("--spark", action="store_true",
                         help="end to end: JSON files -> Spark -> the pool -> Spark -> Parquet")
+    parser.add_argument("--kafka", action="store_true",
+                        help="end to end: a local Kafka-protocol broker -> the pool -> Kafka")
     args = parser.parse_args(argv)
-    if args.spark:
+    if args.kafka:
+        from cameo_actors.examples.kafka_demo import run_kafka
+
+        run_kafka(args.events)
+    elif args.spark:
         from spark_ingest.demo import run_end_to_end
 
         # The events land in files of ~166 rows every 100 ms (20,000 events: 12 s).

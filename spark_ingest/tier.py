@@ -259,13 +259,15 @@ class SparkTier:
         """(role, step, checkpoint plan) of each query the spec's connectors make; raises
         `CheckpointConflict` for a checkpoint of another query (unless `fresh_checkpoints`)
         and for a file sink's log that a new checkpoint would clash with. Reads only."""
+        # Kafka connectors are the runtime's own (its executors read and write the
+        # topics): no Spark query.
         queries: list[tuple[str, str, str, ConnectorSpec]] = [
             ("output", "out", sink.id, sink.connector) for sink in spec.sinks
-            if sink.connector is not None]
+            if sink.connector is not None and sink.connector.format != "kafka"]
         if spec.errors is not None:
             queries.append(("errors", "errors", "errors", spec.errors))
         queries += [("input", "in", src.id, src.connector) for src in spec.sources
-                    if src.connector is not None]
+                    if src.connector is not None and src.connector.format != "kafka"]
         out = []
         for role, kind, step, c in queries:
             spark_opts, _ = split_options(c)

@@ -229,11 +229,43 @@ def _check_source(step: SourceStep) -> None:
                         step.idle_timeout_ms, "use a number of ms such as 1000, or leave it out")
     if step.connector is not None:
         _check_connector(step.connector, step.id)
+        _check_kafka(step.connector, step.id, "subscribe")
 
 
 def _check_sink(step: SinkStep) -> None:
     if step.connector is not None:
         _check_connector(step.connector, step.id)
+        _check_kafka(step.connector, step.id, "topic")
+
+
+#: The Kafka connector's own options, and the values each may take (None: any text).
+_KAFKA_OPTIONS: dict[str, tuple[str, ...] | None] = {
+    "subscribe": None, "topic": None, "key": None,
+    "startingOffsets": ("earliest", "latest"), "endingOffsets": ("latest",)}
+
+
+def _check_kafka(c: ConnectorSpec, where: str, topic: str) -> None:
+    """A Kafka connector names its broker and its topic (`subscribe` for a source,
+    `topic` for a sink); its other options are known ones or `kafka.<librdkafka setting>`."""
+    if c.format != "kafka":
+        return
+    options = dict(c.options)
+    for name in ("kafka.bootstrap.servers", topic):
+        if not isinstance(options.get(name), str) or not options[name].strip():
+            raise SpecError(where, f"the Kafka connector's option {name!r}", options.get(name),
+                            f"add options {{'{name}': ...}} (e.g. 'kafka.bootstrap.servers': "
+                            "'host:9092', 'subscribe' / 'topic': 'events')")
+    for name, value in options.items():
+        if name.startswith("kafka."):
+            continue
+        if name not in _KAFKA_OPTIONS:
+            raise SpecError(where, "a Kafka connector option: " + ", ".join(_KAFKA_OPTIONS)
+                            + ", or kafka.<a librdkafka setting>", name,
+                            "rename it (a client setting such as group.id goes as kafka.group.id)")
+        allowed = _KAFKA_OPTIONS[name]
+        if allowed is not None and value not in allowed:
+            raise SpecError(where, f"the Kafka option {name} one of {list(allowed)}", value,
+                            f"set {name} to {' or '.join(allowed)}")
 
 
 def _check_connector(c: ConnectorSpec, where: str) -> None:

@@ -30,7 +30,9 @@ def build_operator(spec: DataflowSpec, step: Step, resolver: FunctionResolver | 
     resolver = resolver or FunctionResolver(None)
     if isinstance(step, steps.SourceStep):
         return SourceOperator(step.id, step.schema, step.event_time, step.allowed_lateness_ms,
-                              max_string_chars=max_string_chars)
+                              max_string_chars=max_string_chars,
+                              watermarks_given=step.connector is not None
+                              and step.connector.format == "kafka")
     if isinstance(step, steps.FilterStep):
         return filter_operator(step.id, step.predicate)
     if isinstance(step, steps.MapStep):

@@ -43,8 +43,12 @@ class SourceOperator(Operator):
 
     def __init__(self, step_id: str, schema: Sequence[tuple[str, str]], event_time: str | None,
                  allowed_lateness_ms: float = 0, *,
-                 max_string_chars: int = DEFAULT_MAX_STRING_CHARS) -> None:
+                 max_string_chars: int = DEFAULT_MAX_STRING_CHARS,
+                 watermarks_given: bool = False) -> None:
         super().__init__(step_id)
+        #: the watermark comes with the input (a connector's, per partition), not from
+        #: the largest event time seen: records of several partitions are not in order
+        self.watermarks_given = watermarks_given
         # bool is an int subclass; an exact type check keeps True out of int fields.
         bases = [(name, *schema_type(typ)) for name, typ in schema]
         self._checks = [(name, SCHEMA_TYPES[base], nullable) for name, base, nullable in bases
@@ -92,6 +96,8 @@ class SourceOperator(Operator):
         """The largest event time of a batch: the watermark follows."""
         if batch_max > self.max_event_time:
             self.max_event_time = batch_max
+            if self.watermarks_given:
+                return
             wm = batch_max - self.allowed_lateness_ms
             if wm > self.watermark:
                 self.watermark = wm

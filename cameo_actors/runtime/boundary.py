@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, get_args
+from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 from cameo_actors.operators.base import Event
 from cameo_actors.runtime import lifecycle
@@ -200,6 +200,9 @@ class DataflowStats(LatencySummary):
     held: list[str]  # activations held by flow control
     sources: list[str]
     latency_buckets: list[int]  # non-cumulative, LATENCY_BUCKETS_MS + overflow
+    #: instance -> its Kafka reader's or writer's state: per partition offset and lag
+    #: (a source), position and rows written (a sink), and the broker's last error
+    connectors: dict[str, dict[str, Any]]
 
 
 class DataflowPart(TypedDict):
@@ -214,6 +217,7 @@ class DataflowPart(TypedDict):
     backlog: int
     busy_ms: float
     held: list[str]
+    connectors: NotRequired[dict[str, dict[str, Any]]]  # the executor's, not the core's
 
 
 class ExecutorStats(TypedDict, total=False):
@@ -269,6 +273,7 @@ class DataflowMetrics(TypedDict):
     errors: dict[str, int]
     checkpoints: CheckpointSummary | None
     recoveries: int
+    connectors: dict[str, dict[str, Any]]  # as in DataflowStats
 
 
 class Pressure(TypedDict):

@@ -118,6 +118,15 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
     recoveries = CounterMetricFamily("cameo_recoveries", "Times the dataflow was restored from a "
                                      "checkpoint after an executor it ran on died",
                                      labels=DF_LABELS)
+    lag = GaugeMetricFamily("cameo_kafka_lag_records", "Records of a Kafka partition not read "
+                            "yet by the source instance that reads it",
+                            labels=[*DF_LABELS, "instance", "partition"])
+    written = CounterMetricFamily("cameo_kafka_written_records", "Result rows a Kafka sink "
+                                  "instance wrote in committed transactions since it started "
+                                  "on its executor", labels=[*DF_LABELS, "instance"])
+    waiting = GaugeMetricFamily("cameo_kafka_waiting", "1 while a Kafka reader or writer waits "
+                                "for its broker (down, or a topic missing)",
+                                labels=[*DF_LABELS, "instance"])
     now = time.time()
     per_tenant: dict[str, int] = {}
     for d in snapshot.get("dataflows", []):
@@ -149,6 +158,12 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
                 ckpt_bytes.add_metric(labels, ckpt["last_bytes"])
                 ckpt_age.add_metric(labels, max(0.0, now - ckpt["last_at"]))
         recoveries.add_metric(labels, d.get("recoveries", 0))
+        for instance, c in sorted(d.get("connectors", {}).items()):
+            waiting.add_metric([*labels, instance], float(c["state"] == "waiting for the broker"))
+            for partition, p in sorted(c.get("partitions", {}).items()):
+                lag.add_metric([*labels, instance, partition], p["lag"])
+            if "written" in c:
+                written.add_metric([*labels, instance], c["written"])
     for t, n in sorted(per_tenant.items()):
         running.add_metric([t], n)
     transitions = CounterMetricFamily("cameo_dataflow_transitions", "Dataflows that entered a "
@@ -160,7 +175,7 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
             transitions.add_metric([t, state], n)
     out: list[Metric] = [lat, results, within, target, weight, recent, ev_in, ev_out, errors,
                          backlog, running, transitions, checkpoints, ckpt_seconds, ckpt_bytes,
-                         ckpt_age, recoveries]
+                         ckpt_age, recoveries, lag, written, waiting]
     migrations = snapshot.get("migrations", [])
     if tenant is not None:  # MigrationInfo names the dataflow, not its tenant
         own = {d["name"] for d in snapshot.get("dataflows", []) if d["tenant"] == tenant}

@@ -98,6 +98,7 @@ class Status(Tenancy):
             "recoveries": info.get("recoveries", 0),
             "state_bytes": info.get("state_bytes", 0),
             "held": list(s.get("held", [])),
+            "connectors": dict(s.get("connectors", {})),
             "migrations": self._migrations_of(name),
             "outlook": self._outlook(name) if state in LIVE_STATES else None,
             "scaling": self._scaling_of(name) if state in LIVE_STATES else None,

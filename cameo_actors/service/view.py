@@ -128,6 +128,18 @@ def render_status(s: dict[str, Any], *, color: bool = False, now: float | None =
         for e in (scaling.get("errors") or [])[-1:]:
             lines.append(_paint(f"    failed  {iso_time(e.get('at'))}  {e.get('error')}", RED,
                                 color))
+    connectors = s.get("connectors") or {}
+    if connectors:
+        lines += ["", "  kafka"]
+        for instance, c in sorted(connectors.items()):
+            if "partitions" in c:
+                lag = sum(p["lag"] for p in c["partitions"].values())
+                what = f"reads {len(c['partitions'])} partition(s), lag {lag:,} records"
+            else:
+                what = f"wrote {c.get('written', 0):,} rows, log offset {c.get('position', 0):,}"
+            line = f"    {instance}  {c['state']}  {what}"
+            lines.append(_paint(line + f"  ({c['error']})", RED, color) if c.get("error")
+                         else line)
     migrations = s.get("migrations") or []
     if migrations:
         lines += ["", "  migrations"]

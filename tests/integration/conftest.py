@@ -125,7 +125,7 @@ _SESSION_POOLS: list[Pools] = []
 #: keeps few of them idle at a time. In alphabetical order, the node-loss, service and
 #: upgrade tests ran beside three to five idle pools, about half a core.
 POOL_MODULES = ("test_critical_path", "test_overload", "test_scaling", "test_lifecycle",
-                "test_recovery", "test_spark_recovery", "test_contracts", "test_reconfig",
+                "test_recovery", "test_kafka", "test_spark_recovery", "test_contracts", "test_reconfig",
                 "test_runtime", "test_spark", "test_nexmark", "test_nexmark_spark",
                 "test_spark_failures", "test_tier_equivalence", "test_ui_browser")
 

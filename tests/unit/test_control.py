@@ -164,15 +164,16 @@ def test_an_executor_lost_during_a_restore_is_waited_for_and_the_restore_tried_a
 
 
 def test_a_restore_waits_for_an_executor_restarted_but_not_linked_yet(tmp_path: Path) -> None:
-    """Both executors restarted; executor 0's restart thread links it first, while
-    executor 1 answers as its new incarnation but its own thread has not linked it yet.
-    The restore waits for that link: restored on executor 1 before it, the messages of
-    the other executor to it were dropped as meant for its old incarnation, and its
-    relink after reset the link under the restored dataflow (it hung, `finishing`)."""
+    """Both executors restarted and both losses seen; executor 0's restart thread links
+    it first, while executor 1 answers as its new incarnation but its own thread has not
+    linked it yet. The restore is left to that thread, which restores once it linked
+    executor 1: restored there before, the others' messages to it were dropped as meant
+    for its old incarnation, and its link made after reset the link under the restored
+    dataflow (it hung, `finishing`)."""
     deferred: dict[str, tuple[Any, tuple[Any, ...]]] = {}
 
     def spawn(name: str, fn: Any, *args: Any) -> None:
-        deferred[name] = (fn, args)  # both losses are seen before either thread runs
+        deferred[name] = (fn, args)  # each restart thread runs when the test says
 
     plane = ControlPlane(2, config(tmp_path), spawn=spawn)
     flow, data = keyed("rl", 2), events(600, seed=8)
@@ -180,25 +181,23 @@ def test_a_restore_waits_for_an_executor_restarted_but_not_linked_yet(tmp_path: 
     feed(plane, "rl", data[:300])
     assert plane.checkpoints.take("rl")
     restored_on: list[int] = []
-
-    def late_link(index: int, method: str) -> None:
-        if method == "restore":
-            restored_on.append(index)
-        if method == "ping" and index == 0 and deferred and 0 not in plane.pool.restarting:
-            fn, args = deferred.pop("cameo-restart-1")  # executor 1's thread, late
-            fn(*args)
-
-    plane.gateway.before = late_link
+    plane.gateway.before = lambda index, method: restored_on.append(index) \
+        if method == "restore" else None
     plane.cluster.restart_core(0)
     plane.cluster.restart_core(1)
     plane.recovery.check_executors()
     assert plane.pool.restarting == {0, 1}
     fn, args = deferred.pop("cameo-restart-0")
-    fn(*args)
+    fn(*args)  # links executor 0; the restore needs executor 1, not linked yet
     info = plane.registry.record("rl")
-    assert not deferred and info["state"] == RUNNING, info["history"]
-    assert sorted(restored_on) == [0, 1] and info["recoveries"] == 1, info["history"]
-    assert not plane.pool.restarting and not plane.recovery.restoring
+    assert not restored_on and info["state"] == "recovering" and plane.pool.restarting == {1}
+    assert not plane.recovery.restoring
+    fn, args = deferred.pop("cameo-restart-1")
+    fn(*args)  # links executor 1, then restores
+    info = plane.registry.record("rl")
+    assert info["state"] == RUNNING and sorted(restored_on) == [0, 1], info["history"]
+    assert info["recoveries"] == 1 and not plane.pool.restarting
+    assert not plane.recovery.restoring
     feed(plane, "rl", data[300:], end=True)
     finished(plane, flow, data)
 

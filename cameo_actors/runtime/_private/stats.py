@@ -112,11 +112,12 @@ class Merged:
     busy_ms: float
     failures: list[str]
     held: list[str]
+    connectors: dict[str, dict[str, Any]]
 
 
 def merge_parts(target_ms: float, parts: Iterable[DataflowPart]) -> Merged:
     """Fold the parts of one dataflow (one per executor it runs on) together."""
-    m = Merged(LatencyStats(target_ms), {}, 0, 0, 0, 0.0, [], [])
+    m = Merged(LatencyStats(target_ms), {}, 0, 0, 0, 0.0, [], [], {})
     for p in parts:
         m.latency.merge(LatencyStats.from_dict(p["latency"]))
         for k, n in p["errors"].items():
@@ -127,6 +128,7 @@ def merge_parts(target_ms: float, parts: Iterable[DataflowPart]) -> Merged:
         m.busy_ms += p["busy_ms"]
         m.failures += p["failures"]
         m.held += p["held"]
+        m.connectors.update(p.get("connectors", {}))
     return m
 
 
@@ -146,6 +148,7 @@ def dataflow_stats(info: DataflowInfo, parts: Iterable[DataflowPart]) -> Dataflo
         "held": m.held,
         "sources": sorted(s["id"] for s in spec["steps"] if s["op"] == "source"),
         "latency_buckets": m.latency.buckets,
+        "connectors": m.connectors,
     }
 
 
@@ -161,5 +164,5 @@ def dataflow_metrics(info: DataflowInfo, parts: Iterable[DataflowPart]) -> Dataf
         "buckets": list(lat.buckets), "p50_ms": p50, "p95_ms": p95, "p99_ms": p99,
         "events_in": m.events_in, "events_out": m.events_out, "backlog": m.backlog,
         "errors": m.errors, "checkpoints": info.get("checkpoints"),
-        "recoveries": info.get("recoveries", 0),
+        "recoveries": info.get("recoveries", 0), "connectors": m.connectors,
     }

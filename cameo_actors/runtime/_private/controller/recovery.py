@@ -58,6 +58,9 @@ class Recovery:
         #: dataflows a thread restores now; how many times each lost a part (a loss during
         #: a restore makes it try again)
         self.restoring: set[str] = set()
+        #: lost executors whose restart thread restores what they hosted once it linked
+        #: them (`_restart`): a restore that needs one leaves the work to that thread
+        self.relinking: set[int] = set()
         self.losses: Counter[str] = Counter()
 
     # -- watching --------------------------------------------------------------------------
@@ -99,6 +102,8 @@ class Recovery:
             for name in hit:
                 self.mark(name, why)
             spare = self.pool.spare(index) if hit else None
+            if spare is None:
+                self.relinking.add(index)
         if spare is None:
             self.spawn(f"cameo-restart-{index}", self._restart, index, why, hit)
             return
@@ -182,6 +187,7 @@ class Recovery:
                     pool.dead[index] = f"{why}; it was not restarted within " \
                                        f"{self.config.recovery_timeout_s:g} s"
                     pool.restarting.discard(index)
+                    self.relinking.discard(index)
                 for name in hit:
                     self.registry.fail(name, pool.dead[index], lost=True)
                 return
@@ -192,6 +198,7 @@ class Recovery:
                     gateway.link([index], pool.incarnations)
                     gateway.relink(others, index, incarnation)
                     pool.restarting.discard(index)
+                    self.relinking.discard(index)  # its restores go on below
                 break
             except RuntimeUnavailable as e:
                 # It (or a peer) died again between answering and being linked (a chaos
@@ -225,6 +232,7 @@ class Recovery:
         for i in indices:
             self.pool.dead[i] = why
             self.pool.restarting.discard(i)
+            self.relinking.discard(i)
             self.pool.gateway.kill(i)
 
     # -- a node leaving on purpose -----------------------------------------------------------
@@ -308,10 +316,14 @@ class Recovery:
                 if name in self.restoring:
                     continue  # that thread tries again once the pool is whole
                 self.restoring.add(name)
+            handed = False
             try:
                 attempt = 0
                 while not self._recover(name, why, again=attempt > 0):
                     attempt += 1
+                    handed = self._hand_over(name)
+                    if handed:
+                        break
                     if not self._await_pool(deadline):
                         raise RuntimeUnavailable(f"a part of the pool died again during "
                                                  f"the restore, {attempt} times")
@@ -320,8 +332,21 @@ class Recovery:
                 self.registry.fail(name, f"{why}; restoring it failed: {short_cause(e)}",
                                    lost=True)
             finally:
-                with self.lock:
-                    self.restoring.discard(name)
+                if not handed:
+                    with self.lock:
+                        self.restoring.discard(name)
+
+    def _hand_over(self, name: str) -> bool:
+        """Whether an executor of `name` is restarting and its restart thread restores
+        `name` once it linked it (`_restart`, `relinking`): this thread then leaves the
+        restore to that one, released under the lock that thread takes before it looks
+        (no wait here, and no restore on an executor not linked yet)."""
+        with self.lock:
+            info = self.registry.dataflows.get(name)
+            if info is None or not set(info["executors"]) & self.relinking:
+                return False
+            self.restoring.discard(name)
+            return True
 
     def _await_pool(self, deadline: float) -> bool:
         """Wait until no executor is restarting, noticing restarts the watch has not

@@ -27,6 +27,7 @@ from cameo_actors.runtime._private.checkpoint.shared import marks_missing
 from cameo_actors.runtime._private.codebase import code_id
 from cameo_actors.runtime._private.exchange.ingest import unpack_ingest
 from cameo_actors.runtime._private.executor.core import ExecutorCore
+from cameo_actors.runtime._private.executor.kafka import KafkaConnectors
 from cameo_actors.runtime._private.executor_api import (
     EpochProgress,
     ExecutorAPI,
@@ -116,6 +117,8 @@ class ExecutorHost(ExecutorAPI):
         #: dataflow -> times it was restored or cancelled here (a checkpoint under way
         #: before that will not complete: its waiters stop)
         self.resets: Counter[str] = Counter()
+        #: the Kafka readers and writers of the instances hosted here
+        self.kafka = KafkaConnectors(core, worker.submit, worker.call)
 
     # -- the pool ----------------------------------------------------------------------------
     def ping(self) -> Incarnation:
@@ -142,6 +145,7 @@ class ExecutorHost(ExecutorAPI):
         return StorageMarks(self.address, marks_missing(self.config, token))
 
     def stop(self) -> None:
+        self.kafka.stop_all()
         self.worker.stop()
 
     # -- data ----------------------------------------------------------------------------
@@ -185,11 +189,14 @@ class ExecutorHost(ExecutorAPI):
 
     # -- a dataflow's life ---------------------------------------------------------------
     def deploy(self, placed: Placed) -> list[str]:
-        return self.worker.call(self.core.deploy, DataflowSpec.from_dict(placed.spec),
-                                placed.placement, placed.deployment)
+        spec = DataflowSpec.from_dict(placed.spec)
+        ids = self.worker.call(self.core.deploy, spec, placed.placement, placed.deployment)
+        self.kafka.start(spec, placed.placement)
+        return ids
 
     def cancel(self, dataflow: str) -> int:
         self.resets[dataflow] += 1
+        self.kafka.stop(dataflow)
         if self.parts is not None:
             self.parts.drop(dataflow)
         return self.worker.call(self.core.cancel, dataflow)
@@ -272,17 +279,23 @@ class ExecutorHost(ExecutorAPI):
             _, read = self.fetched.pop(name, ({}, {}))
         for key in [k for k in self.written if k[0] == name]:
             del self.written[key]
-        return self.worker.call(self.core.restore, DataflowSpec.from_dict(placed.spec),
-                                placed.placement, placed.deployment, read, placed.generation,
-                                wanted)
+        self.kafka.stop(name)
+        spec = DataflowSpec.from_dict(placed.spec)
+        ids = self.worker.call(self.core.restore, spec, placed.placement, placed.deployment,
+                               read, placed.generation, wanted)
+        self.kafka.start(spec, placed.placement)  # from the offsets restored
+        return ids
 
     def resume(self, dataflow: str) -> None:
         self.worker.call(self.core.checkpointing.resume, dataflow)
 
     # -- changes of the physical plan -----------------------------------------------------
     def add_instances(self, placed: Placed, new: list[str]) -> list[str]:
-        return self.worker.call(self.core.plan_changes.add_instances, DataflowSpec.from_dict(placed.spec),
-                                placed.placement, new, placed.generation, placed.deployment)
+        spec = DataflowSpec.from_dict(placed.spec)
+        ids = self.worker.call(self.core.plan_changes.add_instances, spec, placed.placement, new,
+                               placed.generation, placed.deployment)
+        self.kafka.start(spec, placed.placement)
+        return ids
 
     def add_lessees(self, placed: Placed, step: str, new: list[str]) -> list[str]:
         return self.worker.call(self.core.plan_changes.add_lessees, DataflowSpec.from_dict(placed.spec),
@@ -311,6 +324,7 @@ class ExecutorHost(ExecutorAPI):
                                 owners, instances)
 
     def retire(self, dataflow: str, ids: list[str]) -> list[str]:
+        self.kafka.stop(dataflow, ids)
         return self.worker.call(self.core.plan_changes.retire, dataflow, ids)
 
     def epochs(self, dataflow: str, step: str) -> dict[str, EpochProgress]:
@@ -373,7 +387,9 @@ class ExecutorHost(ExecutorAPI):
 
     # -- reports ---------------------------------------------------------------------------
     def dataflow_stats(self, dataflow: str) -> DataflowPart:
-        return self.worker.call(self.core.reports.dataflow_stats, dataflow)
+        part = self.worker.call(self.core.reports.dataflow_stats, dataflow)
+        part["connectors"] = self.kafka.report(dataflow)
+        return part
 
     def executor_stats(self) -> ExecutorStats:
         stats = self.worker.call(self.core.reports.executor_stats)

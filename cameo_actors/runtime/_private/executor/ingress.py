@@ -98,6 +98,18 @@ class Ingress:
             del act.parked[client]
         act.positions[client] = seq
 
+    def ingest_read(self, act: Activation, items: list[Any], ingest_ms: float,
+                    positions: dict[str, int], reserved: int = 0) -> None:
+        """What a connector of the source's own read (`kafka.py`): applied as it comes
+        (one thread reads, in order), `positions` (where it read up to) kept with it. Its
+        watermarks are the connector's (per partition), so none leads the events."""
+        try:
+            self._ingest_now(act, items, ingest_ms, lead=False)
+            act.positions.update(positions)
+        finally:
+            if reserved:
+                self.flow.arrived(act.id, reserved)
+
     @staticmethod
     def events_in(items: list[Any]) -> int:
         """The events of an ingest call's items (lists and columns; not watermarks or errors).
@@ -126,7 +138,8 @@ class Ingress:
         fits = int(self.quantum_ms / worst)
         return max(self.max_message_events, min(fits, MAX_COLUMN_MESSAGE_EVENTS))
 
-    def _ingest_now(self, act: Activation, items: list[Any], ingest_ms: float) -> None:
+    def _ingest_now(self, act: Activation, items: list[Any], ingest_ms: float,
+                    lead: bool = True) -> None:
         target = act.id
         spec = self.hosting.dataflows[act.dataflow].spec
         counters = self.stats.dataflows[act.dataflow]
@@ -137,7 +150,7 @@ class Ingress:
         # the watermark ahead of them (`_lead`) needs their earliest.
         planned = [_parts(item, tf, self.max_message_events) for item in items]
         act.last_input_ms = now  # a source that takes in calls is not idle
-        if tf and act.window_timing is not None:
+        if lead and tf and act.window_timing is not None:
             self._lead(act, spec, planned, ingest_ms, now)
         for item, parts in zip(items, planned, strict=True):
             if isinstance(item, dict):  # events msgpack could not carry: the error output

@@ -1,0 +1,166 @@
+"""The Kafka connectors' pure parts: the spec's checks, the source's watermark of its
+partitions (idle ones left out), record values parsed into columns, a source whose
+watermark comes with its input, and what stats, /metrics and `cameo status` show of the
+connectors. The readers and writers themselves run against a real broker
+(tests/integration/test_kafka.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cameo_actors import Dataflow
+from cameo_actors.errors import SpecError
+from cameo_actors.operators.base import Output
+from cameo_actors.operators.build import build_operator
+from cameo_actors.runtime._private.executor.kafka import (
+    PartitionRead,
+    client_config,
+    kafka_options,
+    parse_json_values,
+    watermark_of,
+)
+from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
+from cameo_actors.service.metrics import render
+from cameo_actors.service.view import render_status
+
+SCHEMA = {"ts": "int", "key": "str", "value": "float"}
+KAFKA = {"format": "kafka", "kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def source(**connector: str) -> Dataflow:
+    d = Dataflow("k", latency_target_ms=100)
+    d.source("s", schema=SCHEMA, event_time="ts", connector=connector).sink("o")
+    return d
+
+
+def test_a_kafka_source_names_its_broker_and_topic_and_only_known_options() -> None:
+    flow = source(**KAFKA, subscribe="events", startingOffsets="latest",
+                  **{"kafka.security.protocol": "SSL"})
+    assert kafka_options(flow.spec.sources[0]) == {
+        "kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "events",
+        "startingOffsets": "latest", "kafka.security.protocol": "SSL"}
+    with pytest.raises(SpecError, match="option 'kafka.bootstrap.servers'.*Fix: add options"):
+        source(format="kafka", subscribe="events")
+    with pytest.raises(SpecError, match="option 'subscribe'"):
+        source(**KAFKA, topic="events")  # a sink's option on a source
+    with pytest.raises(SpecError, match=r"startingOffsets one of \['earliest', 'latest'\], "
+                                        r"got 'newest'"):
+        source(**KAFKA, subscribe="events", startingOffsets="newest")
+    with pytest.raises(SpecError, match=r"kafka.<a librdkafka setting>, got 'groupId'.*Fix"):
+        source(**KAFKA, subscribe="events", groupId="g")
+    d = Dataflow("k", latency_target_ms=100)
+    d.source("s", schema=SCHEMA).sink("o", connector={**KAFKA, "subscribe": "x"})
+    with pytest.raises(SpecError, match="option 'topic'"):
+        d.spec  # noqa: B018 (the spec is checked as it is made)
+    pushed = Dataflow("p", latency_target_ms=100)
+    pushed.source("s", schema=SCHEMA).sink("o")
+    assert kafka_options(pushed.spec.sources[0]) is None
+
+
+def test_client_settings_are_the_kafka_options_and_a_secret_comes_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    options = {"kafka.bootstrap.servers": "b:9092", "kafka.sasl.password": "env:KAFKA_PW",
+               "subscribe": "events"}
+    monkeypatch.setenv("KAFKA_PW", "s3cret")
+    conf = client_config(options, print)
+    assert conf == {"log_level": 2, "bootstrap.servers": "b:9092", "sasl.password": "s3cret",
+                    "error_cb": print}
+    monkeypatch.delenv("KAFKA_PW")
+    with pytest.raises(LookupError, match="'KAFKA_PW'.*Fix: set it"):
+        client_config(options, print)
+
+
+def test_the_watermark_is_the_least_partitions_and_an_idle_one_is_left_out() -> None:
+    busy = PartitionRead("t", 0, next_offset=10, max_event_ms=500.0, high=20)
+    ahead = PartitionRead("t", 1, next_offset=10, max_event_ms=900.0, high=10, at_end=True,
+                          at_end_since=9.5)
+    assert watermark_of([busy, ahead], now=10.0, idle_s=1.0, lateness=40.0) == 460.0
+    # At its end for the idle timeout: left out; the other holds the watermark alone.
+    quiet = PartitionRead("t", 1, next_offset=10, max_event_ms=300.0, high=10, at_end=True,
+                          at_end_since=8.0)
+    assert watermark_of([busy, quiet], now=10.0, idle_s=1.0, lateness=40.0) == 460.0
+    # A fetch told of records beyond what was read: not idle, whatever its quiet time.
+    behind = PartitionRead("t", 1, next_offset=10, max_event_ms=300.0, high=12, at_end=True,
+                           at_end_since=8.0)
+    assert watermark_of([busy, behind], now=10.0, idle_s=1.0, lateness=40.0) == 260.0
+    # Every partition idle: the largest, so that the last windows close.
+    done = PartitionRead("t", 0, next_offset=20, max_event_ms=500.0, high=20, at_end=True,
+                         at_end_since=1.0)
+    assert watermark_of([done, quiet], now=10.0, idle_s=1.0, lateness=40.0) == 460.0
+    # A partition not read yet holds the watermark back until it is idle.
+    fresh = PartitionRead("t", 2)
+    assert watermark_of([busy, fresh], now=10.0, idle_s=1.0, lateness=0.0) == -math.inf
+    assert watermark_of([], now=10.0, idle_s=1.0, lateness=0.0) == -math.inf
+
+
+def test_record_values_parse_into_the_sources_columns_or_fall_back_to_rows() -> None:
+    rows = [{"ts": 1, "key": "a", "value": 2}, {"ts": 2, "key": "b", "value": 3.5, "x": True}]
+    batch = parse_json_values([json.dumps(r).encode() for r in rows], list(SCHEMA.items()), "s")
+    assert batch.num_rows == 2 and str(batch.schema.field("value").type) == "double"
+    assert batch.to_pylist()[0] == {"ts": 1, "key": "a", "value": 2.0, "x": None}
+    schema = list(SCHEMA.items())
+    for values in ([b"{not json"], [b"[1, 2]"], [None], [b'{"ts": 1,\n"key": "a"}'],
+                   [b'{"ts": "late", "key": "a", "value": 1}']):
+        assert parse_json_values([json.dumps(rows[0]).encode(), *values], schema, "s") is None
+
+
+def test_a_source_whose_watermark_comes_with_its_input_makes_none_of_its_events() -> None:
+    d = source(**KAFKA, subscribe="events")
+    op = build_operator(d.spec, d.spec.sources[0])
+    out = Output()
+    op.process([{"ts": 100, "key": "a", "value": 1.0}], 0, out)
+    assert out.watermark is None and len(out.events) == 1
+    assert op.on_watermark(60.0).watermark == 60.0
+    pushed = build_operator(d.spec, Dataflow("p", latency_target_ms=100).source(
+        "s", schema=SCHEMA, event_time="ts").sink("o").spec.sources[0])
+    out = Output()
+    pushed.process([{"ts": 100, "key": "a", "value": 1.0}], 0, out)
+    assert out.watermark == 100  # no connector: from the events
+
+
+CONNECTORS: dict[str, dict[str, Any]] = {
+    "k/s/0": {"state": "reading", "error": "", "malformed": 1, "watermark": 10.0,
+              "partitions": {"in/0": {"offset": 7, "lag": 3}, "in/2": {"offset": 4, "lag": 0}}},
+    "k/o/0": {"state": "waiting for the broker", "error": "KafkaException: down",
+              "position": 12, "written": 12},
+}
+
+
+def part(executor: int, connectors: dict[str, Any]) -> dict[str, Any]:
+    from cameo_actors.runtime._private.stats import LatencyStats
+
+    return {"executor": executor, "latency": LatencyStats(100.0).to_dict(), "events_in": 0,
+            "events_out": 0, "errors": {}, "failures": [], "backlog": 0, "busy_ms": 0.0,
+            "held": [], "connectors": connectors}
+
+
+def test_stats_metrics_and_status_show_each_connectors_state_and_lag() -> None:
+    info: Any = {"name": "k", "spec": {"latency_target_ms": 100.0, "tenant": "t", "steps": [],
+                                      "scheduling": {"weight": 1.0}}}
+    parts: Any = [part(0, {"k/s/0": CONNECTORS["k/s/0"]}), part(1, {"k/o/0": CONNECTORS["k/o/0"]})]
+    assert dataflow_stats(info, parts)["connectors"] == CONNECTORS
+    metrics = dataflow_metrics(info, parts)
+    text = render(lambda: {"dataflows": [metrics]}, include_executors=False).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    lag = {s.labels["partition"]: s.value for s in fams["cameo_kafka_lag_records"].samples}
+    assert lag == {"in/0": 3, "in/2": 0}
+    waiting = {s.labels["instance"]: s.value for s in fams["cameo_kafka_waiting"].samples}
+    assert waiting == {"k/s/0": 0, "k/o/0": 1}
+    written = [s.value for s in fams["cameo_kafka_written_records"].samples
+               if s.name.endswith("_total")]
+    assert written == [12]
+    status = {"name": "k", "tenant": "t", "state": "running", "latency_target_ms": 100,
+              "weight": 1.0, "latency": {}, "within_target": None, "results": 0,
+              "events_in": 0, "events_out": 0, "backlog": 0, "errors": {}, "executors": [0, 1],
+              "sources": ["s"], "throughput": {"events_in_per_s": 0.0, "events_out_per_s": 0.0,
+                                               "results_per_s": 0.0, "window_s": 1.0},
+              "connectors": CONNECTORS}
+    text = render_status(status, now=0)
+    assert "k/s/0  reading  reads 2 partition(s), lag 3 records" in text
+    assert "k/o/0  waiting for the broker  wrote 12 rows, log offset 12  " \
+           "(KafkaException: down)" in text
