@@ -22,6 +22,7 @@ from cameo_actors.runtime._private.executor.kafka import (
     client_config,
     kafka_options,
     parse_json_values,
+    record_event,
     watermark_of,
 )
 from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
@@ -107,6 +108,47 @@ def test_record_values_parse_into_the_sources_columns_or_fall_back_to_rows() -> 
     for values in ([b"{not json"], [b"[1, 2]"], [None], [b'{"ts": 1,\n"key": "a"}'],
                    [b'{"ts": "late", "key": "a", "value": 1}']):
         assert parse_json_values([json.dumps(rows[0]).encode(), *values], schema, "s") is None
+
+
+class Record:
+    """A consumed record as confluent-kafka hands it over (its accessors only)."""
+
+    def __init__(self, value: bytes | None, offset: int, key: bytes | None = None,
+                 headers: list[tuple[str, bytes | None]] | None = None) -> None:
+        self._value, self._offset, self._key, self._headers = value, offset, key, headers
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self._offset)
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return self._headers
+
+
+def test_a_record_is_its_values_object_with_the_record_fields_the_schema_names() -> None:
+    read, errors = PartitionRead("in", 3), list[list[Any]]()
+    got = record_event(Record(b'{"ts": 70, "key": "a"}', 41, b"k1", [("h", b"v"), ("n", None)]),
+                       read, ["_key", "_partition", "_offset", "_timestamp", "_headers"], "ts",
+                       "s", errors)
+    assert got == {"ts": 70, "key": "a", "_key": "k1", "_partition": 3, "_offset": 41,
+                   "_timestamp": 1_700_000_000_041, "_headers": {"h": "v", "n": None}}
+    assert read.max_event_ms == 70.0 and not errors
+    assert record_event(Record(b'{"ts": 50}', 42), read, [], "ts", "s", errors) == {"ts": 50}
+    assert read.max_event_ms == 70.0  # the largest so far
+    for bad in (b"{no", b'"text"', None):
+        assert record_event(Record(bad, 43), read, [], "ts", "s", errors) is None
+    assert [e[:2] for e in errors] == [["s", "malformed"]] * 3
+    assert errors[0][2].startswith("Kafka record in/3@43: its value is not JSON (")
+    assert "JSON str, not an object. Fix: produce each event as one JSON object" in errors[1][2]
+    assert errors[0][3] == "{no" and errors[2][3] is None
 
 
 def test_a_source_whose_watermark_comes_with_its_input_makes_none_of_its_events() -> None:
