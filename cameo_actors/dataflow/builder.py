@@ -114,18 +114,22 @@ class Dataflow:
         errors: where the Spark tier writes the error output, e.g. {"format": "json", "path": ...}.
         state_bytes: the most operator state and unread results it may keep (spec:
             `limits.state_bytes`); None takes the pool's default budget.
+        state_disk_bytes: the most operator state it may keep on disk (spec:
+            `limits.state_disk_bytes`, a pool with a store as its state backend); None
+            takes the pool's default.
     """
 
     def __init__(self, name: str, *, latency_target_ms: float, tenant: str = "default",
                  weight: float = 1.0, rate_limit_eps: float | None = None,
                  expected_rate_eps: float | None = None,
-                 errors: ConnectorArg = None, state_bytes: int | None = None) -> None:
+                 errors: ConnectorArg = None, state_bytes: int | None = None,
+                 state_disk_bytes: int | None = None) -> None:
         self.name = name
         self.latency_target_ms = latency_target_ms
         self.tenant = tenant
         self.scheduling = SchedulingSpec(weight=weight, rate_limit_eps=rate_limit_eps,
                                          expected_rate_eps=expected_rate_eps)
-        self.limits = LimitsSpec(state_bytes=state_bytes)
+        self.limits = LimitsSpec(state_bytes=state_bytes, state_disk_bytes=state_disk_bytes)
         self._fault_tolerance = FaultToleranceSpec()
         self.errors = _connector(errors, "errors")
         self._steps: list[Step] = []

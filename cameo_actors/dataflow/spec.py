@@ -238,9 +238,13 @@ class LimitsSpec:
             its executors); None takes the pool's default. Over it, the dataflow fails
             (state `failed`, its state freed) and no other dataflow notices. The pool
             refuses a spec asking more than its maximum.
+        state_disk_bytes: operator state it may keep on disk (a pool whose state backend
+            is a store: its table files, over all its executors); None takes the pool's
+            default. Over it, the dataflow fails as over `state_bytes`.
     """
 
     state_bytes: int | None = None
+    state_disk_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -308,7 +312,10 @@ class DataflowSpec:
             "tenant": self.tenant,
             "latency_target_ms": self.latency_target_ms,
             "scheduling": _plain(self.scheduling),
-            "limits": _plain(self.limits),
+            # Without a disk budget, as before there was one: a pool's older executors (a
+            # rolling upgrade) refuse fields they do not know.
+            "limits": {k: v for k, v in _plain(self.limits).items()
+                       if v is not None or k != "state_disk_bytes"},
             "fault_tolerance": _plain(self.fault_tolerance),
             "errors": _plain(self.errors) if self.errors else None,
             "steps": [_step_to_dict(s) for s in self.steps],

@@ -163,11 +163,13 @@ def _check_header(spec: DataflowSpec) -> None:
     if sched.expected_rate_eps is not None and not _positive(sched.expected_rate_eps):
         raise SpecError(None, f"scheduling.expected_rate_eps > 0 and {_FINITE}, or null",
                         sched.expected_rate_eps, "give the events/s you expect to send, or null")
-    budget = spec.limits.state_bytes
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
-        raise SpecError(None, "limits.state_bytes: a whole number of bytes > 0, or null", budget,
-                        "give the state budget in bytes (e.g. 268435456 for 256 MiB), or leave it "
-                        "out for the pool's default")
+    for name in ("state_bytes", "state_disk_bytes"):
+        budget = getattr(spec.limits, name)
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
+                                   or budget <= 0):
+            raise SpecError(None, f"limits.{name}: a whole number of bytes > 0, or null", budget,
+                            "give the budget in bytes (e.g. 268435456 for 256 MiB), or leave it "
+                            "out for the pool's default")
     check_fault_tolerance(spec.fault_tolerance)
     if spec.errors is not None:
         _check_connector(spec.errors, "errors")
@@ -545,7 +547,7 @@ def _non_negative(v: object) -> bool:
 
 
 def check_pool_limits(spec: DataflowSpec, *, max_windows_per_event: int,
-                      max_state_bytes: int) -> None:
+                      max_state_bytes: int, max_state_disk_bytes: int | None = None) -> None:
     """The rules a pool adds to a valid spec, so that no spec can take the shared pool down:
     how many windows one event may open (a sliding window's size / slide) and how much
     state the spec may ask for. Raises SpecError with the numbers and the fix."""
@@ -561,8 +563,10 @@ def check_pool_limits(spec: DataflowSpec, *, max_windows_per_event: int,
                             f"use a slide_ms of at least {math.ceil(size / max_windows_per_event)} "
                             "(or a smaller size_ms), or ask the operator to raise the pool's "
                             "max_windows_per_event")
-    budget = spec.limits.state_bytes
-    if budget is not None and budget > max_state_bytes:
-        raise SpecError(None, f"limits.state_bytes at most {max_state_bytes} on this pool", budget,
-                        "ask for less state, or ask the operator to raise the pool's "
-                        "max_state_bytes")
+    for name, most in (("state_bytes", max_state_bytes),
+                       ("state_disk_bytes", max_state_disk_bytes)):
+        budget = getattr(spec.limits, name)
+        if budget is not None and most is not None and budget > most:
+            raise SpecError(None, f"limits.{name} at most {most} on this pool", budget,
+                            "ask for less state, or ask the operator to raise the pool's "
+                            f"max_{name}")

@@ -164,6 +164,11 @@ class Operator:
         found. The runtime runs these steps among other work, bounded."""
         return True
 
+    def disk_bytes(self) -> int:
+        """Bytes of its state on disk (a store's table files); 0 when all is in memory
+        (what `approx_bytes` measures)."""
+        return 0
+
     def end_snapshot(self, head: dict[str, Any]) -> dict[str, Any]:
         """The snapshot of the cut: `head` (`begin_snapshot`'s) with what the steps packed
         under "pieces" (msgpack objects, which the runtime stores as they are, and gives

@@ -131,6 +131,10 @@ class StoredWindows(KeyedWindows[Any]):
             self._store = KeyStore(self.backend.folder)
         return self._store
 
+    def disk_bytes(self) -> int:
+        """Bytes of its store's table files (0 before it was opened)."""
+        return self._store.size_bytes() if self._store is not None else 0
+
     # -- the cache ----------------------------------------------------------------------
     def open(self, end: float) -> dict[Any, Any]:
         w = _Window(self, end)

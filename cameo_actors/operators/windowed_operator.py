@@ -147,6 +147,10 @@ class WindowedOperator(Operator):
             state.after_batch()
         return out
 
+    def disk_bytes(self) -> int:
+        state = self._aligned_state()
+        return state.disk_bytes() if isinstance(state, StoredWindows) else 0
+
     # -- a checkpoint's snapshot in steps ----------------------------------------------------
     def _aligned_state(self) -> KeyedWindows[Any] | None:
         """The aligned windows' state, which a checkpoint packs bin by bin in steps (the

@@ -141,6 +141,7 @@ class DataflowInfo(TypedDict):
     released: bool  # its parts on the executors were freed (nothing to read any more)
     lost: bool  # it failed because a part of the pool died, not by its own doing
     state_bytes: int  # estimated operator state and unread results, all executors
+    state_disk_bytes: int  # operator state on disk (a store backend's files), all executors
     deployment: str  # names this deployment (a redeploy under the same name gets another)
     checkpoints: CheckpointSummary
     recoveries: int  # times it was restored after a failure

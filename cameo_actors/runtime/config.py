@@ -57,6 +57,10 @@ class RuntimeConfig:
             over its executors, when its spec sets no `limits.state_bytes`; over its
             budget a dataflow fails and its state is freed.
         max_state_bytes: the largest `limits.state_bytes` a spec may ask for.
+        state_disk_budget_bytes: a dataflow's operator state on disk (the `rocksdb`
+            backend's table files, over its executors) when its spec sets no
+            `limits.state_disk_bytes`; over it a dataflow fails as over its memory budget.
+        max_state_disk_bytes: the largest `limits.state_disk_bytes` a spec may ask for.
         ended_retention_s: how long an ended dataflow (finished, cancelled, failed) stays
             listed with its state and cause; a finished one keeps its results as long.
         ended_kept: at most this many ended dataflows are kept (the oldest go first).
@@ -171,6 +175,8 @@ class RuntimeConfig:
     max_windows_per_event: int = 1_000
     state_budget_bytes: int = 512 * 1024 * 1024
     max_state_bytes: int = 4 * 1024 * 1024 * 1024
+    state_disk_budget_bytes: int = 16 * 1024 * 1024 * 1024
+    max_state_disk_bytes: int = 256 * 1024 * 1024 * 1024
     ended_retention_s: float = 3600.0
     ended_kept: int = 1_000
     monitor_interval_s: float = 1.0
@@ -215,7 +221,7 @@ class RuntimeConfig:
             raise ValueError(f"RuntimeConfig.num_executors: expected >= 1 or None, got {self.num_executors}")
         for name in ("quantum_ms", "credit_events", "ingress_events", "max_message_events",
                      "result_capacity", "max_windows_per_event", "state_budget_bytes",
-                     "max_state_bytes", "ended_kept", "monitor_interval_s", "exchange_batch_events"):
+                     "max_state_bytes", "state_disk_budget_bytes", "max_state_disk_bytes", "ended_kept", "monitor_interval_s", "exchange_batch_events"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"RuntimeConfig.{name}: expected > 0, got {getattr(self, name)}")
         if type(self.bins) is not int or not 1 <= self.bins <= MAX_BINS or self.bins & (self.bins - 1):

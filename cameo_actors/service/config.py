@@ -169,6 +169,14 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("max_state_bytes", "--max-state-bytes", ("CAMEO_MAX_STATE_BYTES",),
            "the largest limits.state_bytes a spec may ask for in a new pool "
            f"(default {POOL_DEFAULTS['max_state_bytes']})", _int),
+    Option("state_disk_budget_bytes", "--state-disk-budget-bytes",
+           ("CAMEO_STATE_DISK_BUDGET_BYTES",),
+           "a dataflow's operator state on disk (the rocksdb backend's files) in a new pool, "
+           "when its spec sets no limits.state_disk_bytes; over it the dataflow fails "
+           f"(default {POOL_DEFAULTS['state_disk_budget_bytes']})", _int),
+    Option("max_state_disk_bytes", "--max-state-disk-bytes", ("CAMEO_MAX_STATE_DISK_BYTES",),
+           "the largest limits.state_disk_bytes a spec may ask for in a new pool "
+           f"(default {POOL_DEFAULTS['max_state_disk_bytes']})", _int),
     Option("keep_ended_s", "--keep-ended", ("CAMEO_KEEP_ENDED_S",),
            "seconds a new pool keeps ended dataflows (finished, cancelled, failed) to be "
            f"seen, a finished one with its results (default {POOL_DEFAULTS['ended_retention_s']:g})", _float),
@@ -242,6 +250,8 @@ class ServiceConfig:
     scaling: dict[str, Any] = field(default_factory=_pool_factory("scaling"))
     state_budget_bytes: int = POOL_DEFAULTS["state_budget_bytes"]
     max_state_bytes: int = POOL_DEFAULTS["max_state_bytes"]
+    state_disk_budget_bytes: int = POOL_DEFAULTS["state_disk_budget_bytes"]
+    max_state_disk_bytes: int = POOL_DEFAULTS["max_state_disk_bytes"]
     keep_ended_s: float = POOL_DEFAULTS["ended_retention_s"]
     max_string_chars: int = POOL_DEFAULTS["max_string_chars"]
     tenant_max_concurrent: int = 8
@@ -264,7 +274,7 @@ class ServiceConfig:
         if not 0 <= self.port <= 65535:
             raise ConfigError("port", "0..65535", self.port, "pick a free TCP port")
         for name in ("max_windows_per_event", "state_budget_bytes", "max_state_bytes",
-                     "max_string_chars", "tenant_max_concurrent", "tenant_rate"):
+                     "state_disk_budget_bytes", "max_state_disk_bytes", "max_string_chars", "tenant_max_concurrent", "tenant_rate"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, "> 0", getattr(self, name), "give a positive limit")
         if not 1 <= self.bins <= 65536 or self.bins & (self.bins - 1):

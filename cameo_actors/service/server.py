@@ -75,6 +75,8 @@ def serve(cfg: ServiceConfig) -> int:
                            max_windows_per_event=cfg.max_windows_per_event, bins=cfg.bins,
                            state_budget_bytes=cfg.state_budget_bytes,
                            max_state_bytes=cfg.max_state_bytes,
+                           state_disk_budget_bytes=cfg.state_disk_budget_bytes,
+                           max_state_disk_bytes=cfg.max_state_disk_bytes,
                            max_string_chars=cfg.max_string_chars,
                            ended_retention_s=cfg.keep_ended_s,
                            checkpoint_url=cfg.checkpoint_url,

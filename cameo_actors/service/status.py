@@ -97,6 +97,7 @@ class Status(Tenancy):
             "history": list(info.get("history") or []),
             "recoveries": info.get("recoveries", 0),
             "state_bytes": info.get("state_bytes", 0),
+            "state_disk_bytes": info.get("state_disk_bytes", 0),
             "held": list(s.get("held", [])),
             "connectors": dict(s.get("connectors", {})),
             "migrations": self._migrations_of(name),

@@ -111,6 +111,31 @@ def test_an_executor_never_restarted_is_retired_and_its_instances_restored_on_th
     finished(plane, flow, data)
 
 
+def test_state_on_disk_has_a_budget_of_its_own_and_over_it_the_dataflow_fails(
+        tmp_path: Path) -> None:
+    """With the rocksdb backend a window's state is in its store's files: the monitor
+    counts them apart from memory, each against its own budget, and the dataflow over
+    its disk budget fails saying so; the others go on."""
+    plane = ControlPlane(2, replace(config(tmp_path), state_backend="rocksdb",
+                                    store_dir=str(tmp_path / "stores"), state_cache_entries=2,
+                                    state_disk_budget_bytes=1 << 30))
+    big = keyed("big", 2).spec.to_dict()
+    big["limits"]["state_disk_bytes"] = 1  # any file at all is over it
+    plane.lifecycle.deploy(big)
+    plane.lifecycle.deploy(keyed("small", 1).spec.to_dict())
+    for name in ("big", "small"):
+        feed(plane, name, events(300, seed=9))
+        assert plane.checkpoints.take(name)  # the stores flushed their files
+    plane.monitor.check_usage()
+    big_info, small_info = plane.registry.record("big"), plane.registry.record("small")
+    assert small_info["state"] == RUNNING and small_info["state_disk_bytes"] > 0
+    assert 0 < small_info["state_bytes"] < 1 << 30
+    assert big_info["state"] == "failed", big_info["history"]
+    assert big_info["cause"].startswith("over its state budget on disk: ")
+    assert "budget 1 bytes. Fix: " in big_info["cause"] and "limits.state_disk_bytes" in \
+        big_info["cause"]
+
+
 def test_a_drained_node_moves_its_dataflows_through_a_checkpoint_and_loses_nothing(
         tmp_path: Path) -> None:
     plane = ControlPlane(3, config(tmp_path))

@@ -39,7 +39,8 @@ class Lifecycle:
         """Validate and start a dataflow. A spec that fails changes nothing."""
         spec = spec_of(dataflow)  # SpecError travels back to the caller
         check_pool_limits(spec, max_windows_per_event=self.config.max_windows_per_event,
-                          max_state_bytes=self.config.max_state_bytes)
+                          max_state_bytes=self.config.max_state_bytes,
+                          max_state_disk_bytes=self.config.max_state_disk_bytes)
         gateway, registry = self.pool.gateway, self.registry
         with self.pool.lock:
             old = registry.dataflows.get(spec.name)
@@ -75,7 +76,8 @@ class Lifecycle:
             return self.admission.overload  # made by the monitor, at most a second ago
         spec = spec_of(dataflow)
         check_pool_limits(spec, max_windows_per_event=self.config.max_windows_per_event,
-                          max_state_bytes=self.config.max_state_bytes)
+                          max_state_bytes=self.config.max_state_bytes,
+                          max_state_disk_bytes=self.config.max_state_disk_bytes)
         return self.admission.predict(spec).to_dict()
 
     @serves(ControlAPI.cancel)

@@ -70,19 +70,29 @@ class Monitor:
             for name, counts in (part or {}).items():
                 usage.setdefault(name, Counter()).update(counts)
         self.admission.observe(time.monotonic(), usage)
-        default = self.config.state_budget_bytes
-        for name, used in ((n, int(u["bytes"])) for n, u in usage.items()):
+        for name, u in usage.items():
             info = self.registry.dataflows.get(name)
             if info is None or info["released"]:
                 continue
-            self.registry.measured(info, used)
-            budget = info["spec"].get("limits", {}).get("state_bytes") or default
-            if used > budget and info["state"] in LIVE_STATES:
+            used, disk = int(u["bytes"]), int(u.get("disk_bytes", 0))
+            self.registry.measured(info, used, disk)
+            limits = info["spec"].get("limits", {})
+            budget = limits.get("state_bytes") or self.config.state_budget_bytes
+            disk_budget = limits.get("state_disk_bytes") or self.config.state_disk_budget_bytes
+            if info["state"] not in LIVE_STATES:
+                continue
+            if used > budget:
                 self.registry.fail(name, f"over its state budget: about {used} bytes of "
                                          f"operator state and unread results, budget {budget} "
                                          "bytes. Fix: read and commit results sooner, use "
                                          "smaller or fewer windows, or set limits.state_bytes "
                                          "in the spec (up to the pool's max_state_bytes)")
+            elif disk > disk_budget:
+                self.registry.fail(name, f"over its state budget on disk: {disk} bytes of "
+                                         f"operator state in its stores' files, budget "
+                                         f"{disk_budget} bytes. Fix: use smaller or fewer "
+                                         "windows, or set limits.state_disk_bytes in the spec "
+                                         "(up to the pool's max_state_disk_bytes)")
 
     def expire(self) -> None:
         self.registry.expire(self.config.ended_kept, self.config.ended_retention_s)

@@ -171,7 +171,7 @@ class Registry:
             "executors": sorted(placement.executors()), "state": first.state.value,
             "submitted_at": time.time(), "ended_at": None, "cause": None, "history": [],
             "exceptions": [], "final": None, "released": False, "lost": False,
-            "state_bytes": 0, "deployment": deployment,
+            "state_bytes": 0, "state_disk_bytes": 0, "deployment": deployment,
             "checkpoints": {"interval_s": interval_s, "last": None, "last_at": None,
                             "last_duration_s": None, "last_bytes": 0, "completed": 0,
                             "failed": 0, "last_restore": None},
@@ -282,9 +282,11 @@ class Registry:
         if weight is not None:
             info["spec"]["scheduling"]["weight"] = weight
 
-    def measured(self, info: DataflowInfo, state_bytes: int) -> None:
-        """Its operator state and unread results, as the executors last reported."""
+    def measured(self, info: DataflowInfo, state_bytes: int, disk_bytes: int = 0) -> None:
+        """Its operator state and unread results in memory, and its state on disk, as the
+        executors last reported."""
         info["state_bytes"] = state_bytes
+        info["state_disk_bytes"] = disk_bytes
 
     def restore_started(self, info: DataflowInfo, again: bool) -> tuple[int, int]:
         """A restore begins: (its generation, losses in a row without a checkpoint

@@ -75,10 +75,11 @@ class Reports:
         out: dict[str, dict[str, float]] = {}
         for dataflow in self.hosting.dataflows:
             ids = self.hosting.ids(dataflow)
-            state = sum(approx_bytes(self.hosting.activations[aid].operator) for aid in ids)
+            ops = [self.hosting.activations[aid].operator for aid in ids]
             counters = self.stats.dataflows.get(dataflow)
             out[dataflow] = {
-                "bytes": state + self.egress.footprint(dataflow),
+                "bytes": sum(approx_bytes(op) for op in ops) + self.egress.footprint(dataflow),
+                "disk_bytes": sum(op.disk_bytes() for op in ops),
                 "events_in": counters.events_in if counters else 0,
                 "busy_ms": sum(self.sched.profile(a).busy_ms for a in ids),
                 "results": counters.latency.count if counters else 0,
