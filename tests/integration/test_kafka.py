@@ -56,6 +56,14 @@ def kafka_window(name: str, broker: KafkaBroker, topic_in: str, topic_out: str,
     return d
 
 
+def window_between_topics(broker: KafkaBroker, name: str, out_partitions: int = 1,
+                          idle_timeout_ms: int | None = None) -> Dataflow:
+    """`kafka_window` from topic NAME-in (PARTITIONS partitions) to NAME-out, both made."""
+    broker.create_topic(f"{name}-in", PARTITIONS)
+    broker.create_topic(f"{name}-out", out_partitions)
+    return kafka_window(name, broker, f"{name}-in", f"{name}-out", idle_timeout_ms)
+
+
 def produce(broker: KafkaBroker, topic: str, rows: list[dict[str, Any]]) -> None:
     """Each event to the partition of its key (each partition in event-time order, as a
     keyed producer writes them), its event time as the record's timestamp."""
@@ -110,18 +118,16 @@ def test_a_topic_through_a_window_to_a_topic_equals_run_local_across_an_executor
         pools: Any, kafka: KafkaBroker) -> None:
     rt = pools["phoenix2"]
     name = "kf-kill"
-    kafka.create_topic("kf-in", PARTITIONS)
-    kafka.create_topic("kf-out", PARTITIONS)
-    flow = kafka_window(name, kafka, "kf-in", "kf-out")
+    flow = window_between_topics(kafka, name, out_partitions=PARTITIONS)
     data = events(12_000, seed=41)
     want = expected(flow, {"s": data})
-    produce(kafka, "kf-in", data[:6_000])
+    produce(kafka, "kf-kill-in", data[:6_000])
     rt.deploy(flow)
     try:
         wait_for(lambda: caught_up(rt, name, 6_000), "the first half read", 60)
-        wait_for(lambda: len(output(kafka, "kf-out")) > 0, "results in the output topic", 60)
+        wait_for(lambda: len(output(kafka, "kf-kill-out")) > 0, "results in the output topic", 60)
         _, at = kill_executor(rt, 0)
-        produce(kafka, "kf-in", data[6_000:])  # while it is restored
+        produce(kafka, "kf-kill-in", data[6_000:])  # while it is restored
         try:
             wait_for(lambda: recovered_since(rt, name, at), f"{name} restored", 90)
             wait_for(lambda: caught_up(rt, name, 12_000), "every record read", 60)
@@ -129,7 +135,7 @@ def test_a_topic_through_a_window_to_a_topic_equals_run_local_across_an_executor
             raise AssertionError(f"{e}: {status(rt, name, at)}; {read_all(rt, name)}") from None
         rt.close(name)
         wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
-        await_output(rt, name, kafka, "kf-out", want)
+        await_output(rt, name, kafka, "kf-kill-out", want)
     finally:
         rt.cancel(name)
 
@@ -138,9 +144,7 @@ def test_a_malformed_record_goes_to_the_error_output_and_the_rest_is_read(
         pools: Any, kafka: KafkaBroker) -> None:
     rt = pools["phoenix2"]
     name = "kf-bad"
-    kafka.create_topic("kf-bad-in", PARTITIONS)
-    kafka.create_topic("kf-bad-out", 1)
-    flow = kafka_window(name, kafka, "kf-bad-in", "kf-bad-out")
+    flow = window_between_topics(kafka, name)
     data = events(2_000, seed=43)
     produce(kafka, "kf-bad-in", data[:1_000])
     kafka.produce("kf-bad-in", [(b"k1", b"{not json", 0, None), (b"k1", b"[1, 2]", 0, None)])
@@ -165,11 +169,9 @@ def test_a_broker_gone_mid_stream_is_waited_for_and_reading_goes_on(
         pools: Any, kafka: KafkaBroker) -> None:
     rt = pools["phoenix2"]
     name = "kf-away"
-    kafka.create_topic("kf-away-in", PARTITIONS)
-    kafka.create_topic("kf-away-out", 1)
     # Partitions quiet while the broker is away must not go idle: their records after it
     # would be late.
-    flow = kafka_window(name, kafka, "kf-away-in", "kf-away-out", idle_timeout_ms=60_000)
+    flow = window_between_topics(kafka, name, idle_timeout_ms=60_000)
     data = events(4_000, seed=47)
     produce(kafka, "kf-away-in", data[:2_000])
     rt.deploy(flow)
@@ -253,9 +255,7 @@ def test_idle_partitions_do_not_hold_the_windows_back(pools: Any, kafka: KafkaBr
     the dataflow runs, not only when it is closed."""
     rt = pools["phoenix2"]
     name = "kf-idle"
-    kafka.create_topic("kf-idle-in", PARTITIONS)
-    kafka.create_topic("kf-idle-out", 1)
-    flow = kafka_window(name, kafka, "kf-idle-in", "kf-idle-out")
+    flow = window_between_topics(kafka, name)
     source = next(s for s in flow.spec.sources)
     assert source.idle_timeout_ms is None  # the default for partitions: 1 s
     data = events(3_000, seed=59)
