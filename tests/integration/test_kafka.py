@@ -8,6 +8,7 @@ on where it was once the broker is back.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import zlib
@@ -62,6 +63,11 @@ def window_between_topics(broker: KafkaBroker, name: str, out_partitions: int = 
     broker.create_topic(f"{name}-in", PARTITIONS)
     broker.create_topic(f"{name}-out", out_partitions)
     return kafka_window(name, broker, f"{name}-in", f"{name}-out", idle_timeout_ms)
+
+
+def written(broker: KafkaBroker, topic: str, n: int) -> bool:
+    """At least `n` records in `topic`, repeats counted."""
+    return len(broker.read_committed(topic)) >= n
 
 
 def produce(broker: KafkaBroker, topic: str, rows: list[dict[str, Any]]) -> None:
@@ -270,3 +276,28 @@ def test_idle_partitions_do_not_hold_the_windows_back(pools: Any, kafka: KafkaBr
             f"kf-idle-in/{p}" for p in range(PARTITIONS)]
     finally:
         rt.cancel(name)
+
+
+def test_a_dataflow_deployed_again_under_its_name_writes_its_results_again(
+        pools: Any, kafka: KafkaBroker) -> None:
+    """The writer's place in the output is the deployment's: a dataflow cancelled and
+    deployed again under its name (another deployment, reading its topic from the start)
+    writes every result again, not from where the first deployment's writer was."""
+    rt = pools["phoenix2"]
+    name = "kf-again"
+    flow = window_between_topics(kafka, name)
+    data = events(1_000, seed=61)
+    produce(kafka, f"{name}-in", data)
+    want = expected(flow, {"s": data})
+    for run in (1, 2):
+        rt.deploy(flow)
+        try:
+            wait_for(lambda: caught_up(rt, name, 1_000), "every record read", 60)
+            rt.close(name)
+            wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
+            wait_for(functools.partial(written, kafka, f"{name}-out", run * len(want)),
+                     f"run {run}'s results written", 60)
+        finally:
+            rt.cancel(name)
+    rows = [json.loads(value or b"null") for *_, value, _ in kafka.read_committed(f"{name}-out")]
+    assert sorted(canon(rows)) == sorted(want + want)

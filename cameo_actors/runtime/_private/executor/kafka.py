@@ -122,16 +122,22 @@ def client_config(options: dict[str, str], on_error: Callable[[Any], None]) -> d
 
 
 class Connector(threading.Thread):
-    """A Kafka reader or writer: its state, and the broker's last error, for stats."""
+    """A Kafka reader or writer of instance `act`: its state, and the broker's last error,
+    for stats. `call` runs a function on the worker thread (`Worker.call`)."""
 
-    def __init__(self, name: str, act: Activation) -> None:
+    def __init__(self, name: str, core: ExecutorCore, call: Callable[..., Any],
+                 act: Activation) -> None:
         super().__init__(name=name, daemon=True)
-        self.act, self.aid = act, act.id
+        self.core, self.call, self.act, self.aid = core, call, act, act.id
         self.state, self.error = "starting", ""
         self.stopped = threading.Event()
 
     def stop(self) -> None:
         self.stopped.set()
+
+    def _alive(self) -> bool:
+        """Not stopped, and its instance still the one hosted (not cancelled or restored)."""
+        return not self.stopped.is_set() and self.core.hosting.activations.get(self.aid) is self.act
 
     def on_error(self, err: Any) -> None:
         """librdkafka's error callback (its own thread): the broker away is shown."""
@@ -274,9 +280,8 @@ class KafkaReader(Connector):
 
     def __init__(self, core: ExecutorCore, submit: Callable[[Callable[[], None]], None],
                  call: Callable[..., Any], act: Activation, instances: int) -> None:
-        super().__init__(f"cameo-kafka-in-{act.id}", act)
-        self.core, self.submit, self.call = core, submit, call
-        self.instances = instances
+        super().__init__(f"cameo-kafka-in-{act.id}", core, call, act)
+        self.submit, self.instances = submit, instances
         step = act.step
         self.options = kafka_options(step) or {}
         self.topics = [t.strip() for t in self.options.get("subscribe", "").split(",") if t.strip()]
@@ -318,9 +323,6 @@ class KafkaReader(Connector):
                 backoff = min(backoff * 2, RETRY_CAP_S)
         self.state = "ended"
         self._close()
-
-    def _alive(self) -> bool:
-        return not self.stopped.is_set() and self.core.hosting.activations.get(self.aid) is self.act
 
     def _open(self) -> None:
         ck = _load()
@@ -502,16 +504,17 @@ class KafkaWriter(Connector):
     """Writes a Kafka sink instance's result log to its topic (see the module)."""
 
     def __init__(self, core: ExecutorCore, call: Callable[..., Any], act: Activation) -> None:
-        super().__init__(f"cameo-kafka-out-{act.id}", act)
-        self.core, self.call = core, call
+        super().__init__(f"cameo-kafka-out-{act.id}", core, call, act)
         self.options = kafka_options(act.step) or {}
         self.topic = self.options.get("topic", "")
         self.key = self.options.get("key")
-        # One transactional id per sink instance: a writer that starts again (here or on
-        # another executor after a failure) fences the one before, and aborts its
-        # transaction under way.
-        self.txn_id = f"cameo.{act.dataflow}.{act.id}"
-        self.group = f"cameo.sink.{act.dataflow}.{act.id}"
+        # One transactional id per sink instance of a deployment: a writer that starts
+        # again (here or on another executor after a failure) fences the one before, and
+        # aborts its transaction under way; a dataflow deployed again under its name
+        # starts from its own log's start, not where the last deployment's writer was.
+        hosted = core.hosting.dataflows.get(act.dataflow)
+        instance = f"{act.dataflow}.{hosted.deployment if hosted else ''}.{act.id}"
+        self.txn_id, self.group = f"cameo.{instance}", f"cameo.sink.{instance}"
         self.position = -1
         self.written = 0
         self._metadata: Any = None  # the group's, for offsets committed in a transaction
@@ -531,9 +534,6 @@ class KafkaWriter(Connector):
                 self.producer = None
                 self.stopped.wait(backoff)
                 backoff = min(backoff * 2, RETRY_CAP_S)
-
-    def _alive(self) -> bool:
-        return not self.stopped.is_set() and self.core.hosting.activations.get(self.aid) is self.act
 
     def _open(self) -> None:
         ck = _load()
