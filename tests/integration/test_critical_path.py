@@ -111,8 +111,12 @@ def test_waiting_behind_a_bulk_dataflow_is_named_under_fifo(pools: Any) -> None:
         # messages in arrival order, so the alerts wait behind them.
         why = run_fed(rt, {"cp-bulk": 40_000.0, "cp-alerts": 200.0},
                       lambda: explained(rt, "cp-alerts", 200))
+        # Behind the bulk either in the mailbox ("waiting") or before it, its input held
+        # while the bulk's operators ran ("ingest", labelled with whom it ran behind too):
+        # which one is the larger depends on how loaded the machine is.
         top = why["critical_path"][0]
-        assert top["kind"] == "waiting" and top["behind"] == "cp-bulk", why["words"]
+        assert top["kind"] in ("waiting", "ingest") and top["behind"] == "cp-bulk", \
+            why["words"]
         behind = why["summary"]["waiting_behind"]
         assert max(behind, key=behind.get) == "cp-bulk", behind
         assert "cp-bulk" in why["words"][1]
