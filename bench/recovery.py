@@ -240,6 +240,15 @@ def _ckpt(info: dict[str, Any]) -> dict[str, Any]:
             "last_mb": c["last_bytes"] / 1e6, "last_s": c["last_duration_s"]}
 
 
+def _wait_checkpointed(rt: Any, name: str, timeout_s: float) -> None:
+    """Wait until a checkpoint of `name` completed (its duration is then known), or
+    `timeout_s` passed (the figure stays unknown)."""
+    deadline = time.monotonic() + timeout_s
+    while not rt.describe(name, refresh=True)["checkpoints"]["last_duration_s"] \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def _wait_events_in(rt: Any, name: str, n: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while rt.stats(name)["events_in"] < n:
@@ -379,6 +388,8 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
                     g1 = _full_passes(rt)
                     passes[arm].append((g1[0] - g0[0], round(g1[1] - g0[1], 1), g1[2] - g0[2]))
                     check_threads(feed, reader, feed_a)
+                    if arm != OFF:  # a short window may close before its first checkpoint
+                        _wait_checkpointed(rt, name, 60)
                     ckpts[arm].append(_ckpt(rt.describe(name, refresh=True)))
                 finally:
                     feed.stop.set()
