@@ -114,6 +114,19 @@ class DataflowSummary(TypedDict):
     executors: list[int]
     submitted_at: float
     ended_at: float | None
+    # the service's list with ?detail=true: a live dataflow's figures
+    figures: NotRequired[DataflowFigures | None]
+
+
+class DataflowFigures(TypedDict):
+    """A live dataflow's figures in the service's list."""
+
+    weight: float
+    p99_ms: float | None
+    within_target: float | None  # share of results, None before the first
+    events_in_per_s: float
+    backlog: int
+    results: int
 
 
 class Transition(TypedDict):
@@ -150,6 +163,16 @@ class DataflowInfo(TypedDict):
     # the admission prediction made when it was submitted (`Runtime.predict`), with
     # "warnings" naming who was predicted to miss
     admission: dict[str, Any] | None
+    # its live settings changed while it ran (`update`), oldest first; a record saved
+    # before these were kept has none
+    changes: NotRequired[list[Change]]
+
+
+class Change(TypedDict):
+    """A live setting changed while the dataflow ran (`update`)."""
+
+    at: float  # epoch seconds
+    what: str  # in words: "latency target 50 ms -> 20 ms"
 
 
 class CheckpointSummary(TypedDict):
@@ -163,6 +186,23 @@ class CheckpointSummary(TypedDict):
     completed: int
     failed: int  # not completed in time, or a part not written
     last_restore: RestoreSummary | None  # its last restore after a failure
+    # the last checkpoints, completed or not, oldest first (`CHECKPOINTS_KEPT`); a record
+    # saved before these were kept has none
+    history: NotRequired[list[CheckpointRecord]]
+
+
+class CheckpointRecord(TypedDict):
+    """One checkpoint of a dataflow, completed or not."""
+
+    id: int
+    at: float  # when it completed or was given up (epoch seconds)
+    ok: bool
+    duration_s: float  # from its barriers to its manifest, or to being given up
+    bytes: int  # the size of its parts (0 if not completed)
+    parts: int  # one per activation
+    incremental_parts: int  # of them, parts that build on earlier ones (a chain)
+    executors: dict[str, int]  # executor index -> bytes of its parts
+    reason: str | None  # why it did not complete
 
 
 class RestoreSummary(TypedDict):
@@ -252,6 +292,8 @@ class ExecutorStats(TypedDict, total=False):
     # Python's cycle collector in the executor's process, per generation: passes, their
     # total and longest time in ms, objects found unreachable; objects frozen out of it
     gc: dict[str, Any]
+    cpu_s: float  # the process's CPU time so far, every thread (for a share: two readings)
+    rss_bytes: int  # the process's resident memory
 
 
 class DataflowMetrics(TypedDict):

@@ -45,6 +45,7 @@ from cameo_actors.runtime.boundary import (
     LogOffsets,
     MigrationInfo,
     NodeDrained,
+    PoolSnapshot,
     Prediction,
     Pressure,
     Rejected,
@@ -369,6 +370,11 @@ class RuntimeAPI(ControlAPI, DataAPI):
     def describe(self, name: str, *, refresh: bool = False) -> DataflowInfo:
         """The dataflow's record; a handle may answer from what it learnt a moment ago
         (its pushes cost no extra call), `refresh` asks the controller now."""
+
+    def stats_all(self) -> PoolSnapshot:
+        """Every dataflow and executor of the pool in one round of calls (a metrics
+        scrape, the console's list and hotspots)."""
+        raise NotImplementedError(f"{type(self).__name__} does not do 'stats_all'")
 
     @abstractmethod
     def handle(self, client: str | None = None) -> RuntimeAPI:

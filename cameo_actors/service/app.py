@@ -35,8 +35,8 @@ from cameo_actors import __version__
 from cameo_actors.errors import SpecError, UserError
 from cameo_actors.operators.column_ipc import ARROW_STREAM, to_ipc
 from cameo_actors.runtime.boundary import PoolSnapshot
+from cameo_actors.service import console, operations
 from cameo_actors.service import metrics as prom
-from cameo_actors.service import operations, ui
 from cameo_actors.service.auth import Principal, TokenAdmin, TokenStore
 from cameo_actors.service.core import ServiceCore
 from cameo_actors.service.errors import ApiError
@@ -151,7 +151,10 @@ class BearerAuth:
         self.public = public  # the paths of the operations anyone may call
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.public:
+        if scope["type"] != "http" or scope["path"] in self.public \
+                or console.is_console_path(scope["path"]):
+            # (the console's files and redirects hold no data: what the page fetches is
+            # checked as any client's call is)
             await self.app(scope, receive, send)
             return
         header = None
@@ -159,12 +162,6 @@ class BearerAuth:
             if key == b"authorization":
                 header = value.decode("latin-1")
                 break
-        if ui.is_ui_path(scope["path"]):  # a browser: the header or the UI's cookie, or the
-            # UI's login form (its routes answer a caller without a token themselves)
-            scope.setdefault("state", {})["principal"] = ui.browser_caller(
-                self.tokens, header, scope.get("headers", []))
-            await self.app(scope, receive, send)
-            return
         principal = self.tokens.authenticate(header)
         if principal is None:
             why = "missing" if not header else "wrong"
@@ -481,5 +478,5 @@ def create_app(core: ServiceCore, tokens: TokenStore, *, max_spec_bytes: int = 2
                           response_model=op.response, responses=op.responses,
                           openapi_extra=extra, **text)
 
-    ui.add_routes(app, core, tokens)
+    console.add_routes(app)
     return app

@@ -212,10 +212,14 @@ class Client:
             return self._object("explain_pool", params=params)
         return self._object("explain", params=params, name=name)
 
-    def list(self, states: Sequence[str] | None = None) -> builtins.list[DataflowSummary]:
-        """The dataflows this token may see, live and ended (or only those in `states`)."""
-        params = {"state": builtins.list(states)} if states else None
-        return as_records(self._result("list_dataflows", params=params), DataflowSummary,
+    def list(self, states: Sequence[str] | None = None, *, detail: bool = False
+             ) -> builtins.list[DataflowSummary]:
+        """The dataflows this token may see, live and ended (or only those in `states`);
+        with `detail`, each live one's figures (p99, share within target, rates, backlog)."""
+        params: dict[str, Any] = {"state": builtins.list(states)} if states else {}
+        if detail:
+            params["detail"] = "true"
+        return as_records(self._result("list_dataflows", params=params or None), DataflowSummary,
                           "list_dataflows")
 
     def exceptions(self, name: str) -> dict[str, Any]:

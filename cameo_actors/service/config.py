@@ -180,6 +180,12 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option("keep_ended_s", "--keep-ended", ("CAMEO_KEEP_ENDED_S",),
            "seconds a new pool keeps ended dataflows (finished, cancelled, failed) to be "
            f"seen, a finished one with its results (default {POOL_DEFAULTS['ended_retention_s']:g})", _float),
+    Option("history_days", "--history-days", ("CAMEO_HISTORY_DAYS",),
+           "days the service keeps ended dataflows' records (status, checkpoints, time "
+           "line) in STATE_DIR/history, across restarts and after the pool forgot them "
+           "(default 7)", _float),
+    Option("history_kept", "--history-kept", ("CAMEO_HISTORY_KEPT",),
+           "ended dataflows' records kept at most; the oldest go first (default 1000)", _int),
     Option("max_string_chars", "--max-string-chars", ("CAMEO_MAX_STRING_CHARS",),
            "longest str field value an event may carry in a new pool; longer ones go to the "
            f"error output (default {POOL_DEFAULTS['max_string_chars']})", _int),
@@ -253,6 +259,8 @@ class ServiceConfig:
     state_disk_budget_bytes: int = POOL_DEFAULTS["state_disk_budget_bytes"]
     max_state_disk_bytes: int = POOL_DEFAULTS["max_state_disk_bytes"]
     keep_ended_s: float = POOL_DEFAULTS["ended_retention_s"]
+    history_days: float = 7.0
+    history_kept: int = 1000
     max_string_chars: int = POOL_DEFAULTS["max_string_chars"]
     tenant_max_concurrent: int = 8
     tenant_rate: float = 200.0
@@ -310,6 +318,10 @@ class ServiceConfig:
             raise ConfigError(f"scaling {e.subject}", e.expected, e.got, e.fix) from e
         if self.keep_ended_s < 0:
             raise ConfigError("keep_ended_s", ">= 0", self.keep_ended_s, "use 0 to forget at once")
+        if self.history_days < 0 or self.history_kept < 0:
+            raise ConfigError("history_days" if self.history_days < 0 else "history_kept",
+                              ">= 0", min(self.history_days, self.history_kept),
+                              "use 0 to keep no history")
         for name in ("max_spec_bytes", "max_body_bytes"):
             if getattr(self, name) < 1024:
                 raise ConfigError(name, "at least 1024 bytes", getattr(self, name),

@@ -12,18 +12,20 @@ tenant to its own dataflows. It is made of one part per concern, each a module:
 - `status.py`: the list, a dataflow's status, spec, exceptions, explanation, executors;
 - `inputs.py`: pushes and closes, refused early when a dataflow cannot take them;
 - `results.py`: results and the error output, read with cursors and committed;
-- `reconfig.py`: live reconfiguration and self-scaling.
+- `reconfig.py`: live reconfiguration and self-scaling;
+- `overview.py`: what the console shows: a dataflow's graph, checkpoints and time line,
+  the pool's hotspots, the list's figures.
 """
 
 from __future__ import annotations
 
 from cameo_actors.service.inputs import Inputs
+from cameo_actors.service.overview import Overview
 from cameo_actors.service.reconfig import Reconfig
 from cameo_actors.service.results import Results
-from cameo_actors.service.status import Status
 from cameo_actors.service.submission import Submission
 
 
-class ServiceCore(Submission, Status, Inputs, Results, Reconfig):
+class ServiceCore(Submission, Overview, Inputs, Results, Reconfig):
     """Tenancy, idempotency and bookkeeping around a runtime; safe to call from many
     threads (`Tenancy` says what it takes)."""

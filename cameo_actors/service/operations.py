@@ -41,6 +41,7 @@ from cameo_actors.service.protocol import (
     SPEC_SCHEMA,
     AddExecutorsRequest,
     CancelResponse,
+    Checkpoints,
     CommitRequest,
     CommitResponse,
     DataflowList,
@@ -52,6 +53,8 @@ from cameo_actors.service.protocol import (
     ExecutorRemoval,
     ExecutorsAdded,
     Explanation,
+    Graph,
+    Hotspots,
     MigrateRequest,
     Migration,
     MigrationList,
@@ -64,6 +67,7 @@ from cameo_actors.service.protocol import (
     ScalingRequest,
     ScalingStatus,
     SubmitResponse,
+    Timeline,
     TokenCreated,
     TokenInfo,
     TokenRequest,
@@ -308,8 +312,12 @@ OPERATIONS: tuple[Operation, ...] = (
               "The dataflows this token may see, live and ended (kept for a while)",
               call="core.list", response=DataflowList, wrap="dataflows",
               params=(Param("state", list[str] | None, None, {"description": (
-                  "only dataflows in these states (repeat the parameter)")}, arg="states"),),
-              cli=Verb("list", args={"state": Arg(metavar="STATE")}, flags=(_JSON,))),
+                  "only dataflows in these states (repeat the parameter)")}, arg="states"),
+                      Param("detail", bool, False, {"description": (
+                          "each live dataflow's figures too: p99, share within target, "
+                          "events in per second, backlog")})),
+              cli=Verb("list", args={"state": Arg(metavar="STATE"),
+                                     "detail": Arg(flag="--detail")}, flags=(_JSON,))),
     Operation("status", "GET", _NAME_DF, "dataflows",
               "State, throughput, latency percentiles vs target, backlog, errors",
               call="core.status", response=DataflowStatus,
@@ -326,6 +334,25 @@ OPERATIONS: tuple[Operation, ...] = (
               cli=Verb("explain", "why a dataflow missed its target: its critical path, "
                        "ranked; without a name, the pool", args={"last": Arg(metavar="WINDOW")},
                        flags=(_JSON,))),
+    Operation("spec", "GET", _NAME_DF + "/spec", "dataflows",
+              "Its spec as submitted (and as changed since: targets, parallelism)",
+              call="core.spec", response=dict[str, Any]),
+    Operation("graph", "GET", _NAME_DF + "/graph", "dataflows",
+              "Its steps with their instances and executors, backpressure and share of the "
+              "critical path (the console's graph)", call="core.graph", params=(_LAST,),
+              response=Graph),
+    Operation("checkpoints", "GET", _NAME_DF + "/checkpoints", "dataflows",
+              "Its checkpoints: counts, the last ones with durations, sizes and parts per "
+              "executor, and its last restore's phases", call="core.checkpoints",
+              response=Checkpoints),
+    Operation("timeline", "GET", _NAME_DF + "/timeline", "dataflows",
+              "Its history on one time line: states, changes, reconfigurations, scaling "
+              "decisions with their reasons, failed checkpoints", call="core.timeline",
+              response=Timeline),
+    Operation("hotspots", "GET", "/v1/hotspots", "dataflows",
+              "Across the pool: the steps most on the critical path, the dataflows furthest "
+              "from their targets, the largest backlogs, the busiest executors (the admin's)",
+              call="core.hotspots", params=(_LAST,), response=Hotspots),
     Operation("exceptions", "GET", _NAME_DF + "/exceptions", "dataflows",
               "Why it failed, and its last operator failures", call="core.exceptions",
               response=Exceptions, cli="exceptions"),

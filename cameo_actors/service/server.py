@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from types import FrameType
 
@@ -30,9 +31,12 @@ from cameo_actors.runtime.boundary import LIVE_STATES
 from cameo_actors.service.auth import TokenStore, write_private
 from cameo_actors.service.config import ServiceConfig
 from cameo_actors.service.core import ServiceCore
+from cameo_actors.service.history import History
 from cameo_actors.service.limits import TenantLimits
 
 log = logging.getLogger("cameo.service")
+#: How often ended dataflows are looked for to keep in the service's history (seconds).
+HISTORY_EVERY_S = 5.0
 
 
 def serve(cfg: ServiceConfig) -> int:
@@ -126,7 +130,21 @@ def serve(cfg: ServiceConfig) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, remember)  # after ray.init, which installs its own
-    core = ServiceCore(rt, allowed_modules=rt.config.allowed_modules)
+    history = History(os.path.join(state_dir, "history"), kept=cfg.history_kept,
+                      retention_s=cfg.history_days * 86400.0)
+    core = ServiceCore(rt, allowed_modules=rt.config.allowed_modules, history=history)
+    keeping = threading.Event()  # set: the service stops
+
+    def keep_ended() -> None:
+        """Ended dataflows go into the service's history as they end (the pool forgets
+        them after --keep-ended, or when it stops)."""
+        while not keeping.wait(HISTORY_EVERY_S):
+            try:
+                core.keep_ended()
+            except Exception:  # the next round tries again
+                log.exception("history: keeping the ended dataflows failed")
+
+    threading.Thread(target=keep_ended, name="cameo-history", daemon=True).start()
     from cameo_actors.service.app import create_app
 
     app = create_app(core, tokens, max_spec_bytes=cfg.max_spec_bytes,
@@ -179,6 +197,11 @@ def serve(cfg: ServiceConfig) -> int:
             core.stop_all(cfg.drain_timeout_s, log.info)
         except CameoError as e:
             log.error("stopping the dataflows failed: %s", e)
+        keeping.set()
+        try:  # what they ended as, before the pool forgets them
+            core.keep_ended()
+        except (CameoError, TimeoutError, OSError) as e:
+            log.error("history: keeping the ended dataflows failed: %s", e)
         if cfg.embedded or not pool_existed:
             rt.shutdown(stop_ray=False)  # the pool was ours: its executors go too
     rt.disconnect()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from cameo_actors.errors import CameoError
@@ -52,7 +53,11 @@ class Status(Tenancy):
                 raise ApiError(422, "invalid_request", "unknown dataflow state in the filter",
                                expected=f"states among {list(STATES)}", got=", ".join(unknown),
                                fix="e.g. ?state=running&state=failed")
-        return [d for d in self.rt.list(states) if principal.can_access(d["tenant"])]
+        listed = self.rt.list(states)
+        names = {d["name"] for d in self.rt.list()} if states else {d["name"] for d in listed}
+        kept = [k for k in self.history.summaries()  # ended ones the pool forgot
+                if k["name"] not in names and (not states or k["state"] in states)]
+        return [d for d in [*listed, *kept] if principal.can_access(d["tenant"])]
 
     def spec(self, principal: Principal, name: str) -> dict[str, Any]:
         """The spec of a dataflow this caller may see (its steps and their inputs), else 404."""
@@ -60,7 +65,7 @@ class Status(Tenancy):
         try:
             return dict(self.rt.describe(name)["spec"])
         except DataflowNotFound:
-            raise not_found(name) from None
+            return dict(self._kept(name, "spec"))
 
     def status(self, principal: Principal, name: str) -> dict[str, Any]:
         self._entry(principal, name)
@@ -69,7 +74,7 @@ class Status(Tenancy):
             s: DataflowStats | dict[str, Any] = info.get("final") or {} if info.get("released") \
                 else self.rt.stats(name)
         except DataflowNotFound:
-            raise not_found(name) from None
+            return dict(self._kept(name, "status"))
         except DataflowEnded:  # ended between the two calls: its last statistics
             info = self.rt.describe(name, refresh=True)
             s = info.get("final") or {}
@@ -106,7 +111,9 @@ class Status(Tenancy):
         }
 
     def _throughput(self, name: str, now: float, submitted_at: float | None,
-                    s: DataflowStats | dict[str, Any]) -> dict[str, float]:
+                    s: Mapping[str, Any]) -> dict[str, float]:
+        """Events in and out and results per second over the recent samples of the
+        dataflow's counters `s` (since it started, before the first)."""
         cur = (now, int(s.get("events_in", 0)), int(s.get("events_out", 0)),
                int(s.get("results", 0)))
         samples = self._samples.setdefault(name, deque(maxlen=64))
@@ -157,7 +164,7 @@ class Status(Tenancy):
             failures = info.get("exceptions") if info.get("released") \
                 else self.rt.stats(name).get("failures", [])
         except DataflowNotFound:
-            raise not_found(name) from None
+            return dict(self._kept(name, "exceptions"))
         except DataflowEnded:
             info = self.rt.describe(name, refresh=True)
             failures = info.get("exceptions")

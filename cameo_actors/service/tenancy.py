@@ -17,6 +17,7 @@ from cameo_actors.runtime.boundary import (
     RUNNING,
     DataflowInfo,
     DataflowSummary,
+    PoolSnapshot,
     Pressure,
 )
 from cameo_actors.runtime.exceptions import (
@@ -30,6 +31,7 @@ from cameo_actors.service.errors import (
     ended,
     not_found,
 )
+from cameo_actors.service.history import History
 
 log = logging.getLogger("cameo.service")
 #: How long the service trusts what it learnt of a dataflow's backpressure (seconds).
@@ -44,11 +46,15 @@ class Tenancy:
         clock: physical time, for throughput.
         allowed_modules: module prefixes specs' functions may come from (None: any);
             checked before a replace cancels the running dataflow.
+        history: where ended dataflows' records are kept (None: in memory, until the
+            process ends).
     """
 
     def __init__(self, runtime: RuntimeAPI, *, clock: Clock | None = None,
-                 allowed_modules: tuple[str, ...] | None = None) -> None:
+                 allowed_modules: tuple[str, ...] | None = None,
+                 history: History | None = None) -> None:
         self.rt = runtime
+        self.history = history or History(None)
         self.clock = clock or SystemClock()
         self.allowed_modules = allowed_modules
         self.stopping = False
@@ -64,6 +70,11 @@ class Tenancy:
         self._pushers: dict[str, RuntimeAPI] = {}
         #: name -> (when asked, the runtime's answer, events pushed since)
         self._pressure: dict[str, tuple[float, Pressure, int]] = {}
+        #: the pool's last snapshot (when, monotonic; it) and each executor's busy time
+        #: seen in it (when, busy ms, its busy share since the one before)
+        self._snapshot: tuple[float, PoolSnapshot | None] = (0.0, None)
+        self._snapshot_lock = threading.Lock()
+        self._busy: dict[Any, tuple[float, float, float | None]] = {}
 
     # -- lookups -----------------------------------------------------------------------------
     def _entry(self, principal: Principal, name: str) -> DataflowSummary:
@@ -72,8 +83,19 @@ class Tenancy:
             if d["name"] == name:
                 if principal.can_access(d["tenant"]):
                     return d
-                break
+                raise not_found(name)
+        kept = self.history.get(name)  # gone from the pool: as the service last showed it
+        if kept is not None and principal.can_access(kept["summary"]["tenant"]):
+            return kept["summary"]  # type: ignore[no-any-return]
         raise not_found(name)
+
+    def _kept(self, name: str, part: str) -> Any:
+        """What the service last answered for an ended dataflow the pool forgot (the
+        caller passed `_entry`), else 404."""
+        kept = self.history.get(name)
+        if kept is None:
+            raise not_found(name)
+        return kept[part]
 
     def flow_lock(self, name: str) -> threading.Lock:
         """The lock that orders pushes and closes of one dataflow."""

@@ -1,6 +1,7 @@
 """A kit for end-to-end tests and benchmarks of the service on one machine:
-`cameo serve` as a real subprocess, the real `cameo` command, and a
-multi-node Ray cluster made of `ray start` processes on loopback addresses.
+`cameo serve` as a real subprocess, the service's app in a thread over a runtime the test
+holds (`ServedApp`), the real `cameo` command, and a multi-node Ray cluster made of
+`ray start` processes on loopback addresses.
 
 Everything listens on the loopback range only. Processes are stopped by the
 ids this kit started (never `ray stop`, which would end every Ray on the host).
@@ -20,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -162,6 +164,41 @@ class ServiceProcess:
 #: Ray's defaults or sets its own (docs/service.md, "When a node dies").
 NODE_DEATH_CONFIG = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
                      "health_check_failure_threshold": 3}
+
+
+class ServedApp:
+    """The service's app (the API and the console's files over a `ServiceCore` over `rt`)
+    under uvicorn, in a thread of this process, on a free loopback port: a test drives the
+    runtime it holds and the service at once. `admin` is the admin token."""
+
+    def __init__(self, rt: Any) -> None:
+        import uvicorn
+
+        from cameo_actors.service.app import create_app
+        from cameo_actors.service.auth import TokenStore
+        from cameo_actors.service.core import ServiceCore
+
+        self.admin = new_token()
+        self.tokens = TokenStore(self.admin)
+        app = create_app(ServiceCore(rt), self.tokens, snapshot=rt.stats_all)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                                    log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> ServedApp:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise TimeoutError(f"the service did not start on {self.url}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
 
 
 class LocalCluster:

@@ -127,7 +127,7 @@ _SESSION_POOLS: list[Pools] = []
 POOL_MODULES = ("test_critical_path", "test_overload", "test_scaling", "test_lifecycle",
                 "test_recovery", "test_kafka", "test_spark_recovery", "test_contracts", "test_reconfig",
                 "test_runtime", "test_spark", "test_nexmark", "test_nexmark_spark",
-                "test_spark_failures", "test_tier_equivalence", "test_ui_browser")
+                "test_spark_failures", "test_tier_equivalence", "test_console")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from cameo_actors import Dataflow, count
 from cameo_actors.service import cli
+from cameo_actors.service.testing import ServedApp
 from tests.integration.test_overload import SCHEMA, feed, wait_for
-from tests.integration.test_ui_browser import Served
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def cameo_explain(url: str, token: str, *args: str) -> str:
 def test_the_straggler_is_ranked_first(pools: Any) -> None:
     rt = pools["traced2"]
     rt.deploy(chain("cp-chain"))
-    service = Served(rt).start()
+    service = ServedApp(rt).start()
     try:
         why = run_fed(rt, {"cp-chain": 500.0}, lambda: explained(rt, "cp-chain", 300))
         # What a user sees: `cameo explain` through the service ranks the straggler first.

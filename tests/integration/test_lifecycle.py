@@ -9,13 +9,13 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from cameo_actors import Dataflow, DataflowEnded, Runtime, SpecError, count, run_local
 from cameo_actors.runtime.boundary import FINISHED, LIVE_STATES
+from tests.shared.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,14 +30,6 @@ def events(n: int, start: int = 0, keys: int = 4) -> list[dict[str, Any]]:
 def errors_only(name: str, state_bytes: int | None = None) -> Dataflow:
     df = Dataflow(name, latency_target_ms=100, tenant="ops", state_bytes=state_bytes)
     return df.source("logs", schema=SCHEMA, event_time="ts").filter("level == 'ERROR'").sink("out")
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.05)
 
 
 def state_of(rt: Any, name: str) -> str:

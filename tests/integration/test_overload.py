@@ -12,6 +12,7 @@ import pytest
 
 from cameo_actors import Dataflow, count
 from cameo_actors.runtime.exceptions import AdmissionRefused, DataflowNotFound
+from tests.shared.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -46,17 +47,6 @@ def feed(rt: Any, name: str, rate: float, stop: threading.Event, period_s: float
 
 def outcome(prediction: dict[str, Any], name: str) -> dict[str, Any]:
     return next(o for o in prediction["outcomes"] if o["name"] == name)
-
-
-def wait_for(check: Any, what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.2)
 
 
 def test_admission_predictions_match_what_happens(pools: Any) -> None:

@@ -609,3 +609,30 @@ def test_sigterm_stops_running_dataflows_cleanly_and_says_so(svc: ServiceProcess
     assert "service stopped" in log
     with pytest.raises(httpx.TransportError):
         httpx.get(svc.url + "/healthz", timeout=2)
+
+
+def test_ended_dataflows_outlive_the_service_and_its_pool(svc: ServiceProcess,
+                                                          tokens: dict[str, str]) -> None:
+    """The SIGTERM above stopped the pool for good (its registry and checkpoints went);
+    the service started again over the same folder still lists the dataflows that ended,
+    and answers for them as it did when they ended."""
+    svc.start()
+    ops = svc.client(tokens["ops"])
+    listed = {d["name"]: d for d in ops.list()}
+    assert listed["alerts"]["state"] == "cancelled", listed
+    status = ops.status("alerts")
+    assert status["results"] > 0 and status["history"][-1]["state"] == "cancelled"
+    headers = {"Authorization": f"Bearer {tokens['ops']}"}
+    timeline = httpx.get(f"{svc.url}/v1/dataflows/alerts/timeline", headers=headers,
+                         timeout=30).json()["events"]
+    assert timeline[0]["kind"] == "state" and timeline[0]["what"].startswith("running")
+    assert any(e["kind"] == "state" and e["what"].startswith("cancelled") for e in timeline)
+    checkpoints = httpx.get(f"{svc.url}/v1/dataflows/alerts/checkpoints", headers=headers,
+                            timeout=30).json()
+    assert checkpoints["completed"] == len([r for r in checkpoints["history"] if r["ok"]]) > 0
+    analytics = svc.client(tokens["analytics"])
+    assert "alerts" not in {d["name"] for d in analytics.list()}
+    with pytest.raises(ServiceError) as e:
+        analytics.status("alerts")
+    assert e.value.status == 404
+    assert svc.stop() == 0

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cameo_actors import Dataflow
 from cameo_actors.service.client import Client, ServiceError
 from cameo_actors.service.testing import ServiceProcess, fresh_dir
+from tests.shared.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,14 +40,6 @@ def passthrough(name: str, tenant: str) -> Dataflow:
 
 def batch(start: int, n: int) -> list[dict[str, Any]]:
     return [{"ts": start + i, "level": "INFO"} for i in range(n)]
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.1)
 
 
 def read_all(c: Client, name: str, want: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:

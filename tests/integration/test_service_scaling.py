@@ -5,7 +5,6 @@ with the runtime's fields; another tenant's dataflow out of reach."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from cameo_actors import Dataflow, count
 from cameo_actors.service.client import ServiceError
 from cameo_actors.service.testing import ServiceProcess, fresh_dir
+from tests.shared.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -41,17 +41,6 @@ def svc() -> Iterator[ServiceProcess]:
     service.stop()
 
 
-def wait_for(what: str, probe: Any, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.25)
-
-
 def test_a_tenant_sets_its_dataflows_policy_and_reads_it_back(svc: ServiceProcess) -> None:
     admin = svc.client()
     ops = svc.client(admin.create_token("ops")["token"])
@@ -62,8 +51,9 @@ def test_a_tenant_sets_its_dataflows_policy_and_reads_it_back(svc: ServiceProces
     got = ops.set_scaling("scaled", {"policy": "ds2", "max_parallelism": 3, "warmup_s": 60},
                           pin={"win": None})
     assert got["executors"] is None  # the pool's layout is the admin's
-    status = wait_for("the controller measures the dataflow", lambda: (
-        lambda s: s if "scaled" in s["dataflows"] else None)(ops.scaling("scaled")))
+    status = wait_for(lambda: (
+        lambda s: s if "scaled" in s["dataflows"] else None)(ops.scaling("scaled")),
+        "the controller measures the dataflow")
     flow = status["dataflows"]["scaled"]
     assert flow["policy"] == "ds2"
     assert flow["steps"]["win"]["scalable"] is True and flow["steps"]["win"]["parallelism"] >= 1
@@ -76,9 +66,9 @@ def test_a_tenant_sets_its_dataflows_policy_and_reads_it_back(svc: ServiceProces
     assert "scaled  policy ds2" in out and "win" in out
     assert "scaling     policy ds2" in svc.cli("status", "scaled", "--once").stdout
     # /metrics: the step's parallelism, labelled by dataflow and step only.
-    text = wait_for("the step's parallelism in /metrics", lambda: (
+    text = wait_for(lambda: (
         lambda t: t if 'cameo_step_parallelism{dataflow="scaled",step="win"}' in t else None)(
-        admin.metrics()))
+        admin.metrics()), "the step's parallelism in /metrics")
     assert "cameo_scaling_decisions_total" in text and "cameo_scaling_misses" in text
     assert "instance=" not in "".join(line for line in text.splitlines()
                                       if line.startswith("cameo_step_"))

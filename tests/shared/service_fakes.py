@@ -28,6 +28,7 @@ from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import TokenStore
 from cameo_actors.service.client import Client
 from cameo_actors.service.core import ServiceCore
+from cameo_actors.service.history import History
 
 with warnings.catch_warnings():
     # Starlette suggests its httpx fork for TestClient; the service pins httpx itself.
@@ -173,12 +174,22 @@ class FakeRuntime(RuntimeAPI):
                 for n, f in self.flows.items() if not states or f["state"] in states]
 
     def describe(self, name: str, *, refresh: bool = False) -> dict[str, Any]:
+        """Its record: instance i of every step on executor i % 2; a history of one
+        transition, and its checkpoints and changes as the test set them."""
         f = self._get(name)
-        return {"name": name, "spec": f["spec"], "executors": f["executors"],
+        hosts = {f"{name}/{s['id']}/{i}": i % 2 for s in f["spec"]["steps"]
+                 for i in range(int(s.get("parallelism", 1)))}
+        return {"name": name, "spec": f["spec"], "executors": f["executors"], "hosts": hosts,
                 "state": f["state"], "submitted_at": f["submitted_at"], "ended_at": f["ended_at"],
-                "cause": f["cause"], "history": [], "exceptions": [], "final": f["final"],
+                "cause": f["cause"],
+                "history": [{"state": "running", "at": f["submitted_at"], "reason": "submitted"}],
+                "exceptions": [], "final": f["final"],
                 "released": f["released"], "lost": f["lost"], "state_bytes": 0,
-                "admission": f["admission"]}
+                "admission": f["admission"], "changes": list(f.get("changes", [])),
+                "checkpoints": {"interval_s": 1.0, "last": None, "last_at": None,
+                                "last_duration_s": None, "last_bytes": 0, "completed": 0,
+                                "failed": 0, "last_restore": None,
+                                "history": list(f.get("checkpoints", []))}}
 
     def stats(self, name: str) -> dict[str, Any]:
         f = self._get(name)
@@ -508,6 +519,9 @@ class FakeRuntime(RuntimeAPI):
             self._migration(name, step, "move_instance", strategy, 1024, None, 1, 1)
         return {"executor": index, "moving": moving, "state": "draining"}
 
+    def stats_all(self) -> Any:
+        return self.snapshot()
+
     def snapshot(self) -> dict[str, Any]:
         dataflows = []
         for name, f in self.flows.items():
@@ -521,6 +535,8 @@ class FakeRuntime(RuntimeAPI):
                               "p50_ms": 5.0 if n else None, "p95_ms": None, "p99_ms": None,
                               "events_in": n, "events_out": n, "backlog": 0,
                               "errors": {"s:malformed": 1}})
+            if f["state"] not in LIVE_STATES:  # as the runtime's: live and finished ones
+                dataflows.pop()
         return {"dataflows": dataflows, "executors": self.executor_stats(),
                 "migrations": [dict(m) for m in self.moves.values()], "overload": self.predict(),
                 "critical_path": {
@@ -535,10 +551,11 @@ def flow(name: str, tenant: str = "ops", target: float = 50) -> Dataflow:
 
 
 class Service:
-    def __init__(self) -> None:
+    def __init__(self, history: History | None = None) -> None:
         self.rt = FakeRuntime()
         self.clock = FakeClock(200_000.0)
-        self.core = ServiceCore(self.rt, clock=self.clock, allowed_modules=("tests.",))
+        self.core = ServiceCore(self.rt, clock=self.clock, allowed_modules=("tests.",),
+                                history=history)
         self.tokens = TokenStore(ADMIN)
         self.app = create_app(self.core, self.tokens, max_spec_bytes=4096, max_body_bytes=8192,
                               snapshot=self.rt.snapshot, info=lambda: {"pool": "fake"})

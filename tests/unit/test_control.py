@@ -19,6 +19,7 @@ from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.runtime._private.checkpoint.parts import part_chains
 from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage
+from cameo_actors.runtime._private.controller import registry as registry_module
 from cameo_actors.runtime._private.controller.checkpoints import CheckpointPhase
 from cameo_actors.runtime._private.executor import checkpointing
 from cameo_actors.runtime.boundary import CANCELLED, RUNNING
@@ -587,3 +588,40 @@ def test_a_pool_on_more_than_one_node_must_name_storage_every_node_reaches() -> 
     assert "ingress_log_dir" in why and "checkpoint_url" not in why
     both = storage_not_shared(RuntimeConfig(), 2)
     assert both is not None and "checkpoint_url" in both and "ingress_log_dir" in both
+
+
+def test_a_dataflows_checkpoints_and_live_changes_are_kept_in_its_saved_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each checkpoint, completed or given up, is recorded with its parts per executor
+    and why it failed; a live change with what changed; the newest kept, bounded; all of
+    it in the registry a restarted service reads (the console's history)."""
+    monkeypatch.setattr(registry_module, "CHECKPOINTS_KEPT", 3)
+    plane = ControlPlane(2, config(tmp_path))
+    flow, data = day_window("kept"), events(300, seed=3, keys=50)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "kept", data[:200])
+    assert plane.checkpoints.take("kept")
+    feed(plane, "kept", data[200:220])
+    assert plane.checkpoints.take("kept")
+    cut = plane.checkpoints.begin("kept")
+    assert not plane.checkpoints.commit(cut, {})  # no part written in time
+    plane.lifecycle.update("kept", latency_target_ms=500, weight=2.0)
+    assert plane.checkpoints.take("kept")
+    plane.monitor.once()
+    saved = plane.registry.storage.load_registry()
+    assert saved is not None
+    info = saved["dataflows"]["kept"]
+    history = info["checkpoints"]["history"]
+    assert [r["ok"] for r in history] == [True, False, True]  # the first one went (3 kept)
+    full_next, failed, last = history
+    activations = len(plane.registry.placements["kept"].hosts)
+    assert full_next["parts"] == activations and full_next["incremental_parts"] == 2  # windows
+    assert sum(full_next["executors"].values()) == full_next["bytes"] > 0
+    assert set(full_next["executors"]) <= {"0", "1"}
+    assert failed["id"] == cut.ckpt and failed["bytes"] == 0
+    assert failed["reason"] == f"{activations} of {activations} parts not written in time " \
+                               "(executors [0, 1])"
+    assert last["at"] >= failed["at"] >= full_next["at"]
+    assert info["checkpoints"]["failed"] == 1 and info["checkpoints"]["completed"] == 3
+    assert [c["what"] for c in info["changes"]] == [
+        "latency target 1000 ms -> 500 ms, weight 1 -> 2"]

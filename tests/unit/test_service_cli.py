@@ -86,6 +86,17 @@ def test_a_bad_argument_is_refused_naming_it(run_cli: Any) -> None:
     assert code == 0
 
 
+def test_list_with_detail_shows_each_live_dataflows_figures(run_cli: Any) -> None:
+    run_cli.client.submit(flow("a"))
+    run_cli.client.push("a", "s", [{"ts": 1, "level": "ERROR", "key": "k"}] * 3)
+    code, out, _ = run_cli("list", "--detail")
+    header, row = out.splitlines()
+    assert code == 0 and header.split() == ["name", "tenant", "latency_target_ms", "state",
+                                            "executors", "p99_ms", "within_target",
+                                            "events_in_per_s", "backlog"]
+    assert row.split()[:4] == ["a", "ops", "50", "running"] and row.split()[6] == "1"
+
+
 # -- output into a pipe whose reader leaves ---------------------------------------------------------
 class ClosingPipe(io.StringIO):
     """Standard output whose reader leaves after `take` lines: flushing the next fails."""

@@ -1,13 +1,12 @@
 """Why a dataflow missed its target, through the service: the explain endpoints (admin,
 tenant redaction, 404, a bad window), the client, `cameo explain`, the critical-path
-gauges of /metrics, and the /ui page (login, cookie, the dataflows, no 5xx for junk).
+gauges of /metrics.
 
 Over the in-memory runtime of tests/shared/service_fakes.py (no Ray, no sleep).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cameo_actors.service.client import ServiceError
 from cameo_actors.service.metrics import render
-from cameo_actors.service.ui import COOKIE, graph, latency_chart, words
 from tests.shared.service_fakes import ADMIN, Service, auth, flow
 
 KEYS = {"dataflow", "last_s", "from_ms", "to_ms", "snapshots", "activities",
@@ -170,99 +168,3 @@ def test_a_snapshot_without_a_critical_path_still_renders(svc: Service, two: dic
         render(lambda: snapshot).decode())}
     assert fams["cameo_critical_participation"].samples == []
     assert "cameo_results_within_target" in fams
-
-
-# -- /ui -----------------------------------------------------------------------------------------
-def test_ui_without_a_token_shows_the_login_form(svc: Service, two: dict[str, str]) -> None:
-    r = svc.http.get("/ui")
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-    assert '<form method="post" action="/ui/login">' in r.text and 'name="token"' in r.text
-    assert "alerts-ops" not in r.text
-    r = svc.http.get("/ui?token=wrong")
-    assert r.status_code == 401 and "not valid" in r.text and COOKIE not in r.headers.get(
-        "set-cookie", "")
-
-
-def test_ui_token_in_the_url_becomes_a_strict_httponly_cookie(svc: Service,
-                                                              two: dict[str, str]) -> None:
-    r = svc.http.get(f"/ui?token={ADMIN}&last=30s", follow_redirects=False)
-    assert r.status_code == 303 and r.headers["location"] == "/ui?last=30s"  # token stripped
-    cookie = r.headers["set-cookie"]
-    assert cookie.startswith(f"{COOKIE}={ADMIN};")
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
-    page = svc.http.get("/ui?last=30s")  # the TestClient keeps the cookie
-    assert page.status_code == 200 and 'http-equiv="refresh"' in page.text
-    assert "alerts-ops" in page.text and "bulk-analytics" in page.text
-    assert "the last 30 s" in page.text and svc.rt.explained[1] == 30.0
-    assert page.headers["content-security-policy"].startswith("default-src 'none'")
-    # The cookie is the page's only: the API still wants the header.
-    assert svc.http.get("/v1/dataflows").status_code == 401
-
-
-def test_ui_page_draws_latency_graph_and_words(svc: Service, two: dict[str, str]) -> None:
-    svc.http.cookies.set(COOKIE, ADMIN)
-    page = svc.http.get("/ui").text
-    assert page.count("<section>") == 3  # the pool, and each running dataflow
-    assert 'aria-label="latency against target"' in page and "target 50 ms" in page
-    assert 'aria-label="dataflow graph"' in page and "<polyline" in page
-    assert "90.0 %</span> of 4 traced results within the 50 ms target" in page
-    assert "40% processing in alerts-ops/filter_1 on executor 0" in page
-    assert "1 result message over its target; their critical path:" in page
-    one = svc.http.get("/ui/dataflows/alerts-ops")
-    assert one.status_code == 200 and "bulk-analytics</a></h2>" not in one.text
-    svc.client(ADMIN).cancel("bulk-analytics")  # ended: no longer listed as running
-    listed = re.findall(r'<h2><a href="/ui/dataflows/([^"?]+)', svc.http.get("/ui").text)
-    assert listed == ["alerts-ops"]
-
-
-def test_ui_for_a_tenant_shows_its_own_dataflows_and_hides_other_names(
-        svc: Service, two: dict[str, str]) -> None:
-    r = svc.http.get(f"/ui?token={two['ops']}")  # follows the redirect with the cookie
-    assert r.status_code == 200 and "tenant ops" in r.text
-    assert "alerts-ops" in r.text and "bulk-analytics" not in r.text
-    assert "another tenant" in r.text
-    r = svc.http.get("/ui/dataflows/bulk-analytics")
-    assert r.status_code == 404 and "bulk-analytics" in r.text  # the name asked, escaped
-
-
-def test_ui_login_form_and_logout(svc: Service, two: dict[str, str]) -> None:
-    r = svc.http.post("/ui/login", data={"token": ADMIN}, follow_redirects=False)
-    assert r.status_code == 303 and r.headers["location"] == "/ui"
-    assert "HttpOnly" in r.headers["set-cookie"]
-    assert "alerts-ops" in svc.http.get("/ui").text
-    r = svc.http.post("/ui/logout", follow_redirects=False)
-    assert r.status_code == 303
-    svc.http.cookies.clear()
-    assert 'name="token"' in svc.http.get("/ui").text
-    assert svc.http.post("/ui/login", data={"token": "nope"}).status_code == 401
-    assert svc.http.post("/ui/login", content=b"x" * 10_000).status_code == 413
-
-
-@pytest.mark.parametrize("path", [
-    "/ui?last=junk", "/ui?last=-1", "/ui?token=", "/ui?token=%00%ff", "/ui/dataflows/nope",
-    "/ui/dataflows/%3Cscript%3E", "/ui/dataflows/a%2Fb", "/ui/nothing", "/ui?last=1e999",
-    "/ui/dataflows/alerts-ops?last=%3Cb%3E"])
-def test_ui_junk_is_never_a_5xx_and_is_escaped(svc: Service, two: dict[str, str],
-                                               path: str) -> None:
-    svc.http.cookies.set(COOKIE, ADMIN)
-    r = svc.http.get(path)
-    assert r.status_code < 500, (path, r.text)
-    assert "<script>" not in r.text and "<b>" not in r.text
-    svc.http.cookies.set(COOKIE, "garbage \"; junk")
-    assert svc.http.get(path).status_code < 500
-
-
-def test_ui_escapes_names_and_words(svc: Service, two: dict[str, str]) -> None:
-    explanation = svc.rt.explain("alerts-ops")
-    said = words({**explanation, "words": ["<script>alert(1)</script>", "<img src=x>"]})
-    assert "<script>" not in said and "&lt;img src=x&gt;" in said
-    svg = latency_chart(explanation)
-    assert svg.startswith("<svg") and "target 50 ms" in svg
-    drawn = graph({"steps": [{"id": "<s>", "op": "source", "inputs": []},
-                             {"id": "m", "op": "map", "inputs": ["<s>"]},
-                             {"id": "k", "op": "sink", "inputs": ["m", "missing"]}]},
-                  {"m": 0.9, "k": float("nan")})
-    assert "<s>" not in drawn and "&lt;s&gt;" in drawn and drawn.count("<line") == 2
-    assert "rgb(" in drawn
-    empty = latency_chart({"latency": []})
-    assert "no latency snapshots" in empty

@@ -18,6 +18,7 @@ from cameo_actors.service import cli, operations
 from cameo_actors.service.app import create_app
 from cameo_actors.service.auth import Principal
 from cameo_actors.service.client import Client, ServiceError
+from cameo_actors.service.console import OLD_PREFIX, PREFIX
 from cameo_actors.service.core import ServiceCore
 from cameo_actors.service.operations import (
     ADMIN,
@@ -29,7 +30,6 @@ from cameo_actors.service.operations import (
     Param,
 )
 from cameo_actors.service.protocol import ScaleRequest
-from cameo_actors.service.ui import is_ui_path
 from tests.shared.service_fakes import ADMIN as ADMIN_TOKEN
 from tests.shared.service_fakes import FakeRuntime, Service, TestClient, auth, flow
 
@@ -38,9 +38,9 @@ FRAMEWORK_PATHS = {"/openapi.json"}
 
 
 def api_routes(app: Any) -> set[tuple[str, str, str]]:
-    """(method, path, name) of every route of the API (the browser page's aside)."""
+    """(method, path, name) of every route of the API (the console's files aside)."""
     return {(method, r.path, r.name) for r in app.routes
-            if r.path not in FRAMEWORK_PATHS and not is_ui_path(r.path)
+            if r.path not in FRAMEWORK_PATHS and not r.path.startswith((PREFIX, OLD_PREFIX))
             for method in getattr(r, "methods", ())}
 
 

@@ -106,11 +106,18 @@ def cmd_submit(args: argparse.Namespace, connect: Connect) -> int:
 def cmd_list(args: argparse.Namespace, connect: Connect) -> int:
     from cameo_actors.service.view import render_table
 
-    rows = [dict(r) for r in connect().list(args.state)]
+    rows: list[dict[str, Any]] = [dict(r) for r in connect().list(args.state,
+                                                                   detail=args.detail)]
+    columns = ["name", "tenant", "latency_target_ms", "state", "executors"]
     if args.json:
         print_json(rows)
     elif rows:
-        print(render_table(rows, ["name", "tenant", "latency_target_ms", "state", "executors"]))
+        if args.detail:  # the figures as columns of their own ("-": ended, or none yet)
+            figures = ["p99_ms", "within_target", "events_in_per_s", "backlog"]
+            rows = [{**r, **{k: (r.get("figures") or {}).get(k, "-") for k in figures}}
+                    for r in rows]
+            columns += figures
+        print(render_table(rows, columns))
     else:
         print("no dataflows")
     return 0

@@ -69,6 +69,17 @@ class SubmitResponse(BaseModel):
                                                            "when it was created")
 
 
+class DataflowFigures(BaseModel):
+    """A live dataflow's figures in the list (`?detail=true`)."""
+
+    weight: float
+    p99_ms: float | None
+    within_target: float | None = Field(description="share of results within the target")
+    events_in_per_s: float
+    backlog: int
+    results: int
+
+
 class DataflowSummary(BaseModel):
     name: str
     tenant: str
@@ -77,6 +88,8 @@ class DataflowSummary(BaseModel):
     executors: list[int]
     submitted_at: float | None = None
     ended_at: float | None = None
+    figures: DataflowFigures | None = Field(None, description="with ?detail=true, a live "
+                                                              "dataflow's figures")
 
 
 class DataflowList(BaseModel):
@@ -459,3 +472,114 @@ class Explanation(BaseModel):
         default_factory=dict, description="how tracing keeps up: activities collected and "
         "lost (overwritten before collected), analysed per second of analysis time against "
         "traced per second")
+
+
+# -- what the console shows (GET /v1/dataflows/{name}/graph, .../checkpoints, .../timeline,
+# /v1/hotspots)
+class Instance(BaseModel):
+    id: str = Field(description='"dataflow/step/instance"')
+    executor: int | None = Field(description="where it runs (None: not placed)")
+
+
+class GraphStep(BaseModel):
+    id: str
+    op: str
+    inputs: list[str]
+    parallelism: int
+    instances: list[Instance]
+    critical_share: float | None = Field(description="its share of the dataflow's critical "
+                                                     "path (None: ended, or not traced)")
+    busy_share: float | None = Field(None, description="the mean share of time its "
+                                                       "instances work (the scaling "
+                                                       "controller's measure; None: not yet)")
+    held: int = Field(description="its instances held by flow control now (backpressure)")
+
+
+class Graph(BaseModel):
+    name: str
+    state: str
+    window_s: float = Field(description="the critical path's window")
+    steps: list[GraphStep]
+
+
+class CheckpointRecord(BaseModel):
+    id: int
+    at: float = Field(description="epoch seconds it completed or was given up")
+    ok: bool
+    duration_s: float
+    bytes: int
+    parts: int
+    incremental_parts: int = Field(description="parts that build on earlier ones")
+    executors: dict[str, int] = Field(description="executor -> bytes of its parts")
+    reason: str | None = Field(description="why it did not complete")
+
+
+class RestorePhases(BaseModel):
+    checkpoint: int
+    waited_s: float
+    read_s: float
+    read_bytes: int
+    read_local_bytes: int
+    restored_s: float
+
+
+class Checkpoints(BaseModel):
+    name: str
+    interval_s: float = Field(description="0: none taken")
+    last: int | None
+    last_at: float | None
+    last_duration_s: float | None
+    last_bytes: int
+    completed: int
+    failed: int
+    last_restore: RestorePhases | None
+    history: list[CheckpointRecord] = Field(description="the last ones, newest first")
+
+
+class TimelineEvent(BaseModel):
+    at: float = Field(description="epoch seconds")
+    kind: str = Field(description="state, change, migration, scaling or checkpoint")
+    what: str
+
+
+class Timeline(BaseModel):
+    name: str
+    events: list[TimelineEvent] = Field(description="oldest first")
+
+
+class HotStep(BaseModel):
+    dataflow: str
+    tenant: str
+    step: str
+    critical_share: float
+
+
+class HotMiss(BaseModel):
+    dataflow: str
+    tenant: str
+    within_target: float | None
+    p99_ms: float | None
+    latency_target_ms: float
+
+
+class HotBacklog(BaseModel):
+    dataflow: str
+    tenant: str
+    backlog: int
+
+
+class HotExecutor(BaseModel):
+    executor: int | None
+    busy_share: float | None = Field(description="since the service's snapshot before")
+    backlog: int
+    held: int
+    activations: int
+
+
+class Hotspots(BaseModel):
+    window_s: float = Field(description="the critical path's window")
+    words: list[str] = Field(description="the pool's critical path in words (explain)")
+    steps: list[HotStep] = Field(description="by share of the pool's critical path")
+    misses: list[HotMiss] = Field(description="the lowest shares within target first")
+    backlogs: list[HotBacklog]
+    executors: list[HotExecutor] = Field(description="the busiest first (the admin's only)")

@@ -91,10 +91,10 @@ class CheckpointCoordinator:
         try:
             self.take(name)
         except CameoError as e:  # an executor is gone: recovery restores; next one on time
-            self.registry.checkpoint_failed(name)
+            self.registry.checkpoint_failed(name, str(e))
             logger.warning("checkpoint of %s failed: %s", name, e)
-        except Exception:  # counted; the next one is tried on time
-            self.registry.checkpoint_failed(name)
+        except Exception as e:  # counted; the next one is tried on time
+            self.registry.checkpoint_failed(name, f"{type(e).__name__}: {e}")
             logger.exception("checkpoint of %s failed", name)
         finally:
             with self._changed:
@@ -152,11 +152,11 @@ class CheckpointCoordinator:
         registry, name, placement = self.registry, cut.dataflow, cut.placement
         info = registry.dataflows[name]
         storage = registry.storage
-        if set(written) != set(placement.hosts) or info["state"] not in (RUNNING, FINISHING) \
-                or info["released"] or registry.placements.get(name) is not placement \
-                or storage is None:
-            registry.checkpoint_failed(name)
+        why = self._incomplete(cut, written)
+        if why is not None:
+            registry.checkpoint_failed(name, why, cut.ckpt, time.monotonic() - cut.started)
             return False
+        assert storage is not None  # _incomplete said so
         positions = {a: part.positions for a, part in written.items() if a in cut.sources}
         size = sum(part.nbytes for part in written.values())
         deployment = info["deployment"]
@@ -171,8 +171,26 @@ class CheckpointCoordinator:
         kept = [m for _, m, _ in storage.restorable(name, deployment) if m is not None]
         self.pool.gateway.call_each(sorted(cut.by_executor), ExecutorAPI.checkpointed, name, cut.ckpt,
                                     kept[-1].get("positions", {}) if kept else {})
-        registry.checkpointed(name, cut.ckpt, size, time.monotonic() - cut.started)
+        registry.checkpointed(name, cut.ckpt, time.monotonic() - cut.started,
+                              {a: (placement.hosts[a], part.nbytes, bool(part.bases))
+                               for a, part in written.items()})
         return True
+
+    def _incomplete(self, cut: Cut, written: dict[str, WrittenPart]) -> str | None:
+        """Why `cut` cannot complete (None: it can)."""
+        info = self.registry.dataflows[cut.dataflow]
+        if info["state"] not in (RUNNING, FINISHING) or info["released"]:
+            return f"the dataflow became {info['state']} meanwhile"
+        if self.registry.placements.get(cut.dataflow) is not cut.placement:
+            return "its placement changed meanwhile (a migration or a restore)"
+        if self.registry.storage is None:
+            return "no checkpoint storage"
+        missing = sorted(set(cut.placement.hosts) - set(written))
+        if missing or len(written) != len(cut.placement.hosts):
+            executors = sorted({cut.placement.hosts[a] for a in missing})
+            return (f"{len(missing)} of {len(cut.placement.hosts)} parts not written in time "
+                    f"(executors {executors})")
+        return None
 
     @serves(ControllerAPI.checkpoint_now)
     def now(self, names: Sequence[str] | None = None,
@@ -196,7 +214,7 @@ class CheckpointCoordinator:
         try:
             return self.take(name)
         except Exception as e:
-            self.registry.checkpoint_failed(name)
+            self.registry.checkpoint_failed(name, f"{type(e).__name__}: {e}")
             logger.warning("checkpoint of %s failed: %s", name, e)
             return False
         finally:

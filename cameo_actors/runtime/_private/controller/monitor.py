@@ -39,7 +39,7 @@ class Monitor:
             self.once()
 
     def once(self) -> None:
-        for check in (self.check_finishing, self.check_usage, self.expire):
+        for check in (self.check_finishing, self.check_usage, self.expire, self.save):
             try:
                 check()
             except Exception:  # a bug here must not stop the other checks
@@ -96,3 +96,9 @@ class Monitor:
 
     def expire(self) -> None:
         self.registry.expire(self.config.ended_kept, self.config.ended_retention_s)
+
+    def save(self) -> None:
+        """The records changed without a save of their own (checkpoints'), saved once a
+        round: a restarted service shows them."""
+        if self.registry.unsaved:
+            self.registry.save()

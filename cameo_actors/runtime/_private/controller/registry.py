@@ -23,6 +23,7 @@ from cameo_actors.runtime.boundary import (
     FAILED,
     LIVE_STATES,
     RECOVERING,
+    CheckpointRecord,
     DataflowInfo,
     DataflowSummary,
     RestoreSummary,
@@ -34,6 +35,10 @@ from cameo_actors.runtime.lifecycle import CAUSED_STATES, LifecycleEvent, Step, 
 logger = logging.getLogger(__name__)
 #: Operator failures kept with a dataflow's record when it ends.
 EXCEPTIONS_KEPT = 10
+#: Checkpoints (completed or not) and live changes kept in a dataflow's record, the newest:
+#: its console's history, bounded so that a saved registry stays small.
+CHECKPOINTS_KEPT = 100
+CHANGES_KEPT = 100
 
 
 class Registry:
@@ -54,6 +59,9 @@ class Registry:
         self.migration_seq = 0
         #: called with a dataflow's name once its parts are freed
         self.on_release: list[Callable[[str], None]] = []
+        #: records changed since the last save that need no save of their own (a
+        #: checkpoint's record): the monitor saves them on its next round
+        self.unsaved = False
 
     # -- storage ---------------------------------------------------------------------------
     def save(self) -> None:
@@ -63,6 +71,7 @@ class Registry:
             return
         pool = self.pool
         with self.lock:
+            self.unsaved = False
             data = {"pool": self.pool_name, "resumable": self.resumable,
                     "owner": {"host": socket.gethostname(), "pid": os.getpid()},
                     "executors": pool.size(),
@@ -276,11 +285,21 @@ class Registry:
 
     def retarget(self, info: DataflowInfo, latency_target_ms: float | None,
                  weight: float | None) -> None:
-        """New live settings (None: unchanged)."""
+        """New live settings (None: unchanged), kept in its changes and saved."""
+        said = []
+        spec = info["spec"]
         if latency_target_ms is not None:
-            info["spec"]["latency_target_ms"] = latency_target_ms
+            said.append(f"latency target {spec['latency_target_ms']:g} ms -> "
+                        f"{latency_target_ms:g} ms")
+            spec["latency_target_ms"] = latency_target_ms
         if weight is not None:
-            info["spec"]["scheduling"]["weight"] = weight
+            said.append(f"weight {spec['scheduling']['weight']:g} -> {weight:g}")
+            spec["scheduling"]["weight"] = weight
+        if said:
+            changes = info.setdefault("changes", [])
+            changes.append({"at": time.time(), "what": ", ".join(said)})
+            del changes[:-CHANGES_KEPT]
+            self.save()
 
     def measured(self, info: DataflowInfo, state_bytes: int, disk_bytes: int = 0) -> None:
         """Its operator state and unread results in memory, and its state on disk, as the
@@ -347,20 +366,42 @@ class Registry:
         info["spec"]["steps"] = [{**s, "parallelism": parallelism} if s["id"] == step else s
                                  for s in info["spec"]["steps"]]
 
-    def checkpointed(self, name: str, ckpt: int, size: int, duration_s: float) -> None:
+    def checkpointed(self, name: str, ckpt: int, duration_s: float,
+                     parts: dict[str, tuple[int, int, bool]]) -> None:
+        """Checkpoint `ckpt` completed; `parts`: activation -> (executor, bytes, whether
+        it builds on earlier parts)."""
+        size = sum(nbytes for _, nbytes, _ in parts.values())
+        by_executor: Counter[str] = Counter()
+        for ex, nbytes, _ in parts.values():
+            by_executor[str(ex)] += nbytes
         with self.lock:
             info = self.dataflows[name]
             counts = info["checkpoints"]
-            counts["last"], counts["last_at"], counts["last_bytes"] = ckpt, time.time(), size
+            now = time.time()
+            counts["last"], counts["last_at"], counts["last_bytes"] = ckpt, now, size
             counts["last_duration_s"] = duration_s
             counts["completed"] += 1
             info["recoveries_in_a_row"] = 0
+            self._kept(info, {"id": ckpt, "at": now, "ok": True, "duration_s": duration_s,
+                              "bytes": size, "parts": len(parts),
+                              "incremental_parts": sum(inc for _, _, inc in parts.values()),
+                              "executors": dict(by_executor), "reason": None})
 
-    def checkpoint_failed(self, name: str) -> None:
+    def checkpoint_failed(self, name: str, reason: str, ckpt: int | None = None,
+                          duration_s: float = 0.0) -> None:
         with self.lock:
             info = self.dataflows.get(name)
             if info is not None:
                 info["checkpoints"]["failed"] += 1
+                self._kept(info, {"id": ckpt or 0, "at": time.time(), "ok": False,
+                                  "duration_s": duration_s, "bytes": 0, "parts": 0,
+                                  "incremental_parts": 0, "executors": {}, "reason": reason})
+
+    def _kept(self, info: DataflowInfo, record: CheckpointRecord) -> None:
+        history = info["checkpoints"].setdefault("history", [])
+        history.append(record)
+        del history[:-CHECKPOINTS_KEPT]
+        self.unsaved = True
 
     def expire(self, kept: int, retention_s: float) -> None:
         """Forget the ended dataflows beyond the newest `kept`, or older than `retention_s`."""
