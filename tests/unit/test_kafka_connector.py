@@ -18,7 +18,10 @@ from cameo_actors.errors import SpecError
 from cameo_actors.operators.base import Output
 from cameo_actors.operators.build import build_operator
 from cameo_actors.runtime._private.executor.kafka import (
+    WAIT_MAX_MS,
+    WAIT_MIN_MS,
     PartitionRead,
+    Waits,
     client_config,
     kafka_options,
     parse_json_values,
@@ -74,6 +77,18 @@ def test_client_settings_are_the_kafka_options_and_a_secret_comes_from_the_envir
     monkeypatch.delenv("KAFKA_PW")
     with pytest.raises(LookupError, match="'KAFKA_PW'.*Fix: set it"):
         client_config(options, print)
+
+
+def test_a_connectors_waits_are_a_share_of_its_targets_within_bounds() -> None:
+    tight, loose = Waits.for_target(50.0), Waits.for_target(1000.0)
+    assert (tight.fetch_ms, tight.read_s, tight.write_idle_s) == (2, 0.002, 0.002)
+    assert loose.fetch_ms == 40 and loose.fetch_ms > tight.fetch_ms
+    assert Waits.for_target(5.0).fetch_ms == WAIT_MIN_MS  # never a busy loop
+    assert Waits.for_target(60_000.0).fetch_ms == WAIT_MAX_MS  # a stop is seen soon
+    for target in (1.0, 20.0, 50.0, 333.0, 1000.0, 1e6):  # each at most a 25th of it
+        w = Waits.for_target(target)
+        assert w.fetch_ms <= max(target / 25, WAIT_MIN_MS) + 0.5
+        assert w.read_s == w.write_idle_s == w.fetch_ms / 1000
 
 
 def test_the_watermark_is_the_least_partitions_and_an_idle_one_is_left_out() -> None:

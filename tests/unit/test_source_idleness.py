@@ -134,3 +134,22 @@ def test_a_window_rescaled_while_a_source_is_idle_fires_and_stays_exact(strategy
     cluster.run()
     expected = run_local(d, {"s": batch(0, 60)}).sinks["o"]
     assert canon(plane.results(d.name)) == canon(expected)
+
+
+def test_when_every_input_goes_idle_the_window_takes_the_highest_watermark_they_reached(
+        ) -> None:
+    """Both instances go idle in one look, the fed one first: its watermark was held by
+    the quiet one, and once both are idle the window takes the highest watermark its
+    inputs reached (as Flink's watermark valve does), instead of holding where it was
+    forever: the windows fire while the stream is open."""
+    d = windowed("both", 50.0)
+    cluster = InProcessCluster(1, RuntimeConfig(), seed=3)
+    hosts = cluster.deploy(d.spec)
+    feed(cluster, hosts, "both/s/0", batch(0, 40))  # the quiet one's time counts from here
+    assert cluster.results("both") == []
+    cluster.clock.advance(60.0)
+    cluster.run()  # both idle at one look: the fed instance's IDLE first
+    acts = cluster.cores[0].hosting.activations
+    assert all(a.idle_sent for aid, a in acts.items() if "/s/" in aid)
+    assert sorted(r["window_start"] for r in cluster.results("both")) == \
+        sorted([0] * 5 + [10] * 5 + [20] * 5)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -26,6 +27,8 @@ from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.lifecycle import LifecycleEvent
 
 logger = logging.getLogger(__name__)
+#: How often records changed without a save of their own are saved, at most (seconds).
+RECORDS_SAVED_EVERY_S = 10.0
 
 
 class Monitor:
@@ -33,6 +36,7 @@ class Monitor:
                  admission: Admission, checkpoints: CheckpointCoordinator) -> None:
         self.config, self.pool, self.registry = config, pool, registry
         self.admission, self.checkpoints = admission, checkpoints
+        self.saved_at = -math.inf  # when `save` last wrote the registry (monotonic)
 
     def run(self, stopped: threading.Event) -> None:
         while not stopped.wait(self.config.monitor_interval_s):
@@ -98,7 +102,10 @@ class Monitor:
         self.registry.expire(self.config.ended_kept, self.config.ended_retention_s)
 
     def save(self) -> None:
-        """The records changed without a save of their own (checkpoints'), saved once a
-        round: a restarted service shows them."""
-        if self.registry.unsaved:
+        """The records changed without a save of their own (checkpoints'), saved at most
+        every `RECORDS_SAVED_EVERY_S`: a restarted service shows them, and a pool of many
+        dataflows checkpointing each second does not write its registry each second."""
+        now = time.monotonic()
+        if self.registry.unsaved and now - self.saved_at >= RECORDS_SAVED_EVERY_S:
+            self.saved_at = now
             self.registry.save()

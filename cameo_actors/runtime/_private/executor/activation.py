@@ -176,7 +176,10 @@ class Activation:
     def _port_watermark(self, port: int) -> float:
         """The least watermark of a port's channels, idle ones left out. A port all of
         whose channels are idle holds no other port back: it takes theirs (the least of
-        the other ports'), or holds where it was when every input is idle."""
+        the other ports'); when every input is idle, the highest watermark its channels
+        reached (as Flink's watermark valve does). Held where it was instead, a window
+        that one input's watermark closed, while another input not yet idle held it,
+        would wait for the next input, though none may come."""
         idle = self.idle_channels
         chans = self.channels[port]
         if not idle:
@@ -186,7 +189,7 @@ class Activation:
             return min(active)
         others = [wm for p, cs in enumerate(self.channels) if p != port
                   for c, wm in cs.items() if (p, c) not in idle]
-        return min(others) if others else NO_WM
+        return min(others) if others else max(chans.values(), default=NO_WM)
 
     def on_idle(self, port: int, channel: str) -> tuple[Output, list[Barrier]]:
         """A channel says it is idle: the port's watermark without it (the operator moves

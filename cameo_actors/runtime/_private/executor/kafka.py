@@ -55,15 +55,9 @@ logger = logging.getLogger(__name__)
 KAFKA = "kafka"
 #: Records taken from the consumer per ingest call (the source cuts them into messages).
 READ_BATCH = 5_000
-#: How long one read waits for records (a read returns when its batch is full or this
-#: passed: a record waits this long at most); how soon a stop is seen.
-READ_WAIT_S = 0.005
 #: What the client fetches ahead of the reader, at most (librdkafka's default is 64 MB per
 #: consumer): while the source has no room, the reader waits and this much waits with it.
 QUEUED_KB = 8_192
-#: How long the broker may hold a fetch that has no records yet (librdkafka's 500 ms default
-#: held each record that long on Tansu): a source may set `kafka.fetch.wait.max.ms`.
-FETCH_WAIT_MS = 10
 #: The fewest records parsed into columns at once (fewer: as rows).
 MIN_COLUMNS = 64
 #: Records between two watermarks of a source instance: as many as a pushed call of a
@@ -72,8 +66,10 @@ MIN_COLUMNS = 64
 WATERMARK_EVERY = 1000
 #: Rows written per transaction, at most.
 WRITE_BATCH = 5_000
-#: How often a writer with nothing to write looks at its result log again.
-WRITE_IDLE_S = 0.005
+#: A connector's waits (`Waits`) are each at most this share of its dataflow's latency
+#: target, and within these bounds (ms).
+WAIT_SHARE = 1 / 25
+WAIT_MIN_MS, WAIT_MAX_MS = 1.0, 50.0
 #: A broker that does not answer: tried again after this long, doubled up to the cap.
 RETRY_S, RETRY_CAP_S = 0.5, 10.0
 #: How long a call to the broker or to the worker thread may take; how long the first
@@ -93,6 +89,42 @@ def kafka_options(step: Any) -> dict[str, str] | None:
     connector: ConnectorSpec | None = getattr(step, "connector", None)
     return dict(connector.options) if connector is not None and connector.format == KAFKA \
         else None
+
+
+@dataclass(frozen=True)
+class Waits:
+    """How long a connector lets a record wait, by its dataflow's latency target: a
+    record waits in each (the broker's fetch, the reader's batch, the writer's look at its
+    result log), so a 50 ms target cannot afford the 10 ms each that a 1 s one can, and a
+    1 s one need not pay for a connector that asks the broker 500 times a second.
+
+    Attributes:
+        fetch_ms: how long the broker may hold a fetch that has no records yet
+            (librdkafka's 500 ms default held each record that long on Tansu); a source's
+            `kafka.fetch.wait.max.ms` overrides it.
+        read_s: how long one read waits for a full batch (a read returns when its batch is
+            full or this passed); how soon a stop is seen.
+        write_idle_s: how often a writer with nothing to write looks at its log again.
+
+    >>> Waits.for_target(50.0), Waits.for_target(1000.0).fetch_ms
+    (Waits(fetch_ms=2, read_s=0.002, write_idle_s=0.002), 40)
+    """
+
+    fetch_ms: int
+    read_s: float
+    write_idle_s: float
+
+    @classmethod
+    def for_target(cls, latency_target_ms: float) -> Waits:
+        ms = min(max(latency_target_ms * WAIT_SHARE, WAIT_MIN_MS), WAIT_MAX_MS)
+        return cls(fetch_ms=round(ms), read_s=round(ms) / 1000.0, write_idle_s=round(ms) / 1000.0)
+
+
+def waits_of(core: ExecutorCore, act: Activation) -> Waits:
+    """The waits of `act`'s connector, by its dataflow's target when it opens (a target
+    changed later counts from its next open)."""
+    hosted = core.hosting.dataflows.get(act.dataflow)
+    return Waits.for_target(hosted.spec.latency_target_ms if hosted else 1000.0)
 
 
 def client_config(options: dict[str, str], on_error: Callable[[Any], None]) -> dict[str, Any]:
@@ -129,6 +161,7 @@ class Connector(threading.Thread):
                  act: Activation) -> None:
         super().__init__(name=name, daemon=True)
         self.core, self.call, self.act, self.aid = core, call, act, act.id
+        self.waits = waits_of(core, act)
         self.state, self.error = "starting", ""
         self.stopped = threading.Event()
 
@@ -328,7 +361,8 @@ class KafkaReader(Connector):
         ck = _load()
         OFFSET_BEGINNING, OFFSET_END, TopicPartition = \
             ck.OFFSET_BEGINNING, ck.OFFSET_END, ck.TopicPartition
-        conf = {"fetch.wait.max.ms": FETCH_WAIT_MS, "queued.max.messages.kbytes": QUEUED_KB,
+        self.waits = waits_of(self.core, self.act)  # (the target may have changed)
+        conf = {"fetch.wait.max.ms": self.waits.fetch_ms, "queued.max.messages.kbytes": QUEUED_KB,
                 **client_config(self.options, self.on_error),
                 "group.id": f"cameo.{self.act.dataflow}",
                 "enable.auto.commit": False, "enable.auto.offset.store": False,
@@ -376,7 +410,7 @@ class KafkaReader(Connector):
             self.consumer = None
 
     def _read_once(self) -> None:
-        msgs = self.consumer.consume(READ_BATCH, READ_WAIT_S)
+        msgs = self.consumer.consume(READ_BATCH, self.waits.read_s)
         now = time.monotonic()
         if msgs and self.state == WAITING:  # the broker is back
             self.state, self.error = "reading", ""
@@ -528,7 +562,7 @@ class KafkaWriter(Connector):
                     self._open()
                     backoff = RETRY_S
                 if not self._write_once():
-                    self.stopped.wait(WRITE_IDLE_S)
+                    self.stopped.wait(self.waits.write_idle_s)
             except Exception as e:  # the broker away: shown, tried again from the position kept
                 self.failed(e, backoff)
                 self.producer = None
@@ -537,6 +571,7 @@ class KafkaWriter(Connector):
 
     def _open(self) -> None:
         ck = _load()
+        self.waits = waits_of(self.core, self.act)
         conf = client_config(self.options, self.on_error)
         producer = ck.Producer({**conf, "transactional.id": self.txn_id, "linger.ms": 1})
         producer.init_transactions(CONNECT_TIMEOUT_S)
