@@ -1,7 +1,7 @@
 """Events/s through Spark into the runtime: JSON files -> Spark -> `cameo` sink -> executors.
 
 Run: `python -m bench.spark_throughput [--rows N] [--files F] [--format json|parquet]
-[--push rows|columns|both] [--max-files-per-trigger M] [--repeat R] [--json F]`
+[--push rows|columns|both] [--max-files-per-trigger M] [--repeat R] [--quick-jit] [--json F]`
 
 What is measured: N small rows ({"ts", "level", "key", "value"}, ~70 bytes as
 JSON) already landed in F files (JSON, or the same rows as Parquet); one input
@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--parallelism", type=int, default=1, help="source instances in the runtime")
     p.add_argument("--executors", type=int, default=2)
+    p.add_argument("--quick-jit", action="store_true",
+                   help="the JVM's quick compiler only (SparkConfig.quick_jit)")
     p.add_argument("--json", help="write the figures to this file")
     args = p.parse_args(argv)
 
@@ -139,8 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.batch_size:
         opts["cameo.batch_size"] = str(args.batch_size)
 
-    with spark_on_pool("bench-spark", run, args.executors,
-                       arrow_batch_rows=args.arrow_batch_rows) as (rt, spark, tier):
+    with spark_on_pool("bench-spark", run, args.executors, arrow_batch_rows=args.arrow_batch_rows,
+                       quick_jit=args.quick_jit) as (rt, spark, tier):
         warm = run_once(tier, rt, "warmup", os.path.join(run, "warm"), 20_000, {},
                         fmt=args.format)
         print(f"warm-up: {warm['events_per_s']:,.0f} events/s (cold Python workers and JIT)")

@@ -24,10 +24,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import reduce
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, SourceStep, WindowStep
+from spark_ingest.arrow import CORRUPT, event_times, to_columns, to_events
 
 
 @dataclass(frozen=True)
@@ -113,3 +116,51 @@ def _downstream(spec: DataflowSpec, step_id: str) -> list[str]:
                 seen.append(consumer.id)
                 todo.append(consumer.id)
     return seen
+
+
+@dataclass(frozen=True)
+class Target:
+    """A dataflow's source that a Spark writer feeds, as the writer found it when its
+    query started.
+
+    Attributes:
+        dataflow, source: the dataflow and its source step.
+        event_time: the source's event-time field; bucket: the window its messages align to.
+        deployment: the deployment the query feeds (`datasource.deployment_id`).
+        schema: the source's fields: a span whose columns fit is pushed as Arrow.
+    """
+
+    dataflow: str
+    source: str
+    event_time: str | None
+    bucket: int | None
+    deployment: str
+    schema: tuple[tuple[str, str], ...] = ()
+
+
+def push_target(rt: Any, target: Target, batch: pa.RecordBatch | pa.Table, batch_size: int, *,
+                columns: bool = True, select: bool = False) -> int:
+    """Push `batch` to `target` (`rt.push`) as window-aligned messages of at most
+    `batch_size` rows, as Arrow columns where they fit its schema (with `columns`) and as
+    event dicts otherwise; with `select`, only the target's fields (and the corrupt-row
+    mark) go: a shared input's rows carry every subscriber's. The messages sent."""
+    if select:
+        keep = {name for name, _ in target.schema} | {CORRUPT}
+        batch = batch.select([n for n in batch.schema.names if n in keep])
+    times = event_times(batch, target.event_time) if target.bucket is not None else None
+    plan = plan_messages(times, batch_size, bucket_ms=target.bucket, n=batch.num_rows)
+    if plan.order is not None:
+        batch = batch.take(pa.array(plan.order))
+    for start, end in plan.spans:
+        span = batch.slice(start, end - start)
+        parts = to_columns(span, target.source, target.schema) if columns else None
+        if parts is not None:  # as Arrow: one call per span, as with rows
+            for part in parts:
+                rt.push(target.dataflow, target.source, part, batch_size=max(1, part.num_rows))
+        else:
+            events = to_events(span)
+            # A row msgpack cannot carry (a Decimal or a timestamp nested in a struct or
+            # list, a duration) is refused alone, into the error output: the rest of the
+            # span goes on, and the task neither fails nor retries a poison batch.
+            rt.push(target.dataflow, target.source, events, batch_size=len(events))
+    return len(plan.spans)

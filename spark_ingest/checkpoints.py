@@ -58,6 +58,9 @@ from spark_ingest.storage import entries, filesystem
 MARKER = "_cameo_checkpoint.json"
 #: A file sink's log of committed batches, under its output path.
 SINK_LOG = "_spark_metadata"
+#: How a marker's `dataflow` names a shared input's query (`spark_ingest.shared`), which
+#: belongs to the input, not to any one of the dataflows it feeds.
+SHARED = "shared input "
 #: Spark options that pace a query without changing what its positions refer to (lower case).
 PACING_OPTIONS = frozenset({
     "maxfilespertrigger", "maxbytespertrigger", "maxoffsetspertrigger", "minoffsetspertrigger",
@@ -106,6 +109,9 @@ def describe(marker: Mapping[str, Any]) -> str:
     role = {"in": "input", "out": "output", "errors": "errors"}.get(
         str(marker.get("query", "")).split("-", 1)[0], "query")
     where = f" at {marker['where']!r}" if marker.get("where") else ""
+    owner = str(marker.get("dataflow"))
+    if owner.startswith(SHARED):
+        return f"{SHARED}{owner[len(SHARED):]!r} ({marker.get('format')}{where})"
     return (f"{role} {marker.get('query')!r} of dataflow {marker.get('dataflow')!r} "
             f"({marker.get('format')}{where})")
 
@@ -125,7 +131,7 @@ def verdict(found: Mapping[str, Any] | None, has_state: bool, expected: Owner) -
 def read(location: str) -> tuple[dict[str, Any] | None, bool]:
     """(the marker or None, whether the directory holds anything else)."""
     names = entries(location)
-    state = any(n != MARKER for n in names)
+    state = any(n not in (MARKER, SUBSCRIBERS) for n in names)
     if MARKER not in names:
         return None, state
     fs, path = filesystem(location)
@@ -145,6 +151,29 @@ def write(location: str, owner: Owner, *, adopted: bool = False) -> None:
     fs.create_dir(path, recursive=True)
     with fs.open_output_stream(f"{path}/{MARKER}") as f:
         f.write(json.dumps(owner.to_dict(adopted=adopted), indent=1).encode())
+
+
+#: A shared input's checkpoint records its subscribers here ("dataflow:source" lines), so
+#: that when its query starts again (a restarted tier), the first subscriber back does
+#: not read what the others are owed alone.
+SUBSCRIBERS = "_cameo_subscribers"
+
+
+def read_subscribers(location: str) -> list[tuple[str, str]]:
+    """The (dataflow, source) pairs a shared input's query fed when it last ran."""
+    if SUBSCRIBERS not in entries(location):
+        return []
+    fs, path = filesystem(location)
+    with fs.open_input_stream(f"{path}/{SUBSCRIBERS}") as f:
+        lines = f.read().decode().split()
+    return [(d, s) for d, _, s in (line.partition(":") for line in lines) if d and s]
+
+
+def write_subscribers(location: str, subscribers: list[tuple[str, str]]) -> None:
+    fs, path = filesystem(location)
+    fs.create_dir(path, recursive=True)
+    with fs.open_output_stream(f"{path}/{SUBSCRIBERS}") as f:
+        f.write("".join(f"{d}:{s}\n" for d, s in subscribers).encode())
 
 
 def delete(location: str) -> None:

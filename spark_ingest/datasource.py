@@ -44,14 +44,11 @@ from cameo_actors.operators.exceptions import ResultsNotColumnar
 from spark_ingest import client
 from spark_ingest.arrow import (
     CORRUPT,
-    event_times,
     prepare,
     results_batch,
     results_columns,
-    to_columns,
-    to_events,
 )
-from spark_ingest.batching import bucket_ms, plan_messages
+from spark_ingest.batching import Target, bucket_ms, push_target
 from spark_ingest.exceptions import CameoSparkError, OptionError
 from spark_ingest.offsets import initial_offset, latest_offset, parse_offset, ranges, to_commit
 from spark_ingest.options import Connection, ReaderOptions, WriterOptions
@@ -118,20 +115,10 @@ class CameoDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> CameoStreamWriter:
         opts = WriterOptions.parse(self.options)
-        _, spec, deployment = _describe(opts.connection, opts.dataflow, 0)
-        source = pick_source(spec, opts.source)
         columns = {f.name: f.dataType.simpleString() for f in schema.fields}
-        problems = check_input(spec, source, columns)
-        if problems:
-            raise CameoSparkError(
-                f"the DataFrame cannot feed source {source!r} of dataflow {spec.name!r}: "
-                f"{'; '.join(problems)}. Fix: select or cast columns to the source's schema "
-                f"{dict(getattr(spec.step(source), 'schema', ()))} (int: integral or timestamp, float: numeric, "
-                "str: string, bool: boolean)")
-        step = spec.step(source)
-        return CameoStreamWriter(opts, source, getattr(step, "event_time", None),
-                                 bucket_ms(spec, source), deployment, uuid.uuid4().hex,
-                                 tuple(getattr(step, "schema", ())))
+        return CameoStreamWriter(opts, tuple(_target(opts.connection, dataflow, source, columns)
+                                             for dataflow, source in opts.targets),
+                                 uuid.uuid4().hex)
 
     def streamReader(self, schema: StructType) -> CameoStreamReader:
         opts = ReaderOptions.parse(self.options)
@@ -145,6 +132,24 @@ class CameoDataSource(DataSource):
                    for f in schema.fields]
         event_column = opts.output == "results" and inferred[:1] == [EVENT_COLUMN]
         return CameoStreamReader(opts, columns, to_arrow_schema(schema), event_column)
+
+
+def _target(conn: Connection, dataflow: str, source: str | None,
+            columns: dict[str, str]) -> Target:
+    """The source `source` of the running dataflow `dataflow`, checked against the
+    DataFrame's `columns` (name -> Spark type)."""
+    _, spec, deployment = _describe(conn, dataflow, 0)
+    source = pick_source(spec, source)
+    problems = check_input(spec, source, columns)
+    if problems:
+        raise CameoSparkError(
+            f"the DataFrame cannot feed source {source!r} of dataflow {spec.name!r}: "
+            f"{'; '.join(problems)}. Fix: select or cast columns to the source's schema "
+            f"{dict(getattr(spec.step(source), 'schema', ()))} (int: integral or timestamp, "
+            "float: numeric, str: string, bool: boolean)")
+    step = spec.step(source)
+    return Target(dataflow, source, getattr(step, "event_time", None), bucket_ms(spec, source),
+                  deployment, tuple(getattr(step, "schema", ())))
 
 
 def pick_source(spec: DataflowSpec, source: str | None) -> str:
@@ -188,13 +193,14 @@ def reader_columns(spec: DataflowSpec, opts: ReaderOptions) -> list[tuple[str, s
 # == into a dataflow ==========================================================================
 @dataclass
 class CameoCommitMessage(WriterCommitMessage):
-    """What one write task did; the driver's commit() sums them and marks the batch."""
+    """What one write task did; the driver's commit() sums them and marks the batch for
+    each "dataflow:source" in `pushed` (those that did not have it already)."""
 
     partition: int
     rows: int
     messages: int
     corrupt: int
-    skipped: bool
+    pushed: tuple[str, ...]
     query: str
     batch_id: int
     started_ms: float
@@ -202,21 +208,14 @@ class CameoCommitMessage(WriterCommitMessage):
 
 
 class CameoStreamWriter(DataSourceStreamArrowWriter):
-    """Each Spark task pushes its rows as bounded, window-aligned runtime messages and
-    returns once the runtime accepted them; the driver then hands the batch id over.
-    A message goes as Arrow columns when they fit the source's schema (`to_columns`),
-    as event dicts otherwise."""
+    """Each Spark task pushes its rows, to each target, as bounded, window-aligned runtime
+    messages and returns once the runtime accepted them; the driver then hands the batch
+    id over. A message goes as Arrow columns when they fit the source's schema
+    (`to_columns`), as event dicts otherwise."""
 
-    def __init__(self, opts: WriterOptions, source: str, event_time: str | None,
-                 bucket: int | None, deployment: str, run: str,
-                 schema: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, opts: WriterOptions, targets: tuple[Target, ...], run: str) -> None:
         self.opts = opts
-        self.source = source
-        #: the source's schema: a span whose columns fit it is pushed as Arrow
-        self.schema = schema
-        self.event_time = event_time
-        self.bucket = bucket
-        self.deployment = deployment
+        self.targets = targets
         #: Names this run of the query: Spark creates the writer when a query (re)starts.
         self.run = run
 
@@ -228,74 +227,68 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
         batch_id = int((ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None) or -1)
         query = (ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None) or ""
         partition = ctx.partitionId() if ctx else -1
-        name = self.opts.dataflow
-        rt, _, deployment = _describe(self.opts.connection, name, expect=self.deployment)
-        if deployment != self.deployment:
-            raise CameoSparkError(
-                f"dataflow {name!r} was redeployed since this query started ({self.deployment} "
-                f"-> {deployment}); restart the query (its events would mix two deployments)")
-        if self.opts.skip_replayed and batch_id >= 0 and self._may_be_replay() and \
-                rt.input_batches(name).get(f"{self.source}@{query}", -1) >= batch_id:
-            for _ in iterator:  # the runtime has this batch already: a replay after a restart
-                pass
-            return CameoCommitMessage(partition, 0, 0, 0, True, query, batch_id, started,
-                                      time.time() * 1000.0)
-        if batch_id >= 0:  # a retried task, or a replayed batch, pushes the same calls:
-            rt = rt.handle(client=spark_client(query, batch_id, partition))  # applied once
-        rows = messages = corrupt = 0
+        todo = [(t, rt) for t in self.targets
+                if (rt := self._runtime(t, batch_id, query, partition)) is not None]
         batches: Iterator[Any] = (prepare(raw, self.opts.corrupt_column) for raw in iterator)
         if self.opts.order_task:  # all of the task's rows at once, in window order
             whole = list(batches)
             batches = iter([pa.Table.from_batches(whole)] if whole else [])
+        elif len(todo) > 1:  # each batch goes to every target
+            batches = iter(list(batches))
+        rows = messages = corrupt = 0
         for batch in batches:
-            times = event_times(batch, self.event_time) if self.bucket is not None else None
-            plan = plan_messages(times, self.opts.batch_size, bucket_ms=self.bucket,
-                                 n=batch.num_rows)
-            if plan.order is not None:
-                batch = batch.take(pa.array(plan.order))
-            for start, end in plan.spans:
-                span = batch.slice(start, end - start)
-                columns = to_columns(span, self.source, self.schema) if self.opts.columns \
-                    else None
-                if columns is not None:  # as Arrow: one call per span, as with rows
-                    for part in columns:
-                        rt.push(name, self.source, part, batch_size=max(1, part.num_rows))
-                else:
-                    events = to_events(span)
-                    # A row msgpack cannot carry (a Decimal or a timestamp nested in a struct
-                    # or list, a duration) is refused alone, into the error output: the rest
-                    # of the span goes on, and the task neither fails nor retries a poison
-                    # batch.
-                    rt.push(name, self.source, events, batch_size=len(events))
-                messages += 1
+            for target, rt in todo:  # a shared input's rows: each target its own columns
+                messages += push_target(rt, target, batch, self.opts.batch_size,
+                                        columns=self.opts.columns, select=len(self.targets) > 1)
             rows += batch.num_rows
             corrupt += _corrupt_rows(batch)
-        rt.flush()  # returns when the runtime accepted every message: backpressure reaches Spark
-        return CameoCommitMessage(partition, rows, messages, corrupt, False, query, batch_id,
-                                  started, time.time() * 1000.0)
+        for _, rt in todo:
+            rt.flush()  # returns when the runtime accepted every message: backpressure reaches Spark
+        return CameoCommitMessage(partition, rows, messages, corrupt,
+                                  tuple(f"{t.dataflow}:{t.source}" for t, _ in todo), query,
+                                  batch_id, started, time.time() * 1000.0)
 
-    def _may_be_replay(self) -> bool:
-        """Spark replays only the first batch of a run (the last one before a restart,
-        if it did not commit): check the runtime's mark once per run and worker process."""
-        if self.run in _RUNS_CHECKED:
-            return False
-        _RUNS_CHECKED.add(self.run)
-        return True
+    def _runtime(self, target: Target, batch_id: int, query: str, partition: int) -> Any:
+        """The runtime handle a task pushes to `target` with; None when the target has the
+        batch already (a replay after a restart)."""
+        name = target.dataflow
+        rt, _, deployment = _describe(self.opts.connection, name, expect=target.deployment)
+        if deployment != target.deployment:
+            raise CameoSparkError(
+                f"dataflow {name!r} was redeployed since this query started ({target.deployment} "
+                f"-> {deployment}); restart the query (its events would mix two deployments)")
+        if self.opts.skip_replayed and batch_id >= 0 and \
+                self._replayed_up_to(rt, target, query) >= batch_id:
+            return None
+        if batch_id >= 0:  # a retried task, or a replayed batch, pushes the same calls:
+            rt = rt.handle(client=spark_client(query, batch_id, partition))  # applied once
+        return rt
+
+    def _replayed_up_to(self, rt: Any, target: Target, query: str) -> int:
+        """The last batch the runtime marked for `target` when this run of the query
+        started (-1: none): Spark replays only the first batch of a run (the last one
+        before a restart, if it did not commit). Asked once per run, target and worker
+        process, and kept for every task of that batch."""
+        key = f"{self.run}/{target.dataflow}/{target.source}"
+        if key not in _REPLAY_MARKS:
+            _REPLAY_MARKS[key] = rt.input_batches(target.dataflow).get(
+                f"{target.source}@{query}", -1)
+        return _REPLAY_MARKS[key]
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         done = [m for m in messages if isinstance(m, CameoCommitMessage)]
-        if not done or all(m.skipped for m in done):
-            return
-        rt, _, _ = _describe(self.opts.connection, self.opts.dataflow)  # placement, fresh enough
-        rt.mark_input_batch(self.opts.dataflow, self.source, batchId, done[0].query)
+        for target in self.targets:
+            if any(f"{target.dataflow}:{target.source}" in m.pushed for m in done):
+                rt, _, _ = _describe(self.opts.connection, target.dataflow)  # fresh enough
+                rt.mark_input_batch(target.dataflow, target.source, batchId, done[0].query)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: the events a failed batch pushed stay in the runtime, and its
         replay pushes the same calls under the same client names, which the sources drop."""
 
 
-#: Runs of writer queries whose replay check this process made (see _may_be_replay).
-_RUNS_CHECKED: set[str] = set()
+#: run/dataflow/source -> the runtime's mark when the run started (see _replayed_up_to).
+_REPLAY_MARKS: dict[str, int] = {}
 
 
 def _corrupt_rows(batch: pa.RecordBatch) -> int:

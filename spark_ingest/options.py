@@ -8,7 +8,7 @@ dataclasses are what the rest of the tier reads. Pure: no Spark, no Ray.
 >>> ReaderOptions.parse({"dataflow": "errors"})
 Traceback (most recent call last):
 ...
-spark_ingest.exceptions.OptionError: cameo option 'address': expected the Ray GCS address of the cluster running the pool ("host:port"), got None. Fix: add .option("address", runtime.address) (Runtime.address of the running pool)
+spark_ingest.exceptions.OptionError: cameo option 'address': expected the Ray GCS address of the cluster running the pool ("host:port"), got None. Fix: .option("address", runtime.address) (Runtime.address of the running pool)
 """
 
 from __future__ import annotations
@@ -98,6 +98,9 @@ class WriterOptions:
     Attributes:
         dataflow: the running dataflow to feed.
         source: its source step (default: its only source).
+        targets: every (dataflow, source) fed: the one above, or those of the option
+            `subscribers` ("dataflow:source,...": a shared input, `spark_ingest.shared`),
+            each pushed its own columns of every row.
         batch_size: most events per runtime message.
         corrupt_column: the column Spark's PERMISSIVE readers put unparsable records in;
             such rows go to the dataflow's error output.
@@ -118,18 +121,36 @@ class WriterOptions:
     skip_replayed: bool = True
     order_task: bool = False
     columns: bool = True
+    targets: tuple[tuple[str, str | None], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
         opts = _lower(options)
-        dataflow = _dataflow(opts)
-        return cls(connection=Connection.parse(opts), dataflow=dataflow,
-                   source=opts.get("source") or None,
+        targets = _subscribers(opts.get("subscribers"))
+        dataflow = targets[0][0] if targets else _dataflow(opts)
+        source = targets[0][1] if targets else opts.get("source") or None
+        return cls(connection=Connection.parse(opts), dataflow=dataflow, source=source,
+                   targets=targets or ((dataflow, source),),
                    batch_size=_int(opts, "batch_size", DEFAULT_BATCH_SIZE, 1) or DEFAULT_BATCH_SIZE,
                    corrupt_column=opts.get("corrupt_column", "_corrupt_record"),
                    skip_replayed=_bool(opts, "skip_replayed", True),
                    order_task=_bool(opts, "order_task", False),
                    columns=_bool(opts, "columns", True))
+
+
+def _subscribers(raw: str | None) -> tuple[tuple[str, str | None], ...]:
+    """The writer's `subscribers` option: "dataflow:source,..." -> ((dataflow, source), ...).
+
+    >>> _subscribers("alerts:logs,bulk:metrics")
+    (('alerts', 'logs'), ('bulk', 'metrics'))
+    """
+    if not raw:
+        return ()
+    pairs = [part.strip().split(":") for part in raw.split(",")]
+    if any(len(p) != 2 or not all(p) for p in pairs):
+        raise OptionError("subscribers", '"dataflow:source" pairs separated by commas', raw,
+                          '.option("subscribers", "alerts:logs,bulk:metrics")')
+    return tuple((d, src) for d, src in pairs)
 
 
 @dataclass(frozen=True)

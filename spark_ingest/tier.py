@@ -5,7 +5,8 @@ event-time column) and whose sink names one (format, path, checkpoint, trigger),
 `SparkTier.deploy` deploys the dataflow and starts, in one SparkSession:
 
 - per source with a connector, an *input query*:
-  `spark.readStream.format(<format>)...load()` -> `format("cameo")` sink;
+  `spark.readStream.format(<format>)...load()` -> `format("cameo")` sink; sources that
+  name one input (`cameo.input`) share one query, which feeds each of them;
 - per sink with a connector, an *output query*:
   `format("cameo")` source -> `writeStream.format(<format>)`;
 - for the spec's `errors` connector, an *errors query* reading the dataflow's
@@ -21,6 +22,7 @@ which the tier reads itself:
 | `cameo.event_time_type` | source | `timestamp`: read the event-time column as a Spark TIMESTAMP (converted to ms) |
 | `cameo.order` | source | `auto` (default): when windows or joins downstream group by the source's event time, each micro-batch is written by one task that sends its rows in event-time window order; `none`: parallel tasks, each in its own order |
 | `cameo.max_rows_per_batch` | sink, errors | most result rows per Spark micro-batch |
+| `cameo.input` | source | a name: every source naming it is fed by one shared input query (`spark_ingest.shared`) |
 | `cameo.columns` | source, sink | `true` (default): events go in, and results come out, as Arrow columns where they fit the schema; `false`: as rows (for comparison) |
 
 Checkpoints default to `<run_dir>/spark/checkpoints/<dataflow>/<in|out|errors>-<step>`,
@@ -48,14 +50,22 @@ from cameo_actors.dataflow.builder import Dataflow
 from cameo_actors.dataflow.spec import ConnectorSpec, DataflowSpec, SourceStep
 from cameo_actors.runtime.interface import RuntimeAPI
 from spark_ingest import checkpoints
-from spark_ingest.batching import bucket_ms
 from spark_ingest.exceptions import SparkQueryFailed
-from spark_ingest.schema import input_spark_type
+from spark_ingest.reading import (
+    CORRUPT_COLUMN,
+    FILE_FORMATS,
+    KINDS,
+    PERMISSIVE_FORMATS,
+    connector_of,
+    read_plan,
+    split_options,
+)
 from spark_ingest.session import SparkConfig, build_session, stop_gracefully
+from spark_ingest.shared import Subscriber, input_name, subscribers_option
+from spark_ingest.shared_inputs import SharedInputs
 
 log = logging.getLogger(__name__)
 
-FILE_FORMATS = ("json", "csv", "parquet", "orc", "text", "avro")
 #: How often the supervisor looks for queries that died (s).
 SUPERVISE_S = 1.0
 #: What Spark says when a query died for want of CPU or of a process, not of its input
@@ -63,9 +73,6 @@ SUPERVISE_S = 1.0
 #: machine, a worker or a pool that went away. Such a query is started again.
 TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET", "Python worker exited unexpectedly",
              "Connection reset", "Broken pipe", "RuntimeUnavailable", "the pool did not answer")
-#: Formats whose PERMISSIVE mode keeps unparsable records in a corrupt-record column.
-PERMISSIVE_FORMATS = ("json", "csv")
-CORRUPT_COLUMN = "_corrupt_record"
 
 
 @dataclass
@@ -131,42 +138,6 @@ class QueryState:
     error: str | None
 
 
-def split_options(connector: ConnectorSpec) -> tuple[dict[str, str], dict[str, str]]:
-    """(Spark options, tier options without the `cameo.` prefix) of a connector."""
-    spark, tier = {}, {}
-    for key, value in connector.options:
-        if key.startswith("cameo."):
-            tier[key[len("cameo."):]] = value
-        else:
-            spark[key] = value
-    return spark, tier
-
-
-def input_ddl(step: SourceStep, connector: ConnectorSpec) -> str:
-    """The schema an input query reads with: the source's fields, the event-time
-    column as TIMESTAMP when asked, and the corrupt-record column for JSON/CSV."""
-    _, tier = split_options(connector)
-    cols = []
-    for name, typ in step.schema:
-        # `any` from JSON: VARIANT, so that a number stays a number (see schema.VARIANT_FORMATS)
-        spark_type = input_spark_type(typ, connector.format)
-        if name == step.event_time and tier.get("event_time_type") == "timestamp":
-            spark_type = "TIMESTAMP"
-        cols.append(f"`{name}` {spark_type}")
-    if connector.format in PERMISSIVE_FORMATS:
-        cols.append(f"`{CORRUPT_COLUMN}` STRING")
-    return ", ".join(cols)
-
-
-def ordered(spec: DataflowSpec, step: SourceStep, tier: dict[str, str]) -> bool:
-    """Whether an input query sends each micro-batch as one task sorted by event time."""
-    mode = tier.get("order", "auto").lower()
-    if mode not in ("auto", "none"):
-        raise ValueError(f"source {step.id!r}: connector option cameo.order: expected 'auto' or "
-                         f"'none', got {mode!r}")
-    return mode == "auto" and step.event_time is not None and bucket_ms(spec, step.id) is not None
-
-
 class SparkTier:
     """Starts, drains and stops the Spark queries of dataflows, from their specs.
 
@@ -181,11 +152,15 @@ class SparkTier:
         self.config = config or SparkConfig()
         self.spark = spark if spark is not None else build_session(self.config)
         self.queries: dict[str, DataflowQueries] = {}
+        #: the queries of shared inputs (`cameo.input`) and their subscribers
+        self.shared = SharedInputs(self)
         #: query name -> when the supervisor (or a drain) started it again, recently
         self._restarts: dict[str, deque[float]] = {}
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._supervisor: threading.Thread | None = None
         self._closed = threading.Event()
+        #: stop_all runs: a shared input's query is not started again for the others
+        self.stopping_all = False
         # Default checkpoints go where the session keeps them (a given session's own setting).
         root = self.spark.conf.get("spark.sql.streaming.checkpointLocation", None) \
             if config is None else None
@@ -215,8 +190,8 @@ class SparkTier:
             self.start(name, fresh_checkpoints=fresh_checkpoints)
         except Exception:
             q = self.queries.pop(name, None)
-            for _, _, query in q.items() if q else ():
-                stop_gracefully(query, drain=False)
+            for role, step, query in q.items() if q else ():
+                self._halt(name, role, step, query, drain=False)
             self.runtime.cancel(name)
             raise
         return name
@@ -226,7 +201,7 @@ class SparkTier:
         so that no result waits for its reader), each from its checkpoint (see `deploy`
         for `fresh_checkpoints`). Queries that stopped start again; running ones stay."""
         spec = DataflowSpec.from_dict(self.runtime.describe(name)["spec"])
-        with self._lock:
+        with self.lock:
             q = self.queries.setdefault(name, DataflowQueries())
             for role, step, query in list(q.items()):  # one that died starts again
                 if not query.isActive:
@@ -250,7 +225,10 @@ class SparkTier:
         if role == "input":
             src = spec.step(step)
             assert isinstance(src, SourceStep)
-            return self._input_query(spec.name, src, c, location)
+            shared = input_name(c)
+            if shared is not None:
+                return self.shared.subscribe(shared, Subscriber(spec.name, src.id), c, location)
+            return self.input_query([(spec, src)], c, location, f"cameo-in-{spec.name}-{src.id}")
         return self._output_query(spec.name, step, c, "errors" if role == "errors" else "results",
                                   location)
 
@@ -271,7 +249,19 @@ class SparkTier:
         out = []
         for role, kind, step, c in queries:
             spark_opts, _ = split_options(c)
+            shared = input_name(c) if role == "input" else None
             owner = checkpoints.Owner(spec.name, f"{kind}-{step}", c.format, spark_opts)
+            if shared is not None:
+                src = spec.step(step)
+                assert isinstance(src, SourceStep)
+                self.shared.check(shared, spec, src, c)
+                owner = checkpoints.Owner(f"{checkpoints.SHARED}{shared}", f"in-{shared}",
+                                          c.format, spark_opts)
+                running = shared in self.shared.queries  # never reset under its subscribers
+                out.append((role, step, checkpoints.check(
+                    self.input_checkpoint(shared, c), owner,
+                    fresh=fresh_checkpoints and not running)))
+                continue
             sink_path = spark_opts.get("path") if role != "input" and c.format in FILE_FORMATS \
                 else None
             out.append((role, step, checkpoints.check(
@@ -284,21 +274,37 @@ class SparkTier:
                 "ray_auth": os.environ.get("RAY_AUTH_MODE", "auto")}
 
     def checkpoint(self, name: str, kind: str, step: str, connector: ConnectorSpec) -> str:
+        shared = input_name(connector) if kind == "in" else None
+        if shared is not None:
+            return self.input_checkpoint(shared, connector)
         return connector.checkpoint or os.path.join(self.checkpoint_root, name, f"{kind}-{step}")
 
-    def _input_query(self, name: str, step: SourceStep, c: ConnectorSpec, checkpoint: str) -> Any:
+    def track(self, name: str, source: str, query: Any) -> None:
+        """`query` feeds the source `source` of dataflow `name` (a shared input's, which
+        may start it for a dataflow not started here yet): drained, stopped, reported."""
+        with self.lock:
+            self.queries.setdefault(name, DataflowQueries()).inputs[source] = query
+
+    def input_checkpoint(self, shared: str, connector: ConnectorSpec) -> str:
+        """The checkpoint of the shared input `shared`'s query (by default
+        `<root>/inputs/<name>`: the input's, not any subscriber's)."""
+        return connector.checkpoint or os.path.join(self.checkpoint_root, "inputs", shared)
+
+    def input_query(self, feeds: list[tuple[DataflowSpec, SourceStep]], c: ConnectorSpec,
+                     checkpoint: str, query_name: str) -> Any:
+        """Start an input query that reads `c` and feeds each (dataflow, source) of `feeds`."""
         from pyspark.sql import functions as F
 
         spark_opts, tier = split_options(c)
+        ddl, in_order = read_plan(feeds, c)
         reader = self.spark.readStream.format(c.format).options(**spark_opts)
         if c.format in PERMISSIVE_FORMATS:
             reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord",
                                                                 CORRUPT_COLUMN)
-        if c.format in FILE_FORMATS or c.format in PERMISSIVE_FORMATS:
-            reader = reader.schema(input_ddl(step, c))
+        if ddl is not None:
+            reader = reader.schema(ddl)
         df = reader.load()
-        spec = DataflowSpec.from_dict(self.runtime.describe(name)["spec"])
-        if ordered(spec, step, tier):
+        if in_order:
             # Spark runs a micro-batch's files as parallel tasks in no particular order; the
             # source's watermark follows the largest event time it has seen, so events of an
             # earlier file arriving after a later one would be late. One task, whose writer
@@ -308,13 +314,14 @@ class SparkTier:
             df = df.withColumn("landed_ms",
                                F.unix_millis(F.col("_metadata.file_modification_time")))
         writer = (df.writeStream.format("cameo").options(**self._cameo_options())
-                  .option("dataflow", name).option("source", step.id)
+                  .option("subscribers", subscribers_option(
+                      [Subscriber(spec.name, step.id) for spec, step in feeds]))
                   .option("checkpointLocation", checkpoint)
-                  .queryName(f"cameo-in-{name}-{step.id}"))
+                  .queryName(query_name))
         for key in ("batch_size", "columns"):
             if key in tier:
                 writer = writer.option(key, tier[key])
-        if ordered(spec, step, tier):
+        if in_order:
             writer = writer.option("order_task", "true")
         if c.trigger_ms:
             writer = writer.trigger(processingTime=f"{c.trigger_ms} milliseconds")
@@ -378,7 +385,7 @@ class SparkTier:
                 failure = self._drained(name, role, step, drain=write_out, timeout_s=timeout_s)
                 if failure is not None:
                     failed.append(failure)
-        with self._lock:
+        with self.lock:
             self.queries.pop(name, None)
         _raise_first(failed)
 
@@ -406,7 +413,7 @@ class SparkTier:
         """Start query `dead` again from its checkpoint if it failed for a transient
         reason and its restarts allow (`SparkConfig.restarts` within `restart_window_s`);
         whether it runs again (also when another thread restarted it first)."""
-        with self._lock:
+        with self.lock:
             q = self.queries.get(name)
             if q is None:
                 return False
@@ -433,7 +440,7 @@ class SparkTier:
         """Make sure the supervisor runs: a thread that starts again, every
         `SUPERVISE_S`, the queries that died for a transient reason (it ends when the
         tier has no queries left)."""
-        with self._lock:
+        with self.lock:
             if self._supervisor is None or not self._supervisor.is_alive():
                 self._closed.clear()
                 self._supervisor = threading.Thread(target=self._watch, daemon=True,
@@ -442,7 +449,7 @@ class SparkTier:
 
     def _watch(self) -> None:
         while not self._closed.wait(SUPERVISE_S):
-            with self._lock:
+            with self.lock:
                 watched = [(name, role, step, query) for name, q in self.queries.items()
                            for role, step, query in q.items()]
             if not watched:
@@ -461,7 +468,7 @@ class SparkTier:
         Raises:
             SparkQueryFailed: a query of the dataflow had died (the others are stopped).
         """
-        with self._lock:
+        with self.lock:
             q = self.queries.pop(name, None)
         failed = [f for role, step, query in (q.items() if q else ())
                   if (f := self._halt(name, role, step, query, drain=drain))]
@@ -485,11 +492,15 @@ class SparkTier:
         once all are stopped."""
         self._closed.set()
         failed: list[SparkQueryFailed] = []
-        for name in list(self.queries):
-            try:
-                self.stop(name)
-            except SparkQueryFailed as e:
-                failed.append(e)
+        self.stopping_all = True
+        try:
+            for name in list(self.queries):
+                try:
+                    self.stop(name)
+                except SparkQueryFailed as e:
+                    failed.append(e)
+        finally:
+            self.stopping_all = False
         if failed:
             raise failed[0]
 
@@ -513,7 +524,8 @@ class SparkTier:
 
     def _halt(self, name: str, role: str, step: str, query: Any, *, drain: bool,
               timeout_s: float = 120.0) -> SparkQueryFailed | None:
-        """Stop a query between micro-batches; its failure, if it died (before or meanwhile)."""
+        """Stop a query between micro-batches; its failure, if it died (before or meanwhile).
+        A shared input's query then starts again for its other subscribers."""
         try:
             stop_gracefully(query, drain=drain, timeout_s=timeout_s)
         except Exception as e:
@@ -522,7 +534,10 @@ class SparkTier:
             if not isinstance(e, StreamingQueryException):
                 raise
             query.stop()  # it died while processing what was available: exception() has it
-        return self._failure(name, role, step, query)
+        failure = self._failure(name, role, step, query)
+        if role == "input":  # a shared input goes on for the others (a fault recurs there)
+            self.shared.leave(name, step)
+        return failure
 
     def _failure(self, name: str, role: str, step: str, query: Any) -> SparkQueryFailed | None:
         exc = query.exception()
@@ -531,18 +546,6 @@ class SparkTier:
         message = spark_message(str(exc))
         return SparkQueryFailed(name, str(query.name), role, step, message,
                                 failure_fix(message, name, self.checkpoint_root, KINDS[role], step))
-
-
-#: The checkpoint folder's prefix of each role's query ("<kind>-<step>").
-KINDS = {"input": "in", "output": "out", "errors": "errors"}
-
-
-def connector_of(spec: DataflowSpec, role: str, step: str) -> ConnectorSpec:
-    """The connector a query of `role` for `step` serves."""
-    c = spec.errors if role == "errors" else getattr(spec.step(step), "connector", None)
-    if c is None:
-        raise ValueError(f"dataflow {spec.name!r}: no connector for the {role} of {step!r}")
-    return c
 
 
 def transient(message: str) -> bool:

@@ -230,3 +230,52 @@ def test_bad_options_give_errors_that_name_the_option(pools: Any, spark: Any) ->
             query.awaitTermination(60)
     finally:
         rt.cancel(name)
+
+
+def test_dataflows_on_one_input_share_its_query_each_exactly_once(tier: SparkTier,
+                                                                   spark: Any) -> None:
+    """Two dataflows name one input: Spark reads it with one query, each gets its own
+    columns of every row, and a restart of the tier (the first subscriber back brings
+    the other along) loses and repeats nothing for either."""
+    rt = tier.runtime
+    base = unique("shared")
+    data = folder(base)
+    out = os.path.join(RUN_DIR, "spark-tests", "out", base)
+    shutil.rmtree(out, ignore_errors=True)
+    rows = events(3000, seed=7)
+    share = {"format": "json", "path": data, "trigger_ms": 200, "cameo.input": base}
+    filt = Dataflow(f"{base}-filter", latency_target_ms=100)
+    (filt.source("s", schema=SCHEMA, event_time="ts", allowed_lateness_ms=LATE_OK,
+                 connector={**share, "maxFilesPerTrigger": "1"})
+     .filter("level == 'ERROR' and value > 50").map({"ts": "ts", "v": "value * 2"})
+     .sink("o", connector={"format": "parquet", "path": f"{out}/filter"}))
+    win = Dataflow(f"{base}-window", latency_target_ms=1000)
+    (win.source("s", schema={"ts": "int", "key": "str", "value": "float"}, event_time="ts",
+                allowed_lateness_ms=LATE_OK, connector=share)
+     .key_by("key").window(tumbling_ms=50).aggregate(n=count(), total=sum_("value"))
+     .sink("o", connector={"format": "parquet", "path": f"{out}/window", "trigger_ms": 200}))
+    for d in (filt, win):
+        tier.deploy(d)
+    try:
+        query = tier.queries[filt.name].inputs["s"]
+        assert query is tier.queries[win.name].inputs["s"] and query.name == f"cameo-input-{base}"
+        assert [q.name for q in spark.streams.active].count(query.name) == 1
+        land(data, "part-0.json", rows[:1000])
+        wait_for(lambda: all(rt.stats(d.name)["events_in"] == 1000 for d in (filt, win)),
+                 "the first file in both", tier)
+        tier.stop_all()  # every query between micro-batches
+        for i in (1, 2):  # land while Spark is down
+            land(data, f"part-{i}.json", rows[i * 1000:(i + 1) * 1000])
+        tier.start(filt.name)  # its input query starts for both: win is owed these files too
+        tier.start(win.name)
+        assert tier.queries[win.name].inputs["s"] is tier.queries[filt.name].inputs["s"]
+        for d in (filt, win):
+            tier.drain(d.name, close=True)  # filt leaves first: the query goes on for win
+            expected = run_local(d, {"s": rows}).sinks["o"]
+            got = parquet_rows(spark, f"{out}/{d.name.rsplit('-', 1)[1]}")
+            assert expected, "the reference produced nothing: the test data is off"
+            assert canon(strip_meta(got)) == canon(expected), d.name
+            assert rt.stats(d.name)["events_in"] == 3000  # every row once, to each
+    finally:
+        for d in (filt, win):
+            rt.cancel(d.name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from bench import report
 from bench.harness.output import save_json
@@ -66,3 +67,19 @@ def test_a_figure_in_a_section_that_names_no_json_is_found() -> None:
     assert report.unbacked_figures(
         f"# A\nFrom `bench/results/service.json`.\n# B\n{claim}") == [f"line 4: {claim.strip()}"]
     assert report.unbacked_figures("# Output\n```\nin 12,059.0 ev/s\n```\n") == []
+
+
+def test_the_demo_table_puts_each_arm_beside_the_others() -> None:
+    from bench.tables.demo import table
+    from spark_ingest.demo import GOALS
+
+    def run(arm: str, p50_ms: float) -> dict[str, Any]:
+        e2e = {"n": 9, "p50_ms": p50_ms, "p99_ms": 3000.0}
+        return {"arm": arm, "cores": {}, "micro_batches": {}, "dataflows": {"alerts": {
+            "within_target": 1.0, "results": 9, "stages": {"end_to_end": e2e}}}}
+
+    lines = table({"goals": GOALS, "baseline": "abc", "runs": [
+        run("baseline", 2500.0), run("this tree", 1500.0), run("baseline", 2400.0)]})
+    assert lines[0] == ("| the alerts (target 50 ms) | baseline `abc`, run 1 | this tree, run 1 "
+                        "| baseline `abc`, run 2 |")
+    assert lines[-1].endswith("met in 0 of 2 runs (baseline); 1 of 1 runs (this tree).")

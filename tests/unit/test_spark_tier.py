@@ -38,6 +38,7 @@ from spark_ingest.offsets import (
     to_commit,
 )
 from spark_ingest.options import ReaderOptions, WriterOptions
+from spark_ingest.reading import input_ddl, split_options
 from spark_ingest.schema import (
     EVENT_COLUMN,
     META_COLUMNS,
@@ -47,7 +48,6 @@ from spark_ingest.schema import (
     result_columns,
     source_ddl,
 )
-from spark_ingest.tier import input_ddl, split_options
 from tests.shared.zoo import SCHEMA, flows
 
 ADDR = {"address": "127.0.0.1:6379"}
@@ -425,7 +425,8 @@ def test_pure_modules_import_without_spark_or_ray() -> None:
         "import spark_ingest, spark_ingest.batching, spark_ingest.offsets, spark_ingest.schema, "
         "spark_ingest.options, spark_ingest.arrow, spark_ingest.latency, spark_ingest.events, "
         "spark_ingest.exceptions, spark_ingest.session, spark_ingest.tier, "
-        "spark_ingest.checkpoints, spark_ingest.results, spark_ingest.storage\n"
+        "spark_ingest.checkpoints, spark_ingest.results, spark_ingest.storage, spark_ingest.reading, "
+        "spark_ingest.shared, spark_ingest.shared_inputs\n"
         "print('clean')\n")
     run = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
@@ -532,6 +533,9 @@ def test_the_demo_ends_with_one_json_line_and_the_phases_of_its_micro_batches() 
     line = json.dumps(demo.headline(alerts))
     assert json.loads(line) == {"e2e_p50_s": None, "e2e_p99_s": None, "alerts_within_50ms": 1.0,
                                 "alerts_results": 3, "goals_met": False}
+    met = {"within_target": np.float64(1.0), "results": 3, "stages": {"end_to_end": {
+        "n": 3, "p50_ms": np.float64(1500.0), "p99_ms": np.float64(3000.0)}}}  # as pandas gives
+    assert json.loads(json.dumps(demo.headline(met)))["goals_met"] is True
     phases = demo.micro_batch_phases({"idle": [{"numInputRows": 0, "durationMs": {"addBatch": 3}}],
                                       "in": [{"numInputRows": 9, "durationMs": {
                                           "triggerExecution": 1000, "addBatch": 700,
@@ -963,3 +967,154 @@ def test_spark_batches_that_fit_the_schema_go_as_columns_and_the_others_as_rows(
     off_schema = spark.set_column(0, "ts", pa.array(["1", "2"]))
     assert to_columns(off_schema, "s", schema) is None  # each row reported malformed, as rows
     assert to_events(off_schema)[0]["ts"] == "1"
+
+
+# -- shared inputs ------------------------------------------------------------------------
+def _source(dataflow: str, step: str, schema: dict[str, str], connector: Any = None) -> Any:
+    """The source step of a one-source dataflow."""
+    d = Dataflow(dataflow, latency_target_ms=1)
+    d.source(step, schema=schema, connector=connector).sink("o")
+    return d.spec.sources[0]
+
+
+def test_shared_input_connectors_merge_their_pace_and_refuse_another_input() -> None:
+    import doctest
+
+    from spark_ingest import options, shared
+    from spark_ingest.shared import ShareConflict, Subscriber, merged
+
+    assert doctest.testmod(shared).failed == 0 and doctest.testmod(options).failed == 0
+    base = {"format": "json", "path": "/in", "cameo.input": "events"}
+
+    def conn(**more: Any) -> Any:
+        return _source("x", "s", {"ts": "int"}, {**base, **more}).connector
+
+    a, b = Subscriber("a", "s"), Subscriber("b", "s")
+    m = merged("events", [(a, conn(trigger_ms=500, maxFilesPerTrigger="9")),
+                          (b, conn(maxFilesPerTrigger="4", **{"cameo.order": "none"}))])
+    assert (m.trigger_ms, dict(m.options)["maxfilespertrigger"]) == (None, "4")  # Spark's default is the fastest
+    assert "cameo.order" not in dict(m.options)  # each subscriber's own
+    for other, option in ((conn(path="/elsewhere"), "'path'"), (conn(**{"cameo.batch_size": "9"}),
+                                                               "'cameo.batch_size'")):
+        with pytest.raises(ShareConflict, match=option) as refused:
+            merged("events", [(a, conn()), (b, other)])
+        assert "shared input 'events'" in str(refused.value) and "'b'" in refused.value.fix
+    w = WriterOptions.parse({"subscribers": "a:s,b:t", **ADDR})
+    assert (w.dataflow, w.source, w.targets) == ("a", "s", (("a", "s"), ("b", "t")))
+    with pytest.raises(OptionError, match="subscribers"):
+        WriterOptions.parse({"subscribers": "a,b:t", **ADDR})
+
+
+def test_a_shared_input_reads_every_subscribers_fields_once() -> None:
+    from spark_ingest.shared import ShareConflict
+
+    c = _source("x", "s", {"ts": "int"}, {"format": "json", "path": "/in",
+                                           "cameo.input": "events"}).connector
+    steps = [_source("a", "s", {"ts": "int", "v": "float"}), _source("b", "t", {"ts": "int", "k": "str"})]
+    assert input_ddl(steps, c) == "`ts` BIGINT, `v` DOUBLE, `k` STRING, `_corrupt_record` STRING"
+    with pytest.raises(ShareConflict, match="field 'ts'"):
+        input_ddl([*steps, _source("c", "u", {"ts": "str"})], c)
+
+
+def test_a_shared_input_pushes_each_subscriber_its_own_columns() -> None:
+    from spark_ingest.batching import Target, push_target
+
+    class Pushes:
+        def __init__(self) -> None:
+            self.got: list[tuple[str, str, list[str], int]] = []
+
+        def push(self, dataflow: str, source: str, batch: Any, batch_size: int) -> None:
+            names = batch.schema.names if hasattr(batch, "schema") else sorted(batch[0])
+            self.got.append((dataflow, source, names, batch_size))
+
+    alerts = Target("alerts", "logs", "ts", None, "alerts@1",
+                    (("ts", "int"), ("value", "float"), ("landed_ms", "int")))
+    bulk = Target("bulk", "metrics", "ts", 1000, "bulk@1", (("ts", "int"), ("value", "float")))
+    batch = pa.record_batch({"ts": [1500, 10, 20], "value": [1.0, 2.0, 3.0],
+                             "landed_ms": [7, 7, 7], CORRUPT: pa.nulls(3, pa.string())})
+    rt = Pushes()
+    assert push_target(rt, alerts, batch, 2, select=True) == 2
+    assert push_target(rt, bulk, batch, 2, select=True) == 2
+    assert rt.got == [("alerts", "logs", ["ts", "value", "landed_ms"], 2),
+                      ("alerts", "logs", ["ts", "value", "landed_ms"], 1),
+                      ("bulk", "metrics", ["ts", "value"], 2),   # its window [0, 1000) first
+                      ("bulk", "metrics", ["ts", "value"], 1)]
+
+
+def _shared_tier(tmp_path: Any, specs: dict[str, Any]) -> Any:
+    """A tier on stand-ins whose input queries record whom they feed."""
+    from spark_ingest.session import SparkConfig
+    from spark_ingest.tier import SparkTier
+
+    tier = SparkTier(_Runtime(), _Spark(), SparkConfig(run_dir=str(tmp_path)))  # type: ignore[arg-type]
+
+    def describe(name: str) -> dict[str, Any]:
+        return {"spec": specs[name].spec.to_dict()}  # KeyError: not deployed
+
+    tier.runtime.describe = describe
+    tier.started = []
+
+    def input_query(feeds: Any, c: Any, location: str, name: str) -> _Query:
+        tier.started.append(sorted(spec.name for spec, _ in feeds))
+        return _Query(name)
+
+    tier.input_query = input_query
+    return tier
+
+
+def test_subscribers_join_and_leave_a_shared_input_between_micro_batches(tmp_path: Any) -> None:
+    from spark_ingest import checkpoints
+    from spark_ingest.shared import ShareConflict, Subscriber
+    from spark_ingest.tier import DataflowQueries
+
+    def flow(name: str, path: str = "/in", ts: str = "int") -> Dataflow:
+        d = Dataflow(name, latency_target_ms=100)
+        d.source("s", schema={"ts": ts}, connector={
+            "format": "json", "path": path, "cameo.input": "events"}).sink("o")
+        return d
+
+    specs = {"a": flow("a"), "b": flow("b"), "c": flow("c", "/elsewhere"), "d": flow("d", ts="str")}
+    tier = _shared_tier(tmp_path, specs)
+    c = specs["a"].spec.sources[0].connector
+    where = tier.input_checkpoint("events", c)
+    assert where == f"{tmp_path}/spark/checkpoints/inputs/events"
+    assert [plan.location for _, _, plan in tier.plan(specs["a"].spec)] == [where]
+    for name in ("a", "b"):
+        tier.queries[name] = DataflowQueries()
+        tier.queries[name].put("input", "s", tier._start_query(specs[name].spec, "input", "s"))
+    first = tier.shared.queries["events"]
+    assert tier.started == [["a"], ["a", "b"]]  # b joined: started again with both
+    assert tier.queries["a"].inputs["s"] is tier.queries["b"].inputs["s"] is first.query
+    assert checkpoints.read_subscribers(where) == [("a", "s"), ("b", "s")]
+    with pytest.raises(ShareConflict, match="'path'"):
+        tier.plan(specs["c"].spec)  # refused at deploy; nothing stopped
+    with pytest.raises(ShareConflict, match="field 'ts'"):
+        tier.plan(specs["d"].spec)  # the fields the query reads are checked before too
+    assert first.query.calls == []
+
+    tier.drain("a", close=True)  # drained, then started again for b alone
+    assert first.query.calls == ["drain", "stop"] and tier.started[-1] == ["b"]
+    assert tier.queries["b"].inputs["s"] is tier.shared.queries["events"].query
+    assert checkpoints.read_subscribers(where) == [("b", "s")]
+
+    tier.queries["a"] = DataflowQueries()  # a back, then the whole tier stops
+    tier.queries["a"].put("input", "s", tier._start_query(specs["a"].spec, "input", "s"))
+    tier.stop_all()
+    assert "events" not in tier.shared.queries and tier.started[-1] == ["a", "b"]
+    assert checkpoints.read_subscribers(where) == [("a", "s"), ("b", "s")]  # kept for the restart
+
+    again = _shared_tier(tmp_path, specs)  # a new tier: the first one back brings b along
+    again.shared.subscribe("events", Subscriber("a", "s"), c, where)
+    assert again.started == [["a", "b"]]
+    assert again.queries["b"].inputs["s"] is again.shared.queries["events"].query  # drained, stopped too
+    gone = _shared_tier(tmp_path, {"a": specs["a"]})  # b cancelled since: a alone
+    gone.shared.subscribe("events", Subscriber("a", "s"), c, where)
+    assert gone.started == [["a"]]
+
+
+def test_the_quick_jit_is_asked_for_and_the_default_keeps_the_jvms() -> None:
+    from spark_ingest.session import SparkConfig
+
+    quick = SparkConfig(run_dir="/r", quick_jit=True).settings()
+    assert quick["spark.driver.extraJavaOptions"] == "-Djava.io.tmpdir=/r/spark/tmp -XX:TieredStopAtLevel=1"
+    assert "Tiered" not in SparkConfig(run_dir="/r").settings()["spark.driver.extraJavaOptions"]
