@@ -190,10 +190,14 @@ def headline(alerts: dict[str, Any]) -> dict[str, Any]:
 
 
 def warm_up(tier: Any, work: str) -> None:
-    """One small file through an input and an output query: starts Spark's Python
-    workers (each joins Ray once) and warms the JIT, as a long-running tier would be."""
+    """Two small files through an input and an output query: starts Spark's Python
+    workers (each joins Ray once) and warms the JIT, as a long-running tier would be.
+    Two files are read by two tasks at once, so both of a local master's two task slots
+    have a worker: with one, the first time an input's write and an output's read ran
+    together, a new worker started and joined Ray then, and those results waited 1.2 s
+    more."""
     inp, out = os.path.join(work, "warmup", "in"), os.path.join(work, "warmup", "out")
-    list(land_files(inp, 1, 100))
+    list(land_files(inp, 2, 100))
     df = (Dataflow("warmup", latency_target_ms=1000)
           .source("s", schema=SCHEMA, connector={"format": "json", "path": inp})
           .sink("o", connector={"format": "parquet", "path": out}))

@@ -60,9 +60,9 @@ class SparkConfig:
             `-XX:TieredStopAtLevel=1`): for a tier whose inputs are small and whose
             process is short-lived, as `make run`'s. Over the demo's first 12 s of files
             the optimizing compiler (C2) took 4.4 of the JVM's 10.3 CPU seconds, on the
-            cores the executors and Spark's own work need. At volume, C2's code is twice
-            as fast: 2M JSON events went in at 118-123k events/s with C1 only, 211-268k
-            with C2 (docs/spark.md). False (the JVM's default) for a tier that reads much.
+            cores the executors and Spark's own work need. At volume, C2's code parses
+            JSON twice as fast (docs/spark.md, "Spark settings"; Parquet reads alike).
+            False (the JVM's default) for a tier that reads much.
         restarts, restart_window_s: how many times within that window the tier starts a
             query again, from its checkpoint, when it died for a transient reason (a
             Python worker of the query's driver side that did not connect back in time,
