@@ -233,8 +233,6 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
         if self.opts.order_task:  # all of the task's rows at once, in window order
             whole = list(batches)
             batches = iter([pa.Table.from_batches(whole)] if whole else [])
-        elif len(todo) > 1:  # each batch goes to every target
-            batches = iter(list(batches))
         rows = messages = corrupt = 0
         for batch in batches:
             for target, rt in todo:  # a shared input's rows: each target its own columns

@@ -69,8 +69,7 @@ class SharedInputs:
             if shared is not None:
                 self.unsubscribe(shared, who)
 
-    def check(self, shared: str, spec: DataflowSpec, step: SourceStep,
-                     c: ConnectorSpec) -> None:
+    def check(self, shared: str, spec: DataflowSpec, step: SourceStep, c: ConnectorSpec) -> None:
         """Raise `ShareConflict` (or the error of a bad option) if `spec`'s source `step`
         cannot join the shared input: checked in full, before any query stops."""
         if not NAME_RE.match(shared):
@@ -158,8 +157,7 @@ class SharedInputs:
                 return
             self.run(shared, sq.subscribed, sq.location)
 
-    def run(self, shared: str, subscribed: dict[Subscriber, ConnectorSpec],
-                    location: str) -> Any:
+    def run(self, shared: str, subscribed: dict[Subscriber, ConnectorSpec], location: str) -> Any:
         """Start the shared input's query for those of `subscribed` that still run and
         record them in its checkpoint; every subscriber's entry in `queries` names it.
         The query, or None when none runs any more. Holds the lock."""
@@ -171,8 +169,8 @@ class SharedInputs:
             checkpoints.write_subscribers(location, [])
             return None
         checkpoints.write_subscribers(location, [(s.dataflow, s.source) for s in sorted(subscribed)])
-        query = self.tier.input_query(feeds, merged(shared, sorted(subscribed.items())), location,
-                                  f"cameo-input-{shared}")
+        query = self.tier.input_query(feeds, merged(shared, sorted(subscribed.items())),
+                                      location, f"cameo-input-{shared}")
         self.queries[shared] = SharedQuery(shared, dict(subscribed), location, query)
         for who in subscribed:  # brought back from the record too: drained, stopped, reported
             self.tier.track(who.dataflow, who.source, query)
