@@ -177,7 +177,7 @@ class Overview(Status):
 
     def figures(self, name: str, submitted_at: float | None) -> DataflowFigures | None:
         """A live dataflow's figures for the list (None if the pool's snapshot lacks it)."""
-        m = next((d for d in self.snapshot().get("dataflows", []) if d["name"] == name), None)
+        m = self._by_name(self.snapshot()).get(name)
         if m is None:
             return None
         rates = self._throughput(name, self.clock.now_ms(), submitted_at, m)
@@ -197,6 +197,14 @@ class Overview(Status):
                 self._note_busy(snap, now)
                 self._snapshot = (now, snap)
             return snap
+
+    def _by_name(self, snap: PoolSnapshot) -> dict[str, Any]:
+        """The snapshot's dataflows by name, made once per snapshot: the list's detail
+        asks for each dataflow in turn."""
+        with self._snapshot_lock:
+            if self._indexed[0] is not snap:
+                self._indexed = (snap, {d["name"]: d for d in snap.get("dataflows", [])})
+            return self._indexed[1]
 
     def _note_busy(self, snap: PoolSnapshot, now: float) -> None:
         """Each executor's busy share since the snapshot before (its busy time is a

@@ -53,8 +53,9 @@ class Status(Tenancy):
                 raise ApiError(422, "invalid_request", "unknown dataflow state in the filter",
                                expected=f"states among {list(STATES)}", got=", ".join(unknown),
                                fix="e.g. ?state=running&state=failed")
-        listed = self.rt.list(states)
-        names = {d["name"] for d in self.rt.list()} if states else {d["name"] for d in listed}
+        pool = self.rt.list()  # one call: its names also keep the history's copies out
+        listed = [d for d in pool if not states or d["state"] in states]
+        names = {d["name"] for d in pool}
         kept = [k for k in self.history.summaries()  # ended ones the pool forgot
                 if k["name"] not in names and (not states or k["state"] in states)]
         return [d for d in [*listed, *kept] if principal.can_access(d["tenant"])]

@@ -74,6 +74,8 @@ class Tenancy:
         #: seen in it (when, busy ms, its busy share since the one before)
         self._snapshot: tuple[float, PoolSnapshot | None] = (0.0, None)
         self._snapshot_lock = threading.Lock()
+        #: the last snapshot and its dataflows by name (`Overview._by_name`)
+        self._indexed: tuple[PoolSnapshot | None, dict[str, Any]] = (None, {})
         self._busy: dict[Any, tuple[float, float, float | None]] = {}
 
     # -- lookups -----------------------------------------------------------------------------

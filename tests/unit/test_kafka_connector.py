@@ -17,13 +17,15 @@ from cameo_actors import Dataflow
 from cameo_actors.errors import SpecError
 from cameo_actors.operators.base import Output
 from cameo_actors.operators.build import build_operator
-from cameo_actors.runtime._private.executor.kafka import (
+from cameo_actors.runtime._private.executor.kafka_client import (
     WAIT_MAX_MS,
     WAIT_MIN_MS,
-    PartitionRead,
     Waits,
     client_config,
     kafka_options,
+)
+from cameo_actors.runtime._private.executor.kafka_reader import (
+    PartitionRead,
     parse_json_values,
     record_event,
     watermark_of,

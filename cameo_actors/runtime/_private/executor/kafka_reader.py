@@ -1,0 +1,380 @@
+"""A Kafka source instance's reader: partitions, offsets as positions, watermarks, parsing
+(what it does: `kafka`'s docstring).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.runtime._private.executor.kafka_client import (
+    CALL_TIMEOUT_S,
+    CONNECT_TIMEOUT_S,
+    RETRY_CAP_S,
+    RETRY_S,
+    WAITING,
+    Connector,
+    client_config,
+    kafka_options,
+    load_kafka,
+    waits_of,
+)
+
+if TYPE_CHECKING:
+    from cameo_actors.runtime._private.executor.activation import Activation
+    from cameo_actors.runtime._private.executor.core import ExecutorCore
+
+
+#: Records taken from the consumer per ingest call (the source cuts them into messages).
+READ_BATCH = 5_000
+#: What the client fetches ahead of the reader, at most (librdkafka's default is 64 MB per
+#: consumer): while the source has no room, the reader waits and this much waits with it.
+QUEUED_KB = 8_192
+#: The fewest records parsed into columns at once (fewer: as rows).
+MIN_COLUMNS = 64
+#: Records between two watermarks of a source instance: as many as a pushed call of a
+#: thousand events (an event late through the API is late here too). Per 2,000 records
+#: bench.kafka's Kafka arm took a fifth less CPU than per 500.
+WATERMARK_EVERY = 1000
+DEFAULT_IDLE_MS = 1_000.0
+#: The fields of a record an event may take, when the source's schema names them.
+_PARTITION_EOF = -191  # KafkaError._PARTITION_EOF: a fetch reached a partition's end
+RECORD_FIELDS = ("_key", "_partition", "_offset", "_timestamp", "_headers")
+
+
+def position_key(topic: str, partition: int) -> str:
+    """A partition's key in a source instance's positions (next offset to read)."""
+    return f"kafka/{topic}/{partition}"
+
+
+@dataclass
+class PartitionRead:
+    """What a source instance read of one partition."""
+
+    topic: str
+    partition: int
+    next_offset: int = -1  # read up to; -1: not read yet (where startingOffsets says)
+    taken: int = -1  # taken in by the source instance up to (its position)
+    at_end: bool = False  # read to its end, nothing read since (a bounded read ends when
+    # all are; an idle partition is one at its end for the idle timeout)
+    max_event_ms: float = -math.inf
+    at_end_since: float = 0.0  # when it reached its end (monotonic s)
+    high: int = -1  # the partition's end offset, last seen (its lag: high - taken)
+
+
+def watermark_of(reads: list[PartitionRead], now: float, idle_s: float, lateness: float
+                 ) -> float:
+    """A source instance's watermark: the least of its partitions' (the largest event
+    time read there, less the allowed lateness), those idle left out; all idle, the
+    largest, so that windows still close. Idle: read to its end, nothing new for `idle_s`,
+    and no fetch told of records beyond. A partition idle that gets records again may
+    bring events behind the watermark (late: the error output), as with any idleness: a
+    source whose partitions pause for long should have an `idle_timeout_ms` longer.
+
+    >>> quiet = PartitionRead("t", 1, next_offset=5, at_end=True, max_event_ms=900.0, high=5)
+    >>> watermark_of([PartitionRead("t", 0, max_event_ms=500.0), quiet], 10.0, 1.0, 40.0)
+    460.0
+    """
+    if not reads:
+        return -math.inf
+    active = [r.max_event_ms for r in reads
+              if not r.at_end or now - r.at_end_since < idle_s or r.high > r.next_offset]
+    return (min(active) if active else max(r.max_event_ms for r in reads)) - lateness
+
+
+def parse_json_values(values: list[bytes | None], schema: list[tuple[str, str]],
+                      step: str) -> Any:
+    """Record values (JSON objects, one each) parsed at once into one Arrow batch of a
+    source's columns (pyarrow's JSON reader: a fifth of json.loads' cost per record here);
+    None if they do not all parse as the schema says (the rows then say which is wrong,
+    and why)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    from cameo_actors.operators.column_schema import arrow_schema, conform
+    from cameo_actors.operators.exceptions import ColumnsRefused
+
+    try:
+        body = b"\n".join(values)  # type: ignore[arg-type]  # None: TypeError
+    except TypeError:
+        return None
+    if body.count(b"\n") != len(values) - 1:  # a value of several lines
+        return None
+    try:  # one block for the whole batch, on this thread
+        table = pj.read_json(pa.BufferReader(body), read_options=pj.ReadOptions(
+            use_threads=False, block_size=len(body) + 1), parse_options=pj.ParseOptions(
+            explicit_schema=arrow_schema(schema)))
+        if table.num_rows != len(values):
+            return None
+        return conform(step, table, schema)[0]
+    except (pa.ArrowInvalid, ColumnsRefused, IndexError):
+        return None
+
+
+def record_event(m: Any, read: PartitionRead, fields: list[str], event_time: str | None,
+                 step: str, errors: list[list[Any]]) -> Any:
+    """Record `m` of partition `read` as an event: its value's JSON object, with the
+    record's `fields` (`RECORD_FIELDS` the schema names), the partition's largest event
+    time noted; None, with an error record in `errors`, if its value is not an object."""
+    value = m.value()
+    try:
+        event = json.loads(value) if value is not None else None
+    except ValueError as e:
+        event, why = None, f"its value is not JSON ({e})"
+    else:
+        why = f"its value is JSON {type(event).__name__}, not an object"
+    if not isinstance(event, dict):
+        text = value[:200].decode("utf-8", "replace") if value else None
+        errors.append([step, "malformed", f"Kafka record {read.topic}/{read.partition}@"
+                       f"{m.offset()}: {why}. Fix: produce each event as one JSON object", text])
+        return None
+    for name in fields:
+        if name == "_key":
+            key = m.key()
+            event[name] = key.decode("utf-8", "replace") if key is not None else None
+        elif name == "_partition":
+            event[name] = read.partition
+        elif name == "_offset":
+            event[name] = m.offset()
+        elif name == "_timestamp":
+            event[name] = m.timestamp()[1]
+        else:  # headers as text, by name (a name twice: the last)
+            event[name] = {k: v.decode("utf-8", "replace") if v is not None else None
+                           for k, v in m.headers() or []}
+    if event_time is not None:
+        t = event.get(event_time)
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and t > read.max_event_ms:
+            read.max_event_ms = float(t)
+    return event
+
+
+class KafkaReader(Connector):
+    """Reads a Kafka source instance's partitions into its mailbox (see the module)."""
+
+    def __init__(self, core: ExecutorCore, submit: Callable[[Callable[[], None]], None],
+                 call: Callable[..., Any], act: Activation, instances: int) -> None:
+        super().__init__(f"cameo-kafka-in-{act.id}", core, call, act)
+        self.submit, self.instances = submit, instances
+        step = act.step
+        self.options = kafka_options(step) or {}
+        self.topics = [t.strip() for t in self.options.get("subscribe", "").split(",") if t.strip()]
+        self.lateness = float(getattr(act.operator, "allowed_lateness_ms", 0.0))
+        self.event_time = getattr(act.operator, "event_time", None)
+        self.schema = list(getattr(step, "schema", ()))
+        names = {name for name, _ in self.schema}
+        self.record_fields = [f for f in RECORD_FIELDS if f in names]
+        # A batch of records is parsed into columns at once (`parse_json_values`), then
+        # runs as columns where a step has a kernel; as rows where it does not parse.
+        self.columns = not self.record_fields
+        idle_ms = getattr(step, "idle_timeout_ms", None)  # the source's, for each partition
+        self.idle_s = float(idle_ms if idle_ms is not None else DEFAULT_IDLE_MS) / 1000.0
+        self.bounded = self.options.get("endingOffsets", "") == "latest"
+        self.parts: dict[tuple[str, int], PartitionRead] = {}
+        self.watermark = -math.inf
+        self.ended = False
+        self.malformed = 0
+        self.consumer: Any = None
+        self.assigned: list[Any] = []  # its TopicPartitions, to ask their end offsets
+        self.by_key: dict[str, PartitionRead] = {}  # position_key -> its read
+        self.index: dict[tuple[str, int], int] = {}  # (topic, partition) -> its place in parts
+
+    # -- the thread ---------------------------------------------------------------------
+    def run(self) -> None:
+        backoff = RETRY_S
+        while not self.stopped.is_set() and not self.ended:
+            if not self._alive() or self.act.saw_end():  # gone, or its sources closed
+                break
+            try:
+                if self.consumer is None:
+                    self._open()
+                    backoff = RETRY_S
+                self._read_once()
+            except Exception as e:  # the broker away, a topic missing: shown, tried again
+                self.failed(e, backoff)
+                self._close()
+                self.stopped.wait(backoff)
+                backoff = min(backoff * 2, RETRY_CAP_S)
+        self.state = "ended"
+        self._close()
+
+    def _open(self) -> None:
+        ck = load_kafka()
+        OFFSET_BEGINNING, OFFSET_END, TopicPartition = \
+            ck.OFFSET_BEGINNING, ck.OFFSET_END, ck.TopicPartition
+        self.waits = waits_of(self.core, self.act)  # (the target may have changed)
+        conf = {"fetch.wait.max.ms": self.waits.fetch_ms, "queued.max.messages.kbytes": QUEUED_KB,
+                **client_config(self.options, self.on_error),
+                "group.id": f"cameo.{self.act.dataflow}",
+                "enable.auto.commit": False, "enable.auto.offset.store": False,
+                # The end of a partition as the fetches see it: a bounded read's end. (Asked
+                # for, the end offsets were short of the end on Tansu 0.6.)
+                "enable.partition.eof": True}
+        consumer = ck.Consumer(conf)
+        try:
+            mine = self._partitions(consumer)
+            positions = self.call(lambda: dict(self.act.positions))
+            start = OFFSET_END if self.options.get("startingOffsets") == "latest" \
+                else OFFSET_BEGINNING
+            assign = []
+            for topic, p in mine:
+                read = self.parts.setdefault((topic, p), PartitionRead(topic, p))
+                self.index.setdefault((topic, p), len(self.index))
+                self.by_key[position_key(topic, p)] = read
+                at = positions.get(position_key(topic, p), read.next_offset)
+                read.taken = max(read.taken, at)
+                assign.append(TopicPartition(topic, p, at if at >= 0 else start))
+            consumer.assign(assign)
+            self.assigned = [TopicPartition(topic, p) for topic, p in mine]
+        except BaseException:
+            consumer.close()
+            raise
+        self.consumer = consumer
+        self.state, self.error = "reading", ""
+
+    def _partitions(self, consumer: Any) -> list[tuple[str, int]]:
+        """This instance's share of the topics' partitions."""
+        meta = consumer.list_topics(timeout=CONNECT_TIMEOUT_S)
+        every = []
+        for topic in self.topics:
+            t = meta.topics.get(topic)
+            if t is None or t.error is not None or not t.partitions:
+                raise LookupError(f"topic {topic!r} does not exist on the broker "
+                                  f"({t.error if t is not None else 'not listed'})")
+            every += [(topic, p) for p in sorted(t.partitions)]
+        return every[self.act.aid.instance::self.instances]
+
+    def _close(self) -> None:
+        if self.consumer is not None:
+            with contextlib.suppress(Exception):  # a consumer whose broker is gone
+                self.consumer.close()
+            self.consumer = None
+
+    def _read_once(self) -> None:
+        msgs = self.consumer.consume(READ_BATCH, self.waits.read_s)
+        now = time.monotonic()
+        if msgs and self.state == WAITING:  # the broker is back
+            self.state, self.error = "reading", ""
+        # Per record only what must be (its partition, its last offset); the rest per
+        # partition: this loop is most of a reader's own cost.
+        records: list[Any] = []
+        of: list[int] = []  # each record's partition (its index in self.parts)
+        last: dict[int, int] = {}  # partition -> its last offset read here
+        index, ends = self.index, []
+        for m in msgs:
+            if m.error() is not None:
+                ends.append(m)
+                continue
+            i = index[m.topic(), m.partition()]
+            of.append(i)
+            last[i] = m.offset()
+            records.append(m)
+        reads = list(self.parts.values())
+        moved: dict[str, int] = {}
+        for i, offset in last.items():
+            read = reads[i]
+            read.next_offset, read.at_end = offset + 1, False
+            moved[position_key(read.topic, read.partition)] = offset + 1
+        for m in ends:
+            err = m.error()
+            if err.code() == _PARTITION_EOF:
+                read = self.parts[(m.topic(), m.partition())]
+                read.next_offset = max(read.next_offset, m.offset())  # the end's
+                if not read.at_end:
+                    read.at_end, read.at_end_since = True, now
+            elif err.fatal():
+                raise RuntimeError(str(err))
+            # else transient: librdkafka goes on by itself
+        batch = self._columns(records) if self.columns and len(records) >= MIN_COLUMNS \
+            else None
+        for tp in self.assigned:  # the end offsets the last fetches told (no call)
+            read = self.parts[(tp.topic, tp.partition)]
+            high = self.consumer.get_watermark_offsets(tp, cached=True)[1]
+            read.high = max(read.high, high, read.next_offset)
+        # A watermark after every WATERMARK_EVERY records, not after a batch of thousands:
+        # whether an event is late is as fine-grained as through the API.
+        items: list[Any] = []
+        errors: list[list[Any]] = []
+        n = 0
+        for i in range(0, len(records), WATERMARK_EVERY):
+            chunk = records[i:i + WATERMARK_EVERY]
+            if batch is not None:
+                events: Any = batch.slice(i, len(chunk))
+                self._saw(events, of[i:i + WATERMARK_EVERY])
+            else:
+                events = [e for m in chunk
+                          if (e := record_event(m, self.parts[(m.topic(), m.partition())],
+                                                self.record_fields, self.event_time,
+                                                self.act.step.id, errors)) is not None]
+            if len(events):
+                items.append(events)
+                n += len(events)
+            wm = self._watermark(now)
+            if wm > self.watermark:
+                self.watermark = wm
+                items.append(wm)
+        if errors:
+            self.malformed += len(errors)
+            items.append({"errors": errors})
+        if not records:  # partitions may have gone idle
+            wm = self._watermark(now)
+            if wm > self.watermark:
+                self.watermark = wm
+                items.append(wm)
+        if self.bounded and all(r.at_end for r in self.parts.values()):
+            items.append(END_OF_STREAM)
+            self.ended = True
+        if items or moved:
+            self._hand_over(items, moved, n)
+
+    def _columns(self, records: list[Any]) -> Any:
+        return parse_json_values([m.value() for m in records], self.schema, self.act.step.id)
+
+    def _saw(self, batch: Any, of: list[int]) -> None:
+        """Each partition's largest event time, after `batch` (whose events are of the
+        partitions `of` names, by index)."""
+        if self.event_time is None:
+            return
+        import numpy as np
+
+        times = batch.column(self.event_time).to_numpy(zero_copy_only=False)
+        reads = list(self.parts.values())
+        which = np.asarray(of, dtype=np.int64)
+        for i in set(of):
+            mine = times if len(reads) == 1 else times[which == i]
+            reads[i].max_event_ms = max(reads[i].max_event_ms, float(np.nanmax(mine)))
+
+    def _watermark(self, now: float) -> float:
+        if self.event_time is None:
+            return -math.inf
+        return watermark_of(list(self.parts.values()), now, self.idle_s, self.lateness)
+
+    def _hand_over(self, items: list[Any], moved: dict[str, int], n: int) -> None:
+        """The records read, into the instance's mailbox on the worker thread, once it
+        has room (this thread waits: the broker keeps what is not read yet)."""
+        core, aid, act = self.core, self.aid, self.act
+        ingest_ms = core.clock.now_ms()
+        core.flow.wait_for_room(aid, n, self._alive, CALL_TIMEOUT_S)
+
+        def apply() -> None:
+            if core.hosting.activations.get(aid) is not act or act.saw_end():
+                core.flow.arrived(aid, n)  # cancelled, restored or closed meanwhile: dropped
+                return
+            core.ingress.ingest_read(act, items, ingest_ms, moved, reserved=n)
+            for key, offset in moved.items():
+                self.by_key[key].taken = offset
+        self.submit(apply)
+
+    def report(self) -> dict[str, Any]:
+        """Its state, and per partition the offset the source instance took in up to and
+        the lag behind the partition's end (records read but not taken in yet count)."""
+        return {**super().report(), "malformed": self.malformed,
+                "watermark": self.watermark,
+                "partitions": {f"{r.topic}/{r.partition}": {
+                    "offset": r.taken, "lag": max(0, r.high - max(r.taken, 0))}
+                    for r in list(self.parts.values())}}
