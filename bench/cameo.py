@@ -1,8 +1,8 @@
 """Cameo scenarios, each under fifo, cameo and isolated, in one run on one Ray.
 
-Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,all} [--duration S] [--quick]
-      [--repeat N] [--checkpoints {on,off,both}] [--input {rows,arrow,both}] [--push {whole,spread}]
-      [--json FILE] [--plots DIR]`
+Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,mix,random,all}
+      [--duration S] [--quick] [--repeat N] [--mixes N] [--checkpoints {on,off,both}]
+      [--input {rows,arrow,both}] [--push {whole,spread}] [--json FILE] [--plots DIR]`
 
 - single: bulk alone (source -> burn map -> key_by -> 250 ms tumbling count,
   parallelism 2, target 1 s) at 85% of the pool's calibrated capacity.
@@ -13,6 +13,13 @@ Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,all} [-
 - fair: three bulk tenants a, b, c (weights 1, 1, 2) started 3 s apart, each
   offered 100% of capacity; fifo vs fair_share (the "cameo" slot), executor time per
   tenant per second and final shares.
+- mix: a filter, a projection and a keyed window (targets 50, 100 and 300 ms, 500 ev/s
+  each) beside two bulk tenants of equal weight and equal rate (targets 1 s and 4 s), at
+  95% of the pool's capacity for this mix (`scenarios.sustainable`: the highest bulk rate
+  it keeps up with beside the others, found first by bisection); per tenant its share
+  within target and its share of executor time against its weighted fair share.
+- random: mixes drawn at random from seeds (`bench/mixes.py`: kinds, targets, weights,
+  rates, a load of 70-95%), each run as mix is; the worst tenant of any of them.
 - overload: three latency-sensitive tenants (targets 20, 50, 150 ms, 500 ev/s each) and two
   bulk tenants (targets 1 s and 3 s, weights 1 and 2) offered together 90%, 120% and 150%
   of capacity (quick: 90% and 150%); per tenant its share of executor time against its
@@ -57,17 +64,21 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from bench import mixes as bench_mixes
 from bench import scenarios
 from bench.harness.cluster import ensure_ray
 from bench.harness.output import save_json
 from bench.harness.runner import FEED
 from bench.harness.tenants import CONFIG, Capacity, measure_capacity
 
-SCENARIOS = ("single", "multi", "spike", "fair", "overload")
+SCENARIOS = ("single", "multi", "spike", "fair", "overload", "mix", "random")
+#: The random mixes' seeds: `--mixes N` draws the first N (quick: 2).
+RANDOM_SEEDS = (11, 12, 13, 14, 15, 16)
 
 
 def run_scenario(name: str, capacity: Capacity, warmup: float, seconds: float, quick: bool,
-                 log: Any = print, turn: int = 0) -> dict[str, Any]:
+                 log: Any = print, turn: int = 0, mixes: int = len(RANDOM_SEEDS),
+                 mix_eps: float | None = None) -> dict[str, Any]:
     """One run of scenario `name`; `turn`: its modes start from the turn-th
     (`scenarios.rotated`), so that repeated runs order them differently."""
     cap, kw = capacity.eps, dict(log=log, turn=turn, flat_out=capacity.busy)
@@ -82,6 +93,13 @@ def run_scenario(name: str, capacity: Capacity, warmup: float, seconds: float, q
     if name == "overload":
         return scenarios.overload(cap, warmup, seconds,
                                   levels=(0.9, 1.5) if quick else (0.9, 1.2, 1.5), **kw)
+    probe_s = 2.0 if quick else scenarios.PROBE_S
+    if name == "mix":
+        return scenarios.mix(cap, warmup, seconds, bench_mixes.ISSUE_MIX, **kw, cores=capacity.cores,
+                             probe_s=probe_s, mix_eps=mix_eps)
+    if name == "random":
+        return scenarios.random_mixes(cap, warmup, seconds, list(RANDOM_SEEDS[:mixes]), **kw,
+                                      cores=capacity.cores, probe_s=probe_s)
     raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
 
 
@@ -136,6 +154,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=float, help="seconds per mode not counted (default 5, quick 2)")
     parser.add_argument("--calibrate", type=float, help="seconds to measure capacity (default 5, quick 2)")
     parser.add_argument("--quick", action="store_true", help="short runs: all scenarios in under 3 minutes")
+    parser.add_argument("--mixes", type=int, help=f"random mixes to run (default {len(RANDOM_SEEDS)}, "
+                        "quick 2), each drawn from a seed of its own")
+    parser.add_argument("--mix-eps", type=float, help="mix: the bulk events/s it keeps up with, taken "
+                        "as given instead of searched for (to run two trees at the same rate)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each scenario; figures are medians "
                         "over them, ratios also get their spread (default 1)")
     parser.add_argument("--checkpoints", default="on", choices=("on", "off", "both"),
@@ -166,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         capacity = measure_capacity(calib)
         print(f"the shared pool sustains {capacity.eps:,.0f} bulk events/s alone, flat out, "
-              f"its executors {capacity.busy:.0%} busy")
+              f"its executors {capacity.busy:.0%} busy, {capacity.cores:.2f} cores busy in all")
         results: dict[str, Any] = {}
         for name, (on, cols) in ((n, arm) for n in names for arm in arms):
             default = (4.0 if args.quick else 12.0) if name == "fair" else (6.0 if args.quick else 20.0)
@@ -176,7 +198,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"{name}:" + (f" run {i + 1} of {args.repeat}" if args.repeat > 1 else "")
                       + ("" if on else " (checkpoints off)") + (" (Arrow input)" if cols else ""))
                 with checkpoints(on), fed(cols):
-                    runs.append(run_scenario(name, capacity, warmup, seconds, args.quick, turn=i))
+                    runs.append(run_scenario(name, capacity, warmup, seconds, args.quick, turn=i,
+                                             mixes=args.mixes or (2 if args.quick else len(RANDOM_SEEDS)),
+                                             mix_eps=args.mix_eps))
                 if any(v is not None for v in runs[-1]["ratios"].values()):
                     print("  ratios:", {k: round(v, 2) for k, v in runs[-1]["ratios"].items() if v is not None})
             r = scenarios.combine(runs)

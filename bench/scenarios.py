@@ -13,10 +13,12 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from bench import mixes
 from bench.harness.runner import Load, run
 from bench.harness.tenants import SCHEMA, alerts, bulk
 from bench.harness.workload import Workload
 from cameo_actors import Dataflow
+from cameo_actors.scheduling.admission import fair_allocation
 
 #: mode -> RuntimeConfig keywords: "cameo" is deadline order alone, "floor" adds the tenant
 #: floors (the default). The fair scenario maps its "cameo" slot to fair_share.
@@ -80,8 +82,11 @@ def _scenario(loads_for_mode: Any, modes: dict[str, dict[str, Any]], warmup: flo
         r["load_reached"] = r["utilization"] / flat_out
         parts = [f"{n} p99 {d.get('p99_ms', float('nan')):7.1f} ms {d.get('within_target', 0):6.1%} in target "
                  f"{d['throughput_eps']:8,.0f} ev/s" for n, d in r["dataflows"].items()]
+        cpu = r["cpu"]
         log(f"  {mode:9s} ({cfg['policy']}{', floors' if cfg.get('tenant_floor') else ''}) "
-            + " | ".join(parts) + f" | busy {r['utilization']:.0%} (load {r['load_reached']:.0%})")
+            + " | ".join(parts) + f" | busy {r['utilization']:.0%} (load {r['load_reached']:.0%}) | "
+            f"cores {cpu['cores_busy']}: " + ", ".join(
+                f"{role} {s / cpu['wall_s']:.2f}" for role, s in cpu["cpu_s_by_role"].items() if s))
     res["ratios"] = ratios(res)
     res["ratios_over"] = RATIO_NOTE
     if load is not None:
@@ -254,20 +259,52 @@ OVERLOAD_SENSITIVE = (("alerts-20", 20.0), ("alerts-50", 50.0), ("alerts-150", 1
 OVERLOAD_BULK = (("bulk-1s", 1000.0, 1.0), ("bulk-3s", 3000.0, 2.0))
 
 
+def fairness(res: dict[str, Any], modes: dict[str, Any], weights: dict[str, float], seconds: float,
+             log: Any = print) -> None:
+    """Per dataflow of each mode's run (sampled every second): `share`, its part of the
+    executor time the mode handed out over the measured seconds, and `fair_share`, what
+    weighted max-min fairness would give it of that time for the demand it was offered
+    (offered events/s x its executor ms per event, each tenant's weight); `share_of_fair`
+    = share / fair_share, at most 1 (it got all it asked: below capacity, every tenant
+    whose backlog does not grow). Per mode, `min_share_of_fair`; 0.8 is the goal."""
+    tail = max(1, int(seconds) - 1)  # whole seconds with every tenant pushing
+    busy = {m: {n: sum(d["busy_series_ms"][-tail:]) for n, d in res[m]["dataflows"].items()}
+            for m in modes}
+    events = {m: {n: sum(d["throughput_series_eps"][-tail:]) for n, d in res[m]["dataflows"].items()}
+              for m in modes}
+    for mode in modes:
+        dfs = res[mode]["dataflows"]
+        demand = {}
+        for n, d in dfs.items():
+            # Executor ms per event as measured in this mode; a tenant starved here is
+            # costed as in the modes where it ran.
+            costs = [busy[m][n] / events[m][n] for m in modes if events[m][n] > 100]
+            own = busy[mode][n] / events[mode][n] if events[mode][n] > 100 else None
+            cost = own if own is not None else statistics.median(costs) if costs else 0.0
+            demand[n] = d["offered_eps"] * tail * cost
+        # The executor time this mode handed out, divided by weighted max-min fairness.
+        handed_out = sum(busy[mode].values())
+        fair = fair_allocation(handed_out, demand, weights)
+        for n, d in dfs.items():
+            d["share"] = busy[mode][n] / handed_out if handed_out else 0.0
+            d["fair_share"] = fair[n] / handed_out if handed_out else 0.0
+            d["share_of_fair"] = min(1.0, busy[mode][n] / fair[n]) if fair[n] else None
+        res[mode]["min_share_of_fair"] = min(
+            (d["share_of_fair"] for d in dfs.values() if d["share_of_fair"] is not None),
+            default=None)
+        log(f"  {mode:9s} share of its fair share: " + ", ".join(
+            f"{n} {d['share_of_fair']:.0%}" for n, d in dfs.items() if d["share_of_fair"] is not None))
+
+
 def overload(capacity: float, warmup: float, seconds: float, levels: tuple[float, ...] = (0.9, 1.2, 1.5),
              log: Any = print, turn: int = 0, flat_out: float = 1.0) -> dict[str, Any]:
     """Three latency-sensitive tenants (targets 20, 50, 150 ms; 500 ev/s each) beside two bulk
     tenants with 1 s windows (targets 1 s and 3 s, weights 1 and 2), the bulk ones offered
     together `level` x capacity, for each level under fifo, cameo and floor.
 
-    Per dataflow: `share`, its part of the executor time the mode handed out over the measured
-    seconds, and `fair_share`, what weighted max-min fairness would give it of that time for
-    the demand it was offered (offered events/s x its executor ms per event, each tenant's
-    weight); `share_of_fair` = share / fair_share (at most 1: it got all it asked), at least
-    0.8 for every tenant is the goal.
+    Per dataflow, its share of the executor time against its weighted fair share
+    (`fairness`).
     """
-    from cameo_actors.scheduling.admission import fair_allocation
-
     out: dict[str, Any] = {"levels": {}, "ratios": {}}
     for i, level in enumerate(levels):
         def loads(level: float = level) -> list[Load]:
@@ -281,36 +318,97 @@ def overload(capacity: float, warmup: float, seconds: float, levels: tuple[float
         res = _scenario(loads, OVERLOAD_MODES, warmup, seconds, sample_s=1.0, log=log, load=level,
                         turn=turn + i, flat_out=flat_out)
         weights = {n: 1.0 for n, _ in OVERLOAD_SENSITIVE} | {n: w for n, _, w in OVERLOAD_BULK}
-        tail = max(1, int(seconds) - 1)  # whole seconds with every tenant pushing
-        busy = {m: {n: sum(d["busy_series_ms"][-tail:]) for n, d in res[m]["dataflows"].items()}
-                for m in OVERLOAD_MODES}
-        events = {m: {n: sum(d["throughput_series_eps"][-tail:]) for n, d in res[m]["dataflows"].items()}
-                  for m in OVERLOAD_MODES}
-        for mode in OVERLOAD_MODES:
-            dfs = res[mode]["dataflows"]
-            demand = {}
-            for n, d in dfs.items():
-                # Executor ms per event as measured in this mode; a tenant starved here is
-                # costed as in the modes where it ran.
-                costs = [busy[m][n] / events[m][n] for m in OVERLOAD_MODES if events[m][n] > 100]
-                own = busy[mode][n] / events[mode][n] if events[mode][n] > 100 else None
-                cost = own if own is not None else statistics.median(costs) if costs else 0.0
-                demand[n] = d["offered_eps"] * tail * cost
-            # The executor time this mode handed out, divided by weighted max-min fairness.
-            handed_out = sum(busy[mode].values())
-            fair = fair_allocation(handed_out, demand, weights)
-            for n, d in dfs.items():
-                d["share"] = busy[mode][n] / handed_out if handed_out else 0.0
-                d["fair_share"] = fair[n] / handed_out if handed_out else 0.0
-                d["share_of_fair"] = min(1.0, busy[mode][n] / fair[n]) if fair[n] else None
-            res[mode]["min_share_of_fair"] = min(
-                (d["share_of_fair"] for d in dfs.values() if d["share_of_fair"] is not None),
-                default=None)
-            log(f"  {mode:9s} share of its fair share: " + ", ".join(
-                f"{n} {d['share_of_fair']:.0%}" for n, d in dfs.items() if d["share_of_fair"] is not None))
+        fairness(res, OVERLOAD_MODES, weights, seconds, log)
         out["levels"][f"{level:.2f}"] = res
     out["overload"] = {"levels": list(levels), "sensitive": dict(OVERLOAD_SENSITIVE),
                        "bulk": {n: {"target_ms": t, "weight": w} for n, t, w in OVERLOAD_BULK}}
+    return out
+
+
+#: The modes of a mix: the default against deadline order alone and fifo.
+MIX_MODES = OVERLOAD_MODES
+
+
+#: A mix's capacity is searched for between these shares of what bulk alone sustains
+#: (`sustainable`), in this many probes; a probe keeps up when its bulk takes in at
+#: least `KEPT_UP` of what it is offered. (Not more: the feeders, threads of one process
+#: on a machine whose cores the pool keeps busy, fell 5-10% behind the rate offered at
+#: every probe of the issue's mix, the lowest included.)
+MIX_RANGE, MIX_PROBES, KEPT_UP = (0.1, 1.0), 4, 0.9
+
+
+def sustainable(loads_at: Callable[[float], list[Load]], capacity: float, probe_s: float = PROBE_S,
+                log: Any = print) -> dict[str, Any]:
+    """The bulk rate a mix keeps up with beside its other tenants, under the default: found
+    by bisection over `MIX_RANGE` x `capacity` (what bulk alone sustains), each probe run
+    for `probe_s` after a warm-up of half that, and kept up with when its bulk took in
+    `KEPT_UP` of the rate offered. Returns "eps" (the highest rate kept up with) and the
+    probes. (Offered more, a pool shows what overload leaves of its capacity, not the
+    capacity; the executors' busy share hardly moves near saturation; and the CPU of a mix
+    of small calls is no line in its bulk rate: idle executors pay more per call than busy
+    ones. Offered 70% of what bulk alone takes in, the issue's mix was saturated.)"""
+    lo, hi = MIX_RANGE
+    probes = []
+    for _ in range(MIX_PROBES):
+        share = (lo + hi) / 2
+        probe = run(loads_at(share * capacity), "probe", MODES["floor"], probe_s / 2, probe_s)
+        taken = sum(d["throughput_eps"] for d in probe["dataflows"].values() if not d["latency_sensitive"])
+        kept = taken >= KEPT_UP * share * capacity
+        probes.append({"offered_eps": share * capacity, "taken_eps": taken, "kept_up": kept,
+                       "cores": probe["cpu"]["cores_busy"]})
+        lo, hi = (share, hi) if kept else (lo, share)
+    eps = lo * capacity
+    log("  probes (offered -> taken in, cores busy): " + ", ".join(
+        f"{p['offered_eps']:,.0f} -> {p['taken_eps']:,.0f} ({p['cores']:.2f})" for p in probes)
+        + f"; it keeps up with {eps:,.0f} bulk ev/s, {lo:.0%} of what bulk alone takes in")
+    return {"eps": eps, "share_of_bulk_alone": lo, "probes": probes}
+
+
+def mix(capacity: float, warmup: float, seconds: float, tenants: tuple[mixes.Tenant, ...],
+        load: float = 0.95, log: Any = print, turn: int = 0, flat_out: float = 1.0,
+        cores: float = 2.0, probe_s: float = PROBE_S, mix_eps: float | None = None) -> dict[str, Any]:
+    """`tenants` (`bench.mixes`) together, their bulk offered `load` x the mix's capacity
+    (`sustainable`, measured first; or `mix_eps`, to run two trees at the same rate),
+    under fifo, cameo and floor; per tenant its share within target and its share of executor time
+    against its weighted fair share (`fairness`), and per mode the worst of both
+    (`worst_within_target`, `min_share_of_fair`)."""
+    def loads_at(bulk_eps: float) -> list[Load]:
+        return mixes.loads(tenants, bulk_eps)
+    cap = sustainable(loads_at, capacity, probe_s, log) if mix_eps is None else {"eps": mix_eps, "given": True}
+    res = _scenario(lambda: loads_at(load * cap["eps"]), MIX_MODES, warmup, seconds, sample_s=1.0,
+                    log=log, turn=turn, flat_out=flat_out)
+    fairness(res, MIX_MODES, {t.name: t.weight for t in tenants}, seconds, log)
+    for mode in MIX_MODES:
+        dfs = res[mode]["dataflows"]
+        res[mode]["worst_within_target"] = min(d.get("within_target", 0.0) for d in dfs.values())
+        # The cores every process kept busy, of what bulk alone kept busy flat out.
+        res[mode]["cores_reached"] = res[mode]["cpu"]["cores_busy"] / cores
+    res["mix"] = {"load": load, "capacity": cap, "bulk_offered_eps": load * cap["eps"],
+                  "bulk_alone_eps": capacity, "flat_out_cores": cores,
+                  "tenants": [dict(vars(t)) for t in tenants]}
+    return res
+
+
+def random_mixes(capacity: float, warmup: float, seconds: float, seeds: list[int], log: Any = print,
+                 turn: int = 0, flat_out: float = 1.0, cores: float = 2.0,
+                 probe_s: float = PROBE_S) -> dict[str, Any]:
+    """A `mix` per seed, drawn by `mixes.random_mix` at the load it draws; per mode the
+    worst tenant of any mix: its share within target, and its share of its fair share."""
+    out: dict[str, Any] = {"mixes": {}}
+    for i, seed in enumerate(seeds):
+        tenants, load = mixes.random_mix(seed)
+        log(f"random mix {seed}: " + ", ".join(
+            f"{t.name} (w {t.weight:g}{', share ' + str(t.share) if not t.sensitive else ''})"
+            for t in tenants) + f" at {load:.0%}")
+        out["mixes"][str(seed)] = mix(capacity, warmup, seconds, tenants, load, log=log,
+                                      turn=turn + i, flat_out=flat_out, cores=cores, probe_s=probe_s)
+    out["worst"] = {m: {k: min(r[m][k] for r in out["mixes"].values() if r[m][k] is not None)
+                        for k in ("worst_within_target", "min_share_of_fair")}
+                    for m in MIX_MODES}
+    out["seeds"], out["ratios"] = seeds, {}
+    log("  worst of the random mixes: " + "; ".join(
+        f"{m} {w['worst_within_target']:.1%} within target, {w['min_share_of_fair']:.0%} of fair"
+        for m, w in out["worst"].items()))
     return out
 
 
@@ -324,6 +422,10 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ratios' median and spread (min, max). Series, CDFs and shares over time are the first run's."""
     if len(runs) == 1:
         return runs[0]
+    if "mixes" in runs[0]:  # random: each mix on its own
+        return {**runs[0], "mixes": {s: combine([r["mixes"][s] for r in runs]) for s in runs[0]["mixes"]},
+                "worst": {m: {k: min(r["worst"][m][k] for r in runs) for k in runs[0]["worst"][m]}
+                          for m in runs[0]["worst"]}, "runs": len(runs)}
     if "levels" in runs[0]:  # overload: each level on its own
         return {**runs[0], "levels": {lvl: combine([r["levels"][lvl] for r in runs])
                                       for lvl in runs[0]["levels"]}, "runs": len(runs)}
@@ -337,9 +439,10 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         m = out[mode] = dict(first, dataflows={n: dict(d) for n, d in first["dataflows"].items()})
         m["utilization"] = statistics.median(r[mode]["utilization"] for r in runs)
-        if "min_share_of_fair" in first:
-            m["min_share_of_fair"] = min((r[mode]["min_share_of_fair"] for r in runs
-                                          if r[mode]["min_share_of_fair"] is not None), default=None)
+        for worst in ("min_share_of_fair", "worst_within_target"):  # the worst of any run
+            if worst in first:
+                m[worst] = min((r[mode][worst] for r in runs if r[mode][worst] is not None),
+                               default=None)
         for name, d in m["dataflows"].items():
             for f in MEDIAN_FIELDS:
                 vals = [r[mode]["dataflows"][name][f] for r in runs

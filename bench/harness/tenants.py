@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from bench.harness.cpu import CpuMeter
 from bench.harness.feeds import generate
 from cameo_actors import Dataflow, count
 
@@ -49,6 +50,9 @@ class Capacity:
 
     eps: float
     busy: float
+    #: the cores every process of the run kept busy meanwhile (`CpuMeter`): what the
+    #: machine gives a run flat out, the executors and everything that feeds them
+    cores: float = 0.0
 
 
 def measure_capacity(seconds: float) -> Capacity:
@@ -65,8 +69,10 @@ def measure_capacity(seconds: float) -> Capacity:
         rt.deploy(bulk())
         busy, taken = _fed(rt, [PROBE_EPS], seconds)
         estimate = EXECUTORS * 1000.0 / (busy / taken)
-        busy, taken = _fed(rt, [FLAT_OUT * estimate / 2] * 2, seconds)
-        return Capacity(eps=taken / seconds, busy=busy / (EXECUTORS * 1000.0 * seconds))
+        with CpuMeter() as machine:
+            busy, taken = _fed(rt, [FLAT_OUT * estimate / 2] * 2, seconds)
+        return Capacity(eps=taken / seconds, busy=busy / (EXECUTORS * 1000.0 * seconds),
+                        cores=machine.summary(taken)["cores_busy"] or 0.0)
     finally:
         rt.shutdown(stop_ray=False)
 

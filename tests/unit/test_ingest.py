@@ -79,6 +79,16 @@ def test_a_batch_that_packs_is_one_plain_packb() -> None:
     assert unpack_ingest(packed.blob, "s") == [events]
 
 
+def test_the_cap_holds_whether_a_batch_has_few_containers_or_many() -> None:
+    # A few events hold fewer containers than the limit: one plain packb decides. Many
+    # hold more: the padded packb decides, and a deep event among them is still refused.
+    deep = {"x": nest(MAX_EVENT_DEPTH)}
+    for events in ([good(1), deep], [good(i) for i in range(300)] + [deep]):
+        packed = pack_ingest("s", events)
+        assert [r["index"] for r in packed.rejected] == [len(events) - 1]
+        assert unpack_ingest(packed.blob, "s")[0] == events[:-1]
+
+
 def test_each_event_that_cannot_be_carried_is_refused_alone_with_index_and_field() -> None:
     bad = {3: ({"ts": 2**70}, "ts", "an integer within 64 bits"),
            5: ({"ts": 1, "price": decimal.Decimal("1.5")}, "price", "Decimal('1.5')"),
