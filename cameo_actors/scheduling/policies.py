@@ -39,6 +39,7 @@ from typing import Any, ClassVar, TypeAlias
 from .context import Feedback, Message, PriorityContext, SortKey
 from .exceptions import DuplicatePolicyError, UnknownPolicyError
 from .profile import ActivationProfile
+from .queues import LATE_SLACK_FLOOR
 
 _INF = math.inf
 
@@ -179,21 +180,43 @@ class FifoPolicy(Policy):
         return f"FifoPolicy(order={self.order!r})"
 
 
-class EdfPolicy(Policy):
+class _DeadlinePolicy(Policy):
+    """A policy whose keys are deadlines (`deadline_keys`): how late work is ordered.
+
+    Args:
+        late_slack_floor: late work's slack is its target less how late it is, never
+            less than this share of its target (`DeadlineRunQueue`): 0.1 by default, so
+            a backlog of a loose target catches up below capacity. 1.0 keeps late work
+            behind all work due within one of its targets from now: late results are
+            worth less than fresh ones, and a loose target's backlog may starve.
+    """
+
+    deadline_keys = True
+
+    def __init__(self, *, late_slack_floor: float = LATE_SLACK_FLOOR) -> None:
+        if isinstance(late_slack_floor, bool) or not isinstance(late_slack_floor, int | float) \
+                or not 0 < late_slack_floor <= 1:
+            raise ValueError(f"{self.name}: late_slack_floor must be in (0, 1], got {late_slack_floor!r}")
+        self.late_slack_floor = float(late_slack_floor)
+
+    def __repr__(self) -> str:
+        floor = self.late_slack_floor
+        return f"{type(self).__name__}({'' if floor == LATE_SLACK_FLOOR else f'late_slack_floor={floor}'})"
+
+
+class EdfPolicy(_DeadlinePolicy):
     """Earliest deadline first: key = t_MF + L (the end-to-end deadline)."""
 
     name = "edf"
-    deadline_keys = True
 
     def key(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
         return msg.ctx.frontier_ms + profile.latency_target_ms
 
 
-class LeastLaxityPolicy(Policy):
+class LeastLaxityPolicy(_DeadlinePolicy):
     """Cameo's default (least laxity): key = start deadline t_MF + L - C_OM - C_path."""
 
     name = "cameo"
-    deadline_keys = True
 
     def key(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
         return msg.ctx.deadline_ms

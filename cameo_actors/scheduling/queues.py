@@ -248,104 +248,177 @@ class RunQueue:
 
 
 
+#: Late work's slack shrinks as it ages, down to this share of its latency target
+#: (`DeadlineRunQueue`; the deadline policies' `late_slack_floor`).
+LATE_SLACK_FLOOR = 0.1
+
+
 class DeadlineRunQueue:
-    """A run queue for start-deadline keys that keeps overdue work from starving the rest.
+    """A run queue for start-deadline keys that keeps late work from starving the rest,
+    and the rest from starving late work.
 
-    Keys are start deadlines (physical ms). An activation whose deadline has
-    passed (`key < now`) will miss its target whatever runs next; it is then
-    treated as due one of its own latency targets from now (`now + grace`),
-    behind work that can still be on time within that horizon. Plain earliest
-    deadline first would run it first, so one overloaded tenant's backlog would
-    make every other tenant miss too (EDF's domino effect under overload). A
-    late alert (grace 50 ms) still runs before late bulk work (grace 1 s), and
-    overdue work is never starved by work due later than `now + grace`.
+    Keys are start deadlines (physical ms). An activation whose deadline has passed
+    (`key < now`) will miss its target whatever runs next. Plain earliest deadline
+    first would run it first, so one overloaded tenant's backlog would make every
+    other tenant miss too (EDF's domino effect). So late work gets a slack of its own:
+    its latency target less how late it already is, never less than `LATE_SLACK_FLOOR`
+    of its target. It is due at `deadline + target` while that is further off, then
+    at `now + floor * target`. Work that can still be on time within that slack runs
+    first: a late alert (target 50 ms) runs before late bulk work (1 s), and on-time
+    alerts before bulk work however late (due 100 ms from now at the soonest). But bulk work
+    late by most of its target runs before fresher bulk work not yet due, so a tenant
+    with a looser target waits longer, yet its backlog is not starved by tenants with
+    tighter ones (a slack of one target from `now`, what a `floor` of 1 gives, kept it
+    behind their newest work for good, even below capacity).
 
-    Overdue entries all move with `now`, so among them the order is fixed:
-    by grace, then by deadline; they live in a second heap under that key.
-    Callers set the time with `advance(now)` before they push, pop or compare.
+    Late entries wait in two heaps: `aging` (due at deadline + target, which does not
+    move with `now`), and `floored` (due `now + floor * target`: among them the order is
+    fixed, by target then deadline); `_leaving` has the aging ones by when they reach
+    their floor. Callers set the time with `advance(now)` before they push, pop or
+    compare.
 
     Example:
-        >>> grace = {"bulk": 1000.0, "alerts": 50.0, "map": 1000.0}
-        >>> rq = DeadlineRunQueue(grace.__getitem__)
+        >>> target = {"bulk": 1000.0, "alerts": 50.0, "map": 1000.0, "old": 4000.0}
+        >>> rq = DeadlineRunQueue(target.__getitem__)
         >>> rq.advance(100.0)
         0
         >>> rq.push("bulk", 150.0); rq.push("alerts", 180.0); rq.push("map", 2000.0)
-        >>> rq.advance(160.0)  # bulk is overdue: now due at 160 + 1000
+        >>> rq.advance(160.0)  # bulk is late: now due at 150 + 1000
         1
         >>> [rq.pop()[0] for _ in range(3)]
         ['alerts', 'bulk', 'map']
+        >>> rq.push("old", 100.0); rq.push("alerts", 4300.0); rq.push("map", 4700.0)
+        >>> rq.advance(4200.0)  # old is late by 4.1 s: due at 4200 + 400, before map
+        0
+        >>> [rq.pop()[0] for _ in range(3)]
+        ['alerts', 'old', 'map']
     """
 
-    __slots__ = ("on_time", "overdue", "now", "_grace")
+    __slots__ = ("on_time", "aging", "floored", "_leaving", "now", "floor", "_grace")
 
-    def __init__(self, grace: Callable[[str], float]) -> None:
+    def __init__(self, grace: Callable[[str], float], floor: float = LATE_SLACK_FLOOR) -> None:
         self.on_time = RunQueue()  # key: the deadline
-        self.overdue = RunQueue()  # key: (grace, deadline)
+        self.aging = RunQueue()  # key: (deadline + target, deadline)
+        self.floored = RunQueue()  # key: (floor * target, deadline)
+        self._leaving = RunQueue()  # the aging ones, key: when they reach their floor
         self.now = -_INF
+        self.floor = floor
         self._grace = grace
 
     def __len__(self) -> int:
-        return len(self.on_time) + len(self.overdue)
+        return len(self.on_time) + len(self.aging) + len(self.floored)
 
     def __bool__(self) -> bool:
-        return bool(self.on_time) or bool(self.overdue)
+        return bool(self.on_time) or bool(self.aging) or bool(self.floored)
 
     def __contains__(self, activation_id: object) -> bool:
-        return activation_id in self.on_time or activation_id in self.overdue
+        return activation_id in self.on_time or activation_id in self.aging \
+            or activation_id in self.floored
 
     def __repr__(self) -> str:
-        return f"DeadlineRunQueue(on_time={len(self.on_time)}, overdue={len(self.overdue)})"
+        return (f"DeadlineRunQueue(on_time={len(self.on_time)}, aging={len(self.aging)}, "
+                f"floored={len(self.floored)})")
+
+    @property
+    def overdue(self) -> int:
+        """Activations whose deadline has passed."""
+        return len(self.aging) + len(self.floored)
 
     def advance(self, now: float) -> int:
-        """Set the time; move activations whose deadline passed to the overdue heap. Returns how many."""
+        """Set the time; move activations whose deadline passed to the late heaps, and late
+        ones whose slack reached its floor to theirs. Returns how many became late."""
         self.now = now
         on_time = self.on_time
         moved = 0
         while True:
             top = on_time.peek()
             if top is None or not top[1] < now:
-                return moved
+                break
             on_time.pop()
-            aid, key = top
-            self.overdue.push(aid, (self._grace(aid), key))
+            self._late(*top)
             moved += 1
+        leaving = self._leaving
+        while True:
+            top = leaving.peek()
+            if top is None or top[1] > now:
+                return moved
+            leaving.pop()
+            aid = top[0]
+            _, deadline = self.aging.key_of(aid)  # type: ignore[misc] # (it is there)
+            self.aging.remove(aid)
+            self.floored.push(aid, (self.floor * self._grace(aid), deadline))
+
+    def _late(self, aid: str, deadline: float) -> None:
+        """Queue `aid`, late with `deadline`: aging, or floored if its slack is spent."""
+        target, floor = self._grace(aid), self.floor
+        if deadline + (1.0 - floor) * target <= self.now:
+            self.floored.push(aid, (floor * target, deadline))
+        else:
+            self.aging.push(aid, (deadline + target, deadline))
+            self._leaving.push(aid, deadline + (1.0 - floor) * target)
 
     def push(self, activation_id: str, key: SortKey) -> None:
         """Queue or re-key `activation_id` under its deadline `key`."""
+        self.remove(activation_id)
         if key < self.now:
-            self.on_time.remove(activation_id)
-            self.overdue.push(activation_id, (self._grace(activation_id), key))
+            self._late(activation_id, key)
         else:
-            self.overdue.remove(activation_id)
             self.on_time.push(activation_id, key)
 
     def remove(self, activation_id: str) -> bool:
-        return self.on_time.remove(activation_id) or self.overdue.remove(activation_id)
+        if self.on_time.remove(activation_id) or self.floored.remove(activation_id):
+            return True
+        self._leaving.remove(activation_id)
+        return self.aging.remove(activation_id)
+
+    def _first(self) -> RunQueue | None:
+        """The heap whose head is due first (on time before late, aging before floored,
+        on a tie), or None when all are empty."""
+        best: RunQueue | None = None
+        due = _INF
+        for heap, head_due in ((self.on_time, self._due_on_time()), (self.aging, self._due_aging()),
+                               (self.floored, self._due_floored())):
+            if head_due is not None and (best is None or head_due < due):
+                best, due = heap, head_due
+        return best
+
+    def _due_on_time(self) -> float | None:
+        return self.on_time.peek_key()
+
+    def _due_aging(self) -> float | None:
+        head = self.aging.peek_key()
+        return None if head is None else head[0]
+
+    def _due_floored(self) -> float | None:
+        head = self.floored.peek_key()
+        return None if head is None else self.now + head[0]
 
     def pop(self) -> tuple[str, SortKey]:
-        """The activation due first (overdue ones at now + grace); returns its deadline."""
-        if self._overdue_first():
-            aid, (_, key) = self.overdue.pop()
+        """The activation due first; returns its deadline."""
+        heap = self._first()
+        if heap is None:
+            raise IndexError("pop from an empty DeadlineRunQueue")
+        aid, key = heap.pop()
+        if heap is self.on_time:
             return aid, key
-        return self.on_time.pop()
+        if heap is self.aging:
+            self._leaving.remove(aid)
+        return aid, key[1]
 
     def peek(self) -> tuple[str, SortKey] | None:
-        if self._overdue_first():
-            aid, (_, key) = self.overdue.peek()  # type: ignore[misc]
-            return aid, key
-        return self.on_time.peek()
+        heap = self._first()
+        if heap is None:
+            return None
+        aid, key = heap.peek()  # type: ignore[misc]
+        return (aid, key) if heap is self.on_time else (aid, key[1])
 
     def outranks(self, activation_id: str, key: SortKey) -> bool:
         """Whether the head is due before `activation_id`, whose most urgent deadline is `key`."""
         now = self.now
-        due = key if key >= now else now + self._grace(activation_id)
-        head = self.on_time.peek_key()
-        late = self.overdue.peek_key()
-        return (head is not None and head < due) or (late is not None and now + late[0] < due)
-
-    def _overdue_first(self) -> bool:
-        late = self.overdue.peek_key()
-        if late is None:
-            return False
-        head = self.on_time.peek_key()
-        return head is None or self.now + late[0] < head
+        if key >= now:
+            due = key
+        else:
+            target = self._grace(activation_id)
+            due = max(key + target, now + self.floor * target)
+        return any(d is not None and d < due
+                   for d in (self._due_on_time(), self._due_aging(), self._due_floored()))

@@ -24,7 +24,7 @@ from .activation import (
 from .context import SortKey
 from .floor import TenantFloor
 from .policies import Policy
-from .queues import DeadlineRunQueue, RunQueue
+from .queues import LATE_SLACK_FLOOR, DeadlineRunQueue, RunQueue
 from .slices import SchedulerStats
 
 
@@ -55,7 +55,8 @@ class RunQueues:
     def _run_queue(self, policy: Policy) -> RunQueue | DeadlineRunQueue:
         if policy.deadline_keys:
             acts = self._acts
-            return DeadlineRunQueue(lambda aid: acts[aid].profile.latency_target_ms)
+            return DeadlineRunQueue(lambda aid: acts[aid].profile.latency_target_ms,
+                                    getattr(policy, "late_slack_floor", LATE_SLACK_FLOOR))
         return RunQueue()
 
     def __len__(self) -> int:

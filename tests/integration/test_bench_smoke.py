@@ -1,4 +1,4 @@
-"""bench.cameo's scenarios, a few seconds each, bench.migration --smoke, bench.recovery
+"""bench.cameo's scenarios, a few seconds each (a random mix among them), bench.migration --smoke, bench.recovery
 --smoke (small state), bench.scaling --smoke, bench.critical_path (one short round, one
 run), bench.nexmark --quick (two queries, checked against DuckDB) and bench.soak (half a
 minute, a migration and a kill), in-process on the session's Ray: the shape and sanity of
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench import critical_path, migration, nexmark, recovery, scaling, scenarios, soak
+from bench import critical_path, migration, mixes, nexmark, recovery, scaling, scenarios, soak
 from bench.harness.cluster import ensure_ray
 from bench.harness.tenants import PROBE_EPS, measure_capacity
 
@@ -128,6 +128,30 @@ def test_overload(ray_session: None) -> None:
         for d in dfs.values():
             assert 0.0 <= d["fair_share"] <= 1.0
             assert d["share_of_fair"] is None or 0.0 <= d["share_of_fair"] <= 1.0
+
+
+def test_a_random_mix_near_its_capacity(ray_session: None) -> None:
+    # The hold-out in its short form: a mix drawn from a seed, its capacity searched for
+    # with 1 s probes, then run under the default beside fifo; printed, with the worst
+    # tenant's share within target and of its weighted fair share.
+    tenants, load = mixes.random_mix(11)
+    said: list[str] = []
+    res = scenarios.mix(CAPACITY, 0.5, 3.0, tenants, load, log=said.append, probe_s=1.0,
+                        modes=("fifo", "floor"))
+    print("\n".join(said))
+    low, high = scenarios.MIX_RANGE
+    assert low * CAPACITY <= res["mix"]["capacity"]["eps"] <= high * CAPACITY
+    assert len(res["mix"]["capacity"]["probes"]) == scenarios.MIX_PROBES
+    assert [res[m]["policy"] for m in ("fifo", "floor")] == ["fifo", "cameo"]
+    for mode in ("fifo", "floor"):
+        dfs = res[mode]["dataflows"]
+        assert set(dfs) == {t.name for t in tenants}
+        assert all(d["results"] > 0 and d["throughput_eps"] > 0 for d in dfs.values())
+        assert 0.0 <= res[mode]["worst_within_target"] <= 1.0
+        assert res[mode]["worst_within_target"] == min(d["within_target"] for d in dfs.values())
+        assert 0.0 < res[mode]["min_share_of_fair"] <= 1.0
+        assert sum(d["share"] for d in dfs.values()) == pytest.approx(1.0, abs=0.01)
+        assert res[mode]["cpu"]["cpu_s_by_role"]["executors"] > 0
 
 
 MIGRATION_FIELDS = ("steady_p99_ms", "migration_p99_ms", "migration_max_ms", "alerts_p99_ms",

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cameo_actors.scheduling import Mailbox, Message, PriorityContext, RunQueue
-from cameo_actors.scheduling.queues import DeadlineRunQueue
+from cameo_actors.scheduling.queues import LATE_SLACK_FLOOR, DeadlineRunQueue
 
 
 def _msg(uid: int, key: float, lp: float = 0.0, watermark: bool = False) -> Message:
@@ -92,14 +92,17 @@ deadline_ops = st.lists(
 @given(deadline_ops)
 @settings(max_examples=300)
 def test_deadline_run_queue_runs_what_is_due_first(ops: list[tuple[str, int, int]]) -> None:
-    """Due = the deadline, or now + grace once the deadline has passed; pops in due order."""
+    """Due = the deadline, or once it has passed the deadline + target, but never before
+    now + the floor's share of the target; pops in due order."""
     rq = DeadlineRunQueue(GRACE.__getitem__)
     model: dict[str, float] = {}
     now = 0.0
     rq.advance(now)
 
     def due(aid: str) -> float:
-        return model[aid] if model[aid] >= now else now + GRACE[aid]
+        if model[aid] >= now:
+            return model[aid]
+        return max(model[aid] + GRACE[aid], now + LATE_SLACK_FLOOR * GRACE[aid])
 
     for op, i, n in ops:
         aid = f"a{i}"
@@ -137,14 +140,47 @@ def test_an_overdue_backlog_does_not_delay_fresh_work_of_another_tenant() -> Non
     s = Scheduler("cameo", quantum_ms=0.0)
     s.add_activation("bulk", dataflow="bulk", tenant="b", latency_target_ms=1000.0)
     s.add_activation("alerts", dataflow="alerts", tenant="a", latency_target_ms=50.0)
-    for i in range(100):  # 100 ms of bulk work, ingested long ago: overdue by now
+    for i in range(100):  # 100 ms of bulk work, ingested long ago: late by 4 s by now
         s.enqueue(Message.ingress("bulk", [i], dataflow="bulk", tenant="b", ingest_ms=0.0), 0.0)
     clock.set(5_000.0)
     s.enqueue(Message.ingress("alerts", ["x"], dataflow="alerts", tenant="a", ingest_ms=5_000.0), 5_000.0)
     order: list[str] = []
     s.run_until_idle(lambda aid, m: (order.append(aid), clock.advance(1.0)), clock)
-    assert order[0] == "alerts" and order.count("bulk") == 100  # first, and bulk is not dropped
+    # However late the backlog, it is due no sooner than 100 ms from now: the alert first.
+    assert order[0] == "alerts" and order.count("bulk") == 100  # and bulk is not dropped
     assert s.stats.overdue >= 1
+
+
+def test_a_late_backlog_of_a_loose_target_is_not_starved_by_fresh_work_of_a_tight_one() -> None:
+    # Two bulk tenants, 1 s and 4 s: the 4 s one's backlog is late by 5 s; the 1 s one has
+    # fresh work due in 900 ms. A slack of one target from now kept the late one behind all
+    # such work for good; its slack shrinking as it ages lets it run first.
+    rq = DeadlineRunQueue({"fresh": 1000.0, "late": 4000.0}.__getitem__)
+    rq.advance(0.0)
+    rq.push("late", 0.0)
+    rq.advance(5_000.0)
+    rq.push("fresh", 5_000.0 + 900.0)
+    assert rq.peek() == ("late", 0.0) and rq.outranks("fresh", 5_900.0)
+    assert not rq.outranks("late", 0.0)
+    assert [rq.pop()[0] for _ in range(2)] == ["late", "fresh"] and not rq
+
+
+def test_a_slack_floor_of_one_target_keeps_late_work_behind_everything_due_within_it() -> None:
+    # late_slack_floor=1.0: late work is due one target from now, however late (the rule
+    # before): the 4 s backlog waits behind fresh work due in 900 ms.
+    from cameo_actors.clock import FakeClock
+    from cameo_actors.scheduling import Scheduler
+
+    s = Scheduler("cameo", quantum_ms=0.0, policy_params={"late_slack_floor": 1.0})
+    s.add_activation("late", dataflow="late", tenant="a", latency_target_ms=4000.0)
+    s.add_activation("fresh", dataflow="fresh", tenant="b", latency_target_ms=1000.0)
+    s.enqueue(Message.ingress("late", [1], dataflow="late", tenant="a", ingest_ms=0.0), 0.0)
+    s.enqueue(Message.ingress("fresh", [1], dataflow="fresh", tenant="b", ingest_ms=9_000.0), 9_000.0)
+    order: list[str] = []
+    s.run_until_idle(lambda aid, m: order.append(aid), FakeClock(9_000.0))
+    assert order == ["fresh", "late"]
+    with pytest.raises(ValueError, match="late_slack_floor must be in"):
+        Scheduler("cameo", policy_params={"late_slack_floor": 0.0})
 
 
 def test_run_queue_stays_compact_under_many_updates() -> None:

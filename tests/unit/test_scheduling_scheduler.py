@@ -29,6 +29,7 @@ from cameo_actors.scheduling import (
     WindowTiming,
 )
 from cameo_actors.scheduling.activation import ActivationState
+from cameo_actors.scheduling.queues import LATE_SLACK_FLOOR
 
 POLICIES = ["cameo", "edf", "fifo", "sjf", "fair_share", "token_bucket"]
 
@@ -71,10 +72,12 @@ def test_slices_end_exactly_when_drained_quantum_spent_or_preempted(data: st.Dat
 
     def due(aid: str, now: float) -> Any:
         """When `aid` is due: its most urgent key; under a deadline policy, a passed
-        deadline counts as due one latency target from now (DeadlineRunQueue)."""
+        deadline counts as due one latency target after it, but not before now + the
+        floor's share of it (DeadlineRunQueue)."""
         key = s.urgent_key(aid)
         if s.policy.deadline_keys and key < now:
-            return now + s.profile(aid).latency_target_ms
+            target = s.profile(aid).latency_target_ms
+            return max(key + target, now + LATE_SLACK_FLOOR * target)
         return key
 
     def send(now: float) -> None:
