@@ -21,16 +21,15 @@ runtime, and the cores each part used while the files landed and drained
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.harness.baseline import git, worktree
 from bench.harness.output import REPO, save_json
 
 #: Events per file, as `make run` lands them (`cameo_actors.demo`).
@@ -91,26 +90,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 figures["runs"].append({"arm": arm, **one_run(args.events, tree, jit)})
                 save_json(args.json, figures)
     return figures
-
-
-def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-@contextlib.contextmanager
-def worktree(rev: str | None) -> Iterator[Path | None]:
-    """A detached worktree of commit `rev` for the run (None: no baseline), removed after."""
-    if rev is None:
-        yield None
-        return
-    with tempfile.TemporaryDirectory(prefix="cameo-baseline-") as tmp:
-        tree = Path(tmp) / "tree"
-        git("worktree", "add", "--detach", str(tree), rev)
-        try:
-            yield tree
-        finally:
-            git("worktree", "remove", "--force", str(tree))
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def _from_event_time(rows: list[tuple[dict[str, Any], float, float]], since_ms: 
 
 
 def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, seconds: float,
-        sample_s: float | None = None) -> dict[str, Any]:
+        sample_s: float | None = None, explain: bool = False) -> dict[str, Any]:
     """Deploy `loads` on a fresh pool, push for warmup + seconds, and summarize the measured part.
 
     Latency counts results ingested after the warm-up: from the ingest of the
@@ -104,7 +104,9 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
     CPU seconds of every process of the run over it, by role (`CpuMeter.summary`).
     With `sample_s`, also samples each dataflow every `sample_s` seconds from
     the start: events ingested per second ("throughput_series_eps") and the
-    executor time its operators took ("busy_series_ms").
+    executor time its operators took ("busy_series_ms"). With `explain`, each
+    latency-sensitive dataflow's late results' critical path over the measured part,
+    in words ("late_words", from `Runtime.explain`).
     """
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
@@ -143,6 +145,8 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
         busy1 = {e["executor"]: e["busy_ms"] for e in rt.executor_stats()}
         in1 = {ld.name: rt.stats(ld.name)["events_in"] for ld in loads}
         wall_ms = time.time() * 1000 - since_ms
+        explained = {ld.name: rt.explain(ld.name, last_s=seconds) for ld in loads
+                     if explain and ld.latency_sensitive}
         stop.set()
         for t in threads:
             t.join()
@@ -162,6 +166,9 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
                      offered_eps=ld.workload.rate_eps,
                      cdf_ms=[quantile(lat, q / 100) for q in range(101)] if lat else [])
             s.update(_from_event_time(rows, since_ms, ld.target_ms))
+            if ld.name in explained:
+                e = explained[ld.name]
+                s.update(late_paths=e.get("late_paths", 0), late_words=e.get("late_words", [])[:4])
             if any(x.workload.profile == "bursty" for x in loads):
                 s["p99_series_ms"] = _series(rows, since_ms, seconds)
             if ld.workload.bursts() and ld.started_ms:

@@ -248,3 +248,102 @@ def overload_findings(figures: dict[str, Any]) -> list[str]:
                    "reach the load the level states (the table's last column, the reasons "
                    "under it): their figures are not the mix at the level offered.")
     return out
+
+
+#: A mix's goals: every tenant this share of its results within target, and at least this
+#: share of its weighted fair share of executor time.
+MIX_WITHIN_GOAL, MIX_FAIR_GOAL = 0.99, 0.8
+MIX_MODES = ("fifo", "cameo", "floor", "floor_yield")
+MIX_LABELS = {"fifo": "fifo", "cameo": "cameo", "floor": "floor (default)",
+              "floor_yield": "floor, late work yields (the rule before)"}
+
+
+def mix_rows(res: dict[str, Any]) -> list[str]:
+    """One mix's table: per mode, each tenant's share within target (and p99), the bulk
+    taken in against what was offered, the worst tenant, and the cores every process kept
+    busy."""
+    tenants = res["mix"]["tenants"]
+    offered = res["mix"]["bulk_offered_eps"]
+    lines = ["| mode | " + " | ".join(f"{t['name']} ({t['target_ms']:,.0f} ms)" for t in tenants)
+             + " | bulk ev/s in (offered) | worst within target | lowest share of fair "
+             "| cores: driver / executors / all |",
+             "|---|" + "---|" * len(tenants) + "---|---|---|---|"]
+    for m in (m for m in MIX_MODES if m in res):
+        dfs = res[m]["dataflows"]
+        bulk_in = sum(dfs[t["name"]]["throughput_eps"] for t in tenants if t["kind"] == "bulk")
+        roles, wall = res[m]["cpu"]["cpu_s_by_role"], res[m]["cpu"]["wall_s"]
+        lines.append(f"| {MIX_LABELS[m]} | " + " | ".join(
+            f"{pct(dfs[t['name']].get('within_target'))} ({ms(dfs[t['name']].get('p99_ms'))})"
+            for t in tenants) + f" | {bulk_in:,.0f} ({offered:,.0f}) | "
+            f"{pct(res[m]['worst_within_target'])} | {pct0(res[m]['min_share_of_fair'])} | "
+            f"{roles['driver'] / wall:.2f} / {roles['executors'] / wall:.2f} / "
+            f"{res[m]['cpu']['cores_busy']:.2f} |")
+    return lines
+
+
+def capacity_line(res: dict[str, Any]) -> str:
+    """How the mix's capacity was found, and what it was."""
+    cap, mix = res["mix"]["capacity"], res["mix"]
+    if cap.get("given"):
+        return (f"The mix's bulk was offered {mix['load']:.0%} of {cap['eps']:,.0f} events/s, "
+                "a rate given (`--mix-eps`).")
+    probes = ", ".join(f"{p['offered_eps']:,.0f} -> {p['taken_eps']:,.0f} "
+                       f"({p['p99_over_target']:.1f}x)" for p in cap["probes"])
+    return (f"Capacity: bulk alone took in {mix['bulk_alone_eps']:,.0f} events/s flat out; beside "
+            f"the mix's other tenants the default kept up with {cap['eps']:,.0f} "
+            f"({cap['share_of_bulk_alone']:.0%} of it; probes, offered -> taken in (bulk p99 / "
+            f"target): {probes}), and the mix's bulk was offered {mix['load']:.0%} of that.")
+
+
+def mix(figures: dict[str, Any]) -> list[str]:
+    """`bench.cameo --scenario mix`: the issue's mix per mode, and its capacity."""
+    res = figures["mix"]
+    return [*mix_rows(res), "", capacity_line(res)]
+
+
+def mix_findings(figures: dict[str, Any]) -> list[str]:
+    """The mix against its goals, and the late rule against the one before, in words."""
+    res = figures["mix"]
+    floor, before = res["floor"], res.get("floor_yield")
+    out = [f"- **floor** (the default): the worst tenant was {pct(floor['worst_within_target'])} "
+           f"within target (goal: {MIX_WITHIN_GOAL:.0%} for each, "
+           f"{'met' if floor['worst_within_target'] >= MIX_WITHIN_GOAL else 'not met'}); the "
+           f"lowest share of fair {pct0(floor['min_share_of_fair'])} (goal: {MIX_FAIR_GOAL:.0%}, "
+           f"{'met' if floor['min_share_of_fair'] >= MIX_FAIR_GOAL else 'not met'})."]
+    worst, d = min(floor["dataflows"].items(), key=lambda kv: kv[1].get("within_target", 0.0))
+    if d.get("within_target", 0.0) < MIX_WITHIN_GOAL and d.get("late_words"):
+        out.append(f"- **What held {worst}** (its late results' critical path, `cameo explain`, "
+                   f"{d['late_paths']:,} late): " + " ".join(w.rstrip(".") + "." for w in d["late_words"]))
+    if before:
+        bulk = [t["name"] for t in res["mix"]["tenants"] if t["kind"] == "bulk"]
+
+        def each(mode: dict[str, Any]) -> str:
+            return ", ".join(f"{n} p99 {ms(mode['dataflows'][n].get('p99_ms'))} ms, "
+                             f"{pct(mode['dataflows'][n].get('within_target'))} within target" for n in bulk)
+        out.append(f"- **The late rule**, in the same run: under the floors {each(floor)}; with late "
+                   f"work yielding to all work due within one target (the rule before) {each(before)}.")
+    cam = res["cameo"]
+    out.append(f"- **cameo** (deadline order alone): worst tenant {pct(cam['worst_within_target'])} "
+               f"within target, lowest share of fair {pct0(cam['min_share_of_fair'])}; **fifo**: "
+               f"{pct(res['fifo']['worst_within_target'])} and {pct0(res['fifo']['min_share_of_fair'])}.")
+    return out
+
+
+def random_mixes(figures: dict[str, Any]) -> list[str]:
+    """`bench.cameo --scenario random`: per mix drawn, its tenants and load, and per mode the
+    worst tenant's share within target and share of fair; the worst over the mixes last."""
+    rnd = figures["random"]
+    modes_run = [m for m in MIX_MODES if m in rnd["worst"]]
+    lines = ["| seed | tenants (target, weight) | load | "
+             + " | ".join(f"{MIX_LABELS[m]}: worst within target, lowest share of fair" for m in modes_run)
+             + " |", "|---|---|---|" + "---|" * len(modes_run)]
+    for seed, res in rnd["mixes"].items():
+        tenants = ", ".join(f"{t['name'].rsplit('-', 1)[0]} ({t['target_ms']:,.0f} ms, w {t['weight']:g})"
+                            for t in res["mix"]["tenants"])
+        lines.append(f"| {seed} | {tenants} | {res['mix']['load']:.0%} | " + " | ".join(
+            f"{pct(res[m]['worst_within_target'])}, {pct0(res[m]['min_share_of_fair'])}"
+            for m in modes_run) + " |")
+    lines.append("| all | the worst of any mix | | " + " | ".join(
+        f"{pct(rnd['worst'][m]['worst_within_target'])}, {pct0(rnd['worst'][m]['min_share_of_fair'])}"
+        for m in modes_run) + " |")
+    return lines

@@ -374,6 +374,8 @@ class DeadlineRunQueue:
     def _first(self) -> RunQueue | None:
         """The heap whose head is due first (on time before late, aging before floored,
         on a tie), or None when all are empty."""
+        if not self.aging and not self.floored:  # nothing late: the common case
+            return self.on_time if self.on_time else None
         best: RunQueue | None = None
         due = _INF
         for heap, head_due in ((self.on_time, self._due_on_time()), (self.aging, self._due_aging()),
@@ -420,5 +422,10 @@ class DeadlineRunQueue:
         else:
             target = self._grace(activation_id)
             due = max(key + target, now + self.floor * target)
-        return any(d is not None and d < due
-                   for d in (self._due_on_time(), self._due_aging(), self._due_floored()))
+        head = self.on_time.peek_key()
+        if head is not None and head < due:
+            return True
+        if not self.aging and not self.floored:
+            return False
+        aging, floored = self._due_aging(), self._due_floored()
+        return (aging is not None and aging < due) or (floored is not None and floored < due)
