@@ -19,8 +19,8 @@ Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,mix,ran
   it keeps up with beside the others, found first by bisection); per tenant its share
   within target and its share of executor time against its weighted fair share.
 - random: mixes drawn at random from seeds (`bench/mixes.py`: kinds, targets, weights,
-  rates, a load of 70-95%), each run as mix is; the worst tenant of any of them (not in
-  "all": a hold-out, run on its own).
+  rates, a load of 70-95%), each run as mix is; the worst tenant of any of them.
+  ("all" runs the five above, not mix and random: each has a JSON of its own.)
 - overload: three latency-sensitive tenants (targets 20, 50, 150 ms, 500 ev/s each) and two
   bulk tenants (targets 1 s and 3 s, weights 1 and 2) offered together 90%, 120% and 150%
   of capacity (quick: 90% and 150%); per tenant its share of executor time against its
@@ -181,8 +181,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     arms = [(on, cols) for on in ckpt_arms for cols in input_arms]
     warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 5.0)
     calib = args.calibrate if args.calibrate is not None else (2.0 if args.quick else 5.0)
-    # "all": the project's scenarios; the random mixes, a hold-out, run on their own.
-    names = tuple(n for n in SCENARIOS if n != "random") if args.scenario == "all" else (args.scenario,)
+    # "all": the scenarios of bench/results/cameo.json; the mixes run on their own.
+    names = tuple(n for n in SCENARIOS if n not in ("mix", "random")) if args.scenario == "all" \
+        else (args.scenario,)
 
     FEED["spread"] = args.push == "spread"
     started = ensure_ray()
