@@ -474,5 +474,7 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out["ratios"][k] = statistics.median(vals) if vals else None
         out["ratios_spread"][k] = [min(vals), max(vals)] if vals else None
     out["ratios_runs"] = [r["ratios"] for r in runs]
+    if "mix" in runs[0]:  # each run of a mix found its own capacity: each one's, and its load
+        out["mix_runs"] = [r["mix"] for r in runs]
     out["runs"] = len(runs)
     return out
