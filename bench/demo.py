@@ -21,15 +21,10 @@ runtime, and the cores each part used while the files landed and drained
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.harness.baseline import git, worktree
+from bench.harness.baseline import git, run_child, worktree
 from bench.harness.output import REPO, save_json
 
 #: Events per file, as `make run` lands them (`cameo_actors.demo`).
@@ -49,17 +44,11 @@ def one_run(events: int, tree: Path = Path(REPO), jit: str | None = None,
             timeout_s: float = 900.0) -> dict[str, Any]:
     """One run of the demo from the source `tree` (this one, or a baseline's worktree);
     `jit`: "quick" or "full" (`SparkConfig.quick_jit`; None: the tree's default)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}  # Spark's Python workers inherit it
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "summary.json"
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(out), str(max(1, events // ROWS)),
-                               str(ROWS), *([jit] if jit else [])], cwd=tree, env=env,
-                              timeout=timeout_s)
-        if proc.returncode != 0:
-            raise SystemExit(f"bench.demo: the demo's run exited with {proc.returncode} "
-                             "(its output is above)")
-        summary: dict[str, Any] = json.loads(out.read_text())
-        return summary
+    # (Spark's Python workers inherit the tree's path.)
+    summary: dict[str, Any] = run_child(CHILD, [str(max(1, events // ROWS)), str(ROWS),
+                                                *([jit] if jit else [])], tree, timeout_s,
+                                        "bench.demo: the demo's run")
+    return summary
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

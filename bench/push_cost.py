@@ -17,15 +17,10 @@ session, as the machine's speed varies from day to day.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.harness.baseline import git, worktree
+from bench.harness.baseline import git, run_child, worktree
 from bench.harness.output import REPO, save_json
 
 #: Events per call: a latency-sensitive tenant's call every 10 ms at 500 events/s, then
@@ -66,16 +61,9 @@ with open(out, "w") as f:
 
 def one_round(calls: int, tree: Path = Path(REPO), timeout_s: float = 600.0) -> dict[str, Any]:
     """One round from the source `tree` (this one, or a baseline's worktree)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "figures.json"
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(out), str(calls),
-                               ",".join(map(str, SIZES))], cwd=tree, env=env, timeout=timeout_s)
-        if proc.returncode != 0:
-            raise SystemExit(f"bench.push_cost: a round exited with {proc.returncode} "
-                             "(its output is above)")
-        figures: dict[str, Any] = json.loads(out.read_text())
-        return figures
+    figures: dict[str, Any] = run_child(CHILD, [str(calls), ",".join(map(str, SIZES))], tree,
+                                        timeout_s, "bench.push_cost: a round")
+    return figures
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
