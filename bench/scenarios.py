@@ -351,11 +351,11 @@ def sustainable(loads_at: Callable[[float], list[Load]], capacity: float, probe_
     by bisection over `MIX_RANGE` x `capacity` (what bulk alone sustains), each probe run
     for `probe_s` after a warm-up of half that, and kept up with when its bulk took in
     `KEPT_UP` of the rate offered with its p99 within `BOUNDED` x its target. Returns "eps"
-    (the highest rate kept up with) and the
-    probes. (Offered more, a pool shows what overload leaves of its capacity, not the
-    capacity; the executors' busy share hardly moves near saturation; and the CPU of a mix
-    of small calls is no line in its bulk rate: idle executors pay more per call than busy
-    ones. Offered 70% of what bulk alone takes in, the issue's mix was saturated.)"""
+    (the highest rate kept up with) and the probes. (Offered more, a pool shows what
+    overload leaves of its capacity, not the capacity; the executors' busy share hardly
+    moves near saturation; and the CPU of a mix of small calls is no line in its bulk rate:
+    idle executors pay more per call than busy ones. Offered 70% of what bulk alone takes
+    in, the issue's mix was saturated.)"""
     lo, hi = MIX_RANGE
     probes = []
     for _ in range(MIX_PROBES):
@@ -382,13 +382,15 @@ def mix(capacity: float, warmup: float, seconds: float, tenants: tuple[mixes.Ten
         modes: tuple[str, ...] = tuple(MIX_MODES)) -> dict[str, Any]:
     """`tenants` (`bench.mixes`) together, their bulk offered `load` x the mix's capacity
     (`sustainable`, measured first; or `mix_eps`, to run two trees at the same rate),
-    under `modes` (of `MIX_MODES`: fifo, cameo, floor and floor_yield); per tenant its share within target and its share of executor time
-    against its weighted fair share (`fairness`), and per mode the worst of both
-    (`worst_within_target`, `min_share_of_fair`); the latency-sensitive tenants' late
-    results' critical paths in words (`run`'s `explain`)."""
+    under `modes` (of `MIX_MODES`: fifo, cameo, floor and floor_yield); per tenant its
+    share within target and its share of executor time against its weighted fair share
+    (`fairness`), and per mode the worst of both (`worst_within_target`,
+    `min_share_of_fair`); the latency-sensitive tenants' late results' critical paths in
+    words (`run`'s `explain`)."""
     def loads_at(bulk_eps: float) -> list[Load]:
         return mixes.loads(tenants, bulk_eps)
-    cap = sustainable(loads_at, capacity, probe_s, log) if mix_eps is None else {"eps": mix_eps, "given": True}
+    cap = sustainable(loads_at, capacity, probe_s, log) if mix_eps is None \
+        else {"eps": mix_eps, "given": True}
     run_modes = {m: MIX_MODES[m] for m in modes}
     res = _scenario(lambda: loads_at(load * cap["eps"]), run_modes, warmup, seconds, sample_s=1.0,
                     log=log, turn=turn, flat_out=flat_out, explain=True)
