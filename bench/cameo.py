@@ -78,8 +78,7 @@ RANDOM_SEEDS = (11, 12, 13, 14, 15, 16)
 
 
 def run_scenario(name: str, capacity: Capacity, warmup: float, seconds: float, quick: bool,
-                 log: Any = print, turn: int = 0, mixes: int = len(RANDOM_SEEDS),
-                 mix_eps: float | None = None) -> dict[str, Any]:
+                 log: Any = print, turn: int = 0, mixes: int = len(RANDOM_SEEDS)) -> dict[str, Any]:
     """One run of scenario `name`; `turn`: its modes start from the turn-th
     (`scenarios.rotated`), so that repeated runs order them differently."""
     cap, kw = capacity.eps, dict(log=log, turn=turn, flat_out=capacity.busy)
@@ -96,11 +95,10 @@ def run_scenario(name: str, capacity: Capacity, warmup: float, seconds: float, q
                                   levels=(0.9, 1.5) if quick else (0.9, 1.2, 1.5), **kw)
     probe_s = 2.0 if quick else scenarios.MIX_PROBE_S
     if name == "mix":
-        return scenarios.mix(cap, warmup, seconds, bench_mixes.ISSUE_MIX, **kw, cores=capacity.cores,
-                             probe_s=probe_s, mix_eps=mix_eps)
+        return scenarios.mix(cap, warmup, seconds, bench_mixes.ISSUE_MIX, **kw, probe_s=probe_s)
     if name == "random":
         return scenarios.random_mixes(cap, warmup, seconds, list(RANDOM_SEEDS[:mixes]), **kw,
-                                      cores=capacity.cores, probe_s=probe_s)
+                                      probe_s=probe_s)
     raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
 
 
@@ -157,8 +155,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="short runs: all scenarios in under 3 minutes")
     parser.add_argument("--mixes", type=int, help=f"random mixes to run (default {len(RANDOM_SEEDS)}, "
                         "quick 2), each drawn from a seed of its own")
-    parser.add_argument("--mix-eps", type=float, help="mix: the bulk events/s it keeps up with, taken "
-                        "as given instead of searched for (to run two trees at the same rate)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each scenario; figures are medians "
                         "over them, ratios also get their spread (default 1)")
     parser.add_argument("--checkpoints", default="on", choices=("on", "off", "both"),
@@ -202,8 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                       + ("" if on else " (checkpoints off)") + (" (Arrow input)" if cols else ""))
                 with checkpoints(on), fed(cols):
                     runs.append(run_scenario(name, capacity, warmup, seconds, args.quick, turn=i,
-                                             mixes=args.mixes or (2 if args.quick else len(RANDOM_SEEDS)),
-                                             mix_eps=args.mix_eps))
+                                             mixes=args.mixes or (2 if args.quick else len(RANDOM_SEEDS))))
                 if any(v is not None for v in runs[-1]["ratios"].values()):
                     print("  ratios:", {k: round(v, 2) for k, v in runs[-1]["ratios"].items() if v is not None})
             r = scenarios.combine(runs)

@@ -378,19 +378,16 @@ def sustainable(loads_at: Callable[[float], list[Load]], capacity: float, probe_
 
 def mix(capacity: float, warmup: float, seconds: float, tenants: tuple[mixes.Tenant, ...],
         load: float = 0.95, log: Any = print, turn: int = 0, flat_out: float = 1.0,
-        cores: float = 2.0, probe_s: float = MIX_PROBE_S, mix_eps: float | None = None,
-        modes: tuple[str, ...] = tuple(MIX_MODES)) -> dict[str, Any]:
+        probe_s: float = MIX_PROBE_S, modes: tuple[str, ...] = tuple(MIX_MODES)) -> dict[str, Any]:
     """`tenants` (`bench.mixes`) together, their bulk offered `load` x the mix's capacity
-    (`sustainable`, measured first; or `mix_eps`, to run two trees at the same rate),
-    under `modes` (of `MIX_MODES`: fifo, cameo, floor and floor_yield); per tenant its
+    (`sustainable`, measured first), under `modes` (of `MIX_MODES`: fifo, cameo, floor and floor_yield); per tenant its
     share within target and its share of executor time against its weighted fair share
     (`fairness`), and per mode the worst of both (`worst_within_target`,
     `min_share_of_fair`); the latency-sensitive tenants' late results' critical paths in
     words (`run`'s `explain`)."""
     def loads_at(bulk_eps: float) -> list[Load]:
         return mixes.loads(tenants, bulk_eps)
-    cap = sustainable(loads_at, capacity, probe_s, log) if mix_eps is None \
-        else {"eps": mix_eps, "given": True}
+    cap = sustainable(loads_at, capacity, probe_s, log)
     run_modes = {m: MIX_MODES[m] for m in modes}
     res = _scenario(lambda: loads_at(load * cap["eps"]), run_modes, warmup, seconds, sample_s=1.0,
                     log=log, turn=turn, flat_out=flat_out, explain=True)
@@ -398,17 +395,14 @@ def mix(capacity: float, warmup: float, seconds: float, tenants: tuple[mixes.Ten
     for mode in run_modes:
         dfs = res[mode]["dataflows"]
         res[mode]["worst_within_target"] = min(d.get("within_target", 0.0) for d in dfs.values())
-        # The cores every process kept busy, of what bulk alone kept busy flat out.
-        res[mode]["cores_reached"] = res[mode]["cpu"]["cores_busy"] / cores
     res["mix"] = {"load": load, "capacity": cap, "bulk_offered_eps": load * cap["eps"],
-                  "bulk_alone_eps": capacity, "flat_out_cores": cores,
+                  "bulk_alone_eps": capacity,
                   "tenants": [dict(vars(t)) for t in tenants]}
     return res
 
 
 def random_mixes(capacity: float, warmup: float, seconds: float, seeds: list[int], log: Any = print,
-                 turn: int = 0, flat_out: float = 1.0, cores: float = 2.0,
-                 probe_s: float = MIX_PROBE_S, modes: tuple[str, ...] = tuple(MIX_MODES)) -> dict[str, Any]:
+                 turn: int = 0, flat_out: float = 1.0, probe_s: float = MIX_PROBE_S, modes: tuple[str, ...] = tuple(MIX_MODES)) -> dict[str, Any]:
     """A `mix` per seed, drawn by `mixes.random_mix` at the load it draws; per mode the
     worst tenant of any mix: its share within target, and its share of its fair share."""
     out: dict[str, Any] = {"mixes": {}}
@@ -418,7 +412,7 @@ def random_mixes(capacity: float, warmup: float, seconds: float, seeds: list[int
             f"{t.name} (w {t.weight:g}{', share ' + str(t.share) if not t.sensitive else ''})"
             for t in tenants) + f" at {load:.0%}")
         out["mixes"][str(seed)] = mix(capacity, warmup, seconds, tenants, load, log=log,
-                                      turn=turn + i, flat_out=flat_out, cores=cores, probe_s=probe_s,
+                                      turn=turn + i, flat_out=flat_out, probe_s=probe_s,
                                       modes=modes)
     out["worst"] = {m: {k: min(r[m][k] for r in out["mixes"].values() if r[m][k] is not None)
                         for k in ("worst_within_target", "min_share_of_fair")}

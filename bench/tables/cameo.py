@@ -285,9 +285,6 @@ def mix_rows(res: dict[str, Any]) -> list[str]:
 def capacity_line(res: dict[str, Any]) -> str:
     """How the mix's capacity was found, and what it was."""
     cap, mix = res["mix"]["capacity"], res["mix"]
-    if cap.get("given"):
-        return (f"The mix's bulk was offered {mix['load']:.0%} of {cap['eps']:,.0f} events/s, "
-                "a rate given (`--mix-eps`).")
     probes = ", ".join(f"{p['offered_eps']:,.0f} -> {p['taken_eps']:,.0f} "
                        f"({p['p99_over_target']:.1f}x)" for p in cap["probes"])
     return (f"Capacity: bulk alone took in {mix['bulk_alone_eps']:,.0f} events/s flat out; beside "

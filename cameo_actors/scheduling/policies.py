@@ -94,9 +94,11 @@ class Policy:
     """
 
     name: ClassVar[str] = "policy"
-    #: Keys are start deadlines in physical ms: the scheduler then treats work whose
-    #: deadline has passed as due one latency target later (`DeadlineRunQueue`).
+    #: Keys are start deadlines in physical ms: the scheduler then orders work whose
+    #: deadline has passed by how late it is (`DeadlineRunQueue`), late work keeping at
+    #: least `late_slack_floor` of its target as slack.
     deadline_keys: ClassVar[bool] = False
+    late_slack_floor: float = LATE_SLACK_FLOOR
 
     def key(self, msg: Message, profile: ActivationProfile, now_ms: float) -> SortKey:
         """The sort key of `msg` at the activation described by `profile` (smaller first).

@@ -294,16 +294,16 @@ class DeadlineRunQueue:
         ['alerts', 'old', 'map']
     """
 
-    __slots__ = ("on_time", "aging", "floored", "_leaving", "now", "floor", "_grace")
+    __slots__ = ("on_time", "aging", "floored", "_leaving", "now", "floor", "_target")
 
-    def __init__(self, grace: Callable[[str], float], floor: float = LATE_SLACK_FLOOR) -> None:
+    def __init__(self, target: Callable[[str], float], floor: float = LATE_SLACK_FLOOR) -> None:
         self.on_time = RunQueue()  # key: the deadline
         self.aging = RunQueue()  # key: (deadline + target, deadline)
         self.floored = RunQueue()  # key: (floor * target, deadline)
         self._leaving = RunQueue()  # the aging ones, key: when they reach their floor
         self.now = -_INF
         self.floor = floor
-        self._grace = grace
+        self._target = target
 
     def __len__(self) -> int:
         return len(self.on_time) + len(self.aging) + len(self.floored)
@@ -346,11 +346,11 @@ class DeadlineRunQueue:
             aid = top[0]
             _, deadline = self.aging.key_of(aid)  # type: ignore[misc] # (it is there)
             self.aging.remove(aid)
-            self.floored.push(aid, (self.floor * self._grace(aid), deadline))
+            self.floored.push(aid, (self.floor * self._target(aid), deadline))
 
     def _late(self, aid: str, deadline: float) -> None:
         """Queue `aid`, late with `deadline`: aging, or floored if its slack is spent."""
-        target, floor = self._grace(aid), self.floor
+        target, floor = self._target(aid), self.floor
         if deadline + (1.0 - floor) * target <= self.now:
             self.floored.push(aid, (floor * target, deadline))
         else:
@@ -420,7 +420,7 @@ class DeadlineRunQueue:
         if key >= now:
             due = key
         else:
-            target = self._grace(activation_id)
+            target = self._target(activation_id)
             due = max(key + target, now + self.floor * target)
         head = self.on_time.peek_key()
         if head is not None and head < due:

@@ -24,7 +24,7 @@ from .activation import (
 from .context import SortKey
 from .floor import TenantFloor
 from .policies import Policy
-from .queues import LATE_SLACK_FLOOR, DeadlineRunQueue, RunQueue
+from .queues import DeadlineRunQueue, RunQueue
 from .slices import SchedulerStats
 
 
@@ -56,7 +56,7 @@ class RunQueues:
         if policy.deadline_keys:
             acts = self._acts
             return DeadlineRunQueue(lambda aid: acts[aid].profile.latency_target_ms,
-                                    getattr(policy, "late_slack_floor", LATE_SLACK_FLOOR))
+                                    policy.late_slack_floor)
         return RunQueue()
 
     def __len__(self) -> int:
