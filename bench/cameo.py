@@ -1,6 +1,6 @@
 """Cameo scenarios, each under fifo, cameo and isolated, in one run on one Ray.
 
-Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,mix,random,all}
+Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,mix,random,skew,all}
       [--duration S] [--quick] [--repeat N] [--mixes N] [--checkpoints {on,off,both}]
       [--input {rows,arrow,both}] [--push {whole,spread}] [--json FILE] [--plots DIR]`
 
@@ -20,7 +20,10 @@ Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,mix,ran
   within target and its share of executor time against its weighted fair share.
 - random: mixes drawn at random from seeds (`bench/mixes.py`: kinds, targets, weights,
   rates, a load of 70-95%), each run as mix is; the worst tenant of any of them.
-  ("all" runs the five above, not mix and random: each has a JSON of its own.)
+- skew: the Cameo paper's single-tenant shape: a keyed window (250 ms) fed by four sources
+  at 85%, first with their event times together, then each 250 ms behind the one before.
+  ("all" runs single, multi, spike, fair and overload: mix, random and skew each have a
+  JSON of their own.)
 - overload: three latency-sensitive tenants (targets 20, 50, 150 ms, 500 ev/s each) and two
   bulk tenants (targets 1 s and 3 s, weights 1 and 2) offered together 90%, 120% and 150%
   of capacity (quick: 90% and 150%); per tenant its share of executor time against its
@@ -72,7 +75,7 @@ from bench.harness.output import save_json
 from bench.harness.runner import FEED
 from bench.harness.tenants import CONFIG, Capacity, measure_capacity
 
-SCENARIOS = ("single", "multi", "spike", "fair", "overload", "mix", "random")
+SCENARIOS = ("single", "multi", "spike", "fair", "overload", "mix", "random", "skew")
 #: The random mixes' seeds: `--mixes N` draws the first N (quick: 2).
 RANDOM_SEEDS = (11, 12, 13, 14, 15, 16)
 
@@ -84,6 +87,8 @@ def run_scenario(name: str, capacity: Capacity, warmup: float, seconds: float, q
     cap, kw = capacity.eps, dict(log=log, turn=turn, flat_out=capacity.busy)
     if name == "single":
         return scenarios.single(cap, warmup, seconds, **kw)
+    if name == "skew":
+        return scenarios.skew(cap, warmup, seconds, **kw, probe_s=2.0 if quick else scenarios.PROBE_S)
     if name == "multi":
         return scenarios.multi(cap, warmup, seconds, **kw)
     if name == "spike":
@@ -126,9 +131,12 @@ def checkpoints(on: bool) -> Iterator[None]:
 
 
 def busy(result: dict[str, Any]) -> dict[str, float]:
-    """The executors' busy share per mode of a scenario's result (overload: its last level)."""
+    """The executors' busy share per mode of a scenario's result (overload: its last level;
+    skew: its skewed shape)."""
     if "levels" in result:
         result = result["levels"][list(result["levels"])[-1]]
+    if "shapes" in result:
+        result = result["shapes"]["skewed"]
     return {m: r["utilization"] for m, r in result.items()
             if isinstance(r, dict) and "utilization" in r}
 
@@ -178,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 5.0)
     calib = args.calibrate if args.calibrate is not None else (2.0 if args.quick else 5.0)
     # "all": the scenarios of bench/results/cameo.json; the mixes run on their own.
-    names = tuple(n for n in SCENARIOS if n not in ("mix", "random")) if args.scenario == "all" \
+    names = tuple(n for n in SCENARIOS if n not in ("mix", "random", "skew")) if args.scenario == "all" \
         else (args.scenario,)
 
     FEED["spread"] = args.push == "spread"

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import mixes
 from bench.harness.runner import Load, run
-from bench.harness.tenants import SCHEMA, alerts, bulk
+from bench.harness.tenants import SCHEMA, alerts, bulk, skewed_bulk
 from bench.harness.workload import Workload
 from cameo_actors import Dataflow
 from cameo_actors.scheduling.admission import fair_allocation
@@ -183,6 +183,34 @@ def single(capacity: float, warmup: float, seconds: float, load: float = 0.85, w
                     flat_out=flat_out)
     res["single"] = {"load": load, "window_ms": window_ms, "offered_eps": load * cap}
     return res
+
+
+#: The skew scenario's input: this many sources, each this much behind the one before in
+#: event time (the last one 750 ms), into windows this long: the Cameo paper's
+#: single-tenant shape, many upstream tasks whose event times progress apart.
+SKEW_SOURCES, SKEW_MS, SKEW_WINDOW_MS = 4, 250.0, 250
+
+
+def skew(capacity: float, warmup: float, seconds: float, load: float = 0.85, log: Any = print,
+         turn: int = 0, flat_out: float = 1.0, probe_s: float = PROBE_S) -> dict[str, Any]:
+    """One keyed window fed by `SKEW_SOURCES` sources, at `load` of capacity (`tuned` on the
+    in-order input), in two shapes one after the other in the same run: "in_order" (the
+    sources' event times together) and "skewed" (each `SKEW_MS` behind the one before). A
+    window then fires when its last source passes its end, and deadline order runs that
+    source's work, due first, before the others' work for later windows; fifo runs it in
+    turn with theirs. With the event times together there is little to reorder (single)."""
+    def loads_at(cap: float, skew_ms: float = 0.0) -> list[Load]:
+        flow = skewed_bulk(sources=SKEW_SOURCES, window_ms=SKEW_WINDOW_MS)
+        return [Load(flow, bulk_workload(load * cap), latency_sensitive=True, skew_ms=skew_ms)]
+    cap = tuned(loads_at, capacity, load, flat_out, log, probe_s)
+    shapes = {}
+    for i, (shape, skew_ms) in enumerate((("in_order", 0.0), ("skewed", SKEW_MS))):
+        log(f"  {shape}:")
+        shapes[shape] = _scenario(lambda s=skew_ms: loads_at(cap, s), OVERLOAD_MODES, warmup, seconds,
+                                  log=log, load=load, turn=turn + i, flat_out=flat_out)
+    return {"shapes": shapes, "ratios": shapes["skewed"]["ratios"],
+            "skew": {"load": load, "offered_eps": load * cap, "sources": SKEW_SOURCES,
+                     "skew_ms": SKEW_MS, "window_ms": SKEW_WINDOW_MS}}
 
 
 def multi(capacity: float, warmup: float, seconds: float, load: float = 0.85, log: Any = print,
@@ -438,9 +466,13 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return {**runs[0], "mixes": {s: combine([r["mixes"][s] for r in runs]) for s in runs[0]["mixes"]},
                 "worst": {m: {k: min(r["worst"][m][k] for r in runs) for k in runs[0]["worst"][m]}
                           for m in runs[0]["worst"]}, "runs": len(runs)}
-    if "levels" in runs[0]:  # overload: each level on its own
-        return {**runs[0], "levels": {lvl: combine([r["levels"][lvl] for r in runs])
-                                      for lvl in runs[0]["levels"]}, "runs": len(runs)}
+    for part in ("levels", "shapes"):  # overload's levels, skew's shapes: each on its own
+        if part in runs[0]:
+            parts = {k: combine([r[part][k] for r in runs]) for k in runs[0][part]}
+            out = {**runs[0], part: parts, "runs": len(runs)}
+            if part == "shapes":
+                out["ratios"] = parts["skewed"]["ratios"]
+            return out
     out = dict(runs[0])
     refused = [r.get("load_refused") for r in runs]
     out.pop("load_refused", None)

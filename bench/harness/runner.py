@@ -32,6 +32,10 @@ class Load:
     workload: Workload
     latency_sensitive: bool = False
     start_s: float = 0.0  # start pushing this long after the run starts
+    #: A dataflow of several sources gets each batch split evenly over them, and source
+    #: i's event times lag i x skew_ms behind the wall clock: inputs whose event time
+    #: progresses apart, as a topic's partitions read at different lags.
+    skew_ms: float = 0.0
     started_ms: list[float] = field(default_factory=list)  # wall ms the workload started, when running
 
     # The builder's own fields: its `spec` validates the whole dataflow each time it is
@@ -52,20 +56,31 @@ FEED = {"columns": False, "spread": False}
 
 
 def _push(rt: Any, load: Load, stop: threading.Event) -> None:
-    """Play `load.workload` into `rt` until `stop`, after a late start if asked."""
+    """Play `load.workload` into `rt` until `stop`, after a late start if asked; over the
+    dataflow's sources, `load.skew_ms` apart in event time."""
     if stop.wait(load.start_s):
         return
     load.started_ms.append(time.time() * 1000)
     columns = FEED["columns"]
-    source = load.flow.spec.step("s")
-    schema = arrow_schema(source.schema)
+    sources = load.flow.spec.sources
+    schema = arrow_schema(sources[0].schema)
     spread = FEED["spread"]
 
+    def send(source: Any, events: list[dict[str, Any]]) -> None:
+        data: Any = pa.Table.from_pylist(events, schema=schema) if columns else events
+        calls = source.parallelism if spread else 1  # `push` sends them round robin
+        rt.push(load.name, source.id, data, batch_size=-(-len(events) // calls))
+
     def push(events: list[dict[str, Any]]) -> None:
-        if events:
-            data: Any = pa.Table.from_pylist(events, schema=schema) if columns else events
-            calls = source.parallelism if spread else 1  # `push` sends them round robin
-            rt.push(load.name, "s", data, batch_size=-(-len(events) // calls))
+        if len(sources) == 1:
+            send(sources[0], events)
+            return
+        share = -(-len(events) // len(sources))
+        for i, source in enumerate(sources):
+            part = events[i * share:(i + 1) * share]
+            lag = int(i * load.skew_ms)
+            if part:
+                send(source, [{**e, "ts": e["ts"] - lag} for e in part] if lag else part)
     load.workload.play(push, stop)
 
 

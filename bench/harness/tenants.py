@@ -33,6 +33,18 @@ def bulk(name: str = "bulk", tenant: str = "analytics", weight: float = 1.0,
             .sink("o"))
 
 
+def skewed_bulk(name: str = "skewed", sources: int = 4, window_ms: int = 250,
+                target_ms: float = 1000) -> Dataflow:
+    """`bulk` fed by `sources` sources merged into one stream (the Cameo paper's single-tenant
+    shape: many upstream tasks before one keyed window), so that their event times can
+    progress apart (`runner.Load.skew_ms`)."""
+    df = Dataflow(name, latency_target_ms=target_ms, tenant="analytics")
+    inputs = [df.source(f"s{i}", schema=SCHEMA, event_time="ts") for i in range(sources)]
+    (inputs[0].union(*inputs[1:]).map(function="bench.harness.work:burn", parallelism=2)
+     .key_by("key").window(tumbling_ms=window_ms, parallelism=2).aggregate(n=count()).sink("o"))
+    return df
+
+
 #: The rate bulk runs at while its cost is first measured: well within the pool's reach.
 PROBE_EPS = 3_000.0
 #: Then it is offered this many times what that cost says the pool sustains, to find
