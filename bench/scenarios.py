@@ -191,25 +191,25 @@ def single(capacity: float, warmup: float, seconds: float, load: float = 0.85, w
 SKEW_SOURCES, SKEW_MS, SKEW_WINDOW_MS = 4, 250.0, 250
 
 
-def skew(capacity: float, warmup: float, seconds: float, load: float = 0.85, log: Any = print,
-         turn: int = 0, flat_out: float = 1.0, probe_s: float = PROBE_S) -> dict[str, Any]:
-    """One keyed window fed by `SKEW_SOURCES` sources, at `load` of capacity (`tuned` on the
-    in-order input), in two shapes one after the other in the same run: "in_order" (the
-    sources' event times together) and "skewed" (each `SKEW_MS` behind the one before). A
-    window then fires when its last source passes its end, and deadline order runs that
-    source's work, due first, before the others' work for later windows; fifo runs it in
-    turn with theirs. With the event times together there is little to reorder (single)."""
-    def loads_at(cap: float, skew_ms: float = 0.0) -> list[Load]:
+def skew(capacity: float, warmup: float, seconds: float, load: float = 0.8, log: Any = print,
+         turn: int = 0, flat_out: float = 1.0) -> dict[str, Any]:
+    """One keyed window fed by `SKEW_SOURCES` sources, offered `load` x `capacity` (bulk
+    alone's: it costs what bulk costs per event; `tuned`, a line through two probes, offered
+    it 89% and saturated the pool), in two shapes one after the other in the same run:
+    "in_order" (the sources' event times together) and "skewed" (each `SKEW_MS` behind the
+    one before). A window then fires when its last source passes its end, and deadline order
+    runs that source's work, due first, before the others' work for later windows; fifo runs
+    it in turn with theirs. With the event times together there is little to reorder."""
+    def loads(skew_ms: float) -> list[Load]:
         flow = skewed_bulk(sources=SKEW_SOURCES, window_ms=SKEW_WINDOW_MS)
-        return [Load(flow, bulk_workload(load * cap), latency_sensitive=True, skew_ms=skew_ms)]
-    cap = tuned(loads_at, capacity, load, flat_out, log, probe_s)
+        return [Load(flow, bulk_workload(load * capacity), latency_sensitive=True, skew_ms=skew_ms)]
     shapes = {}
     for i, (shape, skew_ms) in enumerate((("in_order", 0.0), ("skewed", SKEW_MS))):
         log(f"  {shape}:")
-        shapes[shape] = _scenario(lambda s=skew_ms: loads_at(cap, s), OVERLOAD_MODES, warmup, seconds,
+        shapes[shape] = _scenario(lambda s=skew_ms: loads(s), OVERLOAD_MODES, warmup, seconds,
                                   log=log, load=load, turn=turn + i, flat_out=flat_out)
     return {"shapes": shapes, "ratios": shapes["skewed"]["ratios"],
-            "skew": {"load": load, "offered_eps": load * cap, "sources": SKEW_SOURCES,
+            "skew": {"load": load, "offered_eps": load * capacity, "sources": SKEW_SOURCES,
                      "skew_ms": SKEW_MS, "window_ms": SKEW_WINDOW_MS}}
 
 
