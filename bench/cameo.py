@@ -21,7 +21,8 @@ Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,mix,ran
 - random: mixes drawn at random from seeds (`bench/mixes.py`: kinds, targets, weights,
   rates, a load of 70-95%), each run as mix is; the worst tenant of any of them.
 - skew: the Cameo paper's single-tenant shape: a keyed window (250 ms) fed by four sources,
-  at 85% of the rate it keeps up with (found first, as mix's), first with their event times together, then each 250 ms behind the one before.
+  at 70% of the rate it keeps up with (found first, as mix's), first with their event
+  times together, then each 250 ms behind the one before.
   ("all" runs single, multi, spike, fair and overload: mix, random and skew each have a
   JSON of their own.)
 - overload: three latency-sensitive tenants (targets 20, 50, 150 ms, 500 ev/s each) and two

@@ -133,32 +133,67 @@ class WindowTiming:
         return k * self.slide_ms + self.size_ms
 
 
+#: A window's input channel whose watermarks stopped this long ago (idle, or gone after a
+#: rescale) no longer counts towards when windows fire.
+CHANNEL_HORIZON_MS = 2_000.0
+
+
 class DataflowProfile:
     """Per-dataflow observations shared by its activations on one scheduler.
 
+    The lag maps a window's end to the physical time it can fire (`window_frontier_ms`).
+    A window fires when its slowest input channel's watermark passes the end, so once
+    watermarks have reached a window here the lag is that channel's: per channel into a
+    window, an EWMA of (ingest time - watermark) of its watermarks, and the largest of
+    those heard from in `CHANNEL_HORIZON_MS`. (A watermark carries the ingest time of the
+    call that raised it.) Until then, and on a scheduler that hosts no window of the
+    dataflow, an EWMA of (ingest time - event time) of its data. (With inputs whose event
+    times progress apart, sources or partitions read at different lags, that blend swung
+    with whichever input came last, and every window deadline stamped meanwhile with it:
+    one window's work reordered against the next's.)
+
     Attributes:
         dataflow: the dataflow id.
-        lag_ms: EWMA of (ingest time - event time) of the dataflow's data, 0 until seen.
-        samples: how many lag samples were taken.
+        lag_ms: the lag windows fire at, 0 until seen.
+        samples: how many lag samples were taken (data and watermarks).
 
     Example:
         >>> p = DataflowProfile("df1")
         >>> p.observe_lag(40.0); p.observe_lag(60.0); round(p.lag_ms, 1)
         44.0
+        >>> p.observe_closing("map#0", 20.0, 1_000.0); p.observe_closing("map#1", 700.0, 1_010.0)
+        >>> p.lag_ms  # the channel 700 ms behind decides when windows fire
+        700.0
+        >>> p.observe_closing("map#0", 20.0, 3_500.0); p.lag_ms  # map#1 went quiet
+        20.0
     """
 
-    __slots__ = ("dataflow", "lag_ms", "samples", "alpha")
+    __slots__ = ("dataflow", "lag_ms", "samples", "alpha", "_data_lag", "_channels")
 
     def __init__(self, dataflow: str, alpha: float = 0.2) -> None:
         self.dataflow = dataflow
         self.lag_ms = 0.0
         self.samples = 0
         self.alpha = alpha
+        self._data_lag: float | None = None
+        self._channels: dict[str, tuple[float, float]] = {}  # channel -> (lag EWMA, last heard)
 
     def observe_lag(self, lag_ms: float) -> None:
-        """Blend one (ingest - event time) sample into the lag estimate."""
-        self.lag_ms = _ewma(self.lag_ms if self.samples else None, lag_ms, self.alpha)
+        """Blend one (ingest - event time) sample of data into the lag estimate."""
+        self._data_lag = _ewma(self._data_lag, lag_ms, self.alpha)
         self.samples += 1
+        if not self._channels:
+            self.lag_ms = self._data_lag
+
+    def observe_closing(self, channel: str, lag_ms: float, now_ms: float) -> None:
+        """One (ingest - watermark) sample of a watermark into a window, on `channel`."""
+        old = self._channels.get(channel)
+        self._channels[channel] = (_ewma(old[0] if old else None, lag_ms, self.alpha), now_ms)
+        self.samples += 1
+        heard = now_ms - CHANNEL_HORIZON_MS
+        for gone in [c for c, (_, at) in self._channels.items() if at < heard]:
+            del self._channels[gone]
+        self.lag_ms = max(lag for lag, _ in self._channels.values())
 
 
 class ActivationProfile:
@@ -383,12 +418,17 @@ class ActivationProfile:
         wid, end = w.data_window(ev)
         return end + w.allowed_lateness_ms + self.flow.lag_ms, wid
 
-    def observe_watermark(self, msg: Message) -> None:
-        """Record the watermark `msg` carries; window operators keep the largest (`frontier`)."""
-        if self.window is not None and msg.payload.__class__ is not list:  # not a control
+    def observe_watermark(self, msg: Message, now_ms: float) -> None:
+        """Record the watermark `msg` carries, arrived at `now_ms`; window operators keep the
+        largest (`frontier`), and the lag of its channel (`DataflowProfile.observe_closing`)."""
+        w = self.window
+        if w is not None and msg.payload.__class__ is not list:  # not a control
             wm = float(msg.payload)
             if wm > self.input_watermark_ms:
                 self.input_watermark_ms = wm
+            if -_INF < wm < _INF:
+                self.flow.observe_closing(msg.upstream, msg.ctx.ingest_ms - wm - w.allowed_lateness_ms,
+                                          now_ms)
 
     def frontier_ms(self, msg: Message) -> float:
         """t_MF of `msg` at this activation, in one step: `frontier`, then record it.
@@ -399,5 +439,5 @@ class ActivationProfile:
         """
         f, msg.ctx.local_priority = self.frontier(msg)
         if msg.is_watermark:
-            self.observe_watermark(msg)
+            self.observe_watermark(msg, msg.ctx.ingest_ms)
         return f

@@ -137,7 +137,7 @@ class Scheduler(ActivationHost):
                 profile.flow.observe_lag(ctx.ingest_ms - ev)
         ctx.frontier_ms, ctx.local_priority, ctx.deadline_ms = stamp(msg, profile)
         if msg.is_watermark:  # after the stamp: it measures from the previous watermark
-            profile.observe_watermark(msg)
+            profile.observe_watermark(msg, now_ms)
         key = self.policy.on_arrival(msg, profile, now_ms)
         if key is None or key != key:
             raise PolicyKeyError(

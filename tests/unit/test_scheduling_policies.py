@@ -295,12 +295,44 @@ def test_window_data_and_closing_watermark_deadlines() -> None:
         s.enqueue(m, t)
         return m
 
-    # The watermark closing [10000, 11000) inherits that window's frontier ...
-    assert wm(11_100.0, 11_140.0).ctx.frontier_ms == data.ctx.frontier_ms
+    # The watermark closing [10000, 11000) inherits that window's frontier (it trails the
+    # events by the lateness, and came 30 ms after them) ...
+    assert wm(11_100.0, 11_230.0).ctx.frontier_ms == data.ctx.frontier_ms
     # ... the next one, jumping over two windows, the earliest it closes: [11000, 12000).
-    assert wm(13_200.0, 13_240.0).ctx.frontier_ms == 12_000.0 + 100.0 + 30.0
+    assert wm(13_200.0, 13_330.0).ctx.frontier_ms == 12_000.0 + 100.0 + 30.0
     # The end of the stream fires everything now.
     assert wm(math.inf, 13_300.0).ctx.frontier_ms == 13_300.0
+
+
+def test_windows_fire_at_the_lag_of_their_slowest_input_channel() -> None:
+    """Two inputs 700 ms apart in event time: the data's lag swings between them, the
+    windows' deadlines must not (they fire when the slower input's watermark passes)."""
+    s = Scheduler("cameo", alpha=0.5)
+    s.add_activation("win", dataflow="d", tenant="t", latency_target_ms=500.0,
+                     window=WindowTiming.tumbling(250.0))
+
+    def arrive(upstream: str, now: float, lag: float, watermark: bool) -> Message:
+        m = Message("win", 0, now - lag if watermark else [{}], watermark,
+                    PriorityContext("d", "t", ingest_ms=now, event_ms=now - lag), upstream=upstream)
+        s.enqueue(m, now)
+        return m
+
+    flow = s.dataflow_profile("d")
+    assert flow is not None
+    for t in range(10_000, 12_000, 100):
+        arrive("map#0", float(t), 20.0, False)
+        arrive("map#1", t + 50.0, 720.0, False)
+        arrive("map#0", float(t), 20.0, True)
+        arrive("map#1", t + 50.0, 720.0, True)
+    assert flow.lag_ms == 720.0  # not a blend of 20 and 720
+    ahead = arrive("map#0", 12_000.0, 20.0, False)  # window [11_750, 12_000) of the input ahead
+    behind = arrive("map#1", 12_050.0, 720.0, False)  # window [11_250, 11_500) of the one behind
+    assert behind.ctx.frontier_ms == 11_500.0 + 720.0
+    assert ahead.ctx.frontier_ms == 12_000.0 + 720.0
+    # The channel behind goes quiet (idle, or gone): the one still heard decides.
+    for t in range(12_100, 14_500, 100):
+        arrive("map#0", float(t), 20.0, True)
+    assert flow.lag_ms == 20.0
 
 
 def test_window_timing_ids_and_validation() -> None:
