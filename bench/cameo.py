@@ -21,8 +21,8 @@ Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,mix,ran
 - random: mixes drawn at random from seeds (`bench/mixes.py`: kinds, targets, weights,
   rates, a load of 70-95%), each run as mix is; the worst tenant of any of them.
 - skew: the Cameo paper's single-tenant shape: a keyed window (250 ms) fed by four sources,
-  at 70% of the rate it keeps up with (found first, as mix's), first with their event
-  times together, then each 250 ms behind the one before.
+  offered 30%, 45% and 60% of capacity, at each first with their event times together,
+  then each 250 ms behind the one before.
   ("all" runs single, multi, spike, fair and overload: mix, random and skew each have a
   JSON of their own.)
 - overload: three latency-sensitive tenants (targets 20, 50, 150 ms, 500 ev/s each) and two
@@ -89,8 +89,7 @@ def run_scenario(name: str, capacity: Capacity, warmup: float, seconds: float, q
     if name == "single":
         return scenarios.single(cap, warmup, seconds, **kw)
     if name == "skew":
-        return scenarios.skew(cap, warmup, seconds, **kw,
-                              probe_s=2.0 if quick else scenarios.MIX_PROBE_S)
+        return scenarios.skew(cap, warmup, seconds, **kw)
     if name == "multi":
         return scenarios.multi(cap, warmup, seconds, **kw)
     if name == "spike":
@@ -133,8 +132,8 @@ def checkpoints(on: bool) -> Iterator[None]:
 
 
 def busy(result: dict[str, Any]) -> dict[str, float]:
-    """The executors' busy share per mode of a scenario's result (overload: its last level;
-    skew: its skewed shape)."""
+    """The executors' busy share per mode of a scenario's result (overload, skew: its last
+    level; skew: its skewed shape)."""
     if "levels" in result:
         result = result["levels"][list(result["levels"])[-1]]
     if "shapes" in result:

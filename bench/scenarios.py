@@ -346,7 +346,7 @@ MIX_RANGE, MIX_PROBES, MIX_PROBE_S, KEPT_UP, BOUNDED = (0.1, 1.0), 4, 8.0, 0.9, 
 
 
 def sustainable(loads_at: Callable[[float], list[Load]], capacity: float, probe_s: float = MIX_PROBE_S,
-                log: Any = print, judged: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
+                log: Any = print) -> dict[str, Any]:
     """The bulk rate a mix keeps up with beside its other tenants, under the default: found
     by bisection over `MIX_RANGE` x `capacity` (what bulk alone sustains), each probe run
     for `probe_s` after a warm-up of half that, and kept up with when its bulk took in
@@ -355,17 +355,13 @@ def sustainable(loads_at: Callable[[float], list[Load]], capacity: float, probe_
     overload leaves of its capacity, not the capacity; the executors' busy share hardly
     moves near saturation; and the CPU of a mix of small calls is no line in its bulk rate:
     idle executors pay more per call than busy ones. Offered 70% of what bulk alone takes
-    in, the issue's mix was saturated.) `judged`: which dataflows of a probe must keep up
-    (default: those not latency-sensitive, the bulk)."""
-    if judged is None:
-        def judged(d: dict[str, Any]) -> bool:
-            return not d["latency_sensitive"]
+    in, the issue's mix was saturated.)"""
     lo, hi = MIX_RANGE
     probes = []
     for _ in range(MIX_PROBES):
         share = (lo + hi) / 2
         probe = run(loads_at(share * capacity), "probe", MODES["floor"], probe_s / 2, probe_s)
-        bulk = [d for d in probe["dataflows"].values() if judged(d)]
+        bulk = [d for d in probe["dataflows"].values() if not d["latency_sensitive"]]
         taken = sum(d["throughput_eps"] for d in bulk)
         worst = max(d.get("p99_ms", math.inf) / d["target_ms"] for d in bulk)
         kept = taken >= KEPT_UP * share * capacity and worst <= BOUNDED
@@ -382,37 +378,38 @@ def sustainable(loads_at: Callable[[float], list[Load]], capacity: float, probe_
 
 #: The skew scenario's input: this many sources, each this much behind the one before in
 #: event time (the last one 750 ms), into windows this long: the Cameo paper's
-#: single-tenant shape, many upstream tasks whose event times progress apart.
-SKEW_SOURCES, SKEW_MS, SKEW_WINDOW_MS = 4, 250.0, 250
+#: single-tenant shape, many upstream tasks whose event times progress apart. It is offered
+#: these shares of what bulk alone takes in flat out, each level stating its executors'
+#: busy share: the ratio grows with the load, and neither a line through two probes
+#: (`tuned`: offered 89% of it, the pool saturated) nor the rate it keeps up with
+#: (`sustainable`: 16,000-30,000 events/s in runs minutes apart) put it at one load twice.
+SKEW_SOURCES, SKEW_MS, SKEW_WINDOW_MS, SKEW_LEVELS = 4, 250.0, 250, (0.3, 0.45, 0.6)
 
 
-def skew(capacity: float, warmup: float, seconds: float, load: float = 0.7, log: Any = print,
-         turn: int = 0, flat_out: float = 1.0, probe_s: float = MIX_PROBE_S) -> dict[str, Any]:
-    """One keyed window fed by `SKEW_SOURCES` sources, offered `load` x the rate it keeps up
-    with when skewed (`sustainable`, found first), in two shapes one after the other in the
-    same run: "in_order" (the sources' event times together) and "skewed" (each `SKEW_MS`
-    behind the one before). A window then fires when its last source passes its end, and
-    deadline order runs that source's work, due first, before the others' work for later
-    windows; fifo runs it in turn with theirs. With the event times together there is
-    little to reorder. (Its load is not stated by the executors' busy share, as single's
-    is: offered 80% of what bulk alone takes in, the executors were 82-86% busy and the
-    pool saturated. Offered 85% of the rate it keeps up with, one run in three of a mode
-    fell behind for the whole run, its p50 over a second; at 70% the executors were still
-    65-80% busy.)"""
+def skew(capacity: float, warmup: float, seconds: float, levels: tuple[float, ...] = SKEW_LEVELS,
+         log: Any = print, turn: int = 0, flat_out: float = 1.0) -> dict[str, Any]:
+    """One keyed window fed by `SKEW_SOURCES` sources, offered each of `levels` x `capacity`
+    (bulk alone's), in two shapes one after the other in the same run: "in_order" (the
+    sources' event times together) and "skewed" (each `SKEW_MS` behind the one before). A
+    window then fires when its last source passes its end, and deadline order runs that
+    source's work, due first, before the others' work for later windows; fifo runs it in
+    turn with theirs. With the event times together there is little to reorder. The
+    scenario's ratios are its highest level's, skewed."""
     def loads(rate: float, skew_ms: float) -> list[Load]:
         flow = skewed_bulk(sources=SKEW_SOURCES, window_ms=SKEW_WINDOW_MS)
         return [Load(flow, bulk_workload(rate), latency_sensitive=True, skew_ms=skew_ms)]
-    cap = sustainable(lambda rate: loads(rate, SKEW_MS), capacity, probe_s, log, judged=lambda d: True)
-    offered = load * cap["eps"]
-    shapes = {}
-    for i, (shape, skew_ms) in enumerate((("in_order", 0.0), ("skewed", SKEW_MS))):
-        log(f"  {shape}:")
-        shapes[shape] = _scenario(lambda s=skew_ms: loads(offered, s), OVERLOAD_MODES, warmup,
-                                  seconds, log=log, turn=turn + i, flat_out=flat_out)
-    return {"shapes": shapes, "ratios": shapes["skewed"]["ratios"],
-            "skew": {"load": load, "capacity": cap, "offered_eps": offered,
-                     "bulk_alone_eps": capacity, "sources": SKEW_SOURCES, "skew_ms": SKEW_MS,
-                     "window_ms": SKEW_WINDOW_MS}}
+    out: dict[str, Any] = {"levels": {}}
+    for j, level in enumerate(levels):
+        shapes = {}
+        for i, (shape, skew_ms) in enumerate((("in_order", 0.0), ("skewed", SKEW_MS))):
+            log(f"  {level:.0%} of capacity, {shape}:")
+            shapes[shape] = _scenario(lambda r=level * capacity, s=skew_ms: loads(r, s), OVERLOAD_MODES,
+                                      warmup, seconds, log=log, turn=turn + i + j, flat_out=flat_out)
+        out["levels"][f"{level:.2f}"] = {"shapes": shapes, "ratios": shapes["skewed"]["ratios"]}
+    out["ratios"] = out["levels"][f"{levels[-1]:.2f}"]["ratios"]
+    out["skew"] = {"levels": list(levels), "bulk_alone_eps": capacity, "sources": SKEW_SOURCES,
+                   "skew_ms": SKEW_MS, "window_ms": SKEW_WINDOW_MS}
+    return out
 
 
 def mix(capacity: float, warmup: float, seconds: float, tenants: tuple[mixes.Tenant, ...],
@@ -477,12 +474,14 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return {**runs[0], "mixes": {s: combine([r["mixes"][s] for r in runs]) for s in runs[0]["mixes"]},
                 "worst": {m: {k: min(r["worst"][m][k] for r in runs) for k in runs[0]["worst"][m]}
                           for m in runs[0]["worst"]}, "runs": len(runs)}
-    for part in ("levels", "shapes"):  # overload's levels, skew's shapes: each on its own
+    for part in ("levels", "shapes"):  # overload's and skew's levels, skew's shapes: apart
         if part in runs[0]:
             parts = {k: combine([r[part][k] for r in runs]) for k in runs[0][part]}
             out = {**runs[0], part: parts, "runs": len(runs)}
             if part == "shapes":
                 out["ratios"] = parts["skewed"]["ratios"]
+            elif "skew" in runs[0]:  # its ratios: its highest level's
+                out["ratios"] = parts[max(parts, key=float)]["ratios"]
             return out
     out = dict(runs[0])
     refused = [r.get("load_refused") for r in runs]
