@@ -21,7 +21,7 @@ Run: `python -m bench.cameo --scenario {single,multi,spike,fair,overload,mix,ran
 - random: mixes drawn at random from seeds (`bench/mixes.py`: kinds, targets, weights,
   rates, a load of 70-95%), each run as mix is; the worst tenant of any of them.
 - skew: the Cameo paper's single-tenant shape: a keyed window (250 ms) fed by four sources,
-  offered 30%, 45% and 60% of capacity, at each first with their event times together,
+  offered 30%, 45% and 55% of capacity, at each first with their event times together,
   then each 250 ms behind the one before.
   ("all" runs single, multi, spike, fair and overload: mix, random and skew each have a
   JSON of their own.)

@@ -383,7 +383,7 @@ def sustainable(loads_at: Callable[[float], list[Load]], capacity: float, probe_
 #: busy share: the ratio grows with the load, and neither a line through two probes
 #: (`tuned`: offered 89% of it, the pool saturated) nor the rate it keeps up with
 #: (`sustainable`: 16,000-30,000 events/s in runs minutes apart) put it at one load twice.
-SKEW_SOURCES, SKEW_MS, SKEW_WINDOW_MS, SKEW_LEVELS = 4, 250.0, 250, (0.3, 0.45, 0.6)
+SKEW_SOURCES, SKEW_MS, SKEW_WINDOW_MS, SKEW_LEVELS = 4, 250.0, 250, (0.3, 0.45, 0.55)
 
 
 def skew(capacity: float, warmup: float, seconds: float, levels: tuple[float, ...] = SKEW_LEVELS,
