@@ -478,10 +478,9 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if part in runs[0]:
             parts = {k: combine([r[part][k] for r in runs]) for k in runs[0][part]}
             out = {**runs[0], part: parts, "runs": len(runs)}
-            if part == "shapes":
-                out["ratios"] = parts["skewed"]["ratios"]
-            elif "skew" in runs[0]:  # its ratios: its highest level's
-                out["ratios"] = parts[max(parts, key=float)]["ratios"]
+            if part == "shapes" or "skew" in runs[0]:  # skew's ratios: its highest level's, skewed
+                top = parts["skewed"] if part == "shapes" else parts[max(parts, key=float)]
+                out["ratios"], out["ratios_spread"] = top["ratios"], top["ratios_spread"]
             return out
     out = dict(runs[0])
     refused = [r.get("load_refused") for r in runs]

@@ -84,6 +84,20 @@ def test_combine_takes_medians_and_the_spread() -> None:
     assert combine([one]) is one
 
 
+def test_combine_keeps_each_level_and_shape_of_the_skew_scenario_apart() -> None:
+    def skew_run(p99: float, ratio: float) -> dict:
+        levels = {lvl: {"shapes": {s: _run(p99 * k, ratio * k) for s in ("in_order", "skewed")},
+                        "ratios": _run(p99 * k, ratio * k)["ratios"]}
+                  for lvl, k in (("0.30", 1.0), ("0.55", 2.0))}
+        return {"levels": levels, "ratios": levels["0.55"]["ratios"], "skew": {"sources": 4}}
+    out = combine([skew_run(1.0, 1.0), skew_run(3.0, 3.0)])
+    skewed = out["levels"]["0.30"]["shapes"]["skewed"]
+    assert skewed["cameo"]["dataflows"]["a"]["p99_ms"] == 2.0 and skewed["ratios_spread"][
+        "fifo_over_cameo_p99"] == [1.0, 3.0]
+    assert out["ratios"]["fifo_over_cameo_p99"] == 4.0  # the highest level's, median
+    assert out["ratios_spread"]["fifo_over_cameo_p99"] == [2.0, 6.0] and out["runs"] == 2
+
+
 def test_the_in_process_core_benchmark_runs_the_query_to_run_locals_results() -> None:
     from bench.throughput import dataflow, make_events, run_core
     from cameo_actors import run_local
