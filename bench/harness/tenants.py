@@ -10,7 +10,7 @@ from typing import Any
 
 from bench.harness.cpu import CpuMeter
 from bench.harness.feeds import generate
-from cameo_actors import Dataflow, count
+from cameo_actors import Dataflow, Stream, count
 
 SCHEMA = {"ts": "int", "key": "str", "value": "float"}
 #: The same for every mode: ingress cut into messages of ~5 ms of bulk work.
@@ -26,11 +26,8 @@ def alerts() -> Dataflow:
 def bulk(name: str = "bulk", tenant: str = "analytics", weight: float = 1.0,
          window_ms: int = 1000, target_ms: float = 1000) -> Dataflow:
     """source -> burn map -> key_by -> tumbling count, parallelism 2, target 1 s."""
-    return (Dataflow(name, latency_target_ms=target_ms, tenant=tenant, weight=weight)
-            .source("s", schema=SCHEMA, event_time="ts", parallelism=2)
-            .map(function="bench.harness.work:burn", parallelism=2)
-            .key_by("key").window(tumbling_ms=window_ms, parallelism=2).aggregate(n=count())
-            .sink("o"))
+    df = Dataflow(name, latency_target_ms=target_ms, tenant=tenant, weight=weight)
+    return _burn_and_count(df.source("s", schema=SCHEMA, event_time="ts", parallelism=2), window_ms)
 
 
 def skewed_bulk(name: str = "skewed", sources: int = 4, window_ms: int = 250,
@@ -40,9 +37,14 @@ def skewed_bulk(name: str = "skewed", sources: int = 4, window_ms: int = 250,
     progress apart (`runner.Load.skew_ms`)."""
     df = Dataflow(name, latency_target_ms=target_ms, tenant="analytics")
     inputs = [df.source(f"s{i}", schema=SCHEMA, event_time="ts") for i in range(sources)]
-    (inputs[0].union(*inputs[1:]).map(function="bench.harness.work:burn", parallelism=2)
-     .key_by("key").window(tumbling_ms=window_ms, parallelism=2).aggregate(n=count()).sink("o"))
-    return df
+    return _burn_and_count(inputs[0].union(*inputs[1:]), window_ms)
+
+
+def _burn_and_count(stream: Stream, window_ms: int) -> Dataflow:
+    """bulk's steps after its input: burn map -> key_by -> tumbling count, parallelism 2."""
+    return (stream.map(function="bench.harness.work:burn", parallelism=2)
+            .key_by("key").window(tumbling_ms=window_ms, parallelism=2).aggregate(n=count())
+            .sink("o"))
 
 
 #: The rate bulk runs at while its cost is first measured: well within the pool's reach.

@@ -358,6 +358,8 @@ def skew(figures: dict[str, Any]) -> list[str]:
     shape = res["skew"]
     labels = {"in_order": "in order", "skewed": f"{shape['skew_ms']:,.0f} ms apart"}
     each = " / ".join(SKEW_MODES)
+    first = next(iter(res["levels"].values()))["shapes"]["skewed"]
+    target = first["cameo"]["dataflows"][sensitive(first)[0]]["target_ms"]
     lines = [f"| offered | sources | p99 ms: {each} | fifo / cameo | floor / cameo | p50 ms: {each} "
              f"| within target: {each} | executors busy: {each} |", "|---|---|---|---|---|---|---|---|"]
     for level, by_shape in res["levels"].items():
@@ -374,7 +376,7 @@ def skew(figures: dict[str, Any]) -> list[str]:
                 + " / ".join(f"{r[m]['utilization']:.0%}" for m in SKEW_MODES) + " |")
     runs = res.get("runs", 1)
     return [*lines, "", f"A keyed {shape['window_ms']:,} ms window (target "
-            f"{dfs[0]['target_ms']:,.0f} ms) fed by {shape['sources']} sources merged, offered "
+            f"{target:,.0f} ms) fed by {shape['sources']} sources merged, offered "
             f"events/s as shares of what bulk alone takes in flat out "
             f"({shape['bulk_alone_eps']:,.0f}); the paper's bar for fifo / cameo is "
             f"{PAPER['single'][0]:g}x" + (f"; medians of {runs} runs, the ratios' spread in "
