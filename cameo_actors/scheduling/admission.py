@@ -2,9 +2,10 @@
 its latency target, and if not, which misses, by how much, and whose load causes it?
 
 A coarse model, and honest about it. The pool gives `capacity_ms_per_s` of executor time
-every second (1,000 per executor). A dataflow demands its offered rate times the executor
-ms one input event costs; a tenant demands the sum over its dataflows and weighs as much
-as its heaviest one. Under overload the tenant floors split the pool by weighted max-min
+every second (1,000 per executor, or what the executors' hosts are measured to give
+them). A dataflow demands its offered rate times the executor ms one input event costs
+(its operators' and the calls' that bring its events in); a tenant demands the sum over
+its dataflows and weighs as much as its heaviest one. Under overload the tenant floors split the pool by weighted max-min
 fairness (`fair_allocation`) and a tenant's allocation goes to its dataflows in proportion
 to their demands; within spare capacity deadline order decides. It sees rates averaged
 over seconds: not bursts, not one executor busier than another, not a target tighter
@@ -33,6 +34,8 @@ MEASURED_MISS = 0.9
 _SHORT = 0.99
 #: Bisection steps for `Prediction.max_rate_eps`: the range / 2**60, a float's precision.
 _STEPS = 60
+#: A dataflow whose calls take more than this share of its cost is told to batch more.
+CALLS_HEAVY = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,8 @@ class Demand:
         cost_ms_per_event: executor ms one input event costs (None: unknown).
         within_target: measured share of its recent results within target (running ones).
         p99_ms: measured p99 latency of its recent results.
+        calls_share: the share of its cost spent receiving the calls that bring its events
+            in, not in its operators (None: not measured).
 
     Example:
         >>> Demand("clicks", "acme", weight=1.0, target_ms=500.0, rate_eps=2_000.0,
@@ -63,6 +68,7 @@ class Demand:
     cost_ms_per_event: float | None
     within_target: float | None = None
     p99_ms: float | None = None
+    calls_share: float | None = None
 
     @property
     def demand_ms_per_s(self) -> float | None:
@@ -116,6 +122,7 @@ class Prediction:
             dataflow not already missing without it is predicted to miss, at most what the
             whole pool serves; 0 when no rate does. None: no new dataflow, its cost per
             event is unknown, or an event costs nothing (no rate is too high).
+        capacity_basis: how the capacity was found, in words.
     """
 
     capacity_ms_per_s: float
@@ -124,6 +131,7 @@ class Prediction:
     causes: tuple[tuple[str, float], ...]
     executors_needed: int | None
     max_rate_eps: float | None
+    capacity_basis: str = "1,000 ms/s per executor"
 
     @property
     def feasible(self) -> bool:
@@ -142,6 +150,7 @@ class Prediction:
         return {
             "feasible": self.feasible,
             "capacity_ms_per_s": round(self.capacity_ms_per_s, 1),
+            "capacity_basis": self.capacity_basis,
             "utilization": _round(self.utilization, 4),
             "outcomes": [{"name": o.name, "tenant": o.tenant, "verdict": o.verdict,
                           "demand_ms_per_s": _round(o.demand_ms_per_s, 2),
@@ -206,14 +215,18 @@ def fair_allocation(capacity: float, demands: Mapping[str, float],
 
 
 def predict(capacity_ms_per_s: float, running: Sequence[Demand], new: Demand | None = None,
-            *, headroom: float = 0.9) -> Prediction:
+            *, headroom: float = 0.9, executor_ms_per_s: float = 1000.0,
+            capacity_basis: str = "1,000 ms/s per executor") -> Prediction:
     """The outcome of every dataflow in `running`, and of `new` as if it were admitted.
 
     Args:
-        capacity_ms_per_s: the pool's executor time per second (1,000 per executor).
+        capacity_ms_per_s: the pool's executor time per second (1,000 per executor, or
+            what its hosts are measured to give it).
         running: the dataflows on the pool (names unique).
         new: a dataflow to admit, not in `running`; `max_rate_eps` is computed for it.
         headroom: the share of the capacity above which every dataflow is at risk.
+        executor_ms_per_s: what one more executor would add, for `executors_needed`.
+        capacity_basis: how the capacity was found, in words (kept in the prediction).
 
     Returns:
         The `Prediction`.
@@ -243,6 +256,9 @@ def predict(capacity_ms_per_s: float, running: Sequence[Demand], new: Demand | N
              capacity_ms_per_s)
     _require(_is_number(headroom) and 0 < headroom <= 1, "predict: headroom",
              "a share in (0, 1], such as 0.9", headroom)
+    _require(_is_number(executor_ms_per_s) and 0 < executor_ms_per_s < math.inf,
+             "predict: executor_ms_per_s", "a finite number > 0, such as 1,000",
+             executor_ms_per_s)
     demands = [*running, *([] if new is None else [new])]
     seen: set[str] = set()
     for i, d in enumerate(demands):
@@ -266,13 +282,14 @@ def predict(capacity_ms_per_s: float, running: Sequence[Demand], new: Demand | N
     over = {t: need[t] - share[t] for t in share if need[t] > share[t]} if pressed else {}
     causes = tuple(sorted(over.items(), key=lambda c: (-c[1], c[0])))
     at_risk = utilization is not None and utilization > headroom
-    outcomes = tuple(_outcome(d, need, given, share, over, utilization if at_risk else None,
-                              headroom) for d in demands)
-    needed = max(1, math.ceil(total / (headroom * 1000.0) - 1e-9)) if known else None
+    outcomes = tuple(_with_calls(d, _outcome(d, need, given, share, over,
+                                             utilization if at_risk else None, headroom))
+                     for d in demands)
+    needed = max(1, math.ceil(total / (headroom * executor_ms_per_s) - 1e-9)) if known else None
     max_rate = None
     if new is not None and new.cost_ms_per_event:
         max_rate = _max_rate(capacity, running, new, new.cost_ms_per_event)
-    return Prediction(capacity, utilization, outcomes, causes, needed, max_rate)
+    return Prediction(capacity, utilization, outcomes, causes, needed, max_rate, capacity_basis)
 
 
 # -- the model ---------------------------------------------------------------------------------
@@ -371,6 +388,16 @@ def _outcome(d: Demand, need: Mapping[str, float], given: Mapping[str, float],
     return Outcome(d.name, d.tenant, "meets", demand, alloc, sustainable, 0.0, gets)
 
 
+def _with_calls(d: Demand, o: Outcome) -> Outcome:
+    """`o`, its reason telling a dataflow whose calls cost more than its operators to
+    batch."""
+    if d.calls_share is None or d.calls_share <= CALLS_HEAVY or o.demand_ms_per_s is None:
+        return o
+    return replace(o, reason=f"{o.reason}; {_pct(d.calls_share)} of its cost is receiving the "
+                             "calls that bring its events in, not its operators: fewer, larger "
+                             "batches would cost less")
+
+
 # -- words and checks --------------------------------------------------------------------------
 def _measured(d: Demand, within_target: float) -> str:
     """What was measured of a dataflow missing its target, e.g. "measured: p99 4.2 s against
@@ -420,9 +447,9 @@ def _check_demand(where: str, d: Demand) -> None:
                          ("p99_ms", d.p99_ms)):
         _require(value is None or (_is_number(value) and 0 <= value < math.inf),
                  f"{where}.{field}", "None (unknown) or a finite number >= 0", value)
-    _require(d.within_target is None
-             or (_is_number(d.within_target) and 0 <= d.within_target <= 1),
-             f"{where}.within_target", "None (unknown) or a share in [0, 1]", d.within_target)
+    for field, share in (("within_target", d.within_target), ("calls_share", d.calls_share)):
+        _require(share is None or (_is_number(share) and 0 <= share <= 1), f"{where}.{field}",
+                 "None (unknown) or a share in [0, 1]", share)
     demand = d.demand_ms_per_s
     _require(demand is None or demand < math.inf, f"{where}.demand_ms_per_s",
              "a finite rate_eps * cost_ms_per_event", demand)

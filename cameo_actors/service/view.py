@@ -154,14 +154,16 @@ def render_prediction(p: dict[str, Any], *, new: str | None = None) -> str:
     ...     "utilization": 0.25, "causes": [], "executors_needed": 1, "max_rate_eps": None,
     ...     "outcomes": [{"name": "a", "tenant": "t", "verdict": "meets",
     ...                   "reason": "gets the 500 ms/s of executor time it needs"}]}))
-    every target is predicted to be met (pool at 25% of 2 executors)
+    every target is predicted to be met (pool at 25% of 2,000 ms/s)
       a (tenant t): meets: gets the 500 ms/s of executor time it needs
     """
     load = "-" if p.get("utilization") is None else f"{100 * p['utilization']:.0f}%"
-    pool = f"pool at {load} of {p['capacity_ms_per_s'] / 1000:g} executors"
+    pool = f"pool at {load} of {p['capacity_ms_per_s']:,.0f} ms/s"
     head = (f"every target is predicted to be met ({pool})" if p["feasible"] else
             f"some targets are predicted to be missed ({pool})")
     lines = [head]
+    if p.get("capacity_basis"):
+        lines.append(f"  capacity: {p['capacity_basis']}")
     for o in p["outcomes"]:
         mark = " (new)" if new is not None and o["name"] == new else ""
         lines.append(f"  {o['name']}{mark} (tenant {o['tenant']}): {o['verdict']}: {o['reason']}")

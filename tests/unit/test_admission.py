@@ -421,8 +421,8 @@ def test_to_dict_is_json_ready_and_rounded() -> None:
                flow("m", "w", 1.0, within=0.5, p99_ms=2_000.0)]
     p = predict(2_000.0, running, flow("n", "x", 123.456, cost=0.7))
     d = json.loads(json.dumps(p.to_dict(), allow_nan=False))
-    assert set(d) == {"feasible", "capacity_ms_per_s", "utilization", "outcomes", "causes",
-                      "executors_needed", "max_rate_eps"}
+    assert set(d) == {"feasible", "capacity_ms_per_s", "capacity_basis", "utilization",
+                      "outcomes", "causes", "executors_needed", "max_rate_eps"}
     assert d["feasible"] is False
     assert [o["name"] for o in d["outcomes"]] == ["etl", "web", "m", "n"]
     etl = d["outcomes"][0]
@@ -436,7 +436,8 @@ def test_to_dict_is_json_ready_and_rounded() -> None:
     assert d["max_rate_eps"] == pytest.approx(p.max_rate_eps, abs=0.1)
     assert json.loads(json.dumps(predict(1_000.0, []).to_dict())) == {
         "feasible": True, "capacity_ms_per_s": 1_000.0, "utilization": None, "outcomes": [],
-        "causes": [], "executors_needed": None, "max_rate_eps": None}
+        "causes": [], "executors_needed": None, "max_rate_eps": None,
+        "capacity_basis": "1,000 ms/s per executor"}
 
 
 # -- the module itself -------------------------------------------------------------------------
@@ -453,3 +454,15 @@ def test_the_model_imports_the_standard_library_only() -> None:
               if isinstance(n, ast.ImportFrom)}
     assert names <= set(sys.stdlib_module_names) | {"__future__"}, names
 
+
+
+def test_a_dataflow_whose_calls_cost_most_is_told_to_batch() -> None:
+    chatty = Demand("chatty", "t", 1.0, 50.0, 500.0, 0.4, calls_share=0.75)
+    quiet = Demand("quiet", "u", 1.0, 50.0, 500.0, 0.4, calls_share=0.2)
+    p = predict(2_000.0, [chatty, quiet], capacity_basis="the executors' CPU: measured")
+    assert "75% of its cost is receiving the calls" in p.outcomes[0].reason
+    assert "fewer, larger batches" in p.outcomes[0].reason
+    assert "calls" not in p.outcomes[1].reason
+    assert p.to_dict()["capacity_basis"] == "the executors' CPU: measured"
+    with pytest.raises(ValueError, match="calls_share: expected None"):
+        predict(2_000.0, [Demand("x", "t", 1.0, 50.0, 1.0, 1.0, calls_share=1.5)])

@@ -204,7 +204,12 @@ def test_unsettled_counts_queued_messages_and_parked_calls() -> None:
     # queued: the first call's events and the watermark ahead of them
     assert list(work) == ["d"] and work["d"]["queued"] == 2 and work["d"]["parked"] == 1
     assert reports.ended("d") is False
-    assert reports.usage()["d"]["events_in"] == 1
+    usage = reports.usage()
+    assert usage["dataflows"]["d"]["events_in"] == 1
+    # both calls are charged, the parked one too: receiving it cost what the first did
+    assert ex.hosting.activations[SOURCE].calls_in == 2
+    assert usage["cpu"]["process_ms"] >= usage["cpu"]["worker_ms"] >= 0
+    assert usage["dataflows"]["d"]["cpu_ms"] == 0.0  # the first reading only sets the mark
 
 
 # -- the exchange: links sent when due, keys' owners remembered -----------------------------------

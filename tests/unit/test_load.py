@@ -44,3 +44,43 @@ def test_counters_that_restart_start_the_measure_over_and_gone_dataflows_are_for
     assert loads.running([{"name": "a", "spec": known["a"]}])[0].rate_eps is None
     loads.observe(4.0, {}, known)
     assert loads.running([{"name": "a", "spec": known["a"]}])[0].rate_eps is None
+
+
+def cpu(at: float, process: float, worker: float, host_busy: float | None, host: str = "h",
+        cores: int = 2) -> dict[str, object]:
+    return {"at_s": at, "process_ms": process, "worker_ms": worker, "host": host,
+            "cores": cores, "host_busy_ms": host_busy}
+
+
+def test_costs_are_the_cpu_charged_to_a_dataflow_and_its_calls_share_where_measured() -> None:
+    loads = LoadTracker(window_s=10.0)
+    known = {"small": spec("small")}
+    for t in range(6):  # 500 events/s: 50 ms/s busy, 200 ms/s of CPU, 150 of it its calls'
+        loads.observe(float(t), {"small": {"events_in": 500 * t, "busy_ms": 50 * t,
+                                           "cpu_ms": 200 * t, "calls_cpu_ms": 150 * t}}, known)
+    (small,) = loads.running([{"name": "small", "spec": known["small"]}])
+    assert small.cost_ms_per_event == pytest.approx(0.4) and small.calls_share == 0.75
+    assert loads.new({**spec("twin", rate=100)}).cost_ms_per_event == pytest.approx(0.4)
+
+
+def test_capacity_is_the_hosts_cores_less_other_processes_at_most_a_core_per_worker() -> None:
+    loads = LoadTracker(window_s=10.0)
+    for t in range(11):
+        # two executors on a 2-core host: each 600 ms/s of CPU, 400 of it the worker
+        # thread's; the host busy 1,700 ms/s: other processes take 500 of it
+        loads.observe(float(t), {}, {}, {i: cpu(float(t), 600.0 * t, 400.0 * t, 1700.0 * t)
+                                        for i in (0, 1)})
+    capacity, basis = loads.capacity([0, 1])
+    assert capacity == pytest.approx(2000 - 500)
+    assert "2 on a host of 2 cores, 500 ms/s of them taken by other processes" in basis
+    # on a host of 16 cores, each executor's worker thread is one core at most
+    big = LoadTracker(window_s=10.0)
+    for t in range(3):
+        big.observe(float(t), {}, {}, {0: cpu(float(t), 600.0 * t, 400.0 * t, 700.0 * t,
+                                              cores=16)})
+    assert big.capacity([0])[0] == pytest.approx(1000 + 200)
+    # an executor not measured yet counts 1,000 ms/s, and a new process starts over
+    assert big.capacity([0, 7])[0] == pytest.approx(1200 + 1000)
+    big.observe(3.0, {}, {}, {0: cpu(3.0, 5.0, 1.0, 2200.0, cores=16)})
+    capacity, basis = big.capacity([0])
+    assert capacity == 1000.0 and "not measured yet" in basis

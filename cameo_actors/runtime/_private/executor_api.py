@@ -155,6 +155,33 @@ class Unsettled(TypedDict):
     applied: dict[int, int]
 
 
+class HostCpu(TypedDict):
+    """One executor's CPU and its host's, cumulative (ms), read at `at_s` (monotonic)."""
+
+    at_s: float
+    #: the executor process's CPU, every thread
+    process_ms: float
+    #: its worker thread's CPU
+    worker_ms: float
+    #: which machine: executors with the same host share its cores (network namespaces
+    #: on one machine share them too: the kernel's boot id names it)
+    host: str
+    #: the cores this process may run on
+    cores: int
+    #: the machine's CPU busy (not idle, not waiting for I/O), every process; None: unknown
+    host_busy_ms: float | None
+
+
+class ExecutorUsage(TypedDict):
+    """`usage`: what each dataflow uses on one executor (bytes of state and unread
+    outputs, events in, busy ms, CPU ms charged to it and the part of it for its calls,
+    results and those within target; counters since it came there), and the CPU of
+    the executor and its host."""
+
+    dataflows: dict[str, dict[str, float]]
+    cpu: HostCpu
+
+
 class ExecutorAPI(Protocol):
     """The calls an executor answers. Ray runs each on one of its threads: those marked
     "worker thread" wait for the executor's worker thread (after the work handed to it
@@ -310,8 +337,9 @@ class ExecutorAPI(Protocol):
     def executor_stats(self) -> ExecutorStats:
         """The executor's statistics, process and code version."""
 
-    def usage(self) -> dict[str, dict[str, float]]:
-        """Each dataflow: what it uses here (bytes, events, executor time, results)."""
+    def usage(self) -> ExecutorUsage:
+        """Each dataflow: what it uses here (bytes, events, executor time and CPU,
+        results); the CPU of the executor and its host."""
 
     def counters(self) -> dict[str, dict[str, builtins.list[float]]]:
         """Each dataflow's activations: DS2's counters since they came here."""

@@ -47,6 +47,8 @@ class Prediction(BaseModel):
 
     feasible: bool = Field(description="no dataflow is predicted or measured to miss")
     capacity_ms_per_s: float = Field(description="executor ms per second of the pool")
+    capacity_basis: str = Field("", description="how the capacity was found: the executors' "
+                                                "hosts' cores less what other processes take")
     utilization: float | None = Field(description="known demand / capacity")
     outcomes: list[Outcome]
     causes: list[Cause]

@@ -12,6 +12,7 @@ from cameo_actors.errors import CameoError
 from cameo_actors.runtime._private.controller.load import LoadTracker
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime._private.executor_api import HostCpu
 from cameo_actors.runtime._private.placement import Placement, place
 from cameo_actors.runtime.boundary import LIVE_STATES
 from cameo_actors.runtime.config import RuntimeConfig
@@ -33,10 +34,12 @@ class Admission:
         """Whether every running dataflow (and `spec`, as if admitted) meets its target."""
         running = [d for d in self.registry.named(LIVE_STATES)  # the monitor reads unlocked
                    if spec is None or d["name"] != spec.name]
-        capacity = 1000.0 * max(1, len(self.pool.usable()))
+        usable = self.pool.usable()
+        capacity, basis = self.loads.capacity(usable)
         new = None if spec is None else self.loads.new(spec.to_dict())
         return predict(capacity, self.loads.running(running), new,
-                       headroom=self.config.admission_headroom)
+                       headroom=self.config.admission_headroom,
+                       executor_ms_per_s=capacity / max(1, len(usable)), capacity_basis=basis)
 
     def admit(self, spec: DataflowSpec) -> dict[str, Any]:
         """The admission prediction for `spec` (kept with its record); refused with
@@ -50,15 +53,16 @@ class Admission:
                 f"admitting {spec.name!r} is predicted to make "
                 f"{', '.join(repr(o.name) for o in misses)} miss {'its' if len(misses) == 1 else 'their'} "
                 f"target: " + "; ".join(verdict["warnings"]) + ". Fix: "
-                + _fix(prediction, spec.name), verdict)
+                + _fix(prediction, spec.name, len(self.pool.usable())), verdict)
         if misses and self.config.admission == "warn":
             logger.warning("admitted %r although %s", spec.name, "; ".join(verdict["warnings"]))
         return verdict
 
-    def observe(self, now: float, usage: dict[str, Any]) -> None:
-        """A sample of the dataflows' rates and costs; the overload report made anew."""
+    def observe(self, now: float, usage: dict[str, Any], cpu: dict[int, HostCpu]) -> None:
+        """A sample of the dataflows' rates and costs and of the executors' CPU; the
+        overload report made anew."""
         self.loads.observe(now, usage, {d["name"]: d["spec"]
-                                        for d in self.registry.named(LIVE_STATES)})
+                                        for d in self.registry.named(LIVE_STATES)}, cpu)
         self.report()
 
     def report(self) -> None:
@@ -96,13 +100,12 @@ class Admission:
         return place(spec, free[:want], {}, self.config.bins)
 
 
-def _fix(prediction: Prediction, name: str) -> str:
-    """What would make a refused dataflow fit, in words."""
+def _fix(prediction: Prediction, name: str, have: int) -> str:
+    """What would make a refused dataflow fit, in words (`have`: the pool's executors)."""
     ways = []
-    have = prediction.capacity_ms_per_s / 1000.0
     if prediction.executors_needed is not None and prediction.executors_needed > have:
         ways.append(f"grow the pool to {prediction.executors_needed} executors (it has "
-                    f"{have:.0f})")
+                    f"{have})")
     if prediction.max_rate_eps is not None:
         ways.append(f"send {name!r} at most {prediction.max_rate_eps:,.0f} events/s "
                     "(scheduling.expected_rate_eps)")

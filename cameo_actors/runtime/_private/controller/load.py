@@ -2,20 +2,28 @@
 the overload report (`cameo_actors.scheduling.admission` holds the model).
 
 The controller's monitor hands `observe` each dataflow's counters summed over its
-executors once a second (events in, executor ms, results and those within target);
-rates and shares come from the difference over the last `window_s`. The executor
-time one input event costs is learned per dataflow and kept per *shape* (its steps
-without names), so that a new dataflow like one seen before is predicted with that
-cost; otherwise with the pool's mean cost per event and step.
+executors once a second (events in, executor ms, CPU ms charged to it, results and those
+within target) and each executor's CPU and its host's; rates and shares come from the
+difference over the last `window_s`. What one input event costs is the executors' CPU
+charged to the dataflow (`executor/cpu.py`: its operators' and its calls'; the worker
+threads' busy time where CPU is not measured), learned per dataflow and kept per
+*shape* (its steps without names), so that a new dataflow like one seen before is
+predicted with that cost; otherwise with the pool's mean cost per event and step.
+
+The pool's capacity is what the executors' hosts give them (`capacity`): per host, its
+cores less what other processes take there, and at most a core per worker thread plus
+what the executors' other threads take. (Priced at 1,000 ms/s per executor of busy time,
+a pool of two executors on two shared cores stopped keeping up at 79% of it.)
 """
 
 from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from cameo_actors.runtime._private.executor_api import HostCpu
 from cameo_actors.scheduling.admission import Demand
 
 #: Seconds of counters rates are measured over.
@@ -23,8 +31,8 @@ LOAD_WINDOW_S = 10.0
 #: Shapes whose cost per event is remembered (the least recently measured go first).
 SHAPES_KEPT = 1_000
 
-#: (time s, events in, executor ms, results, results within target)
-Sample = tuple[float, float, float, float, float]
+#: (time s, events in, executor ms, results, results within target, CPU ms, its calls' CPU ms)
+Sample = tuple[float, float, float, float, float, float, float]
 
 
 def shape(spec: Mapping[str, Any]) -> str:
@@ -42,16 +50,26 @@ class LoadTracker:
         self._samples: dict[str, deque[Sample]] = {}
         self._costs: dict[str, float] = {}  # shape -> executor ms per input event
         self._step_cost: float | None = None  # the pool's mean ms per event and step
+        self._cpu: dict[int, deque[HostCpu]] = {}  # executor -> its CPU readings
 
     def observe(self, now: float, usage: Mapping[str, Mapping[str, float]],
-                specs: Mapping[str, Mapping[str, Any]]) -> None:
-        """One sample per running dataflow (`usage`: counters summed over executors)."""
+                specs: Mapping[str, Mapping[str, Any]],
+                cpu: Mapping[int, HostCpu] | None = None) -> None:
+        """One sample per running dataflow (`usage`: counters summed over executors) and
+        per executor that answered (`cpu`: its CPU and its host's)."""
+        for index, reading in (cpu or {}).items():
+            readings = self._cpu.setdefault(index, deque())
+            if readings and reading["process_ms"] < readings[-1]["process_ms"]:
+                readings.clear()  # a new process
+            readings.append(reading)
+            while len(readings) > 2 and reading["at_s"] - readings[1]["at_s"] >= self.window_s:
+                readings.popleft()
         for name in [n for n in self._samples if n not in usage]:
             del self._samples[name]
         spent = events_steps = 0.0
         for name, u in usage.items():
             sample = (now, u.get("events_in", 0.0), u.get("busy_ms", 0.0), u.get("results", 0.0),
-                      u.get("within", 0.0))
+                      u.get("within", 0.0), u.get("cpu_ms", 0.0), u.get("calls_cpu_ms", 0.0))
             q = self._samples.setdefault(name, deque())
             if q and any(new < old for new, old in zip(sample[1:], q[-1][1:], strict=True)):
                 # Counters restarted (a recovery, a migration): start over.
@@ -59,35 +77,72 @@ class LoadTracker:
             q.append(sample)
             while len(q) > 2 and now - q[1][0] >= self.window_s:
                 q.popleft()
-            d_events, d_busy = q[-1][1] - q[0][1], q[-1][2] - q[0][2]
+            d_events, d_cost = q[-1][1] - q[0][1], _spent(q)[0]
             spec = specs.get(name)
             if d_events > 0 and spec is not None:
                 key = shape(spec)
                 self._costs.pop(key, None)
-                self._costs[key] = d_busy / d_events
+                self._costs[key] = d_cost / d_events
                 if len(self._costs) > SHAPES_KEPT:
                     del self._costs[next(iter(self._costs))]
-                spent += d_busy
+                spent += d_cost
                 events_steps += d_events * max(1, len(spec.get("steps", [])))
         if events_steps > 0:
             self._step_cost = spent / events_steps
+
+    def capacity(self, executors: Sequence[int]) -> tuple[float, str]:
+        """The executor ms per second `executors` can have, and how it was found, in words.
+
+        Per host, from the executors' last `window_s` of readings: its cores less the CPU of
+        the processes that are not these executors, and at most a core per executor's
+        worker thread plus what their other threads take. 1,000 ms/s per executor whose
+        host's CPU is not known yet."""
+        hosts: dict[str, list[tuple[float, float]]] = {}  # per executor: its CPU, its worker's
+        cores: dict[str, int] = {}
+        busy: dict[str, float] = {}  # host -> its CPU busy ms/s
+        unknown = 0
+        for index in executors:
+            readings = self._cpu.get(index)
+            first, last = (readings[0], readings[-1]) if readings else (None, None)
+            if first is None or last is None or last["at_s"] <= first["at_s"] \
+                    or first["host_busy_ms"] is None or last["host_busy_ms"] is None:
+                unknown += 1
+                continue
+            dt = last["at_s"] - first["at_s"]
+            host = last["host"]
+            hosts.setdefault(host, []).append(((last["process_ms"] - first["process_ms"]) / dt,
+                                               (last["worker_ms"] - first["worker_ms"]) / dt))
+            cores[host] = max(cores.get(host, 0), last["cores"])
+            busy[host] = (last["host_busy_ms"] - first["host_busy_ms"]) / dt
+        total, words = 1000.0 * unknown, []
+        for host, rates in hosts.items():
+            others = max(0.0, busy[host] - sum(p for p, _ in rates))
+            threads = sum(max(0.0, p - w) for p, w in rates)
+            total += min(1000.0 * cores[host] - others, 1000.0 * len(rates) + threads)
+            words.append(f"{len(rates)} on a host of {cores[host]} cores, {others:,.0f} ms/s of "
+                         f"them taken by other processes, {threads:,.0f} ms/s by the "
+                         "executors' threads besides their worker threads")
+        if unknown:
+            words.append(f"1,000 ms/s for each of {unknown} whose host's CPU is not measured yet")
+        return max(1.0, total), "the executors' CPU: " + "; ".join(words)
 
     def running(self, infos: Iterable[Mapping[str, Any]]) -> list[Demand]:
         """What each running dataflow demands now, from its recent counters."""
         out = []
         for info in infos:
             spec = info["spec"]
-            rate = cost = within = None
+            rate = cost = within = calls = None
             q = self._samples.get(info["name"])
             if q is not None and len(q) >= 2:
                 dt = q[-1][0] - q[0][0]
-                d_events, d_busy = q[-1][1] - q[0][1], q[-1][2] - q[0][2]
+                d_events, (d_cost, d_calls) = q[-1][1] - q[0][1], _spent(q)
                 d_results, d_within = q[-1][3] - q[0][3], q[-1][4] - q[0][4]
                 if dt > 0:
                     rate = d_events / dt
-                    cost = d_busy / d_events if d_events > 0 else self._estimated_cost(spec)
+                    cost = d_cost / d_events if d_events > 0 else self._estimated_cost(spec)
                 within = d_within / d_results if d_results > 0 else None
-            out.append(_demand(spec, rate, cost, within))
+                calls = min(1.0, d_calls / d_cost) if d_cost > 0 and d_calls > 0 else None
+            out.append(_demand(spec, rate, cost, within, calls))
         return out
 
     def new(self, spec: Mapping[str, Any]) -> Demand:
@@ -104,8 +159,17 @@ class LoadTracker:
         return cost
 
 
+def _spent(q: deque[Sample]) -> tuple[float, float]:
+    """The ms a dataflow cost over its samples, and of them its calls': its CPU where
+    measured, else its busy time."""
+    d_cpu = q[-1][5] - q[0][5]
+    if d_cpu > 0:
+        return d_cpu, q[-1][6] - q[0][6]
+    return q[-1][2] - q[0][2], 0.0
+
+
 def _demand(spec: Mapping[str, Any], rate: float | None, cost: float | None,
-            within: float | None) -> Demand:
+            within: float | None, calls_share: float | None = None) -> Demand:
     return Demand(name=spec["name"], tenant=spec["tenant"], weight=spec["scheduling"]["weight"],
                   target_ms=spec["latency_target_ms"], rate_eps=rate, cost_ms_per_event=cost,
-                  within_target=within)
+                  within_target=within, calls_share=calls_share)

@@ -21,7 +21,7 @@ from cameo_actors.runtime._private.controller.admission import Admission
 from cameo_actors.runtime._private.controller.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
-from cameo_actors.runtime._private.executor_api import ExecutorAPI
+from cameo_actors.runtime._private.executor_api import ExecutorAPI, HostCpu
 from cameo_actors.runtime.boundary import FINISHING, LIVE_STATES
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.lifecycle import LifecycleEvent
@@ -68,12 +68,21 @@ class Monitor:
     def check_usage(self) -> None:
         """State budgets, and the samples of rates and costs behind the overload report."""
         usage: dict[str, Counter[str]] = {}
+        cpu: dict[int, HostCpu] = {}
         live = self.pool.live()
         gateway = self.pool.gateway
-        for part in gateway.gather_each(gateway.send_all(live, ExecutorAPI.usage), timeout_s=10.0):
-            for name, counts in (part or {}).items():
+        parts = gateway.gather_each(gateway.send_all(live, ExecutorAPI.usage), timeout_s=10.0)
+        for index, part in zip(live, parts, strict=True):
+            if part is None:
+                continue
+            dataflows = part.get("dataflows")
+            if isinstance(dataflows, dict) and "cpu" in part:
+                cpu[index] = part["cpu"]
+            else:  # an executor of an older version, during an upgrade: counters only
+                dataflows = part
+            for name, counts in dataflows.items():
                 usage.setdefault(name, Counter()).update(counts)
-        self.admission.observe(time.monotonic(), usage)
+        self.admission.observe(time.monotonic(), usage, cpu)
         for name, u in usage.items():
             info = self.registry.dataflows.get(name)
             if info is None or info["released"]:

@@ -133,6 +133,9 @@ class Activation:
         #: time is the scheduler's busy time of this activation
         self.events_in = self.events_out = 0
         self.deser_ms = self.ser_ms = 0.0
+        #: calls that brought it messages (a client's ingest call, a batch from another
+        #: executor): the executor's CPU outside its worker thread is charged by them
+        self.calls_in = 0
         #: events that arrived in its mailbox (a source's: from clients, the offered rate
         #: while its ingress queue has room); less events_in: those waiting
         self.events_arrived = 0

@@ -251,6 +251,8 @@ class ExecutorCore:
             share = (end - start) / len(got)
             for act in got:
                 act.deser_ms += share
+            for act in set(got):
+                act.calls_in += 1
         if self.tracer is not None:
             self.tracer.transfer(DESERIALIZE, start, end)
 

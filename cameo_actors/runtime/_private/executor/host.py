@@ -31,6 +31,7 @@ from cameo_actors.runtime._private.executor.kafka import KafkaConnectors
 from cameo_actors.runtime._private.executor_api import (
     EpochProgress,
     ExecutorAPI,
+    ExecutorUsage,
     Fetched,
     Incarnation,
     PartChains,
@@ -402,7 +403,7 @@ class ExecutorHost(ExecutorAPI):
         stats["code"] = code_id()
         return stats
 
-    def usage(self) -> dict[str, dict[str, float]]:
+    def usage(self) -> ExecutorUsage:
         return self.worker.call(self.core.reports.usage)
 
     def counters(self) -> dict[str, dict[str, list[float]]]:

@@ -83,6 +83,7 @@ class Ingress:
         if act is None:
             return  # cancelled meanwhile
         act.deser_ms += deser_ms
+        act.calls_in += 1
         nxt = act.positions.get(client, 0)
         if seq != nxt:
             if seq > nxt:  # early: Ray may reorder calls

@@ -1,8 +1,8 @@
 """What an executor reports of the work it hosts, read on its worker thread.
 
 - statistics of its part of a dataflow, and of the executor (`stats.py` makes them);
-- `usage`: what each dataflow uses here (state and unread outputs, events, time),
-  for costs and placement;
+- `usage`: what each dataflow uses here (state and unread outputs, events, time,
+  CPU), for costs and placement, and the CPU of the executor and its host;
 - `counters`: DS2's counters per activation, for the scaling controller
   (`autoscale.py`);
 - `unsettled` and `ended`: what is still to do, for a client waiting until its
@@ -17,8 +17,9 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from cameo_actors.runtime._private.executor.cpu import CpuAccount, host_cpu
 from cameo_actors.runtime._private.executor.footprint import approx_bytes
-from cameo_actors.runtime._private.executor_api import DataflowWork, Unsettled
+from cameo_actors.runtime._private.executor_api import DataflowWork, ExecutorUsage, Unsettled
 
 if TYPE_CHECKING:
     from cameo_actors.runtime._private.exchange.channels import Channels
@@ -47,6 +48,7 @@ class Reports:
         self.stats = stats
         self.channels = channels
         self.faults = faults
+        self.cpu = CpuAccount()  # the executor's CPU charged to its dataflows, by `usage`
 
     def dataflow_stats(self, dataflow: str) -> DataflowPart:
         ids = self.hosting.ids(dataflow)
@@ -68,23 +70,34 @@ class Reports:
                 return False
         return True
 
-    def usage(self) -> dict[str, dict[str, float]]:
+    def usage(self) -> ExecutorUsage:
         """dataflow -> what it uses here: estimated bytes of its operator state and unread
-        outputs, and its counters since it came here (events in, executor ms, results,
-        results within target)."""
+        outputs, and its counters since it came here (events in, executor ms, CPU ms
+        charged to it and the part for its calls (`CpuAccount`), results, results within
+        target); and the CPU of this executor and its host. Read on the worker thread:
+        `time.thread_time` is that thread's CPU."""
         out: dict[str, dict[str, float]] = {}
+        busy: dict[str, float] = {}
+        calls: dict[str, int] = {}
         for dataflow in self.hosting.dataflows:
             ids = self.hosting.ids(dataflow)
-            ops = [self.hosting.activations[aid].operator for aid in ids]
+            acts = [self.hosting.activations[aid] for aid in ids]
             counters = self.stats.dataflows.get(dataflow)
+            busy[dataflow] = sum(self.sched.profile(a).busy_ms for a in ids)
+            calls[dataflow] = sum(a.calls_in for a in acts)
             out[dataflow] = {
-                "bytes": sum(approx_bytes(op) for op in ops) + self.egress.footprint(dataflow),
-                "disk_bytes": sum(op.disk_bytes() for op in ops),
+                "bytes": sum(approx_bytes(a.operator) for a in acts)
+                + self.egress.footprint(dataflow),
+                "disk_bytes": sum(a.operator.disk_bytes() for a in acts),
                 "events_in": counters.events_in if counters else 0,
-                "busy_ms": sum(self.sched.profile(a).busy_ms for a in ids),
+                "busy_ms": busy[dataflow],
                 "results": counters.latency.count if counters else 0,
                 "within": counters.latency.within_target if counters else 0}
-        return out
+        cpu = host_cpu(time.thread_time() * 1000.0)
+        for dataflow, (spent, on_calls) in self.cpu.charge(cpu["process_ms"], cpu["worker_ms"],
+                                                           busy, calls).items():
+            out[dataflow].update(cpu_ms=spent, calls_cpu_ms=on_calls)
+        return {"dataflows": out, "cpu": cpu}
 
     def counters(self) -> dict[str, dict[str, list[float]]]:
         """dataflow -> activation -> DS2's counters since it came here: [events in, events
