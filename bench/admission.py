@@ -32,7 +32,7 @@ from typing import Any
 from bench import mixes, scenarios
 from bench.harness.cluster import ensure_ray
 from bench.harness.output import save_json
-from bench.harness.runner import NUM_EXECUTORS, _push
+from bench.harness.runner import NUM_EXECUTORS, play
 from bench.harness.tenants import CONFIG, bulk, measure_capacity
 from cameo_actors.scheduling.admission import Demand, predict
 
@@ -52,7 +52,7 @@ def ask(base_eps: float) -> dict[str, Any]:
     rt = Runtime.start(RuntimeConfig(num_executors=NUM_EXECUTORS, **CONFIG), pool="admission")
     stop = threading.Event()
     feeders = [Runtime.connect(pool=rt.pool, address=None) for _ in loads]
-    threads = [threading.Thread(target=_push, args=(f, ld, stop), daemon=True)
+    threads = [threading.Thread(target=play, args=(f, ld, stop), daemon=True)
                for f, ld in zip(feeders, loads, strict=True)]
     try:
         for ld in loads:
@@ -65,13 +65,11 @@ def ask(base_eps: float) -> dict[str, Any]:
         time.sleep(WINDOW_S)
         after = {ld.name: rt.stats(ld.name) for ld in loads}
         dt = time.monotonic() - t0
-        new = bulk(NEW, NEW, 1.0, target_ms=2000)
-        pool = rt.predict(new)
-        stop.set()
-        for t in threads:
-            t.join()
+        pool = rt.predict(bulk(NEW, NEW, 1.0, target_ms=2000))
     finally:
         stop.set()
+        for t in threads:  # no push under way when the pool goes
+            t.join()
         rt.shutdown(stop_ray=False)
     # The model as it was: busy ms per event, 1,000 ms/s per executor, same counters.
     running = []

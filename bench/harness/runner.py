@@ -55,7 +55,7 @@ class Load:
 FEED = {"columns": False, "spread": False}
 
 
-def _push(rt: Any, load: Load, stop: threading.Event) -> None:
+def play(rt: Any, load: Load, stop: threading.Event) -> None:
     """Play `load.workload` into `rt` until `stop`, after a late start if asked; over the
     dataflow's sources, `load.skew_ms` apart in event time."""
     if stop.wait(load.start_s):
@@ -134,7 +134,7 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
         for ld in loads:
             rt.deploy(ld.flow)
         stop = threading.Event()
-        threads = [threading.Thread(target=_push, args=(f, ld, stop), daemon=True)
+        threads = [threading.Thread(target=play, args=(f, ld, stop), daemon=True)
                    for f, ld in zip(feeders, loads, strict=True)]
         start_ms = time.time() * 1000
         for t in threads:

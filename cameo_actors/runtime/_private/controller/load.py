@@ -12,8 +12,9 @@ predicted with that cost; otherwise with the pool's mean cost per event and step
 
 The pool's capacity is what the executors' hosts give them (`capacity`): per host, its
 cores less what other processes take there, and at most a core per worker thread plus
-what the executors' other threads take. (Priced at 1,000 ms/s per executor of busy time,
-a pool of two executors on two shared cores stopped keeping up at 79% of it.)
+what the executors' other threads take. (`bench.admission` sets the forecast made this
+way beside the one made from busy time and 1,000 ms/s per executor, and what the pool
+then kept up with.)
 """
 
 from __future__ import annotations

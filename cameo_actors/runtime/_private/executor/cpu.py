@@ -4,11 +4,10 @@ report price work with (`controller/load.py`).
 An executor's process spends CPU in two places. Its worker thread runs the operators
 (and decodes what other executors send); that is charged to the dataflows by their share
 of its busy time. Its other threads, Ray's, receive and decode the calls that bring events
-in; that is charged by the calls each dataflow received. Measured on this machine's issue
-mix, three tenants of 500 events/s in 10 ms batches took 186 ms/s of the worker threads'
-time and 442 ms/s of CPU besides: priced by busy time alone, small calls look several times
-cheaper than they are. Busy time is wall time, too: where the cores are shared it grows
-with the waiting, and the worker threads of a saturated pool ran 50% of their busy time.
+in; that is charged by the calls each dataflow received. A call costs an executor about
+a millisecond of CPU there, whatever it carries (`bench.push_cost`): priced by busy time
+alone, a tenant of many small calls looks several times cheaper than it is. Busy time is
+wall time, too: where the cores are shared it grows with the waiting for a core.
 
 `host_cpu` reads the machine's CPU (Linux's `/proc`), so that the controller can tell what
 the executors' host gives them: its cores less what other processes take.
