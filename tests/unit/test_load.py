@@ -84,3 +84,12 @@ def test_capacity_is_the_hosts_cores_less_other_processes_at_most_a_core_per_wor
     big.observe(3.0, {}, {}, {0: cpu(3.0, 5.0, 1.0, 2200.0, cores=16)})
     capacity, basis = big.capacity([0])
     assert capacity == 1000.0 and "not measured yet" in basis
+
+
+def test_processes_busy_beside_idle_executors_leave_them_their_fair_share_of_the_cores() -> None:
+    loads = LoadTracker(window_s=10.0)
+    for t in range(3):  # idle executors; others keep 1,700 ms/s of the 2 cores busy
+        loads.observe(float(t), {}, {}, {i: cpu(float(t), 20.0 * t, 5.0 * t, 1740.0 * t)
+                                        for i in (0, 1)})
+    # two busy threads beside two worker threads: half the cores each way, not 300 ms/s
+    assert loads.capacity([0, 1])[0] == pytest.approx(1000.0)

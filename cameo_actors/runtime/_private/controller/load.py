@@ -20,6 +20,7 @@ then kept up with.)
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -95,9 +96,11 @@ class LoadTracker:
         """The executor ms per second `executors` can have, and how it was found, in words.
 
         Per host, from the executors' last `window_s` of readings: its cores less the CPU of
-        the processes that are not these executors, and at most a core per executor's
-        worker thread plus what their other threads take. 1,000 ms/s per executor whose
-        host's CPU is not known yet."""
+        the processes that are not these executors, but no less than the executors' fair
+        share of the cores beside those processes (what the kernel gives each runnable
+        thread alike: others busy while the executors were idle yield when they are not),
+        and at most a core per executor's worker thread plus what their other threads
+        take. 1,000 ms/s per executor whose host's CPU is not known yet."""
         hosts: dict[str, list[tuple[float, float]]] = {}  # per executor: its CPU, its worker's
         cores: dict[str, int] = {}
         busy: dict[str, float] = {}  # host -> its CPU busy ms/s
@@ -117,10 +120,11 @@ class LoadTracker:
             busy[host] = (last["host_busy_ms"] - first["host_busy_ms"]) / dt
         total, words = 1000.0 * unknown, []
         for host, rates in hosts.items():
-            others = max(0.0, busy[host] - sum(p for p, _ in rates))
+            n, others = len(rates), max(0.0, busy[host] - sum(p for p, _ in rates))
             threads = sum(max(0.0, p - w) for p, w in rates)
-            total += min(1000.0 * cores[host] - others, 1000.0 * len(rates) + threads)
-            words.append(f"{len(rates)} on a host of {cores[host]} cores, {others:,.0f} ms/s of "
+            fair = 1000.0 * cores[host] * n / (n + math.ceil(others / 1000.0))
+            total += min(max(1000.0 * cores[host] - others, fair), 1000.0 * n + threads)
+            words.append(f"{n} on a host of {cores[host]} cores, {others:,.0f} ms/s of "
                          f"them taken by other processes, {threads:,.0f} ms/s by the "
                          "executors' threads besides their worker threads")
         if unknown:
