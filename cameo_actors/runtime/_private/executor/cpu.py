@@ -10,7 +10,7 @@ alone, a tenant of many small calls looks several times cheaper than it is. Busy
 wall time, too: where the cores are shared it grows with the waiting for a core.
 
 `host_cpu` reads the machine's CPU (Linux's `/proc`), so that the controller can tell what
-the executors' host gives them: its cores less what other processes take.
+the executors' host gives them (`LoadTracker.capacity`).
 """
 
 from __future__ import annotations
