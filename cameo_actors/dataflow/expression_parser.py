@@ -36,10 +36,11 @@ MAX_DEPTH = 100
 EVENT = "_e"
 #: The file name compiled expression code reports.
 FILENAME = "<cameo expression>"
-#: `ast.parse` is not safe from several threads at once in CPython 3.11 (gh-106905:
-#: "AST constructor recursion depth mismatch"); the controller and executors parse
-#: specs on several threads.
-_PARSING = threading.Lock()
+#: Converting between Python's AST objects and the compiler's (`ast.parse`, and `compile`
+#: of a tree) is not safe from several threads at once in CPython 3.11 (gh-106905: "AST
+#: constructor recursion depth mismatch", met in a deploy on the controller); the
+#: controller and executors parse and compile specs on several threads.
+AST_LOCK = threading.Lock()
 
 _LITERAL_TYPES = (int, float, str, bool, type(None))
 
@@ -380,7 +381,7 @@ def check_expression(text: object, step: str, where: str = "") -> tuple[ast.expr
     source = text.lstrip()
     checker = _Checker(source, step, where, skipped=text[:len(text) - len(source)])
     try:
-        with _PARSING:
+        with AST_LOCK:
             tree = ast.parse(source, filename=FILENAME, mode="eval")
     except SyntaxError as exc:
         msg = (exc.msg or "invalid syntax").rstrip(".")

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cameo_actors.dataflow.expression_builtins import restricted_globals
-from cameo_actors.dataflow.expression_parser import EVENT, FILENAME, check_expression
+from cameo_actors.dataflow.expression_parser import AST_LOCK, EVENT, FILENAME, check_expression
 
 # Same as cameo_actors.operators.base.Event; not imported so the definition
 # layer does not depend on the operators package.
@@ -98,7 +98,8 @@ def compile_lambda(body: ast.expr, arg: str, name: str) -> Callable[..., Any]:
                            kw_defaults=[], kwarg=None, defaults=[]),
         body=body)
     tree = ast.fix_missing_locations(ast.Expression(body=lam))
-    module = compile(tree, FILENAME, "eval", dont_inherit=True)
+    with AST_LOCK:
+        module = compile(tree, FILENAME, "eval", dont_inherit=True)
     code = next(c for c in module.co_consts if isinstance(c, types.CodeType))
     return types.FunctionType(code, restricted_globals(), name)
 

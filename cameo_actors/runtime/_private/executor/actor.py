@@ -127,19 +127,19 @@ class Executor(ExecutorHost):
         # quanta: the demo's 50 ms tenant, sharing the executor, missed its target for it.
         # Done on a thread of its own as the executor starts, it overlaps Ray's start and
         # the controller's first calls. Then what the start brought in (Ray's, pyarrow's
-        # and pandas's objects: 120,000 here) is long-lived: one full pass of the cycle
-        # collector now, and it is frozen out of later ones. Else the first full pass
-        # during a run walked it all, 60-110 ms on the worker thread: the 50 ms tenants'
-        # late results in the issue's mix. (Names from builtins only, not of this module:
-        # an old process loads this class by value and looks those up in its old modules.)
+        # and pandas's objects: 120,000 here) is long-lived: frozen out of the cycle
+        # collector's passes. Else the first full pass during a run walked it all, 60-110
+        # ms on the worker thread: the 50 ms tenants' late results in the issue's mix.
+        # Frozen without a pass first: a pass here held the interpreter as long, while
+        # the first dataflows ran; a cycle that was garbage at the start stays. (Names
+        # from builtins only, not of this module: an old process loads this class by
+        # value and looks those up in its old modules.)
         freeze = cfg.gc_freeze
 
         def warm() -> None:
             __import__("pyarrow").array([0])
             if freeze:
-                gc = __import__("gc")
-                gc.collect()
-                gc.freeze()
+                __import__("gc").freeze()
         threading.Thread(target=warm, name="cameo-warm-pyarrow", daemon=True).start()
 
     def _send_to(self, host: int, blob: bytes) -> None:
