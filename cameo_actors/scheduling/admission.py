@@ -5,9 +5,10 @@ A coarse model, and honest about it. The pool gives `capacity_ms_per_s` of execu
 every second (1,000 per executor, or what the executors' hosts are measured to give
 them). A dataflow demands its offered rate times the executor ms one input event costs
 (its operators' and the calls' that bring its events in); a tenant demands the sum over
-its dataflows and weighs as much as its heaviest one. Under overload the tenant floors split the pool by weighted max-min
-fairness (`fair_allocation`) and a tenant's allocation goes to its dataflows in proportion
-to their demands; within spare capacity deadline order decides. It sees rates averaged
+its dataflows and weighs as much as its heaviest one. Under overload the tenant floors
+split the pool by weighted max-min fairness (`fair_allocation`) and a tenant's
+allocation goes to its dataflows in proportion to their demands; within spare capacity
+deadline order decides. It sees rates averaged
 over seconds: not bursts, not one executor busier than another, not a target tighter
 than a dataflow's own processing time. Measured misses stand in for what it cannot see.
 
@@ -36,6 +37,8 @@ _SHORT = 0.99
 _STEPS = 60
 #: A dataflow whose calls take more than this share of its cost is told to batch more.
 CALLS_HEAVY = 0.5
+#: How the capacity was found, unless the caller measured it.
+PER_EXECUTOR = "1,000 ms/s per executor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,7 @@ class Prediction:
     causes: tuple[tuple[str, float], ...]
     executors_needed: int | None
     max_rate_eps: float | None
-    capacity_basis: str = "1,000 ms/s per executor"
+    capacity_basis: str = PER_EXECUTOR
 
     @property
     def feasible(self) -> bool:
@@ -216,7 +219,7 @@ def fair_allocation(capacity: float, demands: Mapping[str, float],
 
 def predict(capacity_ms_per_s: float, running: Sequence[Demand], new: Demand | None = None,
             *, headroom: float = 0.9, executor_ms_per_s: float = 1000.0,
-            capacity_basis: str = "1,000 ms/s per executor") -> Prediction:
+            capacity_basis: str = PER_EXECUTOR) -> Prediction:
     """The outcome of every dataflow in `running`, and of `new` as if it were admitted.
 
     Args:
