@@ -7,11 +7,14 @@ Each round, on a pool of two executors:
 2. the issue's mix (`bench/mixes.py`: a filter, a projection and a keyed window of 500
    events/s each beside two bulk tenants) runs with its bulk at `BASE` of that, and once
    the pool has measured it for a full load window, admission is asked about one more
-   bulk tenant of the same shape: up to what rate would it fit? Two answers from the same
-   pool at the same moment: the pool's own (`Runtime.predict`: events priced at the CPU
-   the executors spend on them, against what their host gives them), and the model priced
-   as it was before (the worker threads' busy time per event, 1,000 ms/s per executor),
-   from the same run's counters;
+   bulk tenant of the same shape: up to what rate would it fit? Three answers from the
+   same pool at the same moment:
+   - the pool's own (`Runtime.predict`): its operators' CPU per event plus its calls' CPU
+     per second, against what the executors' hosts give them;
+   - the same CPU with the calls priced per event, as the pool did before (its calls'
+     CPU spread over the events they brought), from the pool's own outcomes;
+   - the worker threads' busy time per event against 1,000 ms/s per executor, as the
+     pool did before that, from the same run's counters;
 3. the bulk rate the mix keeps up with, measured (`scenarios.sustainable`: bisection on
    fresh pools, each probe kept up with when its bulk takes in 90% of what it is offered
    with its p99 within target).
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from bench import mixes, scenarios
@@ -71,7 +75,17 @@ def ask(base_eps: float) -> dict[str, Any]:
         for t in threads:  # no push under way when the pool goes
             t.join()
         rt.shutdown(stop_ray=False)
-    # The model as it was: busy ms per event, 1,000 ms/s per executor, same counters.
+    # The same CPU, its calls spread over the events they brought (nothing is short at
+    # the base, so each running dataflow keeps up with its rate: `sustainable_eps`).
+    targets = {ld.name: ld.target_ms for ld in loads}
+    per_event = [Demand(o["name"], o["tenant"], 1.0, targets[o["name"]], o["sustainable_eps"],
+                        o["demand_ms_per_s"] / o["sustainable_eps"])
+                 for o in pool["outcomes"] if o["name"] in targets and o["sustainable_eps"]]
+    like = next(d for d in per_event if d.name == "bulk-1s")
+    per_event_model = predict(pool["capacity_ms_per_s"], per_event,
+                              replace(like, name=NEW, tenant=NEW, target_ms=2000.0,
+                                      rate_eps=None)).to_dict()
+    # Busy ms per event, 1,000 ms/s per executor, the same counters.
     running = []
     for ld in loads:
         events = after[ld.name]["events_in"] - before[ld.name]["events_in"]
@@ -81,22 +95,25 @@ def ask(base_eps: float) -> dict[str, Any]:
     bulk_cost = next(d.cost_ms_per_event for d in running if d.name == "bulk-1s")
     busy_model = predict(1000.0 * NUM_EXECUTORS, running,
                          Demand(NEW, NEW, 1.0, 2000.0, None, bulk_cost)).to_dict()
-    return {"base_bulk_eps": base_eps,
-            "cpu": _answer(pool, base_eps), "busy": _answer(busy_model, base_eps),
+    return {"base_bulk_eps": base_eps, "cpu_calls": _answer(pool, base_eps),
+            "cpu": _answer(per_event_model, base_eps), "busy": _answer(busy_model, base_eps),
             "reasons": {o["name"]: o["reason"] for o in pool["outcomes"]}}
 
 
 def _answer(p: dict[str, Any], base_eps: float) -> dict[str, Any]:
     """A prediction's forecast of the mix's bulk rate: where it passes the headroom (at
-    risk) and where someone misses (fits), each the base plus the new tenant's rate."""
+    risk) and where someone misses (fits), each the base plus the new tenant's rate. The
+    new tenant is priced as `bulk-1s` is: its operators' ms per event (`demand` less its
+    calls, over its rate) and its calls' ms/s."""
     cap, util = p["capacity_ms_per_s"], p["utilization"] or 0.0
     new = next(o for o in p["outcomes"] if o["name"] == NEW)
     others = [o for o in p["outcomes"] if o["name"] != NEW and o["demand_ms_per_s"]]
-    cost = next(o["demand_ms_per_s"] / o["sustainable_eps"] for o in others
-                if o["name"] == "bulk-1s" and o["sustainable_eps"])
-    headroom = max(0.0, 0.9 * cap - util * cap) / cost
+    bulk = next(o for o in others if o["name"] == "bulk-1s" and o["sustainable_eps"])
+    calls = bulk.get("calls_ms_per_s") or 0.0
+    cost = (bulk["demand_ms_per_s"] - calls) / bulk["sustainable_eps"]
+    headroom = max(0.0, 0.9 * cap - util * cap - calls) / cost
     return {"capacity_ms_per_s": cap, "capacity_basis": p.get("capacity_basis"),
-            "utilization": util, "bulk_cost_ms": cost,
+            "utilization": util, "bulk_cost_ms": cost, "bulk_calls_ms_per_s": calls,
             "demands": {o["name"]: o["demand_ms_per_s"] for o in others},
             "at_risk_eps": base_eps + headroom,
             "fits_eps": None if p["max_rate_eps"] is None else base_eps + p["max_rate_eps"],
@@ -107,7 +124,7 @@ def one_round(calibrate_s: float, log: Any = print) -> dict[str, Any]:
     alone = measure_capacity(calibrate_s)
     log(f"bulk alone: {alone.eps:,.0f} events/s flat out")
     answer = ask(BASE * alone.eps)
-    for model in ("cpu", "busy"):
+    for model in ("cpu_calls", "cpu", "busy"):
         a = answer[model]
         log(f"  {model}: capacity {a['capacity_ms_per_s']:,.0f} ms/s, at {a['utilization']:.0%} "
             f"with bulk at {answer['base_bulk_eps']:,.0f}; at risk past {a['at_risk_eps']:,.0f}, "

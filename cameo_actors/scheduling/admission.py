@@ -3,8 +3,10 @@ its latency target, and if not, which misses, by how much, and whose load causes
 
 A coarse model, and honest about it. The pool gives `capacity_ms_per_s` of executor time
 every second (1,000 per executor, or what the executors' hosts are measured to give
-them). A dataflow demands its offered rate times the executor ms one input event costs
-(its operators' and the calls' that bring its events in); a tenant demands the sum over
+them). A dataflow demands its offered rate times the executor ms one input event costs in
+its operators, plus what receiving its calls costs every second (a client calls once per
+period, whatever it carries: a higher rate means larger calls, not more); a tenant demands
+the sum over
 its dataflows and weighs as much as its heaviest one. Under overload the tenant floors
 split the pool by weighted max-min fairness (`fair_allocation`) and a tenant's
 allocation goes to its dataflows in proportion to their demands; within spare capacity
@@ -51,16 +53,17 @@ class Demand:
         weight: its `scheduling.weight` (a tenant weighs as much as its heaviest dataflow).
         target_ms: its latency target.
         rate_eps: offered events/s (None: unknown).
-        cost_ms_per_event: executor ms one input event costs (None: unknown).
+        cost_ms_per_event: executor ms one input event costs in its operators (None:
+            unknown); where its calls are not measured apart, theirs too.
         within_target: measured share of its recent results within target (running ones).
         p99_ms: measured p99 latency of its recent results.
-        calls_share: the share of its cost spent receiving the calls that bring its events
-            in, not in its operators (None: not measured).
+        calls_ms_per_s: executor ms per second spent receiving the calls that bring its
+            events in, whatever their size (None: not measured apart).
 
     Example:
         >>> Demand("clicks", "acme", weight=1.0, target_ms=500.0, rate_eps=2_000.0,
-        ...        cost_ms_per_event=0.25).demand_ms_per_s
-        500.0
+        ...        cost_ms_per_event=0.25, calls_ms_per_s=120.0).demand_ms_per_s
+        620.0
     """
 
     name: str
@@ -71,14 +74,22 @@ class Demand:
     cost_ms_per_event: float | None
     within_target: float | None = None
     p99_ms: float | None = None
-    calls_share: float | None = None
+    calls_ms_per_s: float | None = None
 
     @property
     def demand_ms_per_s(self) -> float | None:
         """Executor ms per second it needs at its rate (None if rate or cost is unknown)."""
         if self.rate_eps is None or self.cost_ms_per_event is None:
             return None
-        return self.rate_eps * self.cost_ms_per_event
+        return self.rate_eps * self.cost_ms_per_event + (self.calls_ms_per_s or 0.0)
+
+    @property
+    def calls_share(self) -> float | None:
+        """The share of its demand spent receiving its calls (None: unknown or none)."""
+        demand = self.demand_ms_per_s
+        if not demand or self.calls_ms_per_s is None:
+            return None
+        return self.calls_ms_per_s / demand
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +101,10 @@ class Outcome:
         tenant: its tenant.
         verdict: "meets", "at_risk", "misses" or "unknown" (see the module docstring).
         demand_ms_per_s: executor ms per second it needs (None: unknown).
+        calls_ms_per_s: of that, what receiving its calls takes (None: not measured apart).
         allocation_ms_per_s: executor ms per second it is predicted to get (None: unknown).
-        sustainable_eps: events/s it keeps up with at that allocation (None: its demand is
-            unknown, or an event costs nothing).
+        sustainable_eps: events/s it keeps up with at that allocation, its calls' cost
+            paid first (None: its demand is unknown, or an event costs nothing).
         behind_s_per_s: how much later its results get every second: 1 - allocation /
             demand when it is given too little, else 0.
         reason: the verdict in plain words.
@@ -102,6 +114,7 @@ class Outcome:
     tenant: str
     verdict: str
     demand_ms_per_s: float | None
+    calls_ms_per_s: float | None
     allocation_ms_per_s: float | None
     sustainable_eps: float | None
     behind_s_per_s: float
@@ -157,6 +170,7 @@ class Prediction:
             "utilization": _round(self.utilization, 4),
             "outcomes": [{"name": o.name, "tenant": o.tenant, "verdict": o.verdict,
                           "demand_ms_per_s": _round(o.demand_ms_per_s, 2),
+                          "calls_ms_per_s": _round(o.calls_ms_per_s, 2),
                           "allocation_ms_per_s": _round(o.allocation_ms_per_s, 2),
                           "sustainable_eps": _round(o.sustainable_eps, 1),
                           "behind_s_per_s": round(o.behind_s_per_s, 4),
@@ -359,42 +373,48 @@ def _outcome(d: Demand, need: Mapping[str, float], given: Mapping[str, float],
         why = (f"its {unknown} {'is' if ' and ' not in unknown else 'are'} not known yet, so "
                "it counts as no load")
         if measured is not None:
-            return Outcome(d.name, d.tenant, "misses", None, None, None, 0.0,
+            return Outcome(d.name, d.tenant, "misses", None, None, None, None, 0.0,
                            f"{measured} ({why})")
-        return Outcome(d.name, d.tenant, "unknown", None, None, None, 0.0, why)
+        return Outcome(d.name, d.tenant, "unknown", None, None, None, None, 0.0, why)
 
-    demand = rate * cost
+    demand, calls = rate * cost + (d.calls_ms_per_s or 0.0), d.calls_ms_per_s
     # The share of its demand it is given: its tenant's.
     given_share = given[d.tenant] / need[d.tenant] if demand > 0 else 1.0
     alloc = demand * given_share
-    sustainable = alloc / cost if cost > 0 else None
+    # Its calls come whatever it is given; the rest is what its events get.
+    sustainable = max(0.0, alloc - (calls or 0.0)) / cost if cost > 0 else None
     if _starved(d, need, given):
         behind = 1.0 - given_share
+        kept = (f"it keeps up with {_num(sustainable)} of {_num(rate)} events/s"
+                if sustainable is not None else "receiving its calls alone needs more")
         reason = (f"needs {_num(demand)} ms/s of executor time, its floor gives {_num(alloc)} "
-                  f"ms/s: it keeps up with {_num(alloc / cost)} of {_num(rate)} events/s and "
-                  f"its results fall {behind:.2f} s further behind every second")
+                  f"ms/s: {kept} and its results fall {behind:.2f} s further behind every "
+                  "second")
         if d.tenant in over:
             reason += (f" (its tenant {d.tenant!r} asks {_num(over[d.tenant])} ms/s above its "
                        f"weighted share of {_num(share[d.tenant])} ms/s)")
         if measured is not None:
             reason += f"; {measured}"
-        return Outcome(d.name, d.tenant, "misses", demand, alloc, sustainable, behind, reason)
+        return Outcome(d.name, d.tenant, "misses", demand, calls, alloc, sustainable, behind,
+                       reason)
     gets = f"gets the {_num(demand)} ms/s of executor time it needs"
     if measured is not None:
         reason = f"{measured}, although it {gets}"
-        return Outcome(d.name, d.tenant, "misses", demand, alloc, sustainable, 0.0, reason)
+        return Outcome(d.name, d.tenant, "misses", demand, calls, alloc, sustainable, 0.0,
+                       reason)
     if risky is not None:
         reason = (f"{gets}, but the known demand is {_pct(risky)} of the pool's capacity "
                   f"(above the {_pct(headroom)} headroom): queues grow fast there and may "
                   "push results past the target")
-        return Outcome(d.name, d.tenant, "at_risk", demand, alloc, sustainable, 0.0, reason)
-    return Outcome(d.name, d.tenant, "meets", demand, alloc, sustainable, 0.0, gets)
+        return Outcome(d.name, d.tenant, "at_risk", demand, calls, alloc, sustainable, 0.0,
+                       reason)
+    return Outcome(d.name, d.tenant, "meets", demand, calls, alloc, sustainable, 0.0, gets)
 
 
 def _with_calls(d: Demand, o: Outcome) -> Outcome:
     """`o`, its reason telling a dataflow whose calls cost more than its operators to
     batch."""
-    if d.calls_share is None or d.calls_share <= CALLS_HEAVY or o.demand_ms_per_s is None:
+    if d.calls_share is None or d.calls_share <= CALLS_HEAVY:
         return o
     return replace(o, reason=f"{o.reason}; {_pct(d.calls_share)} of its cost is receiving the "
                              "calls that bring its events in, not its operators: fewer, larger "
@@ -447,12 +467,12 @@ def _check_demand(where: str, d: Demand) -> None:
     _require(_is_number(d.target_ms) and 0 < d.target_ms < math.inf, f"{where}.target_ms",
              "a finite number > 0", d.target_ms)
     for field, value in (("rate_eps", d.rate_eps), ("cost_ms_per_event", d.cost_ms_per_event),
-                         ("p99_ms", d.p99_ms)):
+                         ("p99_ms", d.p99_ms), ("calls_ms_per_s", d.calls_ms_per_s)):
         _require(value is None or (_is_number(value) and 0 <= value < math.inf),
                  f"{where}.{field}", "None (unknown) or a finite number >= 0", value)
-    for field, share in (("within_target", d.within_target), ("calls_share", d.calls_share)):
-        _require(share is None or (_is_number(share) and 0 <= share <= 1), f"{where}.{field}",
-                 "None (unknown) or a share in [0, 1]", share)
+    _require(d.within_target is None or (_is_number(d.within_target)
+                                         and 0 <= d.within_target <= 1),
+             f"{where}.within_target", "None (unknown) or a share in [0, 1]", d.within_target)
     demand = d.demand_ms_per_s
     _require(demand is None or demand < math.inf, f"{where}.demand_ms_per_s",
-             "a finite rate_eps * cost_ms_per_event", demand)
+             "a finite rate_eps * cost_ms_per_event + calls_ms_per_s", demand)

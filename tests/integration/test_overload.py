@@ -111,10 +111,11 @@ def test_admission_predictions_match_what_happens(pools: Any) -> None:
         time.sleep(4.0)  # the window its rate is measured over
         kept_up = (rt.stats("ov-big")["events_in"] - n0) / (time.monotonic() - t0)
         assert kept_up < 0.5 * flat_out  # it falls behind, as predicted
-        # The forecast prices an event of this shape at its CPU under ov-base: calls of 40
-        # events. Fed flat out, ov-big's calls carry hundreds each, and a busy executor
-        # pays less per call than an idle one: it kept up with up to 2.6x the forecast here.
-        assert kept_up < 4.0 * verdict["sustainable_eps"]
+        # The forecast prices this shape's operators per event and its calls per second,
+        # both measured under ov-base: fed flat out, ov-big's calls are fewer per event
+        # (it kept up with 0.9-1.4x the forecast here; 2.6x when calls were priced per
+        # event).
+        assert kept_up < 2.0 * verdict["sustainable_eps"]
 
         # The overload report now says who misses (ov-big, within its floor ov-small does
         # not: the report looks at the last seconds, so a moment after ov-big arrived), and

@@ -426,8 +426,8 @@ def test_to_dict_is_json_ready_and_rounded() -> None:
     assert d["feasible"] is False
     assert [o["name"] for o in d["outcomes"]] == ["etl", "web", "m", "n"]
     etl = d["outcomes"][0]
-    assert set(etl) == {"name", "tenant", "verdict", "demand_ms_per_s", "allocation_ms_per_s",
-                        "sustainable_eps", "behind_s_per_s", "reason"}
+    assert set(etl) == {"name", "tenant", "verdict", "demand_ms_per_s", "calls_ms_per_s",
+                        "allocation_ms_per_s", "sustainable_eps", "behind_s_per_s", "reason"}
     assert etl["demand_ms_per_s"] == round(3_000.0 + 1 / 3, 2)
     assert d["outcomes"][1]["demand_ms_per_s"] is None
     assert d["causes"][0]["tenant"] == "bulk"
@@ -457,12 +457,34 @@ def test_the_model_imports_the_standard_library_only() -> None:
 
 
 def test_a_dataflow_whose_calls_cost_most_is_told_to_batch() -> None:
-    chatty = Demand("chatty", "t", 1.0, 50.0, 500.0, 0.4, calls_share=0.75)
-    quiet = Demand("quiet", "u", 1.0, 50.0, 500.0, 0.4, calls_share=0.2)
+    chatty = Demand("chatty", "t", 1.0, 50.0, 500.0, 0.1, calls_ms_per_s=150.0)
+    quiet = Demand("quiet", "u", 1.0, 50.0, 500.0, 0.4, calls_ms_per_s=50.0)
     p = predict(2_000.0, [chatty, quiet], capacity_basis="the executors' CPU: measured")
     assert "75% of its cost is receiving the calls" in p.outcomes[0].reason
     assert "fewer, larger batches" in p.outcomes[0].reason
     assert "calls" not in p.outcomes[1].reason
     assert p.to_dict()["capacity_basis"] == "the executors' CPU: measured"
-    with pytest.raises(ValueError, match="calls_share: expected None"):
-        predict(2_000.0, [Demand("x", "t", 1.0, 50.0, 1.0, 1.0, calls_share=1.5)])
+    assert p.to_dict()["outcomes"][0]["calls_ms_per_s"] == 150.0
+    with pytest.raises(ValueError, match="calls_ms_per_s: expected None"):
+        predict(2_000.0, [Demand("x", "t", 1.0, 50.0, 1.0, 1.0, calls_ms_per_s=-1.0)])
+
+
+def test_calls_cost_per_second_whatever_the_rate() -> None:
+    """A dataflow's calls are priced per second and paid before its events: a higher rate
+    of the same dataflow adds only its operators' cost, and a starved one keeps up with
+    what is left after its calls."""
+    base = Demand("base", "a", 1.0, 1_000.0, 1_000.0, 0.2, calls_ms_per_s=300.0)
+    assert base.demand_ms_per_s == pytest.approx(500.0)
+    new = Demand("new", "b", 1.0, 1_000.0, None, 0.2, calls_ms_per_s=300.0)
+    p = predict(2_000.0, [base], new, headroom=1.0)
+    # Its tenant's share is 1,500 ms/s (base takes 500), less 300 for its calls; a tenant
+    # given 99% of its demand is not short (rounding).
+    assert p.max_rate_eps == pytest.approx((1_500.0 / 0.99 - 300.0) / 0.2, rel=1e-6)
+    over = predict(1_000.0, [replace(new, rate_eps=10_000.0)])
+    (o,) = over.outcomes
+    assert o.verdict == "misses" and o.demand_ms_per_s == pytest.approx(2_300.0)
+    assert o.sustainable_eps == pytest.approx((1_000.0 - 300.0) / 0.2)
+    assert f"it keeps up with {700 / 0.2:,.0f} of 10,000 events/s" in o.reason
+    calls_only = predict(100.0, [Demand("c", "c", 1.0, 50.0, 10.0, 0.0, calls_ms_per_s=300.0)])
+    assert "receiving its calls alone needs more" in calls_only.outcomes[0].reason
+    assert calls_only.outcomes[0].sustainable_eps is None

@@ -52,15 +52,47 @@ def cpu(at: float, process: float, worker: float, host_busy: float | None, host:
             "cores": cores, "host_busy_ms": host_busy}
 
 
-def test_costs_are_the_cpu_charged_to_a_dataflow_and_its_calls_share_where_measured() -> None:
+def test_costs_are_the_operators_cpu_per_event_and_the_calls_cpu_per_second() -> None:
     loads = LoadTracker(window_s=10.0)
-    known = {"small": spec("small")}
-    for t in range(6):  # 500 events/s: 50 ms/s busy, 200 ms/s of CPU, 150 of it its calls'
-        loads.observe(float(t), {"small": {"events_in": 500 * t, "busy_ms": 50 * t,
-                                           "cpu_ms": 200 * t, "calls_cpu_ms": 150 * t}}, known)
-    (small,) = loads.running([{"name": "small", "spec": known["small"]}])
-    assert small.cost_ms_per_event == pytest.approx(0.4) and small.calls_share == 0.75
-    assert loads.new({**spec("twin", rate=100)}).cost_ms_per_event == pytest.approx(0.4)
+    known = {"small": spec("small"), "bulk": spec("bulk", steps=3)}
+    for t in range(6):
+        # small: 500 events/s, 200 ms/s of CPU, 150 of it its calls'; bulk: 10,000
+        # events/s, 520 ms/s of CPU, 20 of it its calls'
+        loads.observe(float(t), {
+            "small": {"events_in": 500 * t, "busy_ms": 50 * t, "cpu_ms": 200 * t,
+                      "calls_cpu_ms": 150 * t},
+            "bulk": {"events_in": 10_000 * t, "busy_ms": 900 * t, "cpu_ms": 520 * t,
+                     "calls_cpu_ms": 20 * t}}, known)
+    small, bulk = loads.running([{"name": n, "spec": known[n]} for n in ("small", "bulk")])
+    assert small.cost_ms_per_event == pytest.approx(0.1)
+    assert small.calls_ms_per_s == pytest.approx(150) and small.calls_share == 0.75
+    assert small.demand_ms_per_s == pytest.approx(200)
+    assert bulk.cost_ms_per_event == pytest.approx(0.05) and bulk.calls_ms_per_s == 20
+    # A twin of small at twice the rate: its events cost twice as much, its calls the same
+    # (a client calls once per period: a higher rate brings larger calls, not more).
+    twin = loads.new({**spec("twin", rate=1000)})
+    assert twin.cost_ms_per_event == pytest.approx(0.1) and twin.calls_ms_per_s == 150
+    assert twin.demand_ms_per_s == pytest.approx(250)
+    # A new shape: the pool's mean operators' cost per event and step (weighted by rate),
+    # and its mean calls' CPU per dataflow.
+    other = loads.new(spec("other", steps=4, rate=100))
+    per_step = (50 + 500) / (500 * 2 + 10_000 * 3)
+    assert other.cost_ms_per_event == pytest.approx(per_step * 4)
+    assert other.calls_ms_per_s == pytest.approx((150 + 20) / 2)
+
+
+def test_a_dataflow_whose_events_stopped_demands_nothing_at_its_shapes_cost() -> None:
+    loads = LoadTracker(window_s=10.0)
+    known = {"a": spec("a")}
+    for t in range(3):
+        loads.observe(float(t), {"a": {"events_in": 100 * t, "cpu_ms": 30 * t,
+                                       "calls_cpu_ms": 10 * t}}, known)
+    for t in range(3, 20):  # nothing comes any more: no calls either
+        loads.observe(float(t), {"a": {"events_in": 200, "cpu_ms": 60,
+                                       "calls_cpu_ms": 20}}, known)
+    (a,) = loads.running([{"name": "a", "spec": known["a"]}])
+    assert a.rate_eps == 0 and a.cost_ms_per_event == pytest.approx(0.2)
+    assert a.calls_ms_per_s == 0 and a.demand_ms_per_s == 0
 
 
 def test_capacity_is_the_hosts_cores_less_other_processes_at_most_a_core_per_worker() -> None:

@@ -29,6 +29,9 @@ class Outcome(BaseModel):
     tenant: str
     verdict: str = Field(description="meets, at_risk, misses or unknown")
     demand_ms_per_s: float | None = Field(description="executor ms per second it needs")
+    calls_ms_per_s: float | None = Field(
+        default=None, description="of that, what receiving the calls that bring its events in "
+                                  "takes, whatever its rate (null: not measured apart)")
     allocation_ms_per_s: float | None = Field(description="executor ms per second it gets "
                                                           "(its tenant's floor and what is spare)")
     sustainable_eps: float | None = Field(description="events/s it keeps up with")

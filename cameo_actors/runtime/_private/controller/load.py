@@ -4,11 +4,14 @@ the overload report (`cameo_actors.scheduling.admission` holds the model).
 The controller's monitor hands `observe` each dataflow's counters summed over its
 executors once a second (events in, executor ms, CPU ms charged to it, results and those
 within target) and each executor's CPU and its host's; rates and shares come from the
-difference over the last `window_s`. What one input event costs is the executors' CPU
-charged to the dataflow (`executor/cpu.py`: its operators' and its calls'; the worker
-threads' busy time where CPU is not measured), learned per dataflow and kept per
-*shape* (its steps without names), so that a new dataflow like one seen before is
-predicted with that cost; otherwise with the pool's mean cost per event and step.
+difference over the last `window_s`. What a dataflow costs is the executors' CPU charged
+to it (`executor/cpu.py`; the worker threads' busy time where CPU is not measured), in two
+parts: its operators' CPU per input event, and its calls' CPU per second (a client calls
+once per period whatever its rate, so a higher rate brings larger calls, not more of them;
+calls that carry hundreds of events cost about what calls of ten do). Both are learned per
+dataflow and kept per *shape* (its steps without names), so that a new dataflow like one
+seen before is predicted with them; otherwise with the pool's mean cost per event and step
+and its mean calls' CPU per dataflow.
 
 The pool's capacity is what the executors' hosts give them (`capacity`): per host, its
 cores less what other processes take there, and at most a core per worker thread plus
@@ -50,8 +53,10 @@ class LoadTracker:
     def __init__(self, window_s: float = LOAD_WINDOW_S) -> None:
         self.window_s = window_s
         self._samples: dict[str, deque[Sample]] = {}
-        self._costs: dict[str, float] = {}  # shape -> executor ms per input event
+        # shape -> (operators' executor ms per input event, calls' executor ms per second)
+        self._costs: dict[str, tuple[float, float | None]] = {}
         self._step_cost: float | None = None  # the pool's mean ms per event and step
+        self._calls_cost: float | None = None  # the pool's mean calls' ms/s per dataflow
         self._cpu: dict[int, deque[HostCpu]] = {}  # executor -> its CPU readings
 
     def observe(self, now: float, usage: Mapping[str, Mapping[str, float]],
@@ -69,6 +74,7 @@ class LoadTracker:
         for name in [n for n in self._samples if n not in usage]:
             del self._samples[name]
         spent = events_steps = 0.0
+        calls: list[float] = []
         for name, u in usage.items():
             sample = (now, u.get("events_in", 0.0), u.get("busy_ms", 0.0), u.get("results", 0.0),
                       u.get("within", 0.0), u.get("cpu_ms", 0.0), u.get("calls_cpu_ms", 0.0))
@@ -79,18 +85,23 @@ class LoadTracker:
             q.append(sample)
             while len(q) > 2 and now - q[1][0] >= self.window_s:
                 q.popleft()
-            d_events, d_cost = q[-1][1] - q[0][1], _spent(q)[0]
-            spec = specs.get(name)
-            if d_events > 0 and spec is not None:
-                key = shape(spec)
-                self._costs.pop(key, None)
-                self._costs[key] = d_cost / d_events
-                if len(self._costs) > SHAPES_KEPT:
-                    del self._costs[next(iter(self._costs))]
-                spent += d_cost
-                events_steps += d_events * max(1, len(spec.get("steps", [])))
+            spec, measured = specs.get(name), _costs(q)
+            if measured is None or spec is None:
+                continue
+            rate, per_event, calls_ms = measured
+            key = shape(spec)
+            self._costs.pop(key, None)
+            self._costs[key] = (per_event, calls_ms)
+            if len(self._costs) > SHAPES_KEPT:
+                del self._costs[next(iter(self._costs))]
+            spent += rate * per_event  # operators' ms/s
+            events_steps += rate * max(1, len(spec.get("steps", [])))
+            if calls_ms is not None:
+                calls.append(calls_ms)
         if events_steps > 0:
             self._step_cost = spent / events_steps
+        if calls:
+            self._calls_cost = sum(calls) / len(calls)
 
     def capacity(self, executors: Sequence[int]) -> tuple[float, str]:
         """The executor ms per second `executors` can have, and how it was found, in words.
@@ -140,14 +151,15 @@ class LoadTracker:
             q = self._samples.get(info["name"])
             if q is not None and len(q) >= 2:
                 dt = q[-1][0] - q[0][0]
-                d_events, (d_cost, d_calls) = q[-1][1] - q[0][1], _spent(q)
                 d_results, d_within = q[-1][3] - q[0][3], q[-1][4] - q[0][4]
-                if dt > 0:
-                    rate = d_events / dt
-                    cost = d_cost / d_events if d_events > 0 else self._estimated_cost(spec)
+                measured = _costs(q)
+                if measured is not None:
+                    rate, cost, calls = measured
+                elif dt > 0:  # no events came: its shape's cost per event, no calls
+                    rate, cost, calls = 0.0, self._estimated(spec)[0], \
+                        (q[-1][6] - q[0][6]) / dt
                 within = d_within / d_results if d_results > 0 else None
-                calls = min(1.0, d_calls / d_cost) if d_cost > 0 and d_calls > 0 else None
-            out.append(_demand(spec, rate, cost, within, calls))
+            out.append(_demand(spec, rate, cost, calls, within))
         return out
 
     def new(self, spec: Mapping[str, Any]) -> Demand:
@@ -155,26 +167,36 @@ class LoadTracker:
         rate limit) and the cost learned for its shape (or the pool's mean)."""
         sched = spec.get("scheduling", {})
         rate = sched.get("expected_rate_eps") or sched.get("rate_limit_eps")
-        return _demand(spec, rate, self._estimated_cost(spec), None)
+        return _demand(spec, rate, *self._estimated(spec), None)
 
-    def _estimated_cost(self, spec: Mapping[str, Any]) -> float | None:
-        cost = self._costs.get(shape(spec))
-        if cost is None and self._step_cost is not None:
+    def _estimated(self, spec: Mapping[str, Any]) -> tuple[float | None, float | None]:
+        """A dataflow's operators' ms per event and calls' ms/s: its shape's, else the
+        pool's means."""
+        known = self._costs.get(shape(spec))
+        if known is not None:
+            return known
+        cost = None
+        if self._step_cost is not None:
             cost = self._step_cost * max(1, len(spec.get("steps", [])))
-        return cost
+        return cost, self._calls_cost
 
 
-def _spent(q: deque[Sample]) -> tuple[float, float]:
-    """The ms a dataflow cost over its samples, and of them its calls': its CPU where
-    measured, else its busy time."""
-    d_cpu = q[-1][5] - q[0][5]
-    if d_cpu > 0:
-        return d_cpu, q[-1][6] - q[0][6]
-    return q[-1][2] - q[0][2], 0.0
+def _costs(q: deque[Sample]) -> tuple[float, float, float | None] | None:
+    """Over a dataflow's samples: its rate, its operators' ms per event and its calls' ms
+    per second (its CPU where measured; else its busy time per event, calls not apart).
+    None: no events came."""
+    dt, d_events = q[-1][0] - q[0][0], q[-1][1] - q[0][1]
+    if dt <= 0 or d_events <= 0:
+        return None
+    d_cpu, d_calls = q[-1][5] - q[0][5], q[-1][6] - q[0][6]
+    if d_cpu <= 0:
+        return d_events / dt, (q[-1][2] - q[0][2]) / d_events, None
+    d_calls = min(d_calls, d_cpu)
+    return d_events / dt, (d_cpu - d_calls) / d_events, d_calls / dt
 
 
 def _demand(spec: Mapping[str, Any], rate: float | None, cost: float | None,
-            within: float | None, calls_share: float | None = None) -> Demand:
+            calls: float | None, within: float | None) -> Demand:
     return Demand(name=spec["name"], tenant=spec["tenant"], weight=spec["scheduling"]["weight"],
                   target_ms=spec["latency_target_ms"], rate_eps=rate, cost_ms_per_event=cost,
-                  within_target=within, calls_share=calls_share)
+                  within_target=within, calls_ms_per_s=calls)
