@@ -62,7 +62,7 @@ bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload;
 	$(PY) -m bench.cameo --scenario random --mixes 3 --json bench/results/cameo_random.json
 	$(PY) -m bench.cameo --scenario skew --repeat 2 --json bench/results/cameo_skew.json
 	$(PY) -m bench.push_cost --json bench/results/push_cost.json
-	$(PY) -m bench.admission --rounds 2 --json bench/results/admission.json
+	$(PY) -m bench.admission --rounds 3 --json bench/results/admission.json
 	$(PY) -m bench.sched_overhead --json bench/results/sched_overhead.json
 	$(PY) -m bench.throughput --repeat 3 --json bench/results/throughput.json
 	$(PY) -m bench.network --json bench/results/network.json
