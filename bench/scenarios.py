@@ -327,11 +327,14 @@ def overload(capacity: float, warmup: float, seconds: float, levels: tuple[float
     return out
 
 
-#: The modes of a mix: the default against deadline order alone, fifo, and the default
-#: with late work yielding to all work due within one of its targets (the rule before
-#: a late backlog's slack shrank with its age).
+#: The modes of a mix: the default against deadline order alone, fifo, the default with
+#: late work yielding to all work due within one of its targets (the rule before a late
+#: backlog's slack shrank with its age), and the default placing each dataflow on the
+#: least loaded executor whatever the targets there (the placement before).
 MIX_MODES = OVERLOAD_MODES | {"floor_yield": dict(policy="cameo", isolation="shared", tenant_floor=True,
-                                                  policy_params={"late_slack_floor": 1.0})}
+                                                  policy_params={"late_slack_floor": 1.0}),
+                              "floor_even": dict(policy="cameo", isolation="shared", tenant_floor=True,
+                                                 placement="even")}
 
 
 #: A mix's capacity is searched for between these shares of what bulk alone sustains
@@ -416,7 +419,7 @@ def mix(capacity: float, warmup: float, seconds: float, tenants: tuple[mixes.Ten
         load: float = 0.95, log: Any = print, turn: int = 0, flat_out: float = 1.0,
         probe_s: float = MIX_PROBE_S, modes: tuple[str, ...] = tuple(MIX_MODES)) -> dict[str, Any]:
     """`tenants` (`bench.mixes`) together, their bulk offered `load` x the mix's capacity
-    (`sustainable`, measured first), under `modes` (of `MIX_MODES`: fifo, cameo, floor and floor_yield); per tenant its
+    (`sustainable`, measured first), under `modes` (of `MIX_MODES`: fifo, cameo, floor, floor_yield and floor_even); per tenant its
     share within target and its share of executor time against its weighted fair share
     (`fairness`), and per mode the worst of both (`worst_within_target`,
     `min_share_of_fair`); the latency-sensitive tenants' late results' critical paths in

@@ -253,9 +253,10 @@ def overload_findings(figures: dict[str, Any]) -> list[str]:
 #: A mix's goals: every tenant this share of its results within target, and at least this
 #: share of its weighted fair share of executor time.
 MIX_WITHIN_GOAL, MIX_FAIR_GOAL = 0.99, 0.8
-MIX_MODES = ("fifo", "cameo", "floor", "floor_yield")
+MIX_MODES = ("fifo", "cameo", "floor", "floor_yield", "floor_even")
 MIX_LABELS = {"fifo": "fifo", "cameo": "cameo", "floor": "floor (default)",
-              "floor_yield": "floor, late work yields (the rule before)"}
+              "floor_yield": "floor, late work yields (the rule before)",
+              "floor_even": "floor, placed evenly (the placement before)"}
 
 
 def mix_rows(res: dict[str, Any]) -> list[str]:
@@ -320,6 +321,16 @@ def mix_findings(figures: dict[str, Any]) -> list[str]:
                              f"{pct(mode['dataflows'][n].get('within_target'))} within target" for n in bulk)
         out.append(f"- **The late rule**, in the same run: under the floors {each(floor)}; with late "
                    f"work yielding to all work due within one target (the rule before) {each(before)}.")
+    even = res.get("floor_even")
+    if even:
+        sensitive = [t["name"] for t in res["mix"]["tenants"] if t["kind"] != "bulk"]
+
+        def within(mode: dict[str, Any]) -> str:
+            return ", ".join(f"{n} {pct(mode['dataflows'][n].get('within_target'))}"
+                             for n in sensitive)
+        out.append(f"- **The placement**, in the same run: tight targets apart (the default) "
+                   f"{within(floor)} within target; each dataflow on the least loaded executor "
+                   f"(the placement before) {within(even)}.")
     cam = res["cameo"]
     out.append(f"- **cameo** (deadline order alone): worst tenant {pct(cam['worst_within_target'])} "
                f"within target, lowest share of fair {pct0(cam['min_share_of_fair'])}; **fifo**: "

@@ -14,6 +14,8 @@ from cameo_actors.runtime.boundary import MAX_BINS
 from cameo_actors.scaling import settings_from_dict
 
 ISOLATION_MODES = ("shared", "isolated")
+#: How a shared pool places a new dataflow (`placement.place`).
+PLACEMENTS = ("targets_apart", "even")
 ADMISSION_MODES = ("admit", "warn", "refuse")
 DELIVERY_MODES = ("exactly_once", "at_least_once")
 
@@ -30,6 +32,9 @@ class RuntimeConfig:
         isolation: "shared" (all dataflows share the pool) or "isolated" (each
             dataflow gets dedicated executors, the slot-per-job style).
         executors_per_dataflow: in isolated mode, executors each dataflow gets.
+        placement: in shared mode, where a new dataflow starts: "targets_apart" (the
+            executor hosting the loosest targets among those within one dataflow's
+            instances of the least loaded) or "even" (the least loaded).
         quantum_ms: the longest an activation runs before yielding to others.
         tenant_floor: guarantee each tenant its weighted share of every executor's time
             under overload (the dataflows' `scheduling.weight`; a tenant's weight is its
@@ -160,6 +165,7 @@ class RuntimeConfig:
     policy_params: dict[str, Any] = field(default_factory=dict)
     isolation: str = "shared"
     executors_per_dataflow: int = 1
+    placement: str = "targets_apart"
     quantum_ms: float = 5.0
     tenant_floor: bool = True
     floor_slack_ms: float = 50.0
@@ -217,6 +223,9 @@ class RuntimeConfig:
         if self.isolation not in ISOLATION_MODES:
             raise ValueError(f"RuntimeConfig.isolation: expected one of {ISOLATION_MODES}, "
                              f"got {self.isolation!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"RuntimeConfig.placement: expected one of {PLACEMENTS}, "
+                             f"got {self.placement!r}")
         if self.num_executors is not None and self.num_executors < 1:
             raise ValueError(f"RuntimeConfig.num_executors: expected >= 1 or None, got {self.num_executors}")
         for name in ("quantum_ms", "credit_events", "ingress_events", "max_message_events",

@@ -304,6 +304,22 @@ def test_an_isolated_pool_places_each_dataflow_on_executors_of_its_own(tmp_path:
     assert "i3" not in plane.registry.dataflows  # refused: nothing changed
 
 
+def test_a_shared_pool_places_a_new_dataflow_beside_the_loosest_targets(tmp_path: Path) -> None:
+    def chain(name: str, target_ms: float) -> dict[str, Any]:
+        return (Dataflow(name, latency_target_ms=target_ms, tenant=name)
+                .source("s", schema=SCHEMA, event_time="ts").filter("value >= 0").sink("o")
+                ).spec.to_dict()
+
+    for placement, joins in (("targets_apart", "p100"), ("even", "f50")):
+        plane = ControlPlane(2, replace(config(tmp_path / placement), placement=placement))
+        for name, target in (("f50", 50.0), ("p100", 100.0), ("w300", 300.0)):
+            plane.lifecycle.deploy(chain(name, target))
+        on = {n: plane.registry.record(n)["executors"] for n in ("f50", "p100", "w300")}
+        assert on["f50"] != on["p100"] and on["w300"] == on[joins], (placement, on)
+    with pytest.raises(ValueError, match="RuntimeConfig.placement: expected one of"):
+        RuntimeConfig(placement="random")
+
+
 def test_the_scaling_loop_measures_each_running_dataflow(tmp_path: Path) -> None:
     plane = ControlPlane(2, config(tmp_path))
     plane.lifecycle.deploy(keyed("sc", 2).spec.to_dict())

@@ -64,6 +64,34 @@ def test_instances_of_executors_gone_move_together_to_the_least_loaded_left() ->
     assert moved_off(placement, {7}, [0], dict(load)) == placement  # not there: no change
 
 
+def chain(name: str, target_ms: float) -> Dataflow:
+    """A chain of one instance per step (source -> filter -> sink): three instances."""
+    return (Dataflow(name, latency_target_ms=target_ms)
+            .source("s", schema={"ts": "int", "k": "str"}, event_time="ts")
+            .filter("ts >= 0").sink("o"))
+
+
+def test_a_tight_target_is_placed_apart_from_tighter_ones_within_one_dataflows_load() -> None:
+    load: dict[int, int] = {}
+    urgency: dict[int, float] = {}
+
+    def put(flow: Dataflow) -> int:
+        placed = place(flow.spec, [0, 1], load, urgency=urgency)
+        (ex,) = placed.executors()
+        urgency[ex] = urgency.get(ex, 0.0) + 1 / flow.spec.latency_target_ms
+        return ex
+
+    assert put(chain("f50", 50)) == 0 and put(chain("p100", 100)) == 1
+    # Loads even: the 300 ms chain joins the 100 ms one, not the 50 ms one.
+    assert put(chain("w300", 300)) == 1
+    # Executor 1 now hosts a dataflow's instances more than executor 0: the next goes
+    # to the least loaded, urgent or not.
+    assert load == {0: 3, 1: 6}
+    assert put(chain("b1000", 1000)) == 0
+    # Without urgency, the least loaded comes first, as before.
+    assert place(chain("x", 20).spec, [0, 1], {0: 3, 1: 4}).executors() == {0}
+
+
 def test_batches_of_a_restarted_executor_are_dropped_and_the_link_counts_from_zero() -> None:
     sent: list[bytes] = []
     old = Channels(1, lambda host, blob: sent.append(blob))

@@ -14,7 +14,7 @@ neighbour list comes from the `Placement`, not from the step's parallelism.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -125,7 +125,7 @@ def moved_off(placement: Placement, gone: Collection[int], executors: Sequence[i
 
 
 def place(spec: DataflowSpec, executors: Sequence[int], load: dict[int, int],
-          bins: int = DEFAULT_BINS) -> Placement:
+          bins: int = DEFAULT_BINS, urgency: Mapping[int, float] | None = None) -> Placement:
     """Place one dataflow's instances on the given executors.
 
     Instance i of every step goes to the same executor (a chain of one
@@ -133,10 +133,21 @@ def place(spec: DataflowSpec, executors: Sequence[int], load: dict[int, int],
     successive instances go to successive executors, starting at the least
     loaded one. `load` (instances per executor) is updated. Keyed steps get
     even routing tables, version 0.
+
+    With `urgency` (per executor, the sum of 1 / latency target over the dataflows
+    it hosts), the start is the least urgent executor among those loaded less than this
+    dataflow's first instances above the least loaded: tight targets apart, since a
+    message waits behind whatever else its executor receives and runs (docs/runtime.md,
+    "Placement"), while no executor gets two dataflows' instances more than another.
     """
     if not executors:
         raise ValueError("place: no executors to place on")
     order = sorted(executors, key=lambda x: (load.get(x, 0), x))
+    if urgency is not None:
+        lightest, size = load.get(order[0], 0), len(spec.steps)
+        near = [x for x in order if load.get(x, 0) - lightest < size]
+        first = min(near, key=lambda x: (urgency.get(x, 0.0), load.get(x, 0), x))
+        order = [first, *(x for x in order if x != first)]
     instances: dict[ActivationId, int] = {}
     tables: dict[str, RoutingTable] = {}
     for step in spec.steps:

@@ -88,7 +88,8 @@ class Admission:
             raise CameoError("every executor of the pool died; restart the service (or the "
                              "pool) to get new ones")
         if self.config.isolation == "shared":
-            return place(spec, all_ex, dict(self.pool.load), self.config.bins)
+            urgency = self._urgency() if self.config.placement == "targets_apart" else None
+            return place(spec, all_ex, dict(self.pool.load), self.config.bins, urgency)
         taken = {i for d in list(self.registry.dataflows.values()) if not d["released"]
                  for i in d["executors"]}
         free = [i for i in all_ex if i not in taken]
@@ -98,6 +99,14 @@ class Admission:
                              f"executor(s), {len(free)} free of {len(all_ex)}; cancel a dataflow "
                              "or start the pool with more executors")
         return place(spec, free[:want], {}, self.config.bins)
+
+    def _urgency(self) -> dict[int, float]:
+        """Per executor, the sum of 1 / latency target over the dataflows it hosts."""
+        out: dict[int, float] = {}
+        for d in self.registry.named(LIVE_STATES):
+            for ex in set(d["executors"]):
+                out[ex] = out.get(ex, 0.0) + 1.0 / d["spec"]["latency_target_ms"]
+        return out
 
 
 def _fix(prediction: Prediction, name: str, have: int) -> str:
