@@ -55,7 +55,7 @@ $(BENCH): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH)
 
-bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots; tenant mixes near capacity, random mixes; the paper's single-tenant shape), the cost of a push, overhead, throughput (1, 2, 4 executors; three nodes on loopback and in network namespaces), service, migration, recovery, self-scaling (plot; capped executors), critical paths, Nexmark (and on 1, 2, 4 executors), Kafka (and its demo); their JSON in bench/results/, the docs' tables written from it (docs/benchmarks.md)
+bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload; plots; tenant mixes near capacity, random mixes, placement; the paper's single-tenant shape), the cost of a push, overhead, throughput (1, 2, 4 executors; three nodes on loopback and in network namespaces), service, migration, recovery, self-scaling (plot; capped executors), critical paths, Nexmark (and on 1, 2, 4 executors), Kafka (and its demo); their JSON in bench/results/, the docs' tables written from it (docs/benchmarks.md)
 	mkdir -p bench/out
 	$(PY) -m bench.cameo --scenario all --repeat 3 --json bench/results/cameo.json --plots docs/bench
 	$(PY) -m bench.cameo --scenario mix --json bench/results/cameo_mix.json
@@ -63,6 +63,7 @@ bench: $(BENCH)  ## benchmarks: scenarios (single, multi, spike, fair, overload;
 	$(PY) -m bench.cameo --scenario skew --repeat 2 --json bench/results/cameo_skew.json
 	$(PY) -m bench.push_cost --json bench/results/push_cost.json
 	$(PY) -m bench.admission --rounds 3 --json bench/results/admission.json
+	$(PY) -m bench.placement --rounds 4 --json bench/results/placement.json
 	$(PY) -m bench.sched_overhead --json bench/results/sched_overhead.json
 	$(PY) -m bench.throughput --repeat 3 --json bench/results/throughput.json
 	$(PY) -m bench.network --json bench/results/network.json

@@ -121,7 +121,8 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
     the start: events ingested per second ("throughput_series_eps") and the
     executor time its operators took ("busy_series_ms"). With `explain`, each
     latency-sensitive dataflow's late results' critical path over the measured part,
-    in words ("late_words", from `Runtime.explain`).
+    in words ("late_words", from `Runtime.explain`). Each dataflow's "executors" are
+    where the pool placed it.
     """
     from cameo_actors.runtime import Runtime, RuntimeConfig
 
@@ -133,6 +134,7 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
     try:
         for ld in loads:
             rt.deploy(ld.flow)
+        placed = {ld.name: sorted(set(rt.describe(ld.name)["executors"])) for ld in loads}
         stop = threading.Event()
         threads = [threading.Thread(target=play, args=(f, ld, stop), daemon=True)
                    for f, ld in zip(feeders, loads, strict=True)]
@@ -178,6 +180,7 @@ def run(loads: list[Load], mode: str, config: dict[str, Any], warmup: float, sec
             lat = sorted(eg - ing for _, ing, eg in rows if ing >= since_ms)
             s.update(throughput_eps=(in1[ld.name] - in0[ld.name]) / (wall_ms / 1000),
                      target_ms=ld.target_ms, latency_sensitive=ld.latency_sensitive,
+                     executors=placed[ld.name],
                      offered_eps=ld.workload.rate_eps,
                      cdf_ms=[quantile(lat, q / 100) for q in range(101)] if lat else [])
             s.update(_from_event_time(rows, since_ms, ld.target_ms))
