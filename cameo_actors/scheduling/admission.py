@@ -6,13 +6,12 @@ every second (1,000 per executor, or what the executors' hosts are measured to g
 them). A dataflow demands its offered rate times the executor ms one input event costs in
 its operators, plus what receiving its calls costs every second (a client calls once per
 period, whatever it carries: a higher rate means larger calls, not more); a tenant demands
-the sum over
-its dataflows and weighs as much as its heaviest one. Under overload the tenant floors
-split the pool by weighted max-min fairness (`fair_allocation`) and a tenant's
-allocation goes to its dataflows in proportion to their demands; within spare capacity
-deadline order decides. It sees rates averaged
-over seconds: not bursts, not one executor busier than another, not a target tighter
-than a dataflow's own processing time. Measured misses stand in for what it cannot see.
+the sum over its dataflows and weighs as much as its heaviest one. Under overload the
+tenant floors split the pool by weighted max-min fairness (`fair_allocation`) and a
+tenant's allocation goes to its dataflows in proportion to their demands; within spare
+capacity deadline order decides. It sees rates averaged over seconds: not bursts, not
+one executor busier than another, not a target tighter than a dataflow's own processing
+time. Measured misses stand in for what it cannot see.
 
 Verdicts, per dataflow. `misses`: its tenant is given less than 99% of its demand (its
 results fall `behind_s_per_s` seconds further behind every second), or fewer than 90% of
