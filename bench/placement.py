@@ -24,25 +24,26 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bench import mixes
+from bench import mixes, scenarios
 from bench.harness.cluster import ensure_ray
 from bench.harness.output import save_json
 from bench.harness.runner import run
 from bench.harness.tenants import measure_capacity
 
-#: The two placements, as `RuntimeConfig.placement`.
-ARMS = ("targets_apart", "even")
+#: The two placements (`RuntimeConfig.placement`) and the mix's modes that run them.
+ARMS = {"targets_apart": "floor", "even": "floor_even"}
 #: The mix's bulk rate, as a share of what bulk alone takes in flat out.
 SHARE = 0.25
 WARMUP_S, MEASURED_S = 5.0, 20.0
 
 
 def one_round(bulk_eps: float, first: int) -> dict[str, Any]:
-    """Both arms at `bulk_eps`, `ARMS[first]` first."""
+    """Both arms at `bulk_eps`, the `first`-th of `ARMS` first."""
     out: dict[str, Any] = {}
-    for arm in ARMS[first:] + ARMS[:first]:
-        res = run(mixes.loads(mixes.ISSUE_MIX, bulk_eps), "floor",
-                  dict(policy="cameo", isolation="shared", tenant_floor=True, placement=arm),
+    arms = list(ARMS)
+    for arm in arms[first:] + arms[:first]:
+        mode = ARMS[arm]
+        res = run(mixes.loads(mixes.ISSUE_MIX, bulk_eps), mode, scenarios.MIX_MODES[mode],
                   WARMUP_S, MEASURED_S)
         out[arm] = {"utilization": res["utilization"], "cpu": res["cpu"],
                     "dataflows": {n: {k: d.get(k) for k in (

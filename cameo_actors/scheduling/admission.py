@@ -376,7 +376,7 @@ def _outcome(d: Demand, need: Mapping[str, float], given: Mapping[str, float],
                            f"{measured} ({why})")
         return Outcome(d.name, d.tenant, "unknown", None, None, None, None, 0.0, why)
 
-    demand, calls = rate * cost + (d.calls_ms_per_s or 0.0), d.calls_ms_per_s
+    demand, calls = d.demand_ms_per_s or 0.0, d.calls_ms_per_s  # rate and cost known
     # The share of its demand it is given: its tenant's.
     given_share = given[d.tenant] / need[d.tenant] if demand > 0 else 1.0
     alloc = demand * given_share
