@@ -66,7 +66,7 @@ class SparkConfig:
         restarts, restart_window_s: how many times within that window the tier starts a
             query again, from its checkpoint, when it died for a transient reason (a
             Python worker of the query's driver side that did not connect back in time,
-            see `tier.TRANSIENT`); beyond that, or for any other reason, the failure is
+            see `failures.TRANSIENT`); beyond that, or for any other reason, the failure is
             reported (`SparkQueryFailed`). Results stay exactly once across a restart.
     """
 

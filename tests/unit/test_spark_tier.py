@@ -772,10 +772,14 @@ def test_a_new_checkpoint_refuses_an_old_sink_log(tmp_path: Any) -> None:
 
 # -- a query that died --------------------------------------------------------------------------
 def test_spark_messages_are_cut_to_what_failed() -> None:
+    import doctest
     import pickle
 
+    from spark_ingest import failures
     from spark_ingest.exceptions import SparkQueryFailed
-    from spark_ingest.tier import MAX_MESSAGE_CHARS, failure_fix, spark_message
+    from spark_ingest.failures import MAX_MESSAGE_CHARS, failure_fix, spark_message
+
+    assert doctest.testmod(failures).failed == 0
 
     plan = "\n=== Streaming Query ===\nIdentifier: cameo-in-d-s [id = 1]\nCurrent State: ACTIVE"
     assert spark_message("Wrong basePath /b for the root path: file:/a/x.json" + plan) == \
@@ -902,8 +906,8 @@ def test_drain_and_stop_report_a_dead_output_after_stopping_the_rest() -> None:
 
 def test_a_query_that_died_for_a_transient_reason_starts_again() -> None:
     from spark_ingest.exceptions import SparkQueryFailed
+    from spark_ingest.failures import transient
     from spark_ingest.session import SparkConfig
-    from spark_ingest.tier import transient
 
     assert transient("Python worker failed to connect back.")
     assert transient("[CANNOT_OPEN_SOCKET] Can not open socket: ['... timed out'].")
