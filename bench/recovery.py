@@ -65,7 +65,10 @@ Per state size and checkpoint interval (1 s and 5 s; `--quick`: 1 s only), on Ra
   that got a bare KeyError from the executor's new process are counted
   (`reader_key_errors`, see `Reader`) and tried again. Alerts keep running on executor
   0: `alerts_kept_running` (never left `running`) and their p99 from the kill to the
-  first new bulk result. A run that fails keeps what it measured, with an `error`.
+  first new bulk result; `checkpoints_after_kill`: the first checkpoints that ended after
+  the kill (began and ended, seconds after it; size, parts, incremental parts), the
+  table's `checkpoint_after_restore_s` the first completed one's duration. A run that
+  fails keeps what it measured, with an `error`.
 
 State backends (`--backends`, both by default): each is measured on pools of its own
 (`RuntimeConfig.state_backend`), one after the other; every row names its `backend`, and
@@ -592,6 +595,14 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
             "alerts_p99_during_recovery_ms": a_p99, "alerts_during_recovery": a_n,
             # the restore's phases (waited for the executor, read + unpacked, restored)
             "restore_phases": info["checkpoints"].get("last_restore")})
+        # Exactly-once results are read once a checkpoint after them commits: when the
+        # first ones after the restore began and ended says where the last leg goes.
+        fig["checkpoints_after_kill"] = [
+            {"began_s": round(h["at"] - h["duration_s"] - kill_t, 3),
+             "ended_s": round(h["at"] - kill_t, 3), "ok": h["ok"], "mb": h["bytes"] / 1e6,
+             "incremental_parts": h["incremental_parts"], "parts": h["parts"]}
+            for h in info["checkpoints"].get("history", []) if h["at"] >= kill_t][:3]
+        log(f"  checkpoints after the kill: {fig['checkpoints_after_kill']}")
         log(f"  first new result {fig['recovery_s']:.2f} s after the kill (made at "
             f"{fig['first_egress_s']:.2f} s; detected {fig['detect_s']} s, restore {fig['restore_s']} s: "
             f"{fig['restore_phases']})")
@@ -692,11 +703,19 @@ def _rows(backend: str, results: dict[str, Any]) -> list[dict[str, Any]]:
                     "busy_on": al.get("busy"),
                     "recovery_s": rec.get("recovery_s"), "restore_s": rec.get("restore_s"),
                     "detect_s": rec.get("detect_s"), "replayed_events": rec.get("replayed_events"),
+                    "checkpoint_after_restore_s": _first_ok_duration(rec.get("checkpoints_after_kill")),
                     "results_match": rec.get("results_match"),
                     "error": "; ".join(str(e) for e in (r.get("error"), al_all.get("error"),
                                                         rec.get("error")) if e) or None,
                 })
     return out
+
+
+def _first_ok_duration(after: list[dict[str, Any]] | None) -> float | None:
+    """How long the first checkpoint that completed after the kill took (its barriers
+    wait behind the replay; the first new results are read once it completes)."""
+    ok = [c for c in after or () if c["ok"]]
+    return round(ok[0]["ended_s"] - ok[0]["began_s"], 3) if ok else None
 
 
 def row_key(r: dict[str, Any]) -> str:

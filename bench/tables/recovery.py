@@ -16,8 +16,8 @@ GOALS = {
 }
 
 
-def _s(v: float | None) -> str:
-    return "" if v is None else f"{v:.1f} s"
+def _s(v: float | None, digits: int = 1) -> str:
+    return "" if v is None else f"{v:.{digits}f} s"
 
 
 def _recovery(figures: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
@@ -47,8 +47,9 @@ def _row(figures: dict[str, Any], r: dict[str, Any]) -> str:
         equal = "failed (its `error` in the JSON)"
     rss = "" if r.get("rss_mb") is None else f"{r['rss_mb']:,.0f} MB"
     return (f"| {r['backend']} | {r['keys']:,} keys | {r['interval_s']:g} s | {r['parts']} | "
-            f"{ckpt} | {overhead} | {alerts} | {_s(r['recovery_s'])} | {_s(r['detect_s'])} | "
-            f"{_restore(rec)} | {rss} | {equal} |")
+            f"{ckpt} | {overhead} | {alerts} | {_s(r['recovery_s'])} | "
+            f"{_s(r['detect_s'], 2)} | "
+            f"{_restore(rec)} | {_s(r.get('checkpoint_after_restore_s'))} | {rss} | {equal} |")
 
 
 def goals(figures: dict[str, Any]) -> list[str]:
@@ -74,11 +75,13 @@ def goals(figures: dict[str, Any]) -> list[str]:
 
 def table(figures: dict[str, Any]) -> list[str]:
     """`bench.recovery`: per state backend, state size, interval and parts, the checkpoint,
-    its cost in throughput and in the alerts' p99, the recovery and its phases, the
+    its cost in throughput and in the alerts' p99, the recovery and its phases (the
+    last: the checkpoint after the restore, which the first new results wait for), the
     killed executor's resident memory before; then the goals."""
     lines = ["| backend | state | interval | parts | checkpoint | throughput with / without | "
              "alerts p99, without → with | recovery (kill → first new result read) | detect | "
-             "restore (wait, read and unpack, load) | resident memory | results equal |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "restore (wait, read and unpack, load) | first checkpoint after the restore | "
+             "resident memory | results equal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_row(figures, r) for r in figures["table"]]
     return [*lines, "", "Goals (incremental parts, the default):", "", *goals(figures)]

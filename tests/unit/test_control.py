@@ -7,6 +7,7 @@ pauses the dataflow's checkpoints; the pool's load follows placements."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,38 @@ def test_an_executor_restarted_is_noticed_and_its_dataflow_restored(tmp_path: Pa
     assert [h["state"] for h in info["history"]] == ["running", "recovering", "running"]
     assert "executor 1 died: it was restarted" in info["history"][1]["reason"]
     feed(plane, "rc", data[450:], end=True)
+    finished(plane, flow, data)
+
+
+def test_an_executor_whose_watched_process_exits_is_lost_at_once_and_its_dataflow_restored(
+        tmp_path: Path) -> None:
+    """The liveness round watches each executor's process on this host (here every one is
+    this test's process); its exit is a loss at once, before any call fails. An exit of
+    an older incarnation, of a process being removed, or after the pool stopped is not."""
+    plane = ControlPlane(2, config(tmp_path))
+    flow, data = keyed("px", 2), events(600, seed=4)
+    plane.lifecycle.deploy(flow.spec.to_dict())
+    feed(plane, "px", data[:300])
+    assert plane.checkpoints.take("px")
+    feed(plane, "px", data[300:450])
+    plane.recovery.check_executors()
+    watched = plane.recovery.processes.watching()
+    assert [(i, pid) for i, _, pid in watched] == [(0, os.getpid()), (1, os.getpid())]
+    incarnation = plane.pool.incarnations[1]
+    plane.recovery._exited(1, "an-older-one", 4321)
+    plane.pool.draining.add(1)
+    plane.recovery._exited(1, incarnation, 4321)
+    plane.pool.draining.discard(1)
+    assert plane.registry.record("px")["recoveries"] == 0
+    plane.cluster.restart_core(1)  # what the platform does after the process died
+    plane.recovery._exited(1, incarnation, 4321)
+    info = plane.registry.record("px")
+    assert info["state"] == RUNNING and info["recoveries"] == 1, info["history"]
+    assert "executor 1 died: its process (pid 4321) exited" in info["history"][1]["reason"]
+    plane.stopped.set()
+    plane.recovery._exited(1, plane.pool.incarnations[1], 4321)
+    assert plane.registry.record("px")["recoveries"] == 1
+    feed(plane, "px", data[450:], end=True)
     finished(plane, flow, data)
 
 

@@ -58,10 +58,14 @@ class Placed:
 
 @dataclass(frozen=True, slots=True)
 class Incarnation:
-    """Which run of an executor's process answers (a restart changes it)."""
+    """Which run of an executor's process answers (a restart changes it); `process`: its
+    process (`process_watch.identity`, "" where unknown), which a controller on the same
+    host watches to know of its death at once. An executor of an older release answers
+    without it (read it with `getattr`)."""
 
     index: int
     incarnation: str
+    process: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,8 @@ class RayControlPlane(ControlPlane):
             self.pool.link()
             self.pool.keep_spares(cfg.standby_executors)
         self.admission.report()
-        loops = [("watch", self.recovery.watch), ("monitor", self.monitor.run),
+        loops = [("watch", self.recovery.watch), ("processes", self.recovery.processes.run),
+                 ("monitor", self.monitor.run),
                  ("checkpointer", self.checkpoints.run), ("scaling", self.scaling.run)]
         if cfg.trace_sample > 0:
             loops.append(("tracer", self.tracing.run))

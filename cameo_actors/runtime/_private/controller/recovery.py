@@ -26,6 +26,7 @@ from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
 from cameo_actors.runtime._private.executor_api import ExecutorAPI, Placed
 from cameo_actors.runtime._private.placement import Placement, moved_off
+from cameo_actors.runtime._private.process_watch import ProcessWatch
 from cameo_actors.runtime.boundary import LIVE_STATES, RECOVERING, NodeDrained, RestoreSummary
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.runtime.exceptions import RuntimeUnavailable
@@ -62,6 +63,8 @@ class Recovery:
         #: them (`_restart`): a restore that needs one leaves the work to that thread
         self.relinking: set[int] = set()
         self.losses: Counter[str] = Counter()
+        #: the processes of executors on this host, whose exits are known at once
+        self.processes = ProcessWatch(self._exited)
 
     # -- watching --------------------------------------------------------------------------
     def watch(self, stopped: threading.Event) -> None:
@@ -87,6 +90,19 @@ class Recovery:
                 self.lost(i, short_cause(answer))
             elif answer is not None and answer.incarnation != known:
                 self.lost(i, "it was restarted")
+            elif answer is not None:
+                self.processes.watch(i, known, getattr(answer, "process", ""))
+
+    def _exited(self, index: int, incarnation: str, pid: int) -> None:
+        """The watched process of executor `index` as `incarnation` exited: lost, unless
+        that was meant (the pool stops, the executor is being removed or was taken out)
+        or it is known already (lost, maybe back as another incarnation)."""
+        pool = self.pool
+        with self.lock:
+            if self.stopped.is_set() or pool.incarnations.get(index) != incarnation \
+                    or index not in pool.answering() or index in pool.draining:
+                return
+        self.lost(index, f"its process (pid {pid}) exited")
 
     def lost(self, index: int, cause: str) -> None:
         """Executor `index` died: its dataflows are `recovering` until it was restarted

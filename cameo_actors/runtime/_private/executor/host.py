@@ -43,6 +43,7 @@ from cameo_actors.runtime._private.executor_api import (
     WrittenPart,
 )
 from cameo_actors.runtime._private.placement import Placement
+from cameo_actors.runtime._private.process_watch import identity
 from cameo_actors.runtime.boundary import (
     DataflowPart,
     ErrorLogOffsets,
@@ -104,6 +105,7 @@ class ExecutorHost(ExecutorAPI):
         self.core, self.config, self.worker = core, config, worker
         self.index = core.index
         self.incarnation = incarnation
+        self.process = identity()
         core.channels.incarnation = incarnation
         core.checkpointing.persist = self._persist
         self.address = address
@@ -123,7 +125,7 @@ class ExecutorHost(ExecutorAPI):
 
     # -- the pool ----------------------------------------------------------------------------
     def ping(self) -> Incarnation:
-        return Incarnation(self.index, self.incarnation)
+        return Incarnation(self.index, self.incarnation, self.process)
 
     def set_peers(self, peers: list[Any], incarnations: dict[int, str]) -> str:
         self.peers = list(peers)
