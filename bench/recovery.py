@@ -66,7 +66,8 @@ Per state size and checkpoint interval (1 s and 5 s; `--quick`: 1 s only), on Ra
   (`reader_key_errors`, see `Reader`) and tried again. Alerts keep running on executor
   0: `alerts_kept_running` (never left `running`) and their p99 from the kill to the
   first new bulk result; `checkpoints_after_kill`: the first checkpoints that ended after
-  the kill (began and ended, seconds after it; size, parts, incremental parts), the
+  the kill (began and ended, seconds after it; size, parts, incremental parts; `phases`:
+  seconds from its first barrier to the last part past each phase, see `CheckpointPhases`), the
   table's `checkpoint_after_restore_s` the first completed one's duration. A run that
   fails keeps what it measured, with an `error`.
 
@@ -600,7 +601,8 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
         fig["checkpoints_after_kill"] = [
             {"began_s": round(h["at"] - h["duration_s"] - kill_t, 3),
              "ended_s": round(h["at"] - kill_t, 3), "ok": h["ok"], "mb": h["bytes"] / 1e6,
-             "incremental_parts": h["incremental_parts"], "parts": h["parts"]}
+             "incremental_parts": h["incremental_parts"], "parts": h["parts"],
+             "phases": h.get("phases")}
             for h in info["checkpoints"].get("history", []) if h["at"] >= kill_t][:3]
         log(f"  checkpoints after the kill: {fig['checkpoints_after_kill']}")
         log(f"  first new result {fig['recovery_s']:.2f} s after the kill (made at "

@@ -203,6 +203,19 @@ class CheckpointRecord(TypedDict):
     incremental_parts: int  # of them, parts that build on earlier ones (a chain)
     executors: dict[str, int]  # executor index -> bytes of its parts
     reason: str | None  # why it did not complete
+    # seconds from its first barrier put in to the last part past each phase (None: not
+    # known, as for a checkpoint not completed; a record saved before these has none)
+    phases: NotRequired[CheckpointPhases | None]
+
+
+class CheckpointPhases(TypedDict):
+    """Where a checkpoint's time went: seconds from its first barrier put in (into a
+    source's mailbox) to the last of its parts past each phase."""
+
+    barriers_s: float  # its barrier came (behind the messages before it)
+    aligned_s: float  # every input channel's barrier came
+    packed_s: float  # its state was packed (in steps, among other work)
+    written_s: float  # it was written to storage (off the worker thread)
 
 
 class RestoreSummary(TypedDict):

@@ -459,6 +459,8 @@ def test_the_checkpoints_page_shows_the_history(tab: Console, env: Env) -> None:
         return [r.get_attribute("data-id") for r in rows.all()] == ids
 
     wait_for(same, "the page's checkpoints equal the API's", 30)
+    # a completed checkpoint's phases, from its barriers to its parts written
+    expect(page.get_by_test_id("ckpt-phases").first).to_contain_text("aligned")
     expect(page.get_by_test_id("ckpt-chart")).to_be_visible()
     expect(page.get_by_test_id("ckpt-restore")).to_be_visible()
     tab.check()

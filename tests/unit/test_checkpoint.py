@@ -749,3 +749,10 @@ def test_a_large_snapshot_is_packed_in_steps_that_let_a_neighbour_run(tmp_path: 
                               aggregates=[AggSpec(name="n", fn="count")], key_fn=lambda e: e["key"])
     restored.restore(state)
     assert len(restored.state_keys()) == keys and len(state["pieces"]) > 2
+
+
+def test_the_parts_modules_examples_hold() -> None:
+    import doctest
+
+    from cameo_actors.runtime._private.checkpoint import parts
+    assert doctest.testmod(parts).failed == 0

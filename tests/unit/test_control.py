@@ -667,7 +667,13 @@ def test_a_dataflows_checkpoints_and_live_changes_are_kept_in_its_saved_record(
     assert full_next["parts"] == activations and full_next["incremental_parts"] == 2  # windows
     assert sum(full_next["executors"].values()) == full_next["bytes"] > 0
     assert set(full_next["executors"]) <= {"0", "1"}
-    assert failed["id"] == cut.ckpt and failed["bytes"] == 0
+    assert failed["id"] == cut.ckpt and failed["bytes"] == 0 and failed["phases"] is None
+    # each completed one says where its time went: barriers in, aligned, packed, written
+    phases = full_next["phases"]
+    assert phases is not None and list(phases) == ["barriers_s", "aligned_s", "packed_s",
+                                                   "written_s"]
+    assert 0 <= phases["barriers_s"] <= phases["aligned_s"] <= phases["written_s"]
+    assert phases["packed_s"] <= phases["written_s"]
     assert failed["reason"] == f"{activations} of {activations} parts not written in time " \
                                "(executors [0, 1])"
     assert last["at"] >= failed["at"] >= full_next["at"]

@@ -14,7 +14,7 @@ Imported by every side (controller, client, executor); it imports none of them.
 from __future__ import annotations
 
 import builtins
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
 from cameo_actors.runtime._private.placement import Placement
@@ -77,12 +77,15 @@ class WrittenPart:
         positions: a source's positions (client -> last call applied) at its barrier.
         nbytes: its size.
         bases: the stored parts it builds on (an incremental part's chain).
+        times: when (epoch ms) it passed each phase (`checkpoint.parts.PHASES`); an
+            executor of an older release sends none.
     """
 
     path: str
     positions: dict[str, int]
     nbytes: int
     bases: builtins.list[str]
+    times: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,6 +197,13 @@
       el("tbody", {}, rows));
   }
 
+  // A checkpoint's phases: seconds from its first barrier to the last part past each.
+  function phaseText(p) {
+    if (!p) return DASH;
+    return `in ${num(p.barriers_s, 2)} · aligned ${num(p.aligned_s, 2)} · packed ${num(p.packed_s, 2)}` +
+      ` · written ${num(p.written_s, 2)}`;
+  }
+
   function emptyRow(span, what) {
     return el("tr", {}, el("td", { colspan: span, class: "muted", text: what }));
   }
@@ -789,14 +796,15 @@
         const history = c.history || [];
         update(chart, history, (h) => durationBars(h));
         update(rows, history, (h) => table("Checkpoints, newest first",
-          ["Id", "At", "Outcome", "Took (s)", "Size", "Parts", "Incremental", "Per executor", "Reason"],
+          ["Id", "At", "Outcome", "Took (s)", "Phases (s)", "Size", "Parts", "Incremental", "Per executor", "Reason"],
           h.length ? h.map((k) => el("tr", { testid: "ckpt-row", "data-id": k.id },
             el("td", { text: String(k.id) }), el("td", { text: when(k.at) }),
             el("td", { class: k.ok ? "ok" : "bad", text: k.ok ? "ok" : "failed" }),
-            el("td", { class: "n", text: num(k.duration_s, 3) }), el("td", { class: "n", text: bytes(k.bytes) }),
+            el("td", { class: "n", text: num(k.duration_s, 3) }),
+            el("td", { testid: "ckpt-phases", text: phaseText(k.phases) }), el("td", { class: "n", text: bytes(k.bytes) }),
             el("td", { class: "n", text: num(k.parts) }), el("td", { class: "n", text: num(k.incremental_parts) }),
             el("td", { text: Object.entries(k.executors || {}).map(([x, b]) => `x${x}: ${bytes(b)}`).join(", ") || DASH }),
-            el("td", { text: k.reason || "" }))) : [emptyRow(9, "no checkpoints yet")], "ckpt-table"));
+            el("td", { text: k.reason || "" }))) : [emptyRow(10, "no checkpoints yet")], "ckpt-table"));
         update(restore, c.last_restore, (r) => {
           if (!r) return el("p", { class: "muted", testid: "ckpt-restore", text: "It was never restored." });
           const phases = [["waited", r.waited_s, "#8c959f"], ["read", r.read_s, "#0969da"], ["restored", r.restored_s, "#1a7f37"]];

@@ -507,6 +507,16 @@ class Graph(BaseModel):
     steps: list[GraphStep]
 
 
+class CheckpointPhases(BaseModel):
+    """Seconds from a checkpoint's first barrier put in (into a source's mailbox) to the
+    last of its parts past each phase."""
+
+    barriers_s: float = Field(description="its barrier came, behind the messages before it")
+    aligned_s: float = Field(description="every input channel's barrier came")
+    packed_s: float = Field(description="its state was packed")
+    written_s: float = Field(description="it was written to storage")
+
+
 class CheckpointRecord(BaseModel):
     id: int
     at: float = Field(description="epoch seconds it completed or was given up")
@@ -517,6 +527,9 @@ class CheckpointRecord(BaseModel):
     incremental_parts: int = Field(description="parts that build on earlier ones")
     executors: dict[str, int] = Field(description="executor -> bytes of its parts")
     reason: str | None = Field(description="why it did not complete")
+    phases: CheckpointPhases | None = Field(
+        default=None, description="where its time went (None: not completed, or not known)")
+
 
 
 class RestorePhases(BaseModel):

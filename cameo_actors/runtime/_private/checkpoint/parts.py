@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, cast
 import msgpack
 
 from cameo_actors.runtime._private.collector import state_coming_in
+from cameo_actors.runtime.boundary import CheckpointPhases
 
 if TYPE_CHECKING:
     from cameo_actors.dataflow.spec import DataflowSpec
@@ -77,6 +78,32 @@ INDEX_KEYS = 10_000
 DELTA_SHARE = 0.5
 #: At most this many incremental parts on top of a full one.
 MAX_DELTAS = 30
+#: The phases of a part, each stamped (epoch ms) as the part passes it: its first barrier
+#: came (the snapshot began; at a source, once the mailbox before it ran), every input
+#: channel's barrier came (aligned), the snapshot was packed, the part was written to
+#: storage. A checkpoint's phases are each one's latest over its parts, from its start.
+PHASES = ("barriers", "aligned", "packed", "written")
+
+
+def phases_of(times: list[dict[str, float]]) -> CheckpointPhases | None:
+    """A checkpoint's phases from its parts' `times` (each with "begun": when its barrier
+    was put in its source's mailbox): seconds from the first barrier put in to the last
+    part past each phase. None if a part has none (an executor of an older release).
+
+    >>> phases_of([{"begun": 1000.0, "barriers": 1100.0, "aligned": 1100.0, "packed": 1150.0,
+    ...             "written": 1300.0},
+    ...            {"begun": 1000.0, "barriers": 1400.0, "aligned": 1500.0, "packed": 1500.0,
+    ...             "written": 1550.0}])
+    {'barriers_s': 0.4, 'aligned_s': 0.5, 'packed_s': 0.5, 'written_s': 0.55}
+    """
+    if not times or any(not all(p in t for p in ("begun", *PHASES)) for t in times):
+        return None
+    begun = min(t["begun"] for t in times)
+
+    def since(phase: str) -> float:
+        return round((max(t[phase] for t in times) - begun) / 1000.0, 3)
+    return CheckpointPhases(barriers_s=since("barriers"), aligned_s=since("aligned"),
+                            packed_s=since("packed"), written_s=since("written"))
 
 #: A channel into an activation: (input port, upstream activation id; "" = ingress).
 Channel = tuple[int, str]
@@ -102,6 +129,7 @@ class Content:
         inflight: the messages recorded on channels whose barrier had not come.
         results: a sink's result log at the barrier, (first offset, chunks, id counts).
         nbytes: its size, once packed.
+        times: when (epoch ms) the part passed each phase (`PHASES`) on the worker thread.
     """
 
     state: bytes
@@ -109,6 +137,7 @@ class Content:
     inflight: list[Recorded]
     results: tuple[int, list[Any], list[Any] | None] | None
     nbytes: int = 0
+    times: dict[str, float] = field(default_factory=dict)
 
     def frames(self) -> list[bytes]:
         """The part as msgpack objects one after the other: a head, then the recorded
@@ -183,6 +212,7 @@ class Part:
         bases: the stored parts this one builds on (incremental: its chain before it,
             the full part first); [] for a full part.
         handed: its content, once complete and handed over to be written (`take`).
+        times: when (epoch ms) it passed each phase of `PHASES` so far.
     """
 
     ckpt: int
@@ -195,6 +225,7 @@ class Part:
     positions: dict[str, int] = field(default_factory=dict)
     bases: list[str] = field(default_factory=list)
     handed: Content | None = None
+    times: dict[str, float] = field(default_factory=dict)
 
     @property
     def written(self) -> bool:
@@ -208,7 +239,8 @@ class Part:
     def take(self) -> Content:
         """Its content, to be packed and written off the worker thread; the part keeps
         none of it (only its size, once packed)."""
-        self.handed = Content(self.state, self.pieces, self.inflight, self.results)
+        self.handed = Content(self.state, self.pieces, self.inflight, self.results,
+                              times=self.times)
         self.state, self.pieces, self.inflight, self.results = b"", [], [], None
         return self.handed
 

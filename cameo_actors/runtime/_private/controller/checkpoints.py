@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cameo_actors.errors import CameoError
+from cameo_actors.runtime._private.checkpoint.parts import phases_of
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
 from cameo_actors.runtime._private.controller_api import ControllerAPI
@@ -173,7 +174,8 @@ class CheckpointCoordinator:
                                     kept[-1].get("positions", {}) if kept else {})
         registry.checkpointed(name, cut.ckpt, time.monotonic() - cut.started,
                               {a: (placement.hosts[a], part.nbytes, bool(part.bases))
-                               for a, part in written.items()})
+                               for a, part in written.items()},
+                              phases_of([getattr(p, "times", {}) for p in written.values()]))
         return True
 
     def _incomplete(self, cut: Cut, written: dict[str, WrittenPart]) -> str | None:

@@ -23,6 +23,7 @@ from cameo_actors.runtime.boundary import (
     FAILED,
     LIVE_STATES,
     RECOVERING,
+    CheckpointPhases,
     CheckpointRecord,
     DataflowInfo,
     DataflowSummary,
@@ -367,9 +368,10 @@ class Registry:
                                  for s in info["spec"]["steps"]]
 
     def checkpointed(self, name: str, ckpt: int, duration_s: float,
-                     parts: dict[str, tuple[int, int, bool]]) -> None:
+                     parts: dict[str, tuple[int, int, bool]],
+                     phases: CheckpointPhases | None = None) -> None:
         """Checkpoint `ckpt` completed; `parts`: activation -> (executor, bytes, whether
-        it builds on earlier parts)."""
+        it builds on earlier parts); `phases`: when its parts passed each phase."""
         size = sum(nbytes for _, nbytes, _ in parts.values())
         by_executor: Counter[str] = Counter()
         for ex, nbytes, _ in parts.values():
@@ -385,7 +387,8 @@ class Registry:
             self._kept(info, {"id": ckpt, "at": now, "ok": True, "duration_s": duration_s,
                               "bytes": size, "parts": len(parts),
                               "incremental_parts": sum(inc for _, _, inc in parts.values()),
-                              "executors": dict(by_executor), "reason": None})
+                              "executors": dict(by_executor), "reason": None,
+                              "phases": phases})
 
     def checkpoint_failed(self, name: str, reason: str, ckpt: int | None = None,
                           duration_s: float = 0.0) -> None:
@@ -395,7 +398,8 @@ class Registry:
                 info["checkpoints"]["failed"] += 1
                 self._kept(info, {"id": ckpt or 0, "at": time.time(), "ok": False,
                                   "duration_s": duration_s, "bytes": 0, "parts": 0,
-                                  "incremental_parts": 0, "executors": {}, "reason": reason})
+                                  "incremental_parts": 0, "executors": {}, "reason": reason,
+                                  "phases": None})
 
     def _kept(self, info: DataflowInfo, record: CheckpointRecord) -> None:
         history = info["checkpoints"].setdefault("history", [])

@@ -147,17 +147,28 @@ class Checkpointing:
                                    positions=dict(msg.payload[2]) if act.is_source else {},
                                    bases=list(chain or ()) if head["operator"].get("delta")
                                    else [])
+            # The barrier carries when it was put in its source's mailbox (its ingest time).
+            part.times["begun"] = msg.ctx.ingest_ms
+            part.times["barriers"] = now = self.now_ms()
+            if not part.pending:
+                part.times["aligned"] = now
             if act.is_sink:
                 part.results = self.egress.dataflows[act.dataflow].results[act.id].snapshot(ckpt)
-            now = self.now_ms()
             for target, port in act.watermark_targets():
                 self.path.route(act.id, self.sched.derive(msg, target, [CHECKPOINT, ckpt], now,
                                                           port=port, is_watermark=True))
             self.snapshot_step(act, msg)
             return
         if part.ckpt == ckpt:
-            part.pending.discard(channel)
+            self._arrived(part, channel)
         self._part_done(act)
+
+    def _arrived(self, part: Part, channel: tuple[int, str]) -> None:
+        """`channel`'s barrier (or its end) came: aligned once every channel's did."""
+        if channel in part.pending:
+            part.pending.discard(channel)
+            if not part.pending:
+                part.times["aligned"] = self.now_ms()
 
     def _incremental(self, act: Activation, chain: list[str] | None) -> bool:
         """Whether `act`'s part may hold only what changed since its last (`chain`: the
@@ -184,6 +195,7 @@ class Checkpointing:
         part.pieces = state["operator"].pop("pieces", [])
         part.state = msgpack.packb(state, use_bin_type=True)
         part.head = None
+        part.times["packed"] = self.now_ms()
         self._part_done(act)
 
     def index_step(self, act: Activation, msg: Message) -> None:
@@ -212,7 +224,7 @@ class Checkpointing:
         part.inflight.append((msg.port, msg.upstream, msg.is_watermark, rows(msg.payload)))
         if msg.is_watermark and not is_control(msg.payload) and msg.payload >= END_OF_STREAM:
             # no barrier will follow
-            part.pending.discard((msg.port, msg.upstream))
+            self._arrived(part, (msg.port, msg.upstream))
             self._part_done(act)
 
     def _part_done(self, act: Activation) -> None:

@@ -235,7 +235,8 @@ class ExecutorHost(ExecutorAPI):
                              self.index, ckpt, dataflow, aid)
             return
         self.written.setdefault((dataflow, ckpt), {})[aid] = WrittenPart(
-            path, positions, content.nbytes, bases)
+            path, positions, content.nbytes, bases,
+            {**content.times, "written": self.core.clock.now_ms()})
 
     def await_checkpoint(self, dataflow: str, ckpt: int, ids: list[str], timeout_s: float
                          ) -> dict[str, WrittenPart]:
