@@ -218,7 +218,7 @@ class WindowedOperator(Operator):
         self.rejects.malformed_count = state["malformed_count"]
         if "listed" in state:  # rows per key packed in steps (`end_snapshot`)
             state = {**state, **{field: [] for field in state["listed"]}}
-            for piece in state["pieces"]:
+            for piece in state.get("pieces", ()):  # none: no key had state at the cut
                 if isinstance(piece, bytes):  # as the steps packed it, not unpacked yet
                     piece = msgpack.unpackb(piece, raw=False, strict_map_key=False)
                 state[piece[0]].extend(piece[1])

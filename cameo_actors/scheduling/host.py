@@ -184,6 +184,10 @@ class ActivationHost:
         """Messages waiting in one activation's mailbox."""
         return len(self._hosted(activation_id, "pending").mailbox)
 
+    def queued(self, activation_id: str) -> list[Message]:
+        """One activation's pending messages, in the order it will run them (a copy)."""
+        return self._hosted(activation_id, "queued").mailbox.messages()
+
     def urgent_key(self, activation_id: str) -> SortKey | None:
         """The most urgent key among one activation's pending messages (None if empty)."""
         return self._hosted(activation_id, "urgent_key").mailbox.urgent_key()

@@ -117,6 +117,10 @@ class Mailbox:
             heappop(urgent)
         return None
 
+    def messages(self) -> list[Message]:
+        """What is pending, in operator order (a copy: the mailbox is unchanged)."""
+        return [e[3] for e in sorted(self._order, key=lambda e: e[:3])]
+
     def clear(self) -> list[Message]:
         """Empty the mailbox; return what was pending, in operator order."""
         out = [e[3] for e in sorted(self._order, key=lambda e: e[:3])]

@@ -149,21 +149,32 @@ def test_the_first_barrier_snapshots_and_goes_on_to_every_target(tmp_path: Path)
     name = d.name
     win0, win1, sink = f"{name}/window_2/0", f"{name}/window_2/1", f"{name}/o/0"
     assert (hosts[f"{name}/key_by_1/0"], hosts[win0], hosts[win1], hosts[sink]) == (0, 0, 1, 0)
-    cluster.ingest(hosts, f"{name}/s/0", [events(200, seed=1)])
+    data = events(200, seed=1)
+    cluster.ingest(hosts, f"{name}/s/0", [data[:120]])
+    run_core(cluster, 0)
+    cluster.ingest(hosts, f"{name}/s/0", [data[120:]])  # still in the source's mailbox
+    acts = cluster.cores[0].hosting.activations
+    before = {aid: acts[aid].operator.watermark for aid in (f"{name}/key_by_1/0", win0)}
     assert cluster.checkpoint(name, 1) == 1  # one source
     run_core(cluster, 0)
-    # The key_by's barrier went to both window instances, after the events it sent them.
+    # The source's barrier overtook the events in its mailbox, which its part records;
+    # the key_by's barrier went to both window instances after the events it had sent
+    # them, ahead of those.
     sent = take_transit(cluster)
     to_win1 = [m for m in messages(sent) if m.target == win1]
-    assert to_win1[-1].is_watermark and to_win1[-1].payload == [CHECKPOINT, 1]
-    assert any(not m.is_watermark for m in to_win1[:-1]), "events before the barrier"
-    assert [m for m in to_win1 if m.payload == [CHECKPOINT, 1]] == to_win1[-1:]
-    # Every activation with one channel in is done at its first barrier, snapshot and all.
-    acts = cluster.cores[0].hosting.activations
+    cut = next(i for i, m in enumerate(to_win1) if m.payload == [CHECKPOINT, 1])
+    assert any(not m.is_watermark for m in to_win1[:cut]), "events before the barrier"
+    assert any(not m.is_watermark for m in to_win1[cut + 1:]), "events overtaken"
+    assert [m for m in to_win1 if m.payload == [CHECKPOINT, 1]] == [to_win1[cut]]
+    recorded = part(cluster, name, 1, f"{name}/s/0")["inflight"]
+    assert [e for _, _, wm, p in recorded if not wm for e in p] == data[120:]
+    # Every activation with one channel in is done at its first barrier, snapshot and all:
+    # as it was before the overtaken events.
     for aid in (f"{name}/s/0", f"{name}/key_by_1/0", win0):
         assert acts[aid].part is not None and acts[aid].part.written
+    for aid, watermark in before.items():
         state = part(cluster, name, 1, aid)["state"]
-        assert state["operator"]["watermark"] == acts[aid].operator.watermark
+        assert state["operator"]["watermark"] == watermark < acts[aid].operator.watermark
     assert part(cluster, name, 1, win0)["state"]["operator"]["pieces"], \
         "open windows kept"
     # The sink got the barrier from window 0 only: it snapshot, and waits for window 1's.
@@ -183,6 +194,7 @@ def test_messages_before_a_channels_barrier_are_recorded_in_flight(tmp_path: Pat
     cluster.ingest(hosts, "u/b/0", [[ev(3)]])
     run_core(cluster, 1)  # b's events are on their way to the union, before b's barrier
     from_b = take_transit(cluster)
+    run_core(cluster, 0)  # a's are in the union (a's barrier would overtake them at a)
     cluster.cores[0].checkpointing.checkpoint("u", 1)
     run_core(cluster, 0)
     union = cluster.cores[0].hosting.activations["u/union_1/0"]
@@ -233,7 +245,8 @@ def test_a_channel_at_its_end_counts_as_done(tmp_path: Path) -> None:
     assert_persisted_once(cluster)
 
 
-def test_a_sources_part_holds_the_positions_given_at_injection(tmp_path: Path) -> None:
+def test_a_sources_part_holds_its_positions_when_its_barrier_runs_and_the_calls_it_overtook(
+        tmp_path: Path) -> None:
     d = flow("filter", "pos", 1)
     cluster = InProcessCluster(1, config(tmp_path), seed=0)
     hosts = cluster.deploy(d.spec, deployment="d1")
@@ -243,14 +256,20 @@ def test_a_sources_part_holds_the_positions_given_at_injection(tmp_path: Path) -
     cluster.ingest(hosts, source, [data[10:20]], client="y")
     cluster.ingest(hosts, source, [data[20:25]], client="x")
     cluster.checkpoint(d.name, 1)
-    cluster.ingest(hosts, source, [data[25:]], client="y")  # after the cut
+    # After the barrier was put in, before it ran: before the cut, overtaken too.
+    cluster.ingest(hosts, source, [data[25:]], client="y")
     act = cluster.cores[0].hosting.activations[source]
     assert act.positions == {"x": 2, "y": 2}
     cluster.run()
     assert complete(cluster, d.name, 1)
     blob, positions = cluster.parts[(d.name, 1)][source]
-    assert positions == {"x": 2, "y": 1}
-    assert unpack_part(blob)["state"]["positions"] == {"x": 2, "y": 1}
+    assert positions == {"x": 2, "y": 2}
+    got = unpack_part(blob)
+    assert got["state"]["positions"] == {"x": 2, "y": 2}
+    # every call the barrier overtook, in the mailbox's order, with the watermarks after
+    # each; a restore runs them first, then the ingress log from the positions on
+    assert [e for _, _, wm, p in got["inflight"] if not wm for e in p] == data
+    assert all(wm for _, _, wm, p in got["inflight"] if not isinstance(p, list))
     assert part(cluster, d.name, 1, f"{d.name}/o/0")["results"][0] == 0
     assert_persisted_once(cluster)
 

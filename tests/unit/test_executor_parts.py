@@ -40,7 +40,7 @@ class Path:
 
     def __init__(self, hosting: Hosting, sched: Scheduler) -> None:
         self.hosting, self.sched = hosting, sched
-        self.controls: list[tuple[str, list[Any]]] = []
+        self.controls: list[tuple[str, list[Any], bool]] = []
         self.routed: list[tuple[str, Message]] = []
         self.barriers: list[tuple[str, list[Any]]] = []
         self.unhosted: list[str] = []
@@ -48,8 +48,9 @@ class Path:
     def route(self, sender: str, msg: Message) -> None:
         self.routed.append((sender, msg))
 
-    def control(self, spec: DataflowSpec, target: str, payload: list[Any], now: float) -> None:
-        self.controls.append((target, payload))
+    def control(self, spec: DataflowSpec, target: str, payload: list[Any], now: float,
+                first: bool = False) -> None:
+        self.controls.append((target, payload, first))
 
     def send_barriers(self, spec: DataflowSpec, sender: str, sends: list[Any], now: float) -> None:
         self.barriers.append((sender, sends))
@@ -105,7 +106,7 @@ def test_a_reroute_reaches_each_upstream_of_the_step_as_a_control_message() -> N
     ex = Executor()
     plan = PlanChanges(ex.hosting, ex.sched, ex.clock.now_ms, ex.path)
     assert plan.reroute("d", "window_2", 2, [0, 1], [0, 1]) == 1
-    assert ex.path.controls == [("d/key_by_1/0", [REROUTE, "window_2", 2, [0, 1], [0, 1]])]
+    assert ex.path.controls == [("d/key_by_1/0", [REROUTE, "window_2", 2, [0, 1], [0, 1]], False)]
     assert plan.reroute("gone", "window_2", 2, [0], [0]) == 0  # cancelled meanwhile
     assert plan.epochs("d", "window_2").keys() == {WINDOW0, WINDOW1}
     assert plan.epochs("gone", "window_2") == {}
@@ -121,11 +122,11 @@ def test_retired_instances_end_their_streams_then_leave_hosting_and_routing() ->
 
 
 # -- checkpoints -------------------------------------------------------------------------------
-def test_a_checkpoint_starts_at_each_source_with_its_positions() -> None:
+def test_a_checkpoint_starts_at_each_source_first_in_its_mailbox() -> None:
     ex = Executor()
     ex.hosting.activations[SOURCE].positions["client"] = 4
     assert ex.checkpointing.checkpoint("d", 7) == 1
-    assert ex.path.controls == [(SOURCE, [CHECKPOINT, 7, {"client": 4}])]
+    assert ex.path.controls == [(SOURCE, [CHECKPOINT, 7, {"client": 4}], True)]
 
 
 def test_the_first_barrier_goes_on_and_the_part_is_written_once_every_channel_is_in() -> None:

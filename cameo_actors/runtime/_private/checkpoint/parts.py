@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
 
+from cameo_actors.operators.columns import rows
 from cameo_actors.runtime._private.collector import state_coming_in
 from cameo_actors.runtime.boundary import CheckpointPhases
 
@@ -144,7 +145,10 @@ class Content:
         messages and the result log's chunks in frames of at most `FRAME_ROWS` rows (a
         message is never cut), then the operator's pieces. Once: it lets go of its
         content."""
-        inflight = [_pack(f) for f in _frames(self.inflight, lambda m: m[3])]
+        # A source's overtaken columns are kept as they came (an Arrow batch is immutable):
+        # made rows here, off the worker thread.
+        recorded = [(port, up, wm, rows(p)) for port, up, wm, p in self.inflight]
+        inflight = [_pack(f) for f in _frames(recorded, lambda m: m[3])]
         results, log = None, []
         if self.results is not None:
             base, chunks, seen = self.results

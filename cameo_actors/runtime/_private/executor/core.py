@@ -473,10 +473,12 @@ class ExecutorCore:
                 went = True
         return went
 
-    def control(self, spec: DataflowSpec, target: str, payload: list[Any], now: float) -> None:
-        """A control message from the controller into `target`'s mailbox, a barrier there."""
+    def control(self, spec: DataflowSpec, target: str, payload: list[Any], now: float,
+                first: bool = False) -> None:
+        """A control message from the controller into `target`'s mailbox, a barrier there
+        (`first`: ahead of every message pending there)."""
         self.sched.enqueue(Message.ingress(target, payload, dataflow=spec.name, tenant=spec.tenant,
-                                           ingest_ms=now, is_watermark=True), now)
+                                           ingest_ms=now, is_watermark=True), now, first=first)
 
     def send_barriers(self, spec: DataflowSpec, sender: str, sends: list[Any], now: float) -> None:
         """Barriers (watermarks, control) an activation sends outside its message path."""

@@ -28,8 +28,10 @@ class MessagePath(Protocol):
     def route(self, sender: str, msg: Message) -> None:
         """`msg`, sent by activation `sender`, to its target here or on another executor."""
 
-    def control(self, spec: DataflowSpec, target: str, payload: list[Any], now: float) -> None:
-        """A control message from the controller into `target`'s mailbox, a barrier there."""
+    def control(self, spec: DataflowSpec, target: str, payload: list[Any], now: float,
+                first: bool = False) -> None:
+        """A control message from the controller into `target`'s mailbox, a barrier there
+        (`first`: ahead of every message pending there)."""
 
     def send_barriers(self, spec: DataflowSpec, sender: str, sends: list[Any], now: float) -> None:
         """Barriers (watermarks, control) `sender` sends outside its message path:
