@@ -2,7 +2,11 @@
 
 Run: `python -m bench.recovery [--quick | --smoke] [--sizes small,large]
       [--parts throughput,alerts,recovery] [--capacity EPS] [--backends memory,rocksdb]
-      [--standby N] [--json FILE]`
+      [--standby N] [--baseline REV [--rounds N]] [--json FILE]`
+
+With `--baseline REV`: rounds of (that commit, in a git worktree of its own, with this
+environment; then this tree), each a process of its own with the other options, side by
+side in one session; the JSON keeps each run's table rows (`rounds`).
 
 The checkpointed dataflow, "bulk" (tenant analytics, target 1 s): source (ts, key, g, value,
 size) -> two branches: key_by(key) -> a one-day tumbling window (`id="state"`: n, total,
@@ -100,12 +104,14 @@ import threading
 import time
 from array import array
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from bench.harness.baseline import git, run_child, worktree
 from bench.harness.cluster import ensure_ray, process_memory_mb
 from bench.harness.feeds import ALERTS, AlertFeed
 from bench.harness.fingerprint import Fingerprint
-from bench.harness.output import save_json
+from bench.harness.output import REPO, save_json
 from bench.harness.results import Latencies, Reader
 from bench.harness.threads import check_threads
 from cameo_actors import Dataflow, avg, count, max_, min_, sum_
@@ -862,8 +868,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="standby executors of the recovery pool (RuntimeConfig."
                              "standby_executors): the killed executor's dataflows are restored "
                              "on a spare instead of after Ray restarted it (default 0)")
+    parser.add_argument("--baseline", help="a commit to run, in a worktree of its own, before "
+                                           "each run of this tree (each a process of its own)")
+    parser.add_argument("--rounds", type=int, default=1, help="with --baseline: rounds of both")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
+    if args.baseline:
+        return side_by_side(args.baseline, args.rounds, _child_args(args), args.json)
     backends = [x.strip() for x in args.backends.split(",") if x.strip()]
     if not backends or set(backends) - set(BACKENDS):
         parser.error(f"unknown backends {sorted(set(backends) - set(BACKENDS))}; expected some "
@@ -912,6 +923,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     figures = _figures(s, results)
     print_table(figures["table"], figures["goals"])
     save_json(args.json, figures)
+    return figures
+
+
+#: One run in a process of its own, from the tree it is started in (`side_by_side`).
+CHILD = """
+import sys
+from bench.harness.output import save_json
+from bench.recovery import main
+save_json(sys.argv[1], main(sys.argv[2:]))
+"""
+
+
+def _child_args(args: argparse.Namespace) -> list[str]:
+    """The command line of one run of each arm: this one's, without the side by side."""
+    out = ["--quick"] if args.quick else ["--smoke"] if args.smoke else []
+    out += ["--sizes", args.sizes, "--parts", args.parts, "--backends", args.backends,
+            "--standby", str(args.standby)]
+    return out + (["--capacity", str(args.capacity)] if args.capacity else [])
+
+
+def side_by_side(baseline: str, rounds: int, child_args: list[str], path: str | None
+                 ) -> dict[str, Any]:
+    """Rounds of (`baseline` in a worktree of its own, this tree), each run a process of its
+    own with `child_args`: the two side by side in one session, as the machine's speed
+    varies from day to day. Each run's table rows are kept (`rounds`)."""
+    figures: dict[str, Any] = {"baseline": git("rev-parse", "--short=10", baseline),
+                               "args": child_args, "rounds": []}
+    with worktree(baseline) as base:
+        assert base is not None
+        for i in range(rounds):
+            for arm, tree in (("baseline", base), ("this tree", Path(REPO))):
+                print(f"round {i + 1} of {rounds}, {arm}:", flush=True)
+                got = run_child(CHILD, child_args, tree, 3600.0, f"bench.recovery ({arm})")
+                figures["rounds"].append({"round": i + 1, "arm": arm, "table": got["table"],
+                                          "measured_on": got.get("measured_on")})
+                save_json(path, figures)
     return figures
 
 

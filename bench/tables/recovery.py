@@ -49,7 +49,34 @@ def _row(figures: dict[str, Any], r: dict[str, Any]) -> str:
     return (f"| {r['backend']} | {r['keys']:,} keys | {r['interval_s']:g} s | {r['parts']} | "
             f"{ckpt} | {overhead} | {alerts} | {_s(r['recovery_s'])} | "
             f"{_s(r['detect_s'], 2)} | "
-            f"{_restore(rec)} | {_s(r.get('checkpoint_after_restore_s'))} | {rss} | {equal} |")
+            f"{_restore(rec)} | {_s(rec.get('first_egress_s'))} | "
+            f"{_s(r.get('checkpoint_after_restore_s'))} | {rss} | {equal} |")
+
+
+def side_by_side(figures: dict[str, Any]) -> list[str]:
+    """`bench.recovery --baseline REV --rounds N`: per state backend and size (incremental
+    parts), the recovery and its detection in each round, the baseline beside this tree."""
+    by: dict[tuple[str, int, float, str], list[dict[str, Any]]] = {}
+    for run in figures["rounds"]:
+        for r in run["table"]:
+            if r["parts"] == "incremental":
+                by.setdefault((r["backend"], r["keys"], r["interval_s"], run["arm"]), []).append(r)
+    rev = figures["baseline"]
+
+    def each(rows: list[dict[str, Any]], field: str, digits: int) -> str:
+        return ", ".join("-" if r.get(field) is None else f"{r[field]:.{digits}f}" for r in rows)
+
+    lines = [f"| backend | state | interval | recovery, baseline `{rev}` (s, per round) | "
+             "recovery, this tree | detect, baseline | detect, this tree | results equal |",
+             "|---|---|---|---|---|---|---|---|"]
+    for backend, keys, interval, _ in sorted({k for k in by if k[3] == "this tree"}):
+        base = by.get((backend, keys, interval, "baseline"), [])
+        this = by[(backend, keys, interval, "this tree")]
+        equal = "yes" if all(r["results_match"] for r in base + this) else "**no**"
+        lines.append(f"| {backend} | {keys:,} keys | {interval:g} s | {each(base, 'recovery_s', 2)} | "
+                     f"{each(this, 'recovery_s', 2)} | {each(base, 'detect_s', 2)} | "
+                     f"{each(this, 'detect_s', 2)} | {equal} |")
+    return lines
 
 
 def goals(figures: dict[str, Any]) -> list[str]:
@@ -75,13 +102,14 @@ def goals(figures: dict[str, Any]) -> list[str]:
 
 def table(figures: dict[str, Any]) -> list[str]:
     """`bench.recovery`: per state backend, state size, interval and parts, the checkpoint,
-    its cost in throughput and in the alerts' p99, the recovery and its phases (the
-    last: the checkpoint after the restore, which the first new results wait for), the
+    its cost in throughput and in the alerts' p99, the recovery and its phases (when the
+    first new result was made, and how long the first checkpoint after the restore took:
+    exactly-once results are read once a checkpoint after them completes), the
     killed executor's resident memory before; then the goals."""
     lines = ["| backend | state | interval | parts | checkpoint | throughput with / without | "
              "alerts p99, without → with | recovery (kill → first new result read) | detect | "
-             "restore (wait, read and unpack, load) | first checkpoint after the restore | "
-             "resident memory | results equal |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "restore (wait, read and unpack, load) | first new result made | "
+             "first checkpoint after the restore | resident memory | results equal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_row(figures, r) for r in figures["table"]]
     return [*lines, "", "Goals (incremental parts, the default):", "", *goals(figures)]

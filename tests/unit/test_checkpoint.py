@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -297,6 +298,18 @@ def test_a_part_is_packed_in_frames_of_bounded_rows_and_reads_back_the_same() ->
     assert base == 10 and seen is None
     assert [r for c in chunks for r in c[0]] == [r for c in log for r in c[0]]
     assert {(c[1], c[2]) for c in chunks} == {(c[1], c[2]) for c in log}
+
+
+def test_a_sources_overtaken_columns_are_packed_as_rows_a_frame_at_a_time() -> None:
+    # Kept as the Arrow batch they came in; the writer thread makes them rows FRAME_ROWS
+    # at a time (one conversion holds the interpreter's lock), each slice a message.
+    batch = pa.RecordBatch.from_pylist([{"k": i, "v": i / 4} for i in range(FRAME_ROWS * 2 + 7)])
+    inflight = [(0, "", False, batch), (0, "", True, 3.0)]
+    content = Content(msgpack.packb({"operator": {}}), [], list(inflight), None)
+    back = unpack_part(content.frames())["inflight"]
+    assert [len(m[3]) for m in back[:-1]] == [FRAME_ROWS, FRAME_ROWS, 7]
+    assert [r for m in back[:-1] for r in m[3]] == batch.to_pylist()
+    assert back[-1] == [0, "", True, 3.0]
 
 
 def test_a_part_of_the_version_before_frames_still_reads() -> None:

@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
+import pyarrow as pa
 
-from cameo_actors.operators.columns import rows
 from cameo_actors.runtime._private.collector import state_coming_in
 from cameo_actors.runtime.boundary import CheckpointPhases
 
@@ -145,10 +145,7 @@ class Content:
         messages and the result log's chunks in frames of at most `FRAME_ROWS` rows (a
         message is never cut), then the operator's pieces. Once: it lets go of its
         content."""
-        # A source's overtaken columns are kept as they came (an Arrow batch is immutable):
-        # made rows here, off the worker thread.
-        recorded = [(port, up, wm, rows(p)) for port, up, wm, p in self.inflight]
-        inflight = [_pack(f) for f in _frames(recorded, lambda m: m[3])]
+        inflight = [_pack(f) for f in _frames(_as_rows(self.inflight), lambda m: m[3])]
         results, log = None, []
         if self.results is not None:
             base, chunks, seen = self.results
@@ -167,6 +164,20 @@ class Content:
 
 def _pack(obj: Any) -> bytes:
     return cast(bytes, msgpack.packb(obj, use_bin_type=True))
+
+
+def _as_rows(recorded: list[Recorded]) -> Iterator[Recorded]:
+    """Recorded messages with rows: a source's overtaken columns were kept as they came
+    (an Arrow batch is immutable) and are made rows here, off the worker thread, in
+    slices of `FRAME_ROWS` (a conversion holds the interpreter's lock, as a msgpack call
+    does: 50,000 rows at once would hold the worker thread that long), each then a
+    message of its own; one at a time, so the rows are packed as they are made."""
+    for port, upstream, watermark, payload in recorded:
+        if payload.__class__ is pa.RecordBatch:
+            for i in range(0, payload.num_rows, FRAME_ROWS):
+                yield port, upstream, watermark, payload.slice(i, FRAME_ROWS).to_pylist()
+        else:
+            yield port, upstream, watermark, payload
 
 
 def _rows(payload: Any) -> int:
