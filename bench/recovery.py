@@ -964,4 +964,5 @@ def side_by_side(baseline: str, rounds: int, child_args: list[str], path: str | 
 
 if __name__ == "__main__":
     figs = main()
-    sys.exit(1 if any(r["error"] for r in figs["table"]) else 0)
+    runs = [figs] if "table" in figs else figs["rounds"]  # one run, or side by side
+    sys.exit(1 if any(r["error"] for run in runs for r in run["table"]) else 0)
