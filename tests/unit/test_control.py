@@ -68,14 +68,22 @@ def finished(plane: ControlPlane, flow: Dataflow, data: list[dict[str, Any]]) ->
     assert want and canon(plane.results(flow.name)) == want
 
 
-def test_an_executor_restarted_is_noticed_and_its_dataflow_restored(tmp_path: Path) -> None:
+def checkpointed_then_fed(tmp_path: Path, name: str, seed: int
+                          ) -> tuple[ControlPlane, Dataflow, list[dict[str, Any]]]:
+    """A keyed dataflow on two executors: 300 events, a checkpoint, 150 more (replayed
+    from the ingress log by a restore); 150 are left to feed."""
     plane = ControlPlane(2, config(tmp_path))
-    flow, data = keyed("rc", 2), events(600, seed=3)
+    flow, data = keyed(name, 2), events(600, seed=seed)
     plane.lifecycle.deploy(flow.spec.to_dict())
-    assert plane.registry.record("rc")["executors"] == [0, 1]
-    feed(plane, "rc", data[:300])
-    assert plane.checkpoints.take("rc")
-    feed(plane, "rc", data[300:450])  # after the checkpoint: replayed from the ingress log
+    assert plane.registry.record(name)["executors"] == [0, 1]
+    feed(plane, name, data[:300])
+    assert plane.checkpoints.take(name)
+    feed(plane, name, data[300:450])
+    return plane, flow, data
+
+
+def test_an_executor_restarted_is_noticed_and_its_dataflow_restored(tmp_path: Path) -> None:
+    plane, flow, data = checkpointed_then_fed(tmp_path, "rc", seed=3)
     plane.cluster.restart_core(1)  # it died and the platform started it again, empty
     plane.recovery.check_executors()
     info = plane.registry.record("rc")
@@ -91,12 +99,7 @@ def test_an_executor_whose_watched_process_exits_is_lost_at_once_and_its_dataflo
     """The liveness round watches each executor's process on this host (here every one is
     this test's process); its exit is a loss at once, before any call fails. An exit of
     an older incarnation, of a process being removed, or after the pool stopped is not."""
-    plane = ControlPlane(2, config(tmp_path))
-    flow, data = keyed("px", 2), events(600, seed=4)
-    plane.lifecycle.deploy(flow.spec.to_dict())
-    feed(plane, "px", data[:300])
-    assert plane.checkpoints.take("px")
-    feed(plane, "px", data[300:450])
+    plane, flow, data = checkpointed_then_fed(tmp_path, "px", seed=4)
     plane.recovery.check_executors()
     watched = plane.recovery.processes.watching()
     assert [(i, pid) for i, _, pid in watched] == [(0, os.getpid()), (1, os.getpid())]
