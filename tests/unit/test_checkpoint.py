@@ -186,11 +186,6 @@ def test_the_first_barrier_snapshots_and_goes_on_to_every_target(tmp_path: Path)
     deliver(cluster, sent)
     cluster.run()
     assert complete(cluster, name, 1)
-    # Window 1 had the key_by's events queued when their barrier came: it overtook them
-    # too, and its part records them.
-    recorded = part(cluster, name, 1, win1)["inflight"]
-    assert [e for _, _, wm, p in recorded if not wm for e in p] == \
-        [e for m in to_win1[:cut] if not m.is_watermark for e in m.payload]
     assert_persisted_once(cluster)
 
 

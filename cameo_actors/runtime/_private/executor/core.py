@@ -68,11 +68,7 @@ from cameo_actors.runtime._private.exchange.epochs import MERGE, is_control
 from cameo_actors.runtime._private.exchange.routes import partials_by_owner
 from cameo_actors.runtime._private.exchange.wire import decode_message
 from cameo_actors.runtime._private.executor.activation import Activation
-from cameo_actors.runtime._private.executor.checkpointing import (
-    Checkpointing,
-    Persist,
-    overtakes,
-)
+from cameo_actors.runtime._private.executor.checkpointing import Checkpointing, Persist
 from cameo_actors.runtime._private.executor.counters import Statistics
 from cameo_actors.runtime._private.executor.egress import Egress
 from cameo_actors.runtime._private.executor.flow import RESULTS_FULL, FlowControl
@@ -269,7 +265,7 @@ class ExecutorCore:
             if act is None:  # cancelled meanwhile: return the credits all the same
                 self._ack(msg.upstream, msg.target, msg.size, 0.0)
             elif act.generation == msg.generation:
-                self.sched.enqueue(msg, now, first=overtakes(act, msg))
+                self.sched.enqueue(msg, now)
                 act.events_arrived += msg.size
                 got.append(act)
             # else: sent by a run the dataflow was restored from since: its sender is gone
@@ -404,7 +400,7 @@ class ExecutorCore:
         if host == self.index:
             target = self.hosting.activations.get(msg.target)
             if target is not None:
-                self.sched.enqueue(msg, self.clock.now_ms(), first=overtakes(target, msg))
+                self.sched.enqueue(msg, self.clock.now_ms())
                 target.events_arrived += msg.size
         elif host is not None:
             self.channels.message(host, msg, self._due_ms(msg))
