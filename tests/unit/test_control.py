@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,11 @@ from cameo_actors.operators.bins import stable_hash
 from cameo_actors.runtime._private.checkpoint.parts import part_chains
 from cameo_actors.runtime._private.checkpoint.storage import CheckpointStorage
 from cameo_actors.runtime._private.controller import registry as registry_module
-from cameo_actors.runtime._private.controller.checkpoints import CheckpointPhase
+from cameo_actors.runtime._private.controller.checkpoints import (
+    CATCH_UP_CHECKPOINTS,
+    CATCH_UP_S,
+    CheckpointPhase,
+)
 from cameo_actors.runtime._private.executor import checkpointing
 from cameo_actors.runtime.boundary import CANCELLED, RUNNING
 from cameo_actors.runtime.config import RuntimeConfig, storage_not_shared
@@ -118,6 +123,33 @@ def test_an_executor_whose_watched_process_exits_is_lost_at_once_and_its_dataflo
     plane.recovery._exited(1, plane.pool.incarnations[1], 4321)
     assert plane.registry.record("px")["recoveries"] == 1
     feed(plane, "px", data[450:], end=True)
+    finished(plane, flow, data)
+
+
+def test_after_a_restore_the_next_checkpoints_follow_at_the_catch_up_cadence(
+        tmp_path: Path) -> None:
+    """The results a restored dataflow makes while it catches up are read once a
+    checkpoint after them completes: after the one taken at once, the next few follow
+    `CATCH_UP_S` apart (or their duration), then the interval again."""
+    plane, flow, data = checkpointed_then_fed(tmp_path, "cu", seed=5)
+    plane.cluster.restart_core(1)
+    plane.recovery.check_executors()
+    coordinator = plane.checkpoints
+    assert plane.registry.record("cu")["recoveries"] == 1
+    assert coordinator.due["cu"] == 0.0 and coordinator.catching_up["cu"] == CATCH_UP_CHECKPOINTS
+    counts = plane.registry.record("cu")["checkpoints"]
+    for n in range(CATCH_UP_CHECKPOINTS + 1):
+        coordinator.taking.add("cu")  # as its loop starts one that is due
+        coordinator.due["cu"] = math.inf
+        before = time.monotonic()
+        coordinator._scheduled("cu")
+        after = time.monotonic()
+        if n < CATCH_UP_CHECKPOINTS:
+            assert coordinator.due["cu"] - after <= max(CATCH_UP_S, counts["last_duration_s"])
+        else:  # caught up: the interval again
+            assert coordinator.due["cu"] - before >= counts["interval_s"] == 1.0
+    assert "cu" not in coordinator.catching_up and counts["completed"] >= CATCH_UP_CHECKPOINTS + 2
+    feed(plane, "cu", data[450:], end=True)
     finished(plane, flow, data)
 
 

@@ -36,6 +36,13 @@ CHECKPOINT_TIMEOUT_S = 60.0
 CHECKPOINT_THREADS = 4
 #: How often the coordinator looks for checkpoints that are due.
 TICK_S = 0.05
+#: After a restore, the next `CATCH_UP_CHECKPOINTS` checkpoints follow each other this
+#: soon (at most the interval; at least the last one's duration apart): the results a
+#: restored dataflow makes while it catches up are read once a checkpoint after them
+#: completes, and the first one, taken at once, is cut before most of them are made
+#: (at the 5 s interval, the first new results then waited 5 s more).
+CATCH_UP_S = 0.25
+CATCH_UP_CHECKPOINTS = 3
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,8 @@ class CheckpointCoordinator:
         self.paused: set[str] = set()
         #: when each dataflow's next checkpoint is due (monotonic)
         self.due: dict[str, float] = {}
+        #: restored dataflows: how many checkpoints are still to follow at `CATCH_UP_S`
+        self.catching_up: dict[str, int] = {}
         self._changed = threading.Condition(registry.lock)
         self._threads = ThreadPoolExecutor(CHECKPOINT_THREADS, thread_name_prefix="cameo-ckpt")
 
@@ -104,8 +113,14 @@ class CheckpointCoordinator:
                 # takes the executor over; unless one was asked for meanwhile (`soon`).
                 if info is not None and self.due.get(name) == math.inf:
                     counts = info["checkpoints"]
-                    self.due[name] = time.monotonic() + max(
-                        counts["interval_s"], 2 * (counts["last_duration_s"] or 0.0))
+                    interval, last = counts["interval_s"], counts["last_duration_s"] or 0.0
+                    pause = max(interval, 2 * last)
+                    left = self.catching_up.pop(name, 0)
+                    if left > 0:
+                        pause = max(min(interval, CATCH_UP_S), last)
+                        if left > 1:
+                            self.catching_up[name] = left - 1
+                    self.due[name] = time.monotonic() + pause
                 self._done(name)
 
     def _done(self, name: str) -> None:
@@ -241,9 +256,11 @@ class CheckpointCoordinator:
             self.due[name] = 0.0
 
     def soon(self, name: str) -> None:
-        """The next checkpoint of `name` at the next tick (after its restore)."""
+        """The next checkpoint of `name` at the next tick, and `CATCH_UP_CHECKPOINTS` more
+        at `CATCH_UP_S` after it (after its restore)."""
         with self._changed:
             self.due[name] = 0.0
+            self.catching_up[name] = CATCH_UP_CHECKPOINTS
 
     def schedule(self, name: str, interval_s: float) -> None:
         """A new dataflow's first checkpoint: one interval from now."""
@@ -251,3 +268,4 @@ class CheckpointCoordinator:
 
     def forget(self, name: str) -> None:
         self.due.pop(name, None)
+        self.catching_up.pop(name, None)
