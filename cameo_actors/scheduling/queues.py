@@ -123,7 +123,7 @@ class Mailbox:
 
     def clear(self) -> list[Message]:
         """Empty the mailbox; return what was pending, in operator order."""
-        out = [e[3] for e in sorted(self._order, key=lambda e: e[:3])]
+        out = self.messages()
         self._order.clear()
         self._urgent.clear()
         self._pending.clear()

@@ -3,7 +3,8 @@
 - `encoding`: request bodies in (JSON or msgpack, size and nesting limits) and answers
   out (in the format asked for);
 - `requests`: the pydantic models of request bodies, and the explain window's parameter;
-- `answers`: the pydantic models of answers, and the error body.
+- `answers`: the pydantic models of answers, and the error body; `checkpoints`: those
+  of a dataflow's checkpoints.
 
 Everything is importable from here, as `from cameo_actors.service.protocol import ...`.
 """
@@ -14,7 +15,6 @@ from cameo_actors.service.protocol.answers import (
     ERROR_RESPONSES,
     CancelResponse,
     Cause,
-    Checkpoints,
     CommitResponse,
     CriticalSegment,
     CriticalSummary,
@@ -59,6 +59,7 @@ from cameo_actors.service.protocol.answers import (
     UpdateResponse,
     WhoAmI,
 )
+from cameo_actors.service.protocol.checkpoints import Checkpoints
 from cameo_actors.service.protocol.encoding import (
     DEFAULT_MAX_DEPTH,
     JSON_TYPE,
