@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml cameo_actors/runtime/_private/executor/_kafka_records.c
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
 	  { echo "cameo needs Python 3.11 (found: $$($(PYTHON) --version 2>&1)). Install python3.11 or set PYTHON=/path/to/python3.11."; exit 1; }
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)

@@ -9,6 +9,7 @@ from typing import Any
 GOAL_PER_CPU_S = 500_000
 GOAL_P50_MS, GOAL_P99_MS = 30.0, 100.0
 ARMS = {"kafka": "Kafka topic -> dataflow -> Kafka topic (transactions)",
+        "kafka_librdkafka": "the same, the source reading through librdkafka",
         "push": "pushed through the API, rows",
         "push_arrow": "pushed through the API, an Arrow table"}
 
@@ -24,9 +25,12 @@ def table(figures: dict[str, Any]) -> list[str]:
         lines.append(f"| {what} | {r['events_per_s'] / 1e3:,.0f}k | "
                      f"{r['events_per_cpu_s'] / 1e3:,.0f}k | {roles} |")
     k, a = figures["kafka"], figures.get("push_arrow")
+    rdk = figures.get("kafka_librdkafka")
     sentence = (f"{figures['events']:,} events over {figures['partitions']} partitions, median "
                 f"of {figures['repeat']}. From Kafka and back: "
                 f"{k['events_per_cpu_s'] / 1e3:,.0f}k events per CPU second, "
+                + ("" if rdk is None else f"{k['events_per_cpu_s'] / rdk['events_per_cpu_s']:.2f}x"
+                   " of the source reading through librdkafka and ")
                 + ("" if a is None else f"{k['events_per_cpu_s'] / a['events_per_cpu_s']:.2f}x "
                    "of the same events pushed as Arrow; ")
                 + ("the goal of " if k["events_per_cpu_s"] < GOAL_PER_CPU_S else "at the goal of ")

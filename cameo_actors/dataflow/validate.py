@@ -243,7 +243,8 @@ def _check_sink(step: SinkStep) -> None:
 #: The Kafka connector's own options, and the values each may take (None: any text).
 _KAFKA_OPTIONS: dict[str, tuple[str, ...] | None] = {
     "subscribe": None, "topic": None, "key": None,
-    "startingOffsets": ("earliest", "latest"), "endingOffsets": ("latest",)}
+    "startingOffsets": ("earliest", "latest"), "endingOffsets": ("latest",),
+    "client": ("cameo", "librdkafka")}
 
 
 def _check_kafka(c: ConnectorSpec, where: str, topic: str) -> None:

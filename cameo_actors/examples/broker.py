@@ -156,16 +156,20 @@ class KafkaBroker:
             raise KafkaException(meta.error)
         return sorted(meta.partitions)
 
-    def produce(self, topic: str, records: Sequence[Record], timeout_s: float = 30.0) -> None:
-        """Writes `records` (acknowledged by the broker when this returns), in order."""
+    def produce(self, topic: str, records: Sequence[Record], timeout_s: float = 30.0,
+                **settings: Any) -> None:
+        """Writes `records` (acknowledged by the broker when this returns), in order;
+        `settings` are the producer's librdkafka settings with `_` for `.`
+        (`compression_type="zstd"`)."""
         failed: list[KafkaError] = []
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
                 failed.append(err)
 
-        producer = Producer(self.client_config(**{"linger.ms": 5,
-                                                  "message.timeout.ms": int(timeout_s * 1000)}))
+        producer = Producer(self.client_config(**{
+            "linger.ms": 5, "message.timeout.ms": int(timeout_s * 1000),
+            **{k.replace("_", "."): v for k, v in settings.items()}}))
         try:
             for key, value, partition, ts in records:
                 kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}

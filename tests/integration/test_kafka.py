@@ -42,14 +42,15 @@ def kafka() -> Iterator[KafkaBroker]:
 
 
 def kafka_window(name: str, broker: KafkaBroker, topic_in: str, topic_out: str,
-                 idle_timeout_ms: int | None = None) -> Dataflow:
-    """Events from `topic_in` (a source instance per two partitions), a keyed tumbling
-    window, its rows to `topic_out` keyed by the window's key."""
+                 idle_timeout_ms: int | None = None, **options: str) -> Dataflow:
+    """Events from `topic_in` (a source instance per two partitions; more source
+    `options`), a keyed tumbling window, its rows to `topic_out` keyed by the window's
+    key."""
     d = Dataflow(name, latency_target_ms=1000, tenant="kafka")
     (d.source("s", schema=SCHEMA, event_time="ts", allowed_lateness_ms=40, parallelism=2,
               idle_timeout_ms=idle_timeout_ms,
               connector={"format": "kafka", "kafka.bootstrap.servers": broker.bootstrap,
-                         "subscribe": topic_in})
+                         "subscribe": topic_in, **options})
      .key_by("key").window(tumbling_ms=50, parallelism=2)
      .aggregate(n=count(), total=sum_("value"))
      .sink("o", connector={"format": "kafka", "kafka.bootstrap.servers": broker.bootstrap,
@@ -58,11 +59,11 @@ def kafka_window(name: str, broker: KafkaBroker, topic_in: str, topic_out: str,
 
 
 def window_between_topics(broker: KafkaBroker, name: str, out_partitions: int = 1,
-                          idle_timeout_ms: int | None = None) -> Dataflow:
+                          idle_timeout_ms: int | None = None, **options: str) -> Dataflow:
     """`kafka_window` from topic NAME-in (PARTITIONS partitions) to NAME-out, both made."""
     broker.create_topic(f"{name}-in", PARTITIONS)
     broker.create_topic(f"{name}-out", out_partitions)
-    return kafka_window(name, broker, f"{name}-in", f"{name}-out", idle_timeout_ms)
+    return kafka_window(name, broker, f"{name}-in", f"{name}-out", idle_timeout_ms, **options)
 
 
 def written(broker: KafkaBroker, topic: str, n: int) -> bool:
@@ -70,12 +71,13 @@ def written(broker: KafkaBroker, topic: str, n: int) -> bool:
     return len(broker.read_committed(topic)) >= n
 
 
-def produce(broker: KafkaBroker, topic: str, rows: list[dict[str, Any]]) -> None:
+def produce(broker: KafkaBroker, topic: str, rows: list[dict[str, Any]], **settings: Any
+            ) -> None:
     """Each event to the partition of its key (each partition in event-time order, as a
     keyed producer writes them), its event time as the record's timestamp."""
     broker.produce(topic, [(r["key"].encode(), json.dumps(r).encode(),
                             zlib.crc32(r["key"].encode()) % PARTITIONS, int(r["ts"]))
-                           for r in rows])
+                           for r in rows], **settings)
 
 
 def read_all(rt: Any, name: str) -> dict[str, dict[str, Any]]:
@@ -167,6 +169,49 @@ def test_a_malformed_record_goes_to_the_error_output_and_the_rest_is_read(
             "its value is not JSON"], messages
         assert all(m.startswith("Kafka record kf-bad-in/0@") for m in messages), messages
         await_output(rt, name, kafka, "kf-bad-out", expected(flow, {"s": data}))
+    finally:
+        rt.cancel(name)
+
+
+@pytest.mark.parametrize("client", ["cameo", "librdkafka"])
+def test_records_of_every_compression_read_alike_through_either_client(
+        pools: Any, kafka: KafkaBroker, client: str) -> None:
+    """cameo's fetch client decodes the batches itself (`kafka_batches`): each codec a
+    producer may use, read as librdkafka reads it."""
+    rt = pools["phoenix2"]
+    name = f"kf-codecs-{client}"
+    flow = window_between_topics(kafka, name, client=client)
+    data = events(4_000, seed=53)
+    for i, codec in enumerate(["none", "gzip", "snappy", "lz4", "zstd"]):
+        produce(kafka, f"{name}-in", data[i * 800:(i + 1) * 800], compression_type=codec)
+    rt.deploy(flow)
+    try:
+        wait_for(lambda: caught_up(rt, name, 4_000), "every record read", 60)
+        readers = [c for c in read_all(rt, name).values() if "partitions" in c]
+        assert {c["client"] for c in readers} == {client}, readers
+        rt.close(name)
+        wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
+        await_output(rt, name, kafka, f"{name}-out", expected(flow, {"s": data}))
+    finally:
+        rt.cancel(name)
+
+
+def test_a_source_from_latest_reads_only_what_comes_after_it_starts(
+        pools: Any, kafka: KafkaBroker) -> None:
+    rt = pools["phoenix2"]
+    name = "kf-latest"
+    flow = window_between_topics(kafka, name, startingOffsets="latest")
+    data = events(3_000, seed=59)
+    produce(kafka, f"{name}-in", data[:1_000])  # before it starts: not read
+    rt.deploy(flow)
+    try:
+        wait_for(lambda: [c["state"] for c in read_all(rt, name).values() if "partitions" in c]
+                 == ["reading"] * 2, "both readers at the end of their partitions", 60)
+        produce(kafka, f"{name}-in", data[1_000:])
+        wait_for(lambda: caught_up(rt, name, 3_000), "the records after the start read", 60)
+        rt.close(name)
+        wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
+        await_output(rt, name, kafka, f"{name}-out", expected(flow, {"s": data[1_000:]}))
     finally:
         rt.cancel(name)
 

@@ -17,6 +17,7 @@ from cameo_actors import Dataflow
 from cameo_actors.errors import SpecError
 from cameo_actors.operators.base import Output
 from cameo_actors.operators.build import build_operator
+from cameo_actors.runtime._private.executor.kafka_batches import native
 from cameo_actors.runtime._private.executor.kafka_client import (
     WAIT_MAX_MS,
     WAIT_MIN_MS,
@@ -27,6 +28,7 @@ from cameo_actors.runtime._private.executor.kafka_client import (
 from cameo_actors.runtime._private.executor.kafka_reader import (
     PartitionRead,
     parse_json_values,
+    reads_by_fetch,
     record_event,
     watermark_of,
 )
@@ -59,6 +61,8 @@ def test_a_kafka_source_names_its_broker_and_topic_and_only_known_options() -> N
         source(**KAFKA, subscribe="events", startingOffsets="newest")
     with pytest.raises(SpecError, match=r"kafka.<a librdkafka setting>, got 'groupId'.*Fix"):
         source(**KAFKA, subscribe="events", groupId="g")
+    with pytest.raises(SpecError, match=r"client one of \['cameo', 'librdkafka'\], got 'java'"):
+        source(**KAFKA, subscribe="events", client="java")
     d = Dataflow("k", latency_target_ms=100)
     d.source("s", schema=SCHEMA).sink("o", connector={**KAFKA, "subscribe": "x"})
     with pytest.raises(SpecError, match="option 'topic'"):
@@ -114,6 +118,20 @@ def test_the_watermark_is_the_least_partitions_and_an_idle_one_is_left_out() -> 
     fresh = PartitionRead("t", 2)
     assert watermark_of([busy, fresh], now=10.0, idle_s=1.0, lateness=0.0) == -math.inf
     assert watermark_of([], now=10.0, idle_s=1.0, lateness=0.0) == -math.inf
+
+
+def test_which_client_reads_a_source_and_the_docs_examples() -> None:
+    import doctest
+
+    from cameo_actors.runtime._private.executor import kafka_client, kafka_reader
+
+    plain = {**KAFKA, "subscribe": "t", "kafka.fetch.wait.max.ms": "5"}
+    assert reads_by_fetch(plain, columns=True) == native()
+    assert not reads_by_fetch({**plain, "client": "librdkafka"}, columns=True)
+    assert not reads_by_fetch({**plain, "kafka.sasl.mechanism": "PLAIN"}, columns=True)
+    assert not reads_by_fetch(plain, columns=False)  # record fields: rows, through librdkafka
+    for module in (kafka_client, kafka_reader):
+        assert doctest.testmod(module).failed == 0, module.__name__
 
 
 def test_record_values_parse_into_the_sources_columns_or_fall_back_to_rows() -> None:

@@ -6,13 +6,24 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cameo_actors.operators.base import END_OF_STREAM
+from cameo_actors.runtime._private.executor.kafka_batches import (
+    Batch,
+    Committed,
+    UnsupportedBatch,
+    batches,
+    join_values,
+    json_columns,
+    native,
+    records_of,
+)
 from cameo_actors.runtime._private.executor.kafka_client import (
     CALL_TIMEOUT_S,
     CONNECT_TIMEOUT_S,
@@ -25,14 +36,29 @@ from cameo_actors.runtime._private.executor.kafka_client import (
     load_kafka,
     waits_of,
 )
+from cameo_actors.runtime._private.executor.kafka_fetch import (
+    EARLIEST,
+    LATEST,
+    OFFSET_OUT_OF_RANGE,
+    FetchClient,
+    KafkaProtocolError,
+)
 
 if TYPE_CHECKING:
     from cameo_actors.runtime._private.executor.activation import Activation
     from cameo_actors.runtime._private.executor.core import ExecutorCore
 
+logger = logging.getLogger(__name__)
 
 #: Records taken from the consumer per ingest call (the source cuts them into messages).
 READ_BATCH = 5_000
+#: What one fetch of cameo's client asks for at most, in all and per partition: about as
+#: many records as READ_BATCH at a hundred bytes each.
+FETCH_BYTES, PARTITION_BYTES = 1 << 20, 512 << 10
+#: The librdkafka settings cameo's fetch client also honours; a source with any other
+#: (security, client tuning) reads through librdkafka.
+FETCH_CLIENT_SETTINGS = {"kafka.bootstrap.servers", "kafka.fetch.wait.max.ms",
+                         "kafka.client.id", "kafka.group.id"}
 #: What the client fetches ahead of the reader, at most (librdkafka's default is 64 MB per
 #: consumer): while the source has no room, the reader waits and this much waits with it.
 QUEUED_KB = 8_192
@@ -94,27 +120,82 @@ def parse_json_values(values: list[bytes | None], schema: list[tuple[str, str]],
     source's columns (pyarrow's JSON reader: a fifth of json.loads' cost per record here);
     None if they do not all parse as the schema says (the rows then say which is wrong,
     and why)."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    from cameo_actors.operators.column_schema import arrow_schema, conform
-    from cameo_actors.operators.exceptions import ColumnsRefused
-
     try:
         body = b"\n".join(values)  # type: ignore[arg-type]  # None: TypeError
     except TypeError:
         return None
     if body.count(b"\n") != len(values) - 1:  # a value of several lines
         return None
+    return parse_json_body(body, len(values), schema, step)
+
+
+def parse_json_body(body: bytes, n: int, schema: list[tuple[str, str]], step: str) -> Any:
+    """`n` JSON objects, one a line, as one Arrow batch of a source's columns; None if
+    they do not all parse as the schema says."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    from cameo_actors.operators.column_schema import arrow_schema, conform
+    from cameo_actors.operators.exceptions import ColumnsRefused
+
+    if native():  # the common case in C, a tenth of pyarrow's cost (`json_columns`)
+        batch = json_columns(body, n, schema)
+        if batch is not None:
+            return conform(step, batch, schema)[0]
     try:  # one block for the whole batch, on this thread
         table = pj.read_json(pa.BufferReader(body), read_options=pj.ReadOptions(
             use_threads=False, block_size=len(body) + 1), parse_options=pj.ParseOptions(
             explicit_schema=arrow_schema(schema)))
-        if table.num_rows != len(values):
+        if table.num_rows != n:
             return None
         return conform(step, table, schema)[0]
     except (pa.ArrowInvalid, ColumnsRefused, IndexError):
         return None
+
+
+def largest_by_run(times: Any, of: Any) -> list[tuple[int, float]]:
+    """The largest of `times` in each run of records of one partition (`of`: each
+    record's partition; a read's records come in such runs), NaN (no time) left out.
+
+    >>> largest_by_run([5.0, 9.0, 2.0, float("nan"), 4.0], [0, 0, 1, 1, 0])
+    [(0, 9.0), (1, 2.0), (0, 4.0)]
+    """
+    import numpy as np
+
+    which = np.asarray(of, dtype=np.int64)
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(which)) + 1))
+    return list(zip(which[starts].tolist(),
+                    np.fmax.reduceat(np.asarray(times, dtype=np.float64), starts).tolist(),
+                    strict=True))
+
+
+def reads_by_fetch(options: dict[str, str], columns: bool) -> bool:
+    """Whether a source reads through cameo's fetch client (`kafka_fetch`) rather than
+    librdkafka: its records parse into columns (no record field in its schema), it has no
+    librdkafka setting the client does not honour, its `client` option is not
+    "librdkafka", and the C part is built.
+
+    >>> reads_by_fetch({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}, False)
+    False
+    >>> reads_by_fetch({"kafka.security.protocol": "SASL_SSL"}, True)
+    False
+    """
+    if not columns or options.get("client") == "librdkafka":
+        return False
+    if any(k.startswith("kafka.") and k not in FETCH_CLIENT_SETTINGS for k in options):
+        return False
+    return native()
+
+
+@dataclass
+class Got:
+    """What one read took from the broker, for `KafkaReader._deliver`."""
+
+    n: int  # records
+    of: Any  # each record's partition (its index in `KafkaReader.parts`)
+    moved: dict[str, int]  # position key -> the next offset to read
+    batch: Any  # the records' values as one Arrow batch; None: as `rows`
+    rows: list[Any]  # the records (confluent-kafka's Message, or `kafka_batches.Record`)
 
 
 def record_event(m: Any, read: PartitionRead, fields: list[str], event_time: str | None,
@@ -180,6 +261,8 @@ class KafkaReader(Connector):
         self.ended = False
         self.malformed = 0
         self.consumer: Any = None
+        self.fetcher: FetchClient | None = None  # cameo's fetch client, where it reads
+        self.by_fetch = reads_by_fetch(self.options, self.columns)
         self.assigned: list[Any] = []  # its TopicPartitions, to ask their end offsets
         self.by_key: dict[str, PartitionRead] = {}  # position_key -> its read
         self.index: dict[tuple[str, int], int] = {}  # (topic, partition) -> its place in parts
@@ -191,10 +274,14 @@ class KafkaReader(Connector):
             if not self._alive() or self.act.saw_end():  # gone, or its sources closed
                 break
             try:
-                if self.consumer is None:
-                    self._open()
+                if self.consumer is None and self.fetcher is None:
+                    self._open_fetch() if self.by_fetch else self._open()
                     backoff = RETRY_S
                 self._read_once()
+            except UnsupportedBatch as e:  # batches only librdkafka reads
+                logger.warning("kafka %s: %s; reading through librdkafka", self.aid, e)
+                self._close()
+                self.by_fetch = False
             except Exception as e:  # the broker away, a topic missing: shown, tried again
                 self.failed(e, backoff)
                 self._close()
@@ -217,19 +304,14 @@ class KafkaReader(Connector):
                 "enable.partition.eof": True}
         consumer = ck.Consumer(conf)
         try:
-            mine = self._partitions(consumer)
-            positions = self.call(lambda: dict(self.act.positions))
+            meta = consumer.list_topics(timeout=CONNECT_TIMEOUT_S).topics
+            mine = self._partitions({
+                t: sorted(m.partitions) if m.error is None and m.partitions else str(m.error)
+                for t, m in meta.items()})
             start = OFFSET_END if self.options.get("startingOffsets") == "latest" \
                 else OFFSET_BEGINNING
-            assign = []
-            for topic, p in mine:
-                read = self.parts.setdefault((topic, p), PartitionRead(topic, p))
-                self.index.setdefault((topic, p), len(self.index))
-                self.by_key[position_key(topic, p)] = read
-                at = positions.get(position_key(topic, p), read.next_offset)
-                read.taken = max(read.taken, at)
-                assign.append(TopicPartition(topic, p, at if at >= 0 else start))
-            consumer.assign(assign)
+            consumer.assign([TopicPartition(topic, p, at if at >= 0 else start)
+                             for (topic, p), at in self._positions(mine).items()])
             self.assigned = [TopicPartition(topic, p) for topic, p in mine]
         except BaseException:
             consumer.close()
@@ -237,29 +319,76 @@ class KafkaReader(Connector):
         self.consumer = consumer
         self.state, self.error = "reading", ""
 
-    def _partitions(self, consumer: Any) -> list[tuple[str, int]]:
-        """This instance's share of the topics' partitions."""
-        meta = consumer.list_topics(timeout=CONNECT_TIMEOUT_S)
+    def _open_fetch(self) -> None:
+        """Opens cameo's fetch client (`kafka_fetch`): each partition read from its
+        position, or where startingOffsets says."""
+        self.waits = waits_of(self.core, self.act)
+        if "kafka.fetch.wait.max.ms" in self.options:
+            self.waits = replace(self.waits, fetch_ms=int(self.options["kafka.fetch.wait.max.ms"]))
+        client = FetchClient(self.options["kafka.bootstrap.servers"],
+                             self.options.get("kafka.client.id", f"cameo.{self.act.dataflow}"),
+                             CONNECT_TIMEOUT_S + self.waits.fetch_ms / 1000.0)
+        try:
+            positions = self._positions(self._partitions(client.partitions(self.topics)))
+            unknown = [tp for tp, at in positions.items() if at < 0]
+            if unknown:
+                positions.update(client.offsets(unknown, LATEST if self.options.get(
+                    "startingOffsets") == "latest" else EARLIEST))
+            for tp, at in positions.items():
+                if at < 0:
+                    raise ConnectionError(f"the broker told no offset of {tp[0]}/{tp[1]}")
+                self.parts[tp].next_offset = at
+        except BaseException:
+            client.close()
+            raise
+        self.fetcher = client
+        self.state, self.error = "reading", ""
+
+    def _partitions(self, found: dict[str, Any]) -> list[tuple[str, int]]:
+        """This instance's share of the topics' partitions (`found`: each topic's, or why
+        it has none)."""
         every = []
         for topic in self.topics:
-            t = meta.topics.get(topic)
-            if t is None or t.error is not None or not t.partitions:
+            t = found.get(topic)
+            if not isinstance(t, list):
                 raise LookupError(f"topic {topic!r} does not exist on the broker "
-                                  f"({t.error if t is not None else 'not listed'})")
-            every += [(topic, p) for p in sorted(t.partitions)]
+                                  f"({t if t is not None else 'not listed'})")
+            every += [(topic, p) for p in t]
         return every[self.act.aid.instance::self.instances]
 
+    def _positions(self, mine: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Where to read each of `mine` from: the instance's position (what it took in),
+        -1 where it has none yet."""
+        positions = self.call(lambda: dict(self.act.positions))
+        out = {}
+        for topic, p in mine:
+            read = self.parts.setdefault((topic, p), PartitionRead(topic, p))
+            self.index.setdefault((topic, p), len(self.index))
+            self.by_key[position_key(topic, p)] = read
+            at = positions.get(position_key(topic, p), read.next_offset)
+            read.taken = max(read.taken, at)
+            out[(topic, p)] = at
+        return out
+
     def _close(self) -> None:
+        if self.fetcher is not None:
+            self.fetcher.close()
+            self.fetcher = None
         if self.consumer is not None:
             with contextlib.suppress(Exception):  # a consumer whose broker is gone
                 self.consumer.close()
             self.consumer = None
 
     def _read_once(self) -> None:
+        got = self._fetch() if self.fetcher is not None else self._consume()
+        if got.n and self.state == WAITING:  # the broker is back
+            self.state, self.error = "reading", ""
+        self._deliver(got, time.monotonic())
+
+    def _consume(self) -> Got:
+        """A read through librdkafka: up to READ_BATCH records."""
         msgs = self.consumer.consume(READ_BATCH, self.waits.read_s)
         now = time.monotonic()
-        if msgs and self.state == WAITING:  # the broker is back
-            self.state, self.error = "reading", ""
         # Per record only what must be (its partition, its last offset); the rest per
         # partition: this loop is most of a reader's own cost.
         records: list[Any] = []
@@ -296,21 +425,86 @@ class KafkaReader(Connector):
             read = self.parts[(tp.topic, tp.partition)]
             high = self.consumer.get_watermark_offsets(tp, cached=True)[1]
             read.high = max(read.high, high, read.next_offset)
-        # A watermark after every WATERMARK_EVERY records, not after a batch of thousands:
-        # whether an event is late is as fine-grained as through the API.
+        return Got(len(records), of, moved, batch, records)
+
+    def _fetch(self) -> Got:
+        """A read through cameo's fetch client (`kafka_fetch`): each partition's batches
+        from its position, their values joined in C and parsed into one Arrow batch; the
+        records as rows where a value is null or of several lines, or does not parse."""
+        assert self.fetcher is not None
+        reads = list(self.parts.values())
+        wanted = {(r.topic, r.partition): r.next_offset for r in reads}
+        answers = self.fetcher.fetch(wanted, self.waits.fetch_ms, FETCH_BYTES, PARTITION_BYTES)
+        now = time.monotonic()
+        bodies: list[bytes] = []
+        counts: list[int] = []
+        which: list[int] = []
+        kept: list[tuple[int, Batch, int]] = []  # (partition index, batch, first offset)
+        moved: dict[str, int] = {}
+        odd = 0
+        for f in answers:
+            i = self.index[(f.topic, f.partition)]
+            read = reads[i]
+            if f.error == OFFSET_OUT_OF_RANGE:  # gone from the log (retention): the earliest
+                read.next_offset = self.fetcher.offsets([(f.topic, f.partition)], EARLIEST)[
+                    (f.topic, f.partition)]
+                self.error = f"{f.topic}/{f.partition}: the position was no longer in the " \
+                    f"log; read on from its earliest record, {read.next_offset}"
+                continue
+            if f.error:
+                raise KafkaProtocolError(f"fetching {f.topic}/{f.partition}", f.error)
+            committed = Committed(f.aborted)
+            at = read.next_offset
+            for b in batches(f.records or b""):
+                if b.last_offset < at:
+                    continue
+                if committed.keep(b):
+                    body, n, _, o = join_values(b, at)
+                    if n:
+                        bodies.append(body)
+                        counts.append(n)
+                        which.append(i)
+                        kept.append((i, b, at))
+                        odd |= o
+                at = b.last_offset + 1
+            if at != read.next_offset:
+                read.next_offset = at
+                moved[position_key(read.topic, read.partition)] = at
+            read.high = max(read.high, f.high)
+            was = read.at_end
+            read.at_end = at >= f.high
+            if read.at_end and (not was or at != wanted[(f.topic, f.partition)]):
+                read.at_end_since = now
+        import numpy as np
+
+        n = sum(counts)
+        of = np.repeat(np.asarray(which, dtype=np.int64), counts)
+        batch = None
+        if n and not odd:
+            batch = parse_json_body(b"\n".join(bodies), n, self.schema, self.act.step.id)
+        if n and batch is None:  # as rows: each odd record says what is wrong with it
+            return Got(n, of, moved, None,
+                       [r for _, b, first in kept for r in records_of(b, first)])
+        return Got(n, of, moved, batch, [])
+
+    def _deliver(self, got: Got, now: float) -> None:
+        """What a read got, into the instance's mailbox: its events, a watermark after
+        every WATERMARK_EVERY records (whether an event is late is as fine-grained as
+        through the API), the malformed records to the error output, the end of a bounded
+        read."""
         items: list[Any] = []
         errors: list[list[Any]] = []
+        reads = list(self.parts.values())
         n = 0
-        for i in range(0, len(records), WATERMARK_EVERY):
-            chunk = records[i:i + WATERMARK_EVERY]
-            if batch is not None:
-                events: Any = batch.slice(i, len(chunk))
-                self._saw(events, of[i:i + WATERMARK_EVERY])
+        for i in range(0, got.n, WATERMARK_EVERY):
+            if got.batch is not None:
+                events: Any = got.batch.slice(i, min(WATERMARK_EVERY, got.n - i))
+                self._saw(events, got.of[i:i + WATERMARK_EVERY])
             else:
-                events = [e for m in chunk
-                          if (e := record_event(m, self.parts[(m.topic(), m.partition())],
-                                                self.record_fields, self.event_time,
-                                                self.act.step.id, errors)) is not None]
+                events = [e for j, m in enumerate(got.rows[i:i + WATERMARK_EVERY])
+                          if (e := record_event(m, reads[got.of[i + j]], self.record_fields,
+                                                self.event_time, self.act.step.id, errors))
+                          is not None]
             if len(events):
                 items.append(events)
                 n += len(events)
@@ -321,7 +515,7 @@ class KafkaReader(Connector):
         if errors:
             self.malformed += len(errors)
             items.append({"errors": errors})
-        if not records:  # partitions may have gone idle
+        if not got.n:  # partitions may have gone idle
             wm = self._watermark(now)
             if wm > self.watermark:
                 self.watermark = wm
@@ -329,25 +523,22 @@ class KafkaReader(Connector):
         if self.bounded and all(r.at_end for r in self.parts.values()):
             items.append(END_OF_STREAM)
             self.ended = True
-        if items or moved:
-            self._hand_over(items, moved, n)
+        if items or got.moved:
+            self._hand_over(items, got.moved, n)
 
     def _columns(self, records: list[Any]) -> Any:
         return parse_json_values([m.value() for m in records], self.schema, self.act.step.id)
 
-    def _saw(self, batch: Any, of: list[int]) -> None:
+    def _saw(self, batch: Any, of: Any) -> None:
         """Each partition's largest event time, after `batch` (whose events are of the
         partitions `of` names, by index)."""
         if self.event_time is None:
             return
-        import numpy as np
-
         times = batch.column(self.event_time).to_numpy(zero_copy_only=False)
         reads = list(self.parts.values())
-        which = np.asarray(of, dtype=np.int64)
-        for i in set(of):
-            mine = times if len(reads) == 1 else times[which == i]
-            reads[i].max_event_ms = max(reads[i].max_event_ms, float(np.nanmax(mine)))
+        for i, t in largest_by_run(times, of):
+            if t > reads[i].max_event_ms:  # (NaN: no time, never larger)
+                reads[i].max_event_ms = t
 
     def _watermark(self, now: float) -> float:
         if self.event_time is None:
@@ -374,6 +565,7 @@ class KafkaReader(Connector):
         """Its state, and per partition the offset the source instance took in up to and
         the lag behind the partition's end (records read but not taken in yet count)."""
         return {**super().report(), "malformed": self.malformed,
+                "client": "cameo" if self.by_fetch else "librdkafka",
                 "watermark": self.watermark,
                 "partitions": {f"{r.topic}/{r.partition}": {
                     "offset": r.taken, "lag": max(0, r.high - max(r.taken, 0))}
