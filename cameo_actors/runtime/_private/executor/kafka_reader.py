@@ -439,8 +439,8 @@ class KafkaReader(Connector):
         bodies: list[bytes] = []
         counts: list[int] = []
         which: list[int] = []
-        kept: list[tuple[int, Batch, int]] = []  # (partition index, batch, first offset)
-        moved: dict[str, int] = {}
+        kept: list[tuple[Batch, int]] = []  # (batch, its first offset wanted)
+        reached: list[tuple[PartitionRead, int, int]] = []  # (read, read up to, its end)
         odd = 0
         for f in answers:
             i = self.index[(f.topic, f.partition)]
@@ -464,17 +464,10 @@ class KafkaReader(Connector):
                         bodies.append(body)
                         counts.append(n)
                         which.append(i)
-                        kept.append((i, b, at))
+                        kept.append((b, at))
                         odd |= o
                 at = b.last_offset + 1
-            if at != read.next_offset:
-                read.next_offset = at
-                moved[position_key(read.topic, read.partition)] = at
-            read.high = max(read.high, f.high)
-            was = read.at_end
-            read.at_end = at >= f.high
-            if read.at_end and (not was or at != wanted[(f.topic, f.partition)]):
-                read.at_end_since = now
+            reached.append((read, at, f.high))
         import numpy as np
 
         n = sum(counts)
@@ -482,10 +475,19 @@ class KafkaReader(Connector):
         batch = None
         if n and not odd:
             batch = parse_json_body(b"\n".join(bodies), n, self.schema, self.act.step.id)
-        if n and batch is None:  # as rows: each odd record says what is wrong with it
-            return Got(n, of, moved, None,
-                       [r for _, b, first in kept for r in records_of(b, first)])
-        return Got(n, of, moved, batch, [])
+        rows = [r for b, first in kept for r in records_of(b, first)] \
+            if n and batch is None else []  # as rows: each odd record says what is wrong
+        # The positions move only now: a read that raised above is read again.
+        moved: dict[str, int] = {}
+        for read, at, high in reached:
+            if at != read.next_offset:
+                moved[position_key(read.topic, read.partition)] = at
+            was = read.at_end
+            read.next_offset, read.high = at, max(read.high, high)
+            read.at_end = at >= high
+            if read.at_end and (not was or position_key(read.topic, read.partition) in moved):
+                read.at_end_since = now
+        return Got(n, of, moved, batch, rows)
 
     def _deliver(self, got: Got, now: float) -> None:
         """What a read got, into the instance's mailbox: its events, a watermark after
