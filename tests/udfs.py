@@ -17,3 +17,10 @@ def double(e: dict[str, Any]) -> dict[str, Any]:
 
 def not_a_dict(e: dict[str, Any]) -> int:
     return 1
+
+
+def log_line(e: dict[str, Any]) -> dict[str, Any]:
+    """A Kafka record read whole as text (`_value`) as a log event: its level and its host
+    (the record's key), its time kept (the record's timestamp, the source's event time)."""
+    return {"level": e["_value"].split(" ", 1)[0], "host": e["_key"],
+            "_timestamp": e["_timestamp"]}

@@ -232,6 +232,12 @@ def _check_source(step: SourceStep) -> None:
     if step.connector is not None:
         _check_connector(step.connector, step.id)
         _check_kafka(step.connector, step.id, "subscribe")
+        others = [n for n in names if n not in KAFKA_RECORD_FIELDS]
+        if step.connector.format == "kafka" and "_value" in names and others:
+            raise SpecError(step.id, "with '_value' (each record's value whole, as text), "
+                            "only the record's fields: " + ", ".join(KAFKA_RECORD_FIELDS),
+                            others, "drop them, or drop '_value' to read each value's JSON "
+                            "object into the schema's fields")
 
 
 def _check_sink(step: SinkStep) -> None:
@@ -240,6 +246,10 @@ def _check_sink(step: SinkStep) -> None:
         _check_kafka(step.connector, step.id, "topic")
 
 
+#: The fields of a Kafka record a source's schema may name: its key (text), partition,
+#: offset, timestamp (ms), headers (name -> text), and its value whole as text (then no
+#: other field: the value is not parsed).
+KAFKA_RECORD_FIELDS = ("_key", "_partition", "_offset", "_timestamp", "_headers", "_value")
 #: The Kafka connector's own options, and the values each may take (None: any text).
 _KAFKA_OPTIONS: dict[str, tuple[str, ...] | None] = {
     "subscribe": None, "topic": None, "key": None,

@@ -216,6 +216,41 @@ def test_a_source_from_latest_reads_only_what_comes_after_it_starts(
         rt.cancel(name)
 
 
+def test_values_read_whole_as_text_with_the_records_key_and_timestamp(
+        pools: Any, kafka: KafkaBroker) -> None:
+    """A schema naming `_value` takes each record's value as it is (plain log lines, not
+    JSON); `_key` and `_timestamp` come from the record, the timestamp as event time."""
+    rt = pools["phoenix2"]
+    name = "kf-text"
+    kafka.create_topic(f"{name}-in", PARTITIONS)
+    kafka.create_topic(f"{name}-out", 1)
+    d = Dataflow(name, latency_target_ms=1000, tenant="kafka")
+    (d.source("s", schema={"_value": "str", "_key": "str", "_timestamp": "int"},
+              event_time="_timestamp", parallelism=2,
+              connector={"format": "kafka", "kafka.bootstrap.servers": kafka.bootstrap,
+                         "subscribe": f"{name}-in", "endingOffsets": "latest"})
+     .map(function="tests.udfs:log_line")  # ('_' names are not for expressions)
+     .filter("level == 'ERROR'")
+     .key_by("host").window(tumbling_ms=50).aggregate(n=count())
+     .sink("o", connector={"format": "kafka", "kafka.bootstrap.servers": kafka.bootstrap,
+                           "topic": f"{name}-out"}))
+    rows = [{"_key": f"host{i % 3}", "_timestamp": 1_000 + i,
+             "_value": f"{'ERROR' if i % 4 == 0 else 'INFO'} request {i} took {i % 97} ms"}
+            for i in range(2_000)]
+    kafka.produce(f"{name}-in", [(r["_key"].encode(), r["_value"].encode(),
+                                  zlib.crc32(r["_key"].encode()) % PARTITIONS, r["_timestamp"])
+                                 for r in rows])
+    rt.deploy(d)
+    try:
+        wait_for(lambda: all(c["state"] == "ended" for c in read_all(rt, name).values()
+                             if "partitions" in c), "the topic read to its end", 60)
+        rt.close(name)
+        wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
+        await_output(rt, name, kafka, f"{name}-out", expected(d, {"s": rows}))
+    finally:
+        rt.cancel(name)
+
+
 def test_a_broker_gone_mid_stream_is_waited_for_and_reading_goes_on(
         pools: Any, kafka: KafkaBroker) -> None:
     rt = pools["phoenix2"]

@@ -186,6 +186,24 @@ def test_a_record_is_its_values_object_with_the_record_fields_the_schema_names()
     assert errors[0][3] == "{no" and errors[2][3] is None
 
 
+def test_a_schema_naming_value_takes_each_value_whole_as_text() -> None:
+    read, errors = PartitionRead("in", 0), list[list[Any]]()
+    for raw, text in [(b"GET /a 200", "GET /a 200"), (b'{"not": "parsed"}', '{"not": "parsed"}'),
+                      (b"bad \xff utf-8", "bad \ufffd utf-8"), (None, None)]:
+        assert record_event(Record(raw, 7, b"k"), read, ["_key", "_value"], None, "s",
+                            errors) == {"_value": text, "_key": "k"}
+    assert not errors
+    d = Dataflow("k", latency_target_ms=100)
+    d.source("s", schema={"_value": "str", "_timestamp": "int"}, event_time="_timestamp",
+             connector={**KAFKA, "subscribe": "logs"}).sink("o")
+    assert d.spec.sources[0].id == "s"
+    with pytest.raises(SpecError, match=r"only the record's fields: _key, .*got \['level'\]"):
+        source_with = Dataflow("k", latency_target_ms=100)
+        source_with.source("s", schema={"_value": "str", "level": "str"},
+                           connector={**KAFKA, "subscribe": "logs"}).sink("o")
+        source_with.spec  # noqa: B018 (the spec is checked as it is made)
+
+
 def test_a_source_whose_watermark_comes_with_its_input_makes_none_of_its_events() -> None:
     d = source(**KAFKA, subscribe="events")
     op = build_operator(d.spec, d.spec.sources[0])

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from cameo_actors.dataflow.validate import KAFKA_RECORD_FIELDS
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.executor.kafka_batches import (
     Batch,
@@ -69,9 +70,7 @@ MIN_COLUMNS = 64
 #: bench.kafka's Kafka arm took a fifth less CPU than per 500.
 WATERMARK_EVERY = 1000
 DEFAULT_IDLE_MS = 1_000.0
-#: The fields of a record an event may take, when the source's schema names them.
 _PARTITION_EOF = -191  # KafkaError._PARTITION_EOF: a fetch reached a partition's end
-RECORD_FIELDS = ("_key", "_partition", "_offset", "_timestamp", "_headers")
 
 
 def position_key(topic: str, partition: int) -> str:
@@ -200,16 +199,21 @@ class Got:
 
 def record_event(m: Any, read: PartitionRead, fields: list[str], event_time: str | None,
                  step: str, errors: list[list[Any]]) -> Any:
-    """Record `m` of partition `read` as an event: its value's JSON object, with the
-    record's `fields` (`RECORD_FIELDS` the schema names), the partition's largest event
-    time noted; None, with an error record in `errors`, if its value is not an object."""
+    """Record `m` of partition `read` as an event: its value's JSON object (or, where the
+    schema names `_value`, the value whole as text), with the record's `fields`
+    (`KAFKA_RECORD_FIELDS` the schema names), the partition's largest event time noted; None,
+    with an error record in `errors`, if its value is not an object."""
     value = m.value()
-    try:
-        event = json.loads(value) if value is not None else None
-    except ValueError as e:
-        event, why = None, f"its value is not JSON ({e})"
+    if "_value" in fields:  # not parsed: text (bytes that are not UTF-8 replaced)
+        event: Any = {"_value": value.decode("utf-8", "replace") if value is not None else None}
+        why = ""
     else:
-        why = f"its value is JSON {type(event).__name__}, not an object"
+        try:
+            event = json.loads(value) if value is not None else None
+        except ValueError as e:
+            event, why = None, f"its value is not JSON ({e})"
+        else:
+            why = f"its value is JSON {type(event).__name__}, not an object"
     if not isinstance(event, dict):
         text = value[:200].decode("utf-8", "replace") if value else None
         errors.append([step, "malformed", f"Kafka record {read.topic}/{read.partition}@"
@@ -225,7 +229,7 @@ def record_event(m: Any, read: PartitionRead, fields: list[str], event_time: str
             event[name] = m.offset()
         elif name == "_timestamp":
             event[name] = m.timestamp()[1]
-        else:  # headers as text, by name (a name twice: the last)
+        elif name == "_headers":  # as text, by name (a name twice: the last)
             event[name] = {k: v.decode("utf-8", "replace") if v is not None else None
                            for k, v in m.headers() or []}
     if event_time is not None:
@@ -249,7 +253,7 @@ class KafkaReader(Connector):
         self.event_time = getattr(act.operator, "event_time", None)
         self.schema = list(getattr(step, "schema", ()))
         names = {name for name, _ in self.schema}
-        self.record_fields = [f for f in RECORD_FIELDS if f in names]
+        self.record_fields = [f for f in KAFKA_RECORD_FIELDS if f in names]
         # A batch of records is parsed into columns at once (`parse_json_values`), then
         # runs as columns where a step has a kernel; as rows where it does not parse.
         self.columns = not self.record_fields
