@@ -122,6 +122,15 @@ def await_output(rt: Any, name: str, broker: KafkaBroker, topic: str, want: list
     assert canon(got) == want, diff(got, want)
 
 
+def finish_and_check(rt: Any, name: str, broker: KafkaBroker, topic: str, want: list[str]
+                     ) -> None:
+    """Close dataflow `name`, wait until it finished, and check that `topic` holds
+    exactly `want` (`await_output`)."""
+    rt.close(name)
+    wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
+    await_output(rt, name, broker, topic, want)
+
+
 def test_a_topic_through_a_window_to_a_topic_equals_run_local_across_an_executor_sigkill(
         pools: Any, kafka: KafkaBroker) -> None:
     rt = pools["phoenix2"]
@@ -141,9 +150,7 @@ def test_a_topic_through_a_window_to_a_topic_equals_run_local_across_an_executor
             wait_for(lambda: caught_up(rt, name, 12_000), "every record read", 60)
         except AssertionError as e:
             raise AssertionError(f"{e}: {status(rt, name, at)}; {read_all(rt, name)}") from None
-        rt.close(name)
-        wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
-        await_output(rt, name, kafka, "kf-kill-out", want)
+        finish_and_check(rt, name, kafka, "kf-kill-out", want)
     finally:
         rt.cancel(name)
 
@@ -189,9 +196,7 @@ def test_records_of_every_compression_read_alike_through_either_client(
         wait_for(lambda: caught_up(rt, name, 4_000), "every record read", 60)
         readers = [c for c in read_all(rt, name).values() if "partitions" in c]
         assert {c["client"] for c in readers} == {client}, readers
-        rt.close(name)
-        wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
-        await_output(rt, name, kafka, f"{name}-out", expected(flow, {"s": data}))
+        finish_and_check(rt, name, kafka, f"{name}-out", expected(flow, {"s": data}))
     finally:
         rt.cancel(name)
 
@@ -209,9 +214,7 @@ def test_a_source_from_latest_reads_only_what_comes_after_it_starts(
                  == ["reading"] * 2, "both readers at the end of their partitions", 60)
         produce(kafka, f"{name}-in", data[1_000:])
         wait_for(lambda: caught_up(rt, name, 3_000), "the records after the start read", 60)
-        rt.close(name)
-        wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
-        await_output(rt, name, kafka, f"{name}-out", expected(flow, {"s": data[1_000:]}))
+        finish_and_check(rt, name, kafka, f"{name}-out", expected(flow, {"s": data[1_000:]}))
     finally:
         rt.cancel(name)
 
@@ -244,9 +247,7 @@ def test_values_read_whole_as_text_with_the_records_key_and_timestamp(
     try:
         wait_for(lambda: all(c["state"] == "ended" for c in read_all(rt, name).values()
                              if "partitions" in c), "the topic read to its end", 60)
-        rt.close(name)
-        wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
-        await_output(rt, name, kafka, f"{name}-out", expected(d, {"s": rows}))
+        finish_and_check(rt, name, kafka, f"{name}-out", expected(d, {"s": rows}))
     finally:
         rt.cancel(name)
 
@@ -271,9 +272,7 @@ def test_a_broker_gone_mid_stream_is_waited_for_and_reading_goes_on(
             kafka.resume()
         produce(kafka, "kf-away-in", data[2_000:])
         wait_for(lambda: caught_up(rt, name, 4_000), "the rest read", 60)
-        rt.close(name)
-        wait_for(lambda: state_of(rt, name) == FINISHED, f"{name} finished", 60)
-        await_output(rt, name, kafka, "kf-away-out", expected(flow, {"s": data}))
+        finish_and_check(rt, name, kafka, "kf-away-out", expected(flow, {"s": data}))
     finally:
         rt.cancel(name)
 

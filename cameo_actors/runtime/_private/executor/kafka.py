@@ -24,8 +24,10 @@ Options (strings, as Spark's Kafka connector names them): `kafka.bootstrap.serve
 `subscribe` (a topic) for a source, `topic` for a sink; `startingOffsets` "earliest"
 (the default) or "latest"; `endingOffsets` "latest" to end each source instance once
 its partitions were read to their end (a bounded read: tests, backfills); `key` (a
-sink's key field). Every `kafka.<name>` option goes to librdkafka as `<name>` (security
-settings, client tuning), and is never logged. docs/kafka.md has the rest.
+sink's key field); `client` "cameo" or "librdkafka" (a source's). Every `kafka.<name>`
+option goes to librdkafka as `<name>` (security settings, client tuning), and is never
+logged. A source reads through cameo's own fetch client (`kafka_fetch`) unless it needs
+librdkafka (`kafka_reader.reads_by_fetch`). docs/kafka.md has the rest.
 """
 
 from __future__ import annotations
