@@ -24,3 +24,10 @@ def log_line(e: dict[str, Any]) -> dict[str, Any]:
     (the record's key), its time kept (the record's timestamp, the source's event time)."""
     return {"level": e["_value"].split(" ", 1)[0], "host": e["_key"],
             "_timestamp": e["_timestamp"]}
+
+
+def with_record(e: dict[str, Any]) -> dict[str, Any]:
+    """An event read from Kafka with its record's fields, renamed for the steps after (a
+    name starting with `_` is not for expressions)."""
+    return {**{k: v for k, v in e.items() if not k.startswith("_")}, "rkey": e["_key"],
+            "part": e["_partition"], "offset": e["_offset"], "rts": e["_timestamp"]}

@@ -201,6 +201,45 @@ def test_records_of_every_compression_read_alike_through_either_client(
         rt.cancel(name)
 
 
+@pytest.mark.parametrize("client", ["cameo", "librdkafka"])
+def test_the_records_key_partition_offset_and_timestamp_read_alike_through_either_client(
+        pools: Any, kafka: KafkaBroker, client: str) -> None:
+    """cameo's client makes them columns (`meta_columns`), librdkafka's reader rows."""
+    rt = pools["phoenix2"]
+    name = f"kf-meta-{client}"
+    kafka.create_topic(f"{name}-in", PARTITIONS)
+    kafka.create_topic(f"{name}-out", 1)
+    d = Dataflow(name, latency_target_ms=1000, tenant="kafka")
+    (d.source("s", schema={**SCHEMA, "_key": "str?", "_partition": "int", "_offset": "int",
+                           "_timestamp": "int"}, event_time="ts", allowed_lateness_ms=40,
+              parallelism=2,
+              connector={"format": "kafka", "kafka.bootstrap.servers": kafka.bootstrap,
+                         "subscribe": f"{name}-in", "endingOffsets": "latest",
+                         "client": client})
+     .map(function="tests.udfs:with_record")
+     .sink("o", connector={"format": "kafka", "kafka.bootstrap.servers": kafka.bootstrap,
+                           "topic": f"{name}-out"}))
+    data = events(3_000, seed=61)
+    rows, next_offset = [], [0] * PARTITIONS
+    for r in data:  # each record as it is produced (a timestamp of 0 would mean "now")
+        p = zlib.crc32(r["key"].encode()) % PARTITIONS
+        rows.append({**r, "_key": r["key"], "_partition": p, "_offset": next_offset[p],
+                     "_timestamp": 1_000_000 + int(r["ts"])})
+        next_offset[p] += 1
+    kafka.produce(f"{name}-in", [(r["key"].encode(), json.dumps(data[i]).encode(),
+                                  r["_partition"], r["_timestamp"])
+                                 for i, r in enumerate(rows)])
+    rt.deploy(d)
+    try:
+        wait_for(lambda: all(c["state"] == "ended" for c in read_all(rt, name).values()
+                             if "partitions" in c), "the topic read to its end", 60)
+        readers = [c for c in read_all(rt, name).values() if "partitions" in c]
+        assert {c["client"] for c in readers} == {client}, readers
+        finish_and_check(rt, name, kafka, f"{name}-out", expected(d, {"s": rows}))
+    finally:
+        rt.cancel(name)
+
+
 def test_a_source_from_latest_reads_only_what_comes_after_it_starts(
         pools: Any, kafka: KafkaBroker) -> None:
     rt = pools["phoenix2"]

@@ -21,6 +21,7 @@ from cameo_actors.runtime._private.executor.kafka_batches import (
     batches,
     join_values,
     json_columns,
+    meta_columns,
     native,
     records_of,
 )
@@ -67,9 +68,11 @@ def compress(codec: str, data: bytes) -> bytes:
 
 
 def batch(base: int, records: list[bytes], codec: str = "none", producer: int = -1,
-          transactional: bool = False, control: bool = False, deltas: int | None = None) -> bytes:
+          transactional: bool = False, control: bool = False, deltas: int | None = None,
+          log_append_time: bool = False) -> bytes:
     body = compress(codec, b"".join(records))
-    attributes = CODEC[codec] | (0x10 if transactional else 0) | (0x20 if control else 0)
+    attributes = CODEC[codec] | (0x10 if transactional else 0) | (0x20 if control else 0) \
+        | (0x08 if log_append_time else 0)
     last = (deltas if deltas is not None else len(records)) - 1
     tail = struct.pack(">hiqqqhii", attributes, last, 1000, 1000 + last, producer, 0, 0,
                        len(records)) + body
@@ -97,6 +100,11 @@ def test_the_values_joined_in_c_are_the_records_read_one_by_one(
     assert odd == (1 if nulls else 0) | (2 if lines else 0)
     if not odd:
         assert body == b"\n".join(r.value() or b"" for r in rows)
+    meta = meta_columns([(b, 100 + first, 3)], ["_key", "_partition", "_offset", "_timestamp"])
+    assert meta is not None and {k: v.to_pylist() for k, v in meta.items()} == {
+        "_key": [None if r.key() is None else r.key().decode() for r in rows],  # type: ignore[union-attr]
+        "_partition": [3] * len(rows), "_offset": [r.offset() for r in rows],
+        "_timestamp": [r.timestamp()[1] for r in rows]}
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
@@ -123,6 +131,17 @@ def test_a_corrupt_record_is_an_error_naming_the_record() -> None:
     [b] = batches(bytes(raw))
     with pytest.raises(ValueError, match="record 1 of 2"):
         join_values(b, 0)
+
+
+def test_record_fields_as_columns_take_the_brokers_time_and_leave_keys_not_utf8_to_rows(
+        ) -> None:
+    [b] = batches(batch(0, [record(0, b"k", b"{}"), record(1, b"\xff", b"{}")]))
+    assert meta_columns([(b, 0, 0)], ["_key"]) is None  # the rows replace the bytes
+    [b] = batches(batch(5, [record(i, b"k", b"{}") for i in range(3)], log_append_time=True))
+    meta = meta_columns([(b, 6, 1)], ["_offset", "_timestamp", "_partition"])
+    assert meta is not None and {k: v.to_pylist() for k, v in meta.items()} == {
+        "_offset": [6, 7], "_timestamp": [1002, 1002], "_partition": [1, 1]}
+    assert [r.timestamp()[1] for r in records_of(b, 6)] == [1002, 1002]
 
 
 def test_read_committed_leaves_out_control_batches_and_aborted_transactions() -> None:

@@ -103,6 +103,72 @@ fail:
 }
 
 
+/* record_meta(records, count, base_offset, first_offset, base_timestamp)
+ *   -> (n, offsets, timestamps, key validity or None, key offsets, key bytes)
+ * The records' offsets and timestamps (int64 each) and keys (an Arrow binary column's
+ * buffers: a null key's validity bit 0) from first_offset on, in the order of
+ * join_values: a source's record fields as columns. */
+static PyObject *record_meta(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t count;
+    long long base_offset, first_offset, base_timestamp;
+    if (!PyArg_ParseTuple(args, "y*nLLL", &buf, &count, &base_offset, &first_offset,
+                          &base_timestamp))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t bitmap = (count + 7) / 8, taken = 0, nulls = 0, used = 0, i = 0;
+    long long *offsets = PyMem_Calloc((size_t)count + 1, sizeof(long long));
+    long long *stamps = PyMem_Calloc((size_t)count + 1, sizeof(long long));
+    int32_t *key_offsets = PyMem_Calloc((size_t)count + 1, sizeof(int32_t));
+    unsigned char *valid = PyMem_Calloc((size_t)bitmap + 1, 1);
+    char *keys = PyMem_Malloc((size_t)buf.len + 1);
+    if (!offsets || !stamps || !key_offsets || !valid || !keys) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const unsigned char *p = buf.buf, *end = p + buf.len;
+    for (; i < count; i++) {
+        long long length, ts_delta, delta, key_len;
+        if (!read_varint(&p, end, &length) || length < 0 || length > end - p)
+            TRUNCATED("length");
+        const unsigned char *next = p + length;
+        p++;  /* attributes */
+        if (p > next || !read_varint(&p, next, &ts_delta) || !read_varint(&p, next, &delta))
+            TRUNCATED("timestamp or offset");
+        if (!read_varint(&p, next, &key_len) || key_len > next - p)
+            TRUNCATED("key");
+        if (base_offset + delta >= first_offset) {
+            offsets[taken] = base_offset + delta;
+            stamps[taken] = base_timestamp + ts_delta;
+            if (key_len < 0) {
+                nulls++;
+            } else {
+                memcpy(keys + used, p, (size_t)key_len);
+                used += key_len;
+                valid[taken >> 3] |= (unsigned char)(1 << (taken & 7));
+            }
+            key_offsets[taken + 1] = (int32_t)used;
+            taken++;
+        }
+        p = next;
+    }
+    result = Py_BuildValue(
+        "(ny#y#Ny#y#)", taken, (const char *)offsets, (Py_ssize_t)(8 * taken),
+        (const char *)stamps, (Py_ssize_t)(8 * taken),
+        nulls ? PyBytes_FromStringAndSize((const char *)valid, (taken + 7) / 8)
+              : Py_NewRef(Py_None),
+        (const char *)key_offsets, (Py_ssize_t)(4 * (taken + 1)), keys, used);
+done:
+fail:
+    PyMem_Free(offsets);
+    PyMem_Free(stamps);
+    PyMem_Free(key_offsets);
+    PyMem_Free(valid);
+    PyMem_Free(keys);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* ---- JSON objects, one a line, into columns ----------------------------------------
  * The common case of a source's values, parsed in C: flat objects whose fields are the
  * schema's (int, float, str, bool; null or missing: a null), strings of ASCII with no
@@ -411,6 +477,9 @@ done:
 static PyMethodDef methods[] = {
     {"join_values", join_values, METH_VARARGS,
      "join_values(records, count, base_offset, first_offset) -> (joined, n, last_offset, odd)"},
+    {"record_meta", record_meta, METH_VARARGS,
+     "record_meta(records, count, base_offset, first_offset, base_timestamp) -> (n, offsets, "
+     "timestamps, key_validity, key_offsets, keys)"},
     {"json_columns", json_columns, METH_VARARGS,
      "json_columns(body, n, fields) -> [(validity, values, offsets, nulls)] per field, or None"},
     {NULL, NULL, 0, NULL},

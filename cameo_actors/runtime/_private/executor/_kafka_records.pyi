@@ -5,3 +5,6 @@ def join_values(records: bytes | memoryview, count: int, base_offset: int,
 
 def json_columns(body: bytes, n: int, fields: tuple[tuple[bytes, str], ...]
                  ) -> list[tuple[bytes | None, bytes, bytes | None, int]] | None: ...
+
+def record_meta(records: bytes | memoryview, count: int, base_offset: int, first_offset: int,
+                base_timestamp: int) -> tuple[int, bytes, bytes, bytes | None, bytes, bytes]: ...

@@ -21,7 +21,7 @@ from typing import Any
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_BYTES = _HEADER.size  # 61
-_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+_LOG_APPEND_TIME, _TRANSACTIONAL, _CONTROL = 0x08, 0x10, 0x20
 _ABORT = 0  # a control record's type (its key: version int16, type int16)
 #: The compression codecs by their attribute bits, as pyarrow names its streams.
 CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -40,6 +40,7 @@ class Batch:
     last_offset: int
     attributes: int
     base_timestamp: int
+    max_timestamp: int
     producer_id: int
     count: int
     body: memoryview
@@ -51,6 +52,12 @@ class Batch:
     @property
     def transactional(self) -> bool:
         return bool(self.attributes & _TRANSACTIONAL)
+
+    def timestamp(self, delta: int) -> int:
+        """A record's timestamp (ms): the producer's, or the broker's where the topic
+        says LogAppendTime (the batch's max timestamp)."""
+        return self.max_timestamp if self.attributes & _LOG_APPEND_TIME \
+            else self.base_timestamp + delta
 
     def records(self) -> bytes | memoryview:
         """The records section, decompressed."""
@@ -75,14 +82,14 @@ def batches(records: bytes | memoryview) -> Iterator[Batch]:
     batch cut short: it is left for the next fetch)."""
     view, at = memoryview(records), 0
     while at + HEADER_BYTES <= len(view):
-        (base, length, _epoch, magic, _crc, attributes, last_delta, base_ts, _max_ts,
+        (base, length, _epoch, magic, _crc, attributes, last_delta, base_ts, max_ts,
          producer, _pepoch, _seq, count) = _HEADER.unpack_from(view, at)
         end = at + 12 + length
         if end > len(view):
             break
         if magic != 2:
             raise UnsupportedBatch(f"message format v{magic} at offset {base}")
-        yield Batch(base, base + last_delta, attributes, base_ts, producer, count,
+        yield Batch(base, base + last_delta, attributes, base_ts, max_ts, producer, count,
                     view[at + HEADER_BYTES:end])
         at = end
 
@@ -174,7 +181,7 @@ def records_of(b: Batch, first_offset: int) -> list[Record]:
             h, at = _bytes(view, at)
             headers.append(((name or b"").decode("utf-8", "replace"), h))
         if b.base_offset + delta >= first_offset:
-            out.append(Record(b.base_offset + delta, b.base_timestamp + _ts_delta, key, value,
+            out.append(Record(b.base_offset + delta, b.timestamp(_ts_delta), key, value,
                               headers))
         at = nxt
     return out
@@ -186,6 +193,45 @@ def join_values(b: Batch, first_offset: int) -> tuple[bytes, int, int, int]:
     from cameo_actors.runtime._private.executor import _kafka_records
 
     return _kafka_records.join_values(b.records(), b.count, b.base_offset, first_offset)
+
+
+#: The record fields a source reads as columns (the others: as rows).
+META_FIELDS = ("_key", "_partition", "_offset", "_timestamp")
+
+
+def meta_columns(kept: list[tuple[Batch, int, int]], fields: list[str]) -> Any:
+    """The record `fields` (of META_FIELDS) of the records of `kept` (batch, first offset
+    wanted, partition), in the order of `join_values`, as Arrow arrays by name; None if a
+    key is not UTF-8 (the rows replace such bytes)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from cameo_actors.runtime._private.executor import _kafka_records
+
+    offsets, stamps, keys, partitions = [], [], [], []
+    for b, first, partition in kept:
+        n, offs, ts, valid, key_offsets, data = _kafka_records.record_meta(
+            b.records(), b.count, b.base_offset, first, b.base_timestamp)
+        offsets.append(np.frombuffer(offs, dtype=np.int64))
+        stamp = np.frombuffer(ts, dtype=np.int64)
+        stamps.append(np.full(n, b.max_timestamp, dtype=np.int64)
+                      if b.attributes & _LOG_APPEND_TIME else stamp)
+        partitions.append(np.full(n, partition, dtype=np.int64))
+        if "_key" in fields:
+            keys.append(pa.Array.from_buffers(pa.binary(), n, [
+                None if valid is None else pa.py_buffer(valid), pa.py_buffer(key_offsets),
+                pa.py_buffer(data)]))
+    out: dict[str, Any] = {}
+    for name in fields:
+        if name == "_key":
+            try:
+                out[name] = pa.concat_arrays(keys).cast(pa.string())
+            except (pa.ArrowInvalid, ValueError):  # not UTF-8
+                return None
+        else:
+            parts = {"_partition": partitions, "_offset": offsets, "_timestamp": stamps}[name]
+            out[name] = pa.array(np.concatenate(parts) if parts else np.zeros(0, np.int64))
+    return out
 
 
 #: The schema's field types the C parser of JSON values fills (`json_columns`).

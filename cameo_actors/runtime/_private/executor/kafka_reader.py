@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 from cameo_actors.dataflow.validate import KAFKA_RECORD_FIELDS
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.executor.kafka_batches import (
+    META_FIELDS,
     Batch,
     Committed,
     UnsupportedBatch,
     batches,
     join_values,
     json_columns,
+    meta_columns,
     native,
     records_of,
 )
@@ -170,9 +172,9 @@ def largest_by_run(times: Any, of: Any) -> list[tuple[int, float]]:
 
 def reads_by_fetch(options: dict[str, str], columns: bool) -> bool:
     """Whether a source reads through cameo's fetch client (`kafka_fetch`) rather than
-    librdkafka: its records parse into columns (no record field in its schema), it has no
-    librdkafka setting the client does not honour, its `client` option is not
-    "librdkafka", and the C part is built.
+    librdkafka: its records parse into columns (its schema names none of the record's
+    fields but `META_FIELDS`), it has no librdkafka setting the client does not honour,
+    its `client` option is not "librdkafka", and the C part is built.
 
     >>> reads_by_fetch({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}, False)
     False
@@ -256,7 +258,12 @@ class KafkaReader(Connector):
         self.record_fields = [f for f in KAFKA_RECORD_FIELDS if f in names]
         # A batch of records is parsed into columns at once (`parse_json_values`), then
         # runs as columns where a step has a kernel; as rows where it does not parse.
+        # cameo's client also makes the record's key, partition, offset and timestamp
+        # columns (`meta_columns`); librdkafka's reader reads a source that names any as rows.
         self.columns = not self.record_fields
+        self.value_schema = [(n, t) for n, t in self.schema if n not in self.record_fields]
+        fetch_columns = bool(self.value_schema) and all(
+            f in META_FIELDS for f in self.record_fields)
         idle_ms = getattr(step, "idle_timeout_ms", None)  # the source's, for each partition
         self.idle_s = float(idle_ms if idle_ms is not None else DEFAULT_IDLE_MS) / 1000.0
         self.bounded = self.options.get("endingOffsets", "") == "latest"
@@ -266,7 +273,7 @@ class KafkaReader(Connector):
         self.malformed = 0
         self.consumer: Any = None
         self.fetcher: FetchClient | None = None  # cameo's fetch client, where it reads
-        self.by_fetch = reads_by_fetch(self.options, self.columns)
+        self.by_fetch = reads_by_fetch(self.options, fetch_columns)
         self.assigned: list[Any] = []  # its TopicPartitions, to ask their end offsets
         self.by_key: dict[str, PartitionRead] = {}  # position_key -> its read
         self.index: dict[tuple[str, int], int] = {}  # (topic, partition) -> its place in parts
@@ -443,7 +450,7 @@ class KafkaReader(Connector):
         bodies: list[bytes] = []
         counts: list[int] = []
         which: list[int] = []
-        kept: list[tuple[Batch, int]] = []  # (batch, its first offset wanted)
+        kept: list[tuple[Batch, int, int]] = []  # (batch, first offset wanted, partition)
         reached: list[tuple[PartitionRead, int, int]] = []  # (read, read up to, its end)
         odd = 0
         for f in answers:
@@ -468,7 +475,7 @@ class KafkaReader(Connector):
                         bodies.append(body)
                         counts.append(n)
                         which.append(i)
-                        kept.append((b, at))
+                        kept.append((b, at, read.partition))
                         odd |= o
                 at = b.last_offset + 1
             reached.append((read, at, f.high))
@@ -478,8 +485,8 @@ class KafkaReader(Connector):
         of = np.repeat(np.asarray(which, dtype=np.int64), counts)
         batch = None
         if n and not odd:
-            batch = parse_json_body(b"\n".join(bodies), n, self.schema, self.act.step.id)
-        rows = [r for b, first in kept for r in records_of(b, first)] \
+            batch = self._columns_of(b"\n".join(bodies), n, kept)
+        rows = [r for b, first, _ in kept for r in records_of(b, first)] \
             if n and batch is None else []  # as rows: each odd record says what is wrong
         # The positions move only now: a read that raised above is read again.
         moved: dict[str, int] = {}
@@ -492,6 +499,28 @@ class KafkaReader(Connector):
             if read.at_end and (not was or position_key(read.topic, read.partition) in moved):
                 read.at_end_since = now
         return Got(n, of, moved, batch, rows)
+
+    def _columns_of(self, body: bytes, n: int, kept: list[tuple[Batch, int, int]]) -> Any:
+        """The values of a read as the source's columns, with the record fields the
+        schema names (`meta_columns`); None where they go as rows."""
+        step = self.act.step.id
+        batch = parse_json_body(body, n, self.value_schema, step)
+        if batch is None or not self.record_fields:
+            return batch
+        import pyarrow as pa
+
+        from cameo_actors.operators.column_schema import conform
+        from cameo_actors.operators.exceptions import ColumnsRefused
+
+        meta = meta_columns(kept, self.record_fields)
+        if meta is None:
+            return None
+        try:
+            return conform(step, pa.RecordBatch.from_arrays(
+                [*batch.columns, *meta.values()], names=[*batch.schema.names, *meta]),
+                self.schema)[0]
+        except ColumnsRefused:  # a record field declared of another type: the rows say so
+            return None
 
     def _deliver(self, got: Got, now: float) -> None:
         """What a read got, into the instance's mailbox: its events, a watermark after
