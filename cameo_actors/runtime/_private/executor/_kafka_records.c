@@ -35,6 +35,33 @@ static int read_varint(const unsigned char **at, const unsigned char *end, long 
     return 0;
 }
 
+/* A record's head at *at: where it ends (*next), its timestamp and offset deltas, and its
+ * key (*key, *key_len; -1: null), *at left at the value's length; NULL, or the field that
+ * runs past the batch's end. */
+typedef struct {
+    const unsigned char *next, *key;
+    long long ts_delta, delta, key_len;
+} Head;
+
+static const char *read_head(const unsigned char **at, const unsigned char *end, Head *h) {
+    const unsigned char *p = *at;
+    long long length;
+    if (!read_varint(&p, end, &length) || length < 0 || length > end - p)
+        return "length";
+    h->next = p + length;
+    p++;  /* attributes */
+    if (p > h->next || !read_varint(&p, h->next, &h->ts_delta)
+            || !read_varint(&p, h->next, &h->delta))
+        return "timestamp or offset";
+    if (!read_varint(&p, h->next, &h->key_len) || h->key_len > h->next - p)
+        return "key";
+    h->key = p;
+    if (h->key_len > 0)
+        p += h->key_len;
+    *at = p;
+    return NULL;
+}
+
 #define TRUNCATED(what) do { \
     PyErr_Format(PyExc_ValueError, "Kafka record %zd of %zd: its %s runs past the batch's " \
                  "end", i, count, what); goto fail; } while (0)
@@ -59,23 +86,18 @@ static PyObject *join_values(PyObject *self, PyObject *args) {
     char *out = PyBytes_AS_STRING(joined), *w = out;
     const unsigned char *p = buf.buf, *end = p + buf.len;
     Py_ssize_t taken = 0, i = 0;
-    long long last = -1, v;
+    long long last = -1;
     int odd = 0;
     for (; i < count; i++) {
-        long long length, delta, key_len, value_len;
-        if (!read_varint(&p, end, &length) || length < 0 || length > end - p)
-            TRUNCATED("length");
-        const unsigned char *next = p + length;
-        p++;  /* attributes */
-        if (p > next || !read_varint(&p, next, &v) || !read_varint(&p, next, &delta))
-            TRUNCATED("timestamp or offset");
-        if (!read_varint(&p, next, &key_len) || key_len > next - p)
-            TRUNCATED("key");
-        if (key_len > 0)
-            p += key_len;
+        Head h;
+        long long value_len;
+        const char *short_field = read_head(&p, end, &h);
+        if (short_field != NULL)
+            TRUNCATED(short_field);
+        const unsigned char *next = h.next;
         if (!read_varint(&p, next, &value_len) || value_len > next - p)
             TRUNCATED("value");
-        long long offset = base_offset + delta;
+        long long offset = base_offset + h.delta;
         if (offset >= first_offset) {
             if (taken)
                 *w++ = '\n';
@@ -128,29 +150,24 @@ static PyObject *record_meta(PyObject *self, PyObject *args) {
     }
     const unsigned char *p = buf.buf, *end = p + buf.len;
     for (; i < count; i++) {
-        long long length, ts_delta, delta, key_len;
-        if (!read_varint(&p, end, &length) || length < 0 || length > end - p)
-            TRUNCATED("length");
-        const unsigned char *next = p + length;
-        p++;  /* attributes */
-        if (p > next || !read_varint(&p, next, &ts_delta) || !read_varint(&p, next, &delta))
-            TRUNCATED("timestamp or offset");
-        if (!read_varint(&p, next, &key_len) || key_len > next - p)
-            TRUNCATED("key");
-        if (base_offset + delta >= first_offset) {
-            offsets[taken] = base_offset + delta;
-            stamps[taken] = base_timestamp + ts_delta;
-            if (key_len < 0) {
+        Head h;
+        const char *short_field = read_head(&p, end, &h);
+        if (short_field != NULL)
+            TRUNCATED(short_field);
+        if (base_offset + h.delta >= first_offset) {
+            offsets[taken] = base_offset + h.delta;
+            stamps[taken] = base_timestamp + h.ts_delta;
+            if (h.key_len < 0) {
                 nulls++;
             } else {
-                memcpy(keys + used, p, (size_t)key_len);
-                used += key_len;
+                memcpy(keys + used, h.key, (size_t)h.key_len);
+                used += h.key_len;
                 valid[taken >> 3] |= (unsigned char)(1 << (taken & 7));
             }
             key_offsets[taken + 1] = (int32_t)used;
             taken++;
         }
-        p = next;
+        p = h.next;
     }
     result = Py_BuildValue(
         "(ny#y#Ny#y#)", taken, (const char *)offsets, (Py_ssize_t)(8 * taken),
