@@ -25,13 +25,13 @@ from cameo_actors.runtime._private.executor.kafka_client import (
     client_config,
     kafka_options,
 )
-from cameo_actors.runtime._private.executor.kafka_reader import (
+from cameo_actors.runtime._private.executor.kafka_events import (
     PartitionRead,
     parse_json_values,
-    reads_by_fetch,
     record_event,
     watermark_of,
 )
+from cameo_actors.runtime._private.executor.kafka_reader import reads_by_fetch
 from cameo_actors.runtime._private.stats import dataflow_metrics, dataflow_stats
 from cameo_actors.service.metrics import render
 from cameo_actors.service.view import render_status
@@ -123,14 +123,14 @@ def test_the_watermark_is_the_least_partitions_and_an_idle_one_is_left_out() -> 
 def test_which_client_reads_a_source_and_the_docs_examples() -> None:
     import doctest
 
-    from cameo_actors.runtime._private.executor import kafka_client, kafka_reader
+    from cameo_actors.runtime._private.executor import kafka_client, kafka_events, kafka_reader
 
     plain = {**KAFKA, "subscribe": "t", "kafka.fetch.wait.max.ms": "5"}
     assert reads_by_fetch(plain, columns=True) == native()
     assert not reads_by_fetch({**plain, "client": "librdkafka"}, columns=True)
     assert not reads_by_fetch({**plain, "kafka.sasl.mechanism": "PLAIN"}, columns=True)
     assert not reads_by_fetch(plain, columns=False)  # record fields: rows, through librdkafka
-    for module in (kafka_client, kafka_reader):
+    for module in (kafka_client, kafka_events, kafka_reader):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 

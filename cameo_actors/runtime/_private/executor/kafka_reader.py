@@ -1,11 +1,10 @@
 """A Kafka source instance's reader: partitions, offsets as positions, watermarks, parsing
-(what it does: `kafka`'s docstring).
+(what it does: `kafka`'s docstring); what its records become is `kafka_events`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import time
@@ -22,7 +21,6 @@ from cameo_actors.runtime._private.executor.kafka_batches import (
     UnsupportedBatch,
     batches,
     join_values,
-    json_columns,
     meta_columns,
     native,
     records_of,
@@ -38,6 +36,14 @@ from cameo_actors.runtime._private.executor.kafka_client import (
     kafka_options,
     load_kafka,
     waits_of,
+)
+from cameo_actors.runtime._private.executor.kafka_events import (
+    PartitionRead,
+    largest_by_run,
+    parse_json_body,
+    parse_json_values,
+    record_event,
+    watermark_of,
 )
 from cameo_actors.runtime._private.executor.kafka_fetch import (
     EARLIEST,
@@ -80,96 +86,6 @@ def position_key(topic: str, partition: int) -> str:
     return f"kafka/{topic}/{partition}"
 
 
-@dataclass
-class PartitionRead:
-    """What a source instance read of one partition."""
-
-    topic: str
-    partition: int
-    next_offset: int = -1  # read up to; -1: not read yet (where startingOffsets says)
-    taken: int = -1  # taken in by the source instance up to (its position)
-    at_end: bool = False  # read to its end, nothing read since (a bounded read ends when
-    # all are; an idle partition is one at its end for the idle timeout)
-    max_event_ms: float = -math.inf
-    at_end_since: float = 0.0  # when it reached its end (monotonic s)
-    high: int = -1  # the partition's end offset, last seen (its lag: high - taken)
-
-
-def watermark_of(reads: list[PartitionRead], now: float, idle_s: float, lateness: float
-                 ) -> float:
-    """A source instance's watermark: the least of its partitions' (the largest event
-    time read there, less the allowed lateness), those idle left out; all idle, the
-    largest, so that windows still close. Idle: read to its end, nothing new for `idle_s`,
-    and no fetch told of records beyond. A partition idle that gets records again may
-    bring events behind the watermark (late: the error output), as with any idleness: a
-    source whose partitions pause for long should have an `idle_timeout_ms` longer.
-
-    >>> quiet = PartitionRead("t", 1, next_offset=5, at_end=True, max_event_ms=900.0, high=5)
-    >>> watermark_of([PartitionRead("t", 0, max_event_ms=500.0), quiet], 10.0, 1.0, 40.0)
-    460.0
-    """
-    if not reads:
-        return -math.inf
-    active = [r.max_event_ms for r in reads
-              if not r.at_end or now - r.at_end_since < idle_s or r.high > r.next_offset]
-    return (min(active) if active else max(r.max_event_ms for r in reads)) - lateness
-
-
-def parse_json_values(values: list[bytes | None], schema: list[tuple[str, str]],
-                      step: str) -> Any:
-    """Record values (JSON objects, one each) parsed at once into one Arrow batch of a
-    source's columns (`parse_json_body`: in C, or pyarrow's JSON reader, either a
-    fraction of json.loads' cost per record); None if they do not all parse as the
-    schema says (the rows then say which is wrong, and why)."""
-    try:
-        body = b"\n".join(values)  # type: ignore[arg-type]  # None: TypeError
-    except TypeError:
-        return None
-    if body.count(b"\n") != len(values) - 1:  # a value of several lines
-        return None
-    return parse_json_body(body, len(values), schema, step)
-
-
-def parse_json_body(body: bytes, n: int, schema: list[tuple[str, str]], step: str) -> Any:
-    """`n` JSON objects, one a line, as one Arrow batch of a source's columns; None if
-    they do not all parse as the schema says."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    from cameo_actors.operators.column_schema import arrow_schema, conform
-    from cameo_actors.operators.exceptions import ColumnsRefused
-
-    if native():  # the common case in C, under half of pyarrow's cost (`json_columns`)
-        batch = json_columns(body, n, schema)
-        if batch is not None:
-            return conform(step, batch, schema)[0]
-    try:  # one block for the whole batch, on this thread
-        table = pj.read_json(pa.BufferReader(body), read_options=pj.ReadOptions(
-            use_threads=False, block_size=len(body) + 1), parse_options=pj.ParseOptions(
-            explicit_schema=arrow_schema(schema)))
-        if table.num_rows != n:
-            return None
-        return conform(step, table, schema)[0]
-    except (pa.ArrowInvalid, ColumnsRefused, IndexError):
-        return None
-
-
-def largest_by_run(times: Any, of: Any) -> list[tuple[int, float]]:
-    """The largest of `times` in each run of records of one partition (`of`: each
-    record's partition; a read's records come in such runs), NaN (no time) left out.
-
-    >>> largest_by_run([5.0, 9.0, 2.0, float("nan"), 4.0], [0, 0, 1, 1, 0])
-    [(0, 9.0), (1, 2.0), (0, 4.0)]
-    """
-    import numpy as np
-
-    which = np.asarray(of, dtype=np.int64)
-    starts = np.concatenate(([0], np.flatnonzero(np.diff(which)) + 1))
-    return list(zip(which[starts].tolist(),
-                    np.fmax.reduceat(np.asarray(times, dtype=np.float64), starts).tolist(),
-                    strict=True))
-
-
 def reads_by_fetch(options: dict[str, str], columns: bool) -> bool:
     """Whether a source reads through cameo's fetch client (`kafka_fetch`) rather than
     librdkafka: its records parse into columns (its schema names none of the record's
@@ -197,48 +113,6 @@ class Got:
     moved: dict[str, int]  # position key -> the next offset to read
     batch: Any  # the records' values as one Arrow batch; None: as `rows`
     rows: list[Any]  # the records (confluent-kafka's Message, or `kafka_batches.Record`)
-
-
-def record_event(m: Any, read: PartitionRead, fields: list[str], event_time: str | None,
-                 step: str, errors: list[list[Any]]) -> Any:
-    """Record `m` of partition `read` as an event: its value's JSON object (or, where the
-    schema names `_value`, the value whole as text), with the record's `fields`
-    (`KAFKA_RECORD_FIELDS` the schema names), the partition's largest event time noted; None,
-    with an error record in `errors`, if its value is not an object."""
-    value = m.value()
-    if "_value" in fields:  # not parsed: text (bytes that are not UTF-8 replaced)
-        event: Any = {"_value": value.decode("utf-8", "replace") if value is not None else None}
-        why = ""
-    else:
-        try:
-            event = json.loads(value) if value is not None else None
-        except ValueError as e:
-            event, why = None, f"its value is not JSON ({e})"
-        else:
-            why = f"its value is JSON {type(event).__name__}, not an object"
-    if not isinstance(event, dict):
-        text = value[:200].decode("utf-8", "replace") if value else None
-        errors.append([step, "malformed", f"Kafka record {read.topic}/{read.partition}@"
-                       f"{m.offset()}: {why}. Fix: produce each event as one JSON object", text])
-        return None
-    for name in fields:
-        if name == "_key":
-            key = m.key()
-            event[name] = key.decode("utf-8", "replace") if key is not None else None
-        elif name == "_partition":
-            event[name] = read.partition
-        elif name == "_offset":
-            event[name] = m.offset()
-        elif name == "_timestamp":
-            event[name] = m.timestamp()[1]
-        elif name == "_headers":  # as text, by name (a name twice: the last)
-            event[name] = {k: v.decode("utf-8", "replace") if v is not None else None
-                           for k, v in m.headers() or []}
-    if event_time is not None:
-        t = event.get(event_time)
-        if isinstance(t, (int, float)) and not isinstance(t, bool) and t > read.max_event_ms:
-            read.max_event_ms = float(t)
-    return event
 
 
 class KafkaReader(Connector):
