@@ -137,6 +137,11 @@ static PyObject *record_meta(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nLLL", &buf, &count, &base_offset, &first_offset,
                           &base_timestamp))
         return NULL;
+    if (buf.len > INT32_MAX) {  /* (key offsets are int32; a fetch is megabytes) */
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "a record batch of 2 GB or more");
+        return NULL;
+    }
     PyObject *result = NULL;
     Py_ssize_t bitmap = (count + 7) / 8, taken = 0, nulls = 0, used = 0, i = 0;
     long long *offsets = PyMem_Calloc((size_t)count + 1, sizeof(long long));
@@ -379,7 +384,7 @@ static PyObject *json_columns(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    if (nf > 64 || n < 0) {
+    if (nf > 64 || n < 0 || buf.len > INT32_MAX) {  /* (string offsets are int32) */
         result = Py_NewRef(Py_None);
         goto done;
     }

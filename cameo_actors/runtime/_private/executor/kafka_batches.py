@@ -248,8 +248,8 @@ def json_columns(body: bytes, n: int, schema: list[tuple[str, str]]) -> Any:
     from cameo_actors.dataflow.spec import schema_type
     from cameo_actors.runtime._private.executor import _kafka_records
 
-    if any(schema_type(typ)[0] not in _KINDS for _, typ in schema):
-        return None
+    if not schema or any(schema_type(typ)[0] not in _KINDS for _, typ in schema):
+        return None  # (no field: no column to count the rows by)
     kinds = [_KINDS[schema_type(typ)[0]] for _, typ in schema]
     cols = _kafka_records.json_columns(
         body, n, tuple((name.encode(), k) for (name, _), k in zip(schema, kinds, strict=True)))
