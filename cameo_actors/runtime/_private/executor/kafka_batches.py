@@ -44,6 +44,9 @@ class Batch:
     producer_id: int
     count: int
     body: memoryview
+    #: the records section decompressed, once (the values, the record fields and the
+    #: rows each walk it)
+    _plain: bytes | memoryview | None = field(default=None, repr=False)
 
     @property
     def control(self) -> bool:
@@ -60,7 +63,12 @@ class Batch:
             else self.base_timestamp + delta
 
     def records(self) -> bytes | memoryview:
-        """The records section, decompressed."""
+        """The records section, decompressed (once)."""
+        if self._plain is None:
+            self._plain = self._decompressed()
+        return self._plain
+
+    def _decompressed(self) -> bytes | memoryview:
         codec = self.attributes & 0x7
         if codec == 0:
             return self.body
