@@ -11,7 +11,7 @@
 
 Options: see `spark_ingest.options` (dataflow, address, pool, source, sink,
 output, batch_size, max_rows_per_batch, rows_per_partition, include_metadata,
-ray_auth, corrupt_column, skip_replayed).
+ray_auth, corrupt_column, skip_replayed, wait_ms).
 
 Where the code runs: `CameoDataSource.schema/streamWriter/streamReader` run
 in short-lived Python planner processes on the Spark driver, the reader's
@@ -351,6 +351,13 @@ class CameoStreamReader(DataSourceStreamReader):
         rt, deployment, avail = self._available(start)
         for log, offset in self._commit(rt, start, avail, deployment).items():
             avail[log] = (offset, avail[log][1])
+        start_deployment, begin = parse_offset(start)
+        if self.opts.wait_ms and self.opts.output == "results" and start_deployment == deployment \
+                and not any(end > begin.get(log, c) for log, (c, end) in avail.items()):
+            # Nothing new: wait for results here, so that the batch starts as they commit
+            # (with Spark's default trigger) rather than at the next trigger or poll.
+            avail = rt.await_results(self.opts.dataflow, self.opts.sink, after=begin,
+                                     timeout_s=self.opts.wait_ms / 1000.0)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return latest_offset(start, deployment, avail, max_rows,
                              lossy=self.opts.output == "errors")

@@ -21,6 +21,10 @@ from spark_ingest.exceptions import OptionError
 #: Default events per runtime message (one Ray call each).
 DEFAULT_BATCH_SIZE = 4096
 RAY_AUTH_MODES = ("auto", "token", "disabled")
+#: How long a reader's planning waits for new results (ReaderOptions.wait_ms): an idle
+#: output query asks twice a second, and Spark's stop waits for it at most that long.
+DEFAULT_WAIT_MS = 500
+MAX_WAIT_MS = 5000
 OUTPUTS = ("results", "errors")
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
@@ -166,6 +170,9 @@ class ReaderOptions:
         include_metadata: add the _log, _offset, _ingest_ms and _egress_ms columns.
         columns: read results as Arrow columns where their types need no per-value
             coercion (false: as rows).
+        wait_ms: when no result is readable past the last micro-batch, how long Spark's
+            next planning (`latestOffset`) waits for one (0: it answers at once). With
+            Spark's default trigger, a micro-batch then starts as soon as results commit.
     """
 
     connection: Connection
@@ -176,6 +183,7 @@ class ReaderOptions:
     rows_per_partition: int = 100_000
     include_metadata: bool = True
     columns: bool = True
+    wait_ms: int = DEFAULT_WAIT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
@@ -189,8 +197,13 @@ class ReaderOptions:
         if sink is not None and output == "errors":
             raise OptionError("sink", "no sink with output 'errors' (errors are per dataflow)", sink,
                               'remove .option("sink", ...) or read output "results"')
+        wait_ms = _int(opts, "wait_ms", DEFAULT_WAIT_MS, 0) or 0
+        if wait_ms > MAX_WAIT_MS:  # a wait holds a runtime thread, and Spark's stop
+            raise OptionError("wait_ms", f"at most {MAX_WAIT_MS} ms", str(wait_ms),
+                              f'.option("wait_ms", {DEFAULT_WAIT_MS}), or 0 not to wait')
         return cls(connection=Connection.parse(opts), dataflow=dataflow, output=output, sink=sink,
                    max_rows_per_batch=_int(opts, "max_rows_per_batch", None, 1),
                    rows_per_partition=_int(opts, "rows_per_partition", 100_000, 1) or 100_000,
                    include_metadata=_bool(opts, "include_metadata", True),
-                   columns=_bool(opts, "columns", True))
+                   columns=_bool(opts, "columns", True),
+                   wait_ms=wait_ms)

@@ -22,6 +22,7 @@ which the tier reads itself:
 | `cameo.event_time_type` | source | `timestamp`: read the event-time column as a Spark TIMESTAMP (converted to ms) |
 | `cameo.order` | source | `auto` (default): when windows or joins downstream group by the source's event time, each micro-batch is written by one task that sends its rows in event-time window order; `none`: parallel tasks, each in its own order |
 | `cameo.max_rows_per_batch` | sink, errors | most result rows per Spark micro-batch |
+| `cameo.wait_ms` | sink | how long a planning with no new results waits for some (default 500; 0: none): without `trigger_ms`, results go out as their checkpoint commits |
 | `cameo.input` | source | a name: every source naming it is fed by one shared input query (`spark_ingest.shared`) |
 | `cameo.columns` | source, sink | `true` (default): events go in, and results come out, as Arrow columns where they fit the schema; `false`: as rows (for comparison) |
 
@@ -330,7 +331,7 @@ class SparkTier:
                   .option("dataflow", name).option("output", output))
         if output == "results":
             reader = reader.option("sink", step)
-        for key in ("max_rows_per_batch", "columns"):
+        for key in ("max_rows_per_batch", "columns", "wait_ms"):
             if key in tier:
                 reader = reader.option(key, tier[key])
         kind = "out" if output == "results" else "errors"

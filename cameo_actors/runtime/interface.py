@@ -332,6 +332,12 @@ class DataAPI(Protocol):
     def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]:
         """Sink activation -> (committed, end) of its result log."""
 
+    def await_results(self, name: str, sink: str | None = None,
+                      after: dict[str, int] | None = None,
+                      timeout_s: float = 1.0) -> dict[str, LogOffsets]:
+        """`result_offsets` once there are readable rows past `after` (sink activation
+        -> next offset), or after `timeout_s` (at most 5 s)."""
+
     def read_results(self, name: str, sink_activation: str, start: int,
                      end: int | None = None) -> builtins.list[ResultRow]:
         """Rows [start, end) of one sink activation's result log, without committing."""

@@ -225,6 +225,24 @@ def test_results_are_read_with_offsets_and_a_full_log_holds_its_sink() -> None:
         egress.read_results("d", "d/o/0", 0, None)
 
 
+def test_a_reader_waiting_for_results_is_told_of_rows_past_its_offsets() -> None:
+    egress, _ = make_egress(capacity=100)
+    assert not egress.readable_past("d", {})  # nothing yet
+    egress.results("d", "d/o/0", [{"n": 1}, {"n": 2}], 1.0, 2.0)
+    assert egress.readable_past("d", {}) and egress.readable_past("d", {"d/o/0": 1})
+    assert not egress.readable_past("d", {"d/o/0": 2})  # read them all
+    egress.dataflows["d"].results["d/o/0"].commit(2)
+    assert not egress.readable_past("d", {})  # from the committed offset: nothing new
+    assert egress.readable_past("gone", {})  # not here: the caller asks and learns why
+    exactly = ResultLog(exactly_once=True)  # a result is readable once its checkpoint is
+    egress.dataflows["d"].results["d/o/0"] = exactly
+    exactly.append([{"n": 3}], 1.0, 2.0)
+    exactly.marks[1] = 1
+    assert not egress.readable_past("d", {})
+    egress.checkpointed("d", 1)
+    assert egress.readable_past("d", {})
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(
     st.tuples(st.just("rows"), st.integers(0, 5)), st.tuples(st.just("columns"), st.integers(0, 5)),

@@ -60,6 +60,8 @@ def test_options_parse_case_insensitively_with_defaults() -> None:
         ("d", "10.0.0.1:6379", "default", 100)
     r = ReaderOptions.parse({"dataflow": "d", "output": "errors", "max_rows_per_batch": "10", **ADDR})
     assert (r.output, r.max_rows_per_batch, r.include_metadata) == ("errors", 10, True)
+    assert r.wait_ms == 500 and ReaderOptions.parse({"dataflow": "d", "wait_ms": "0",
+                                                     **ADDR}).wait_ms == 0
 
 
 @pytest.mark.parametrize("opts,option", [
@@ -79,6 +81,8 @@ def test_writer_option_errors_name_the_option(opts: dict[str, str], option: str)
     ({"dataflow": "d", "output": "both", **ADDR}, "output"),
     ({"dataflow": "d", "output": "errors", "sink": "o", **ADDR}, "sink"),
     ({"dataflow": "d", "include_metadata": "perhaps", **ADDR}, "include_metadata"),
+    ({"dataflow": "d", "wait_ms": "-1", **ADDR}, "wait_ms"),
+    ({"dataflow": "d", "wait_ms": "60000", **ADDR}, "wait_ms"),  # holds a runtime thread
 ])
 def test_reader_option_errors_name_the_option(opts: dict[str, str], option: str) -> None:
     with pytest.raises(OptionError, match=f"cameo option '{option}'"):

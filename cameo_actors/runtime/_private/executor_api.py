@@ -318,6 +318,12 @@ class ExecutorAPI(Protocol):
     def result_offsets(self, dataflow: str) -> dict[str, LogOffsets]:
         """Each sink activation here: (committed, end) of its result log."""
 
+    def await_results(self, dataflow: str, after: dict[str, int],
+                      timeout_s: float) -> dict[str, LogOffsets]:
+        """`result_offsets` once a sink log here has readable rows past `after` (sink
+        activation -> a reader's next offset), or after `timeout_s`. Watched from the
+        caller's thread (the "watch" group), not the worker's."""
+
     def read_errors(self, dataflow: str, start: int,
                     end: int | None = None) -> tuple[int, builtins.list[ResultRow]]:
         """(offset of the first row, rows) of the dataflow's error log here."""

@@ -15,9 +15,10 @@ from cameo_actors.operators.base import ErrorRecord, Event
 from cameo_actors.operators.column_results import concat_results
 from cameo_actors.runtime._private.client.dataflows import Dataflows
 from cameo_actors.runtime._private.executor_api import ExecutorAPI
-from cameo_actors.runtime._private.remote import Actor, gather
+from cameo_actors.runtime._private.remote import Actor, answered, gather
 from cameo_actors.runtime._private.stats import dataflow_stats
 from cameo_actors.runtime.boundary import (
+    CALL_TIMEOUT_S,
     ActivationId,
     DataflowInfo,
     DataflowStats,
@@ -112,6 +113,30 @@ class Outputs:
         wanted = {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
         parts = self._dataflows.ask(name, lambda i: gather(
             [e.send(ExecutorAPI.result_offsets, name) for e in self._hosts(i, wanted)]))
+        return {a: (int(c), int(e)) for part in parts for a, (c, e) in part.items() if a in wanted}
+
+    def await_results(self, name: str, sink: str | None = None,
+                      after: dict[str, int] | None = None, timeout_s: float = 1.0
+                      ) -> dict[str, LogOffsets]:
+        """`result_offsets` once a sink log has readable rows past `after` (sink
+        activation -> the reader's next offset; None: the committed offsets), or after
+        `timeout_s` (at most 5 s): a reader that waits here is told of results as their
+        checkpoint commits, without asking again and again."""
+        sinks = [s for s in self._dataflows.spec(name).sinks if sink is None or s.id == sink]
+        wanted = {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
+        mine = {a: int(o) for a, o in (after or {}).items() if a in wanted}
+
+        def wait(info: DataflowInfo) -> builtins.list[dict[str, LogOffsets]]:
+            replies = [e.send(ExecutorAPI.await_results, name, mine, timeout_s)
+                       for e in self._hosts(info, wanted)]
+            if len(replies) == 1:
+                return [replies[0].get(timeout_s + CALL_TIMEOUT_S)]
+            answered(replies, 1, timeout_s + CALL_TIMEOUT_S)
+            # Every executor's logs as they are now; the other waits end on their own.
+            return gather([e.send(ExecutorAPI.result_offsets, name)
+                           for e in self._hosts(info, wanted)])
+
+        parts = self._dataflows.ask(name, wait)
         return {a: (int(c), int(e)) for part in parts for a, (c, e) in part.items() if a in wanted}
 
     def read_results(self, name: str, sink_activation: str, start: int, end: int | None = None

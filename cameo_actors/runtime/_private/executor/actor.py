@@ -30,7 +30,7 @@ from cameo_actors.runtime._private.executor.core import ExecutorCore
 from cameo_actors.runtime._private.executor.host import WORKER_TIMEOUT_S, ExecutorHost
 from cameo_actors.runtime._private.executor_api import ExecutorAPI
 from cameo_actors.runtime._private.remote import Actor
-from cameo_actors.runtime.boundary import ExecutorStats
+from cameo_actors.runtime.boundary import ExecutorStats, LogOffsets
 from cameo_actors.runtime.config import RuntimeConfig
 
 P = ParamSpec("P")
@@ -105,7 +105,9 @@ class WorkerThread:
 # sources hold are about one per writer, and 32 leave room for other tenants' batches.
 # (With 16 threads and eight calls per writer, two bulk writers took them all, and a
 # 20 ms tenant's calls waited 1.5 s for a thread.) A blocked thread costs only its stack.
-@ray.remote(max_concurrency=8, concurrency_groups={"ingest": 32})  # type: ignore[call-overload]
+# Readers waiting for results (`await_results`, bounded) each hold a thread of "watch".
+@ray.remote(max_concurrency=8,  # type: ignore[call-overload]
+            concurrency_groups={"ingest": 32, "watch": 16})
 @versioned
 class Executor(ExecutorHost):
     def __init__(self, index: int, config: dict[str, Any]) -> None:
@@ -149,6 +151,12 @@ class Executor(ExecutorHost):
     def ingest(  # type: ignore[override]  # Ray's stubs type it as a remote method
             self, client: str, seq: int, target: str, blob: bytes) -> int:
         return ExecutorHost.ingest(self, client, seq, target, blob)
+
+    @ray.method(concurrency_group="watch")
+    def await_results(  # type: ignore[override]  # Ray's stubs type it as a remote method
+            self, dataflow: str, after: dict[str, int], timeout_s: float
+    ) -> dict[str, LogOffsets]:
+        return ExecutorHost.await_results(self, dataflow, after, timeout_s)
 
     def executor_stats(self) -> ExecutorStats:
         stats = ExecutorHost.executor_stats(self)

@@ -336,6 +336,16 @@ class Egress:
         return {aid: (log.committed_offset, log.readable_end)
                 for aid, log in self.dataflows[dataflow].results.items()}
 
+    def readable_past(self, dataflow: str, after: dict[str, int]) -> bool:
+        """Whether a sink log of `dataflow` here has rows a reader at `after` (sink
+        activation -> its next offset; a log it lacks: from the committed offset) has
+        not read; also when the dataflow is not here (a caller asks and learns why)."""
+        out = self.dataflows.get(dataflow)
+        if out is None:
+            return True
+        return any(log.readable_end > after.get(aid, log.committed_offset)
+                   for aid, log in out.results.items())
+
     def checkpointed(self, dataflow: str, ckpt: int) -> None:
         out = self.dataflows.get(dataflow)
         if out is None:

@@ -64,6 +64,10 @@ WORKER_TIMEOUT_S = 60.0
 #: looked for less often than a migration's epoch (which a migration's pace hangs on).
 PARTS_WATCH_S = 0.005
 EPOCH_WATCH_S = 0.001
+#: A reader waiting for results (`await_results`) looks every 10 ms, for at most 5 s: a
+#: wait holds a thread of the executor's "watch" group.
+RESULTS_WATCH_S = 0.01
+MAX_RESULTS_WAIT_S = 5.0
 
 
 class Worker(Protocol):
@@ -369,6 +373,13 @@ class ExecutorHost(ExecutorAPI):
 
     def result_offsets(self, dataflow: str) -> dict[str, LogOffsets]:
         return self.worker.call(self.core.egress.result_offsets, dataflow)
+
+    def await_results(self, dataflow: str, after: dict[str, int],
+                      timeout_s: float) -> dict[str, LogOffsets]:
+        egress = self.core.egress
+        self.worker.wait_until(lambda: self._quiet(egress.readable_past, dataflow, after),
+                               min(timeout_s, MAX_RESULTS_WAIT_S), RESULTS_WATCH_S)
+        return self.result_offsets(dataflow)
 
     def read_errors(self, dataflow: str, start: int, end: int | None = None
                     ) -> tuple[int, list[ResultRow]]:
