@@ -29,6 +29,18 @@ from spark_ingest.niced_daemon import NICENESS_ENV
 #: Seconds a Python worker may take to connect back to Spark's JVM (Spark's default: 15).
 PYTHON_CONNECT_TIMEOUT_S = 120
 
+#: Local files without a process started per file operation (`SparkConfig.hadoop_local_files`):
+#: Hadoop's raw local file system for both of its APIs, and Spark's checkpoint logs through
+#: the FileSystem API, whose rename is `File.renameTo` (FileContext's checks each side with
+#: a `readlink` process). The first two concern `file:` paths only; the third every
+#: checkpoint, and a log entry is still written whole before it is renamed into place.
+PLAIN_LOCAL_FILES = {
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+}
+
 
 @dataclass(frozen=True)
 class SparkConfig:
@@ -63,6 +75,15 @@ class SparkConfig:
             cores the executors and Spark's own work need. At volume, C2's code parses
             JSON twice as fast (docs/spark.md, "Spark settings"; Parquet reads alike).
             False (the JVM's default) for a tier that reads much.
+        hadoop_local_files: local files (checkpoints, the file sink's log, Parquet
+            output) through Hadoop's checksummed local file system and Spark's checkpoint
+            logs through Hadoop's FileContext, as Spark does by default. Without the
+            native Hadoop library (not in the pyspark wheel), those start a `readlink` or
+            `chmod` process for each file they create or rename: six per entry of a
+            query's offset or commit log, 60-90 ms of each micro-batch's logs here. False
+            (the tier's default): the raw local file system (no `.crc` files beside
+            local files) and Spark's FileSystem-based checkpoint logs, one `chmod` per
+            file created (docs/spark.md, "Spark settings").
         restarts, restart_window_s: how many times within that window the tier starts a
             query again, from its checkpoint, when it died for a transient reason (a
             Python worker of the query's driver side that did not connect back in time,
@@ -82,6 +103,7 @@ class SparkConfig:
     niceness: int = 10
     task_attempts: int = 4
     quick_jit: bool = False
+    hadoop_local_files: bool = False
     restarts: int = 5
     restart_window_s: float = 600.0
 
@@ -146,6 +168,8 @@ class SparkConfig:
             # the row as unparsable.
             "spark.sql.variant.allowDuplicateKeys": "true",
         }
+        if not self.hadoop_local_files:
+            s.update(PLAIN_LOCAL_FILES)
         if self.local:
             s["spark.driver.host"] = "127.0.0.1"
             s["spark.driver.bindAddress"] = "127.0.0.1"

@@ -1126,3 +1126,17 @@ def test_the_quick_jit_is_asked_for_and_the_default_keeps_the_jvms() -> None:
     quick = SparkConfig(run_dir="/r", quick_jit=True).settings()
     assert quick["spark.driver.extraJavaOptions"] == "-Djava.io.tmpdir=/r/spark/tmp -XX:TieredStopAtLevel=1"
     assert "Tiered" not in SparkConfig(run_dir="/r").settings()["spark.driver.extraJavaOptions"]
+
+
+def test_local_files_start_no_process_per_file_unless_hadoops_are_asked_for() -> None:
+    from spark_ingest.session import PLAIN_LOCAL_FILES, SparkConfig
+
+    plain = SparkConfig(run_dir="/r").settings()
+    assert plain["spark.hadoop.fs.file.impl"] == "org.apache.hadoop.fs.RawLocalFileSystem"
+    assert plain["spark.sql.streaming.checkpointFileManagerClass"].endswith(
+        "FileSystemBasedCheckpointFileManager")
+    hadoops = SparkConfig(run_dir="/r", hadoop_local_files=True).settings()
+    assert not set(PLAIN_LOCAL_FILES) & set(hadoops)
+    # A setting of the caller's own wins.
+    own = SparkConfig(run_dir="/r", conf=(("spark.hadoop.fs.file.impl", "x.Fs"),)).settings()
+    assert own["spark.hadoop.fs.file.impl"] == "x.Fs"
