@@ -56,6 +56,35 @@ def run_on(rt: Any, d: Dataflow, data: list[dict[str, Any]], batch: int = 300,
         rt.cancel(name)
 
 
+def test_a_reader_waiting_for_results_is_answered_as_they_become_readable(pools: Any) -> None:
+    """`await_results` (the Spark reader's planning): with nothing new it answers when its
+    wait ends, with what there is; rows pushed then are answered for once readable (after
+    their checkpoint)."""
+    rt = pools["cameo2"]
+    d = (Dataflow(unique("await"), latency_target_ms=200).source("s", schema=SCHEMA, event_time="ts")
+         .key_by("key").window(tumbling_ms=50, parallelism=2).aggregate(n=count()).sink("o"))
+    data = events(600, seed=3)
+    name = rt.deploy(d)
+    try:
+        empty = rt.result_offsets(name)
+        assert rt.await_results(name, after={a: e for a, (_, e) in
+                                                                  empty.items()},
+                                                    timeout_s=0.05) == empty
+        rt.push(name, "s", data)
+        after = {a: e for a, (_, e) in empty.items()}
+        got = rt.await_results(name, "o", after=after, timeout_s=5.0)
+        assert any(e > after[a] for a, (_, e) in got.items()), got
+        rows = [r for a, (c, e) in got.items() for r, _, _ in rt.read_results(name, a, c, e)]
+        expected = run_local(d, {"s": data}).sinks["o"]
+        assert rows and all(r in expected for r in rows), rows  # readable: results
+        rt.close(name)
+        rt.wait_idle()
+        ends = rt.await_results(name, after=after, timeout_s=0.05)
+        assert sum(e for _, e in ends.values()) == len(expected)
+    finally:
+        rt.cancel(name)
+
+
 @pytest.mark.parametrize("pool,p", [("cameo2", 1), ("cameo2", 2), ("fifo1", 2), ("edf2", 2),
                                     ("fair2", 2)])
 def test_every_operator_equals_run_local(pools: Any, pool: str, p: int) -> None:

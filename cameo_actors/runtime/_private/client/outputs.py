@@ -107,10 +107,14 @@ class Outputs:
         return got if columns else [(e, ing, eg) for e, ing, eg in got]
 
     # -- outputs with offsets, read exactly once (the service, the Spark tier) ----------------
+    def _sink_activations(self, name: str, sink: str | None) -> set[str]:
+        """The activations of `name`'s sink `sink` (None: of every sink)."""
+        sinks = [s for s in self._dataflows.spec(name).sinks if sink is None or s.id == sink]
+        return {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
+
     def result_offsets(self, name: str, sink: str | None = None) -> dict[str, LogOffsets]:
         """sink activation -> (committed offset, end offset) of each sink's result log."""
-        sinks = [s for s in self._dataflows.spec(name).sinks if sink is None or s.id == sink]
-        wanted = {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
+        wanted = self._sink_activations(name, sink)
         parts = self._dataflows.ask(name, lambda i: gather(
             [e.send(ExecutorAPI.result_offsets, name) for e in self._hosts(i, wanted)]))
         return {a: (int(c), int(e)) for part in parts for a, (c, e) in part.items() if a in wanted}
@@ -122,8 +126,7 @@ class Outputs:
         activation -> the reader's next offset; None: the committed offsets), or after
         `timeout_s` (at most 5 s): a reader that waits here is told of results as their
         checkpoint commits, without asking again and again."""
-        sinks = [s for s in self._dataflows.spec(name).sinks if sink is None or s.id == sink]
-        wanted = {str(a) for s in sinks for a in ActivationId.of_step(name, s.id, s.parallelism)}
+        wanted = self._sink_activations(name, sink)
         mine = {a: int(o) for a, o in (after or {}).items() if a in wanted}
 
         def wait(info: DataflowInfo) -> builtins.list[dict[str, LogOffsets]]:
