@@ -22,6 +22,7 @@ per process (`spark_ingest.client`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -50,7 +51,14 @@ from spark_ingest.arrow import (
 )
 from spark_ingest.batching import Target, bucket_ms, push_target
 from spark_ingest.exceptions import CameoSparkError, OptionError
-from spark_ingest.offsets import initial_offset, latest_offset, parse_offset, ranges, to_commit
+from spark_ingest.offsets import (
+    initial_offset,
+    latest_offset,
+    nothing_new,
+    parse_offset,
+    ranges,
+    to_commit,
+)
 from spark_ingest.options import Connection, ReaderOptions, WriterOptions
 from spark_ingest.schema import (
     ERROR_COLUMNS,
@@ -351,13 +359,15 @@ class CameoStreamReader(DataSourceStreamReader):
         rt, deployment, avail = self._available(start)
         for log, offset in self._commit(rt, start, avail, deployment).items():
             avail[log] = (offset, avail[log][1])
-        start_deployment, begin = parse_offset(start)
-        if self.opts.wait_ms and self.opts.output == "results" and start_deployment == deployment \
-                and not any(end > begin.get(log, c) for log, (c, end) in avail.items()):
+        begin = nothing_new(start, deployment, avail)
+        if self.opts.wait_ms and self.opts.output == "results" and begin is not None:
             # Nothing new: wait for results here, so that the batch starts as they commit
             # (with Spark's default trigger) rather than at the next trigger or poll.
-            avail = rt.await_results(self.opts.dataflow, self.opts.sink, after=begin,
-                                     timeout_s=self.opts.wait_ms / 1000.0)
+            # An executor of a version without the call (an upgrade under way): answer
+            # at once, as with wait_ms 0.
+            with contextlib.suppress(AttributeError):
+                avail = rt.await_results(self.opts.dataflow, self.opts.sink, after=begin,
+                                         timeout_s=self.opts.wait_ms / 1000.0)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return latest_offset(start, deployment, avail, max_rows,
                              lossy=self.opts.output == "errors")

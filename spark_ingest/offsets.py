@@ -96,6 +96,17 @@ def latest_offset(start: Any, deployment: str, available: Available,
     return make_offset(deployment, {log: begin[log] + n for log, n in want.items()})
 
 
+def nothing_new(start: Any, deployment: str, available: Available) -> dict[str, int] | None:
+    """Where each log resumes after `start` when none has rows past it (what a reader's
+    planning then waits from: `Runtime.await_results`), else None: rows to plan now, or
+    another deployment than `start`'s (read from its beginning)."""
+    start_dep, logs = parse_offset(start)
+    if start_dep != deployment or any(end > logs.get(log, committed)
+                                      for log, (committed, end) in available.items()):
+        return None
+    return logs
+
+
 def _begin(start: Any, deployment: str, available: Available) -> dict[str, int]:
     """Where each available log resumes after `start`."""
     start_dep, start_logs = parse_offset(start)

@@ -33,6 +33,7 @@ from spark_ingest.offsets import (
     initial_offset,
     latest_offset,
     make_offset,
+    nothing_new,
     parse_offset,
     ranges,
     to_commit,
@@ -1140,3 +1141,12 @@ def test_local_files_start_no_process_per_file_unless_hadoops_are_asked_for() ->
     # A setting of the caller's own wins.
     own = SparkConfig(run_dir="/r", conf=(("spark.hadoop.fs.file.impl", "x.Fs"),)).settings()
     assert own["spark.hadoop.fs.file.impl"] == "x.Fs"
+
+
+
+def test_a_planning_waits_for_results_only_when_nothing_is_new() -> None:
+    start = {"deployment": "d@1", "logs": {"d/o/0": 3}}
+    assert nothing_new(start, "d@1", {"d/o/0": (3, 3)}) == {"d/o/0": 3}  # wait from there
+    assert nothing_new(start, "d@1", {"d/o/0": (3, 5)}) is None  # rows to plan now
+    assert nothing_new(start, "d@1", {"d/o/0": (3, 3), "d/o/1": (0, 2)}) is None  # a new log's
+    assert nothing_new(start, "d@2", {"d/o/0": (0, 0)}) is None  # another deployment: as before
