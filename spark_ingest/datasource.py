@@ -51,6 +51,7 @@ from spark_ingest.arrow import (
 )
 from spark_ingest.batching import Target, bucket_ms, push_target
 from spark_ingest.exceptions import CameoSparkError, OptionError
+from spark_ingest.files import read_files
 from spark_ingest.offsets import (
     initial_offset,
     latest_offset,
@@ -123,7 +124,9 @@ class CameoDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> CameoStreamWriter:
         opts = WriterOptions.parse(self.options)
-        columns = {f.name: f.dataType.simpleString() for f in schema.fields}
+        # Rows that are files hold no events to check: the writer reads the source's fields.
+        columns = None if opts.files else {f.name: f.dataType.simpleString()
+                                           for f in schema.fields}
         return CameoStreamWriter(opts, tuple(_target(opts.connection, dataflow, source, columns)
                                              for dataflow, source in opts.targets),
                                  uuid.uuid4().hex)
@@ -143,12 +146,12 @@ class CameoDataSource(DataSource):
 
 
 def _target(conn: Connection, dataflow: str, source: str | None,
-            columns: dict[str, str]) -> Target:
+            columns: dict[str, str] | None) -> Target:
     """The source `source` of the running dataflow `dataflow`, checked against the
-    DataFrame's `columns` (name -> Spark type)."""
+    DataFrame's `columns` (name -> Spark type; None: no check)."""
     _, spec, deployment = _describe(conn, dataflow, 0)
     source = pick_source(spec, source)
-    problems = check_input(spec, source, columns)
+    problems = check_input(spec, source, columns) if columns is not None else []
     if problems:
         raise CameoSparkError(
             f"the DataFrame cannot feed source {source!r} of dataflow {spec.name!r}: "
@@ -237,6 +240,11 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
         partition = ctx.partitionId() if ctx else -1
         todo = [(t, rt) for t in self.targets
                 if (rt := self._runtime(t, batch_id, query, partition)) is not None]
+        if self.opts.files:  # the rows are files: read here, as one batch per Spark batch
+            fields = file_fields(self.targets)
+            read = (read_files(raw, self.opts.files, fields, self.opts.corrupt_column)
+                    for raw in iterator)
+            iterator = (batch for batch in read if batch is not None)
         batches: Iterator[Any] = (prepare(raw, self.opts.corrupt_column) for raw in iterator)
         if self.opts.order_task:  # all of the task's rows at once, in window order
             whole = list(batches)
@@ -295,6 +303,16 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
 
 #: run/dataflow/source -> the runtime's mark when the run started (see _replayed_up_to).
 _REPLAY_MARKS: dict[str, int] = {}
+
+
+def file_fields(targets: tuple[Target, ...]) -> list[tuple[str, str]]:
+    """The fields a file reader reads: every target's, once (the tier refused a field
+    two subscribers type differently)."""
+    fields: dict[str, str] = {}
+    for target in targets:
+        for name, typ in target.schema:
+            fields.setdefault(name, typ)
+    return list(fields.items())
 
 
 def _corrupt_rows(batch: pa.RecordBatch) -> int:

@@ -4,7 +4,7 @@ Spark hands options over as a case-insensitive map of strings; these frozen
 dataclasses are what the rest of the tier reads. Pure: no Spark, no Ray.
 
 >>> WriterOptions.parse({"dataflow": "errors", "address": "127.0.0.1:6379"}).batch_size
-4096
+16384
 >>> ReaderOptions.parse({"dataflow": "errors"})
 Traceback (most recent call last):
 ...
@@ -17,9 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from spark_ingest.exceptions import OptionError
+from spark_ingest.files import FORMATS as FILE_READER_FORMATS
 
-#: Default events per runtime message (one Ray call each).
+#: Default events per runtime message (one Ray call each): of rows, and of Arrow columns.
+#: A message of columns costs the writer, Ray and the executor about the same whatever its
+#: rows, so it is larger (4x the events in, `bench.spark_throughput --batch-size`); the
+#: executor cuts it again by its measured cost, so no step outlasts the quantum.
 DEFAULT_BATCH_SIZE = 4096
+DEFAULT_COLUMNS_BATCH_SIZE = 16384
 RAY_AUTH_MODES = ("auto", "token", "disabled")
 #: How long a reader's planning waits for new results (ReaderOptions.wait_ms): an idle
 #: output query asks twice a second, and Spark's stop waits for it at most that long.
@@ -105,7 +110,8 @@ class WriterOptions:
         targets: every (dataflow, source) fed: the one above, or those of the option
             `subscribers` ("dataflow:source,...": a shared input, `spark_ingest.shared`),
             each pushed its own columns of every row.
-        batch_size: most events per runtime message.
+        batch_size: most events per runtime message (default: DEFAULT_BATCH_SIZE for
+            rows, DEFAULT_COLUMNS_BATCH_SIZE for columns).
         corrupt_column: the column Spark's PERMISSIVE readers put unparsable records in;
             such rows go to the dataflow's error output.
         skip_replayed: skip a Spark batch the runtime already marked as received
@@ -115,6 +121,9 @@ class WriterOptions:
             the whole micro-batch goes out in order.
         columns: push a span as Arrow columns where it fits the source's schema (false:
             as rows, one dict per event: the comparison `bench.spark_throughput` makes).
+        files: the rows are files of this format (parquet, json) from Spark's `binaryFile`
+            source, which the writer reads itself (`spark_ingest.files`); None: the rows
+            are the events.
     """
 
     connection: Connection
@@ -126,6 +135,7 @@ class WriterOptions:
     order_task: bool = False
     columns: bool = True
     targets: tuple[tuple[str, str | None], ...] = ()
+    files: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -133,13 +143,24 @@ class WriterOptions:
         targets = _subscribers(opts.get("subscribers"))
         dataflow = targets[0][0] if targets else _dataflow(opts)
         source = targets[0][1] if targets else opts.get("source") or None
+        columns = _bool(opts, "columns", True)
+        default = DEFAULT_COLUMNS_BATCH_SIZE if columns else DEFAULT_BATCH_SIZE
         return cls(connection=Connection.parse(opts), dataflow=dataflow, source=source,
                    targets=targets or ((dataflow, source),),
-                   batch_size=_int(opts, "batch_size", DEFAULT_BATCH_SIZE, 1) or DEFAULT_BATCH_SIZE,
+                   batch_size=_int(opts, "batch_size", default, 1) or default,
                    corrupt_column=opts.get("corrupt_column", "_corrupt_record"),
                    skip_replayed=_bool(opts, "skip_replayed", True),
                    order_task=_bool(opts, "order_task", False),
-                   columns=_bool(opts, "columns", True))
+                   columns=columns, files=_files(opts.get("files")))
+
+
+def _files(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if raw.lower() not in FILE_READER_FORMATS:
+        raise OptionError("files", f"one of {FILE_READER_FORMATS}", raw,
+                          '.option("files", "parquet"), or leave it out: rows are the events')
+    return raw.lower()
 
 
 def _subscribers(raw: str | None) -> tuple[tuple[str, str | None], ...]:

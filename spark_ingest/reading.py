@@ -5,8 +5,11 @@ Pure: no Spark, no Ray (`SparkTier` and `SharedInputs` start the queries).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from cameo_actors.dataflow.spec import ConnectorSpec, DataflowSpec, SourceStep
 from spark_ingest.batching import bucket_ms
+from spark_ingest.files import read_mode
 from spark_ingest.schema import input_spark_type
 from spark_ingest.shared import ShareConflict
 
@@ -63,18 +66,41 @@ def ordered(spec: DataflowSpec, step: SourceStep, tier: dict[str, str]) -> bool:
     return mode == "auto" and step.event_time is not None and bucket_ms(spec, step.id) is not None
 
 
-def read_plan(feeds: list[tuple[DataflowSpec, SourceStep]], c: ConnectorSpec
-              ) -> tuple[str | None, bool]:
-    """How an input query that feeds `feeds` reads `c`: (its schema, None where the
-    format takes none; whether one task sends each micro-batch in event-time order).
-    Raises what a subscriber's options or fields make impossible (`ShareConflict`, an
-    unknown `cameo.order`)."""
+class ReadPlan(NamedTuple):
+    """How an input query reads its connector.
+
+    Attributes:
+        ddl: the schema Spark reads with (None where the format takes none).
+        in_order: one task sends each micro-batch in event-time order.
+        read: "arrow": Spark lists the files and the writer reads them
+            (`spark_ingest.files`); "spark": Spark reads the events.
+        why_spark: why not "arrow", where the format is a file's.
+    """
+
+    ddl: str | None
+    in_order: bool
+    read: str = "spark"
+    why_spark: str = ""
+
+
+def read_plan(feeds: list[tuple[DataflowSpec, SourceStep]], c: ConnectorSpec) -> ReadPlan:
+    """How an input query that feeds `feeds` reads `c`. Raises what a subscriber's
+    options or fields make impossible (`ShareConflict`, an unknown `cameo.order` or
+    `cameo.read`, `cameo.read=arrow` where Spark must read)."""
     ddl = input_ddl([step for _, step in feeds], c) \
         if c.format in FILE_FORMATS or c.format in PERMISSIVE_FORMATS else None
     in_order = False
     for spec, step in feeds:  # every subscriber's own cameo.order checked
         in_order |= ordered(spec, step, split_options(connector_of(spec, "input", step.id))[1])
-    return ddl, in_order
+    spark_opts, tier = split_options(c)
+    asked = tier.get("read", "auto")
+    read, why = read_mode(asked, c.format, spark_opts,
+                          [field for _, step in feeds for field in step.schema],
+                          typed_time=tier.get("event_time_type") == "timestamp")
+    if asked.lower() == "arrow" and read != "arrow":
+        raise ValueError(f"connector option cameo.read=arrow: the writer cannot read this input "
+                         f"as Spark would: {why}. Fix: leave cameo.read out (auto) or set spark")
+    return ReadPlan(ddl, in_order, read, why)
 
 
 #: The checkpoint folder's prefix of each role's query ("<kind>-<step>").

@@ -56,6 +56,9 @@ class SparkConfig:
             checkpoints go under <run_dir>/spark (default: ./.run or $CAMEO_RUN_DIR).
         log_level: Spark's log level.
         arrow_batch_rows: rows per Arrow batch handed to the Python writer.
+        arrow_batch_bytes: bytes per Arrow batch handed to the Python writer, whichever
+            limit comes first: files read by the writer (`cameo.read`) are one row each,
+            and without it the JVM reads a task's every file before the writer gets one.
         python: the Python of Spark's Python workers (default: this interpreter).
         conf: any other Spark settings, as (key, value) pairs.
         niceness: with a local master, the OS priority (0..19) of Spark's work: its task
@@ -98,6 +101,7 @@ class SparkConfig:
     run_dir: str | None = None
     log_level: str = "WARN"
     arrow_batch_rows: int = 10_000
+    arrow_batch_bytes: int = 4 << 20
     python: str | None = None
     conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     niceness: int = 10
@@ -110,8 +114,9 @@ class SparkConfig:
     def __post_init__(self) -> None:
         if self.shuffle_partitions < 1:
             raise ValueError(f"SparkConfig.shuffle_partitions: expected >= 1, got {self.shuffle_partitions}")
-        if self.arrow_batch_rows < 1:
-            raise ValueError(f"SparkConfig.arrow_batch_rows: expected >= 1, got {self.arrow_batch_rows}")
+        if self.arrow_batch_rows < 1 or self.arrow_batch_bytes < 1:
+            raise ValueError(f"SparkConfig.arrow_batch_rows and arrow_batch_bytes: expected >= 1, "
+                             f"got {self.arrow_batch_rows} and {self.arrow_batch_bytes}")
         if not 0 <= self.niceness <= 19:
             raise ValueError(f"SparkConfig.niceness: expected 0..19 (0: the caller's priority), "
                              f"got {self.niceness}")
@@ -156,6 +161,7 @@ class SparkConfig:
             "spark.sql.warehouse.dir": os.path.join(d, "warehouse"),
             "spark.sql.streaming.checkpointLocation": self.checkpoint_root,
             "spark.sql.execution.arrow.maxRecordsPerBatch": str(self.arrow_batch_rows),
+            "spark.sql.execution.arrow.maxBytesPerBatch": str(self.arrow_batch_bytes),
             # Streaming ignores AQE and warns about it on every query start.
             "spark.sql.adaptive.enabled": "false",
             "spark.sql.session.timeZone": "UTC",

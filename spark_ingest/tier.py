@@ -17,13 +17,14 @@ which the tier reads itself:
 
 | option | where | meaning |
 |---|---|---|
-| `cameo.batch_size` | source | events per runtime message (default 4096) |
+| `cameo.batch_size` | source | events per runtime message (default 16384 as Arrow columns, 4096 as rows) |
 | `cameo.landed_ms` | file source | add a `landed_ms` column: the file's modification time (ms) |
 | `cameo.event_time_type` | source | `timestamp`: read the event-time column as a Spark TIMESTAMP (converted to ms) |
 | `cameo.order` | source | `auto` (default): when windows or joins downstream group by the source's event time, each micro-batch is written by one task that sends its rows in event-time window order; `none`: parallel tasks, each in its own order |
 | `cameo.max_rows_per_batch` | sink, errors | most result rows per Spark micro-batch |
 | `cameo.wait_ms` | sink | how long a planning with no new results waits for some (default 500; 0: none): without `trigger_ms`, results go out as their checkpoint commits |
 | `cameo.input` | source | a name: every source naming it is fed by one shared input query (`spark_ingest.shared`) |
+| `cameo.read` | file source | `auto` (default): for Parquet and JSON lines of int, float, str and bool fields with only file-source options, Spark lists the new files and the writer reads them with pyarrow (`spark_ingest.files`), no JVM row per event; `spark`: Spark's reader; `arrow`: the writer's, refused where it cannot read as Spark would |
 | `cameo.columns` | source, sink | `true` (default): events go in, and results come out, as Arrow columns where they fit the schema; `false`: as rows (for comparison) |
 
 Checkpoints default to `<run_dir>/spark/checkpoints/<dataflow>/<in|out|errors>-<step>`,
@@ -53,6 +54,7 @@ from cameo_actors.runtime.interface import RuntimeAPI
 from spark_ingest import checkpoints
 from spark_ingest.exceptions import SparkQueryFailed
 from spark_ingest.failures import failure_fix, spark_message, transient
+from spark_ingest.files import BINARY_FILE_DDL
 from spark_ingest.reading import (
     CORRUPT_COLUMN,
     FILE_FORMATS,
@@ -293,23 +295,31 @@ class SparkTier:
         from pyspark.sql import functions as F
 
         spark_opts, tier = split_options(c)
-        ddl, in_order = read_plan(feeds, c)
-        reader = self.spark.readStream.format(c.format).options(**spark_opts)
-        if c.format in PERMISSIVE_FORMATS:
-            reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord",
-                                                                CORRUPT_COLUMN)
-        if ddl is not None:
-            reader = reader.schema(ddl)
-        df = reader.load()
-        if in_order:
+        plan = read_plan(feeds, c)
+        landed = tier.get("landed_ms", "false").lower() == "true" and c.format in FILE_FORMATS
+        if plan.read == "arrow":
+            # Spark lists the new files and hands each over whole; the writer reads it.
+            df = (self.spark.readStream.format("binaryFile").options(**spark_opts)
+                  .schema(BINARY_FILE_DDL).load())
+            df = df.select("path", "content", *(
+                [F.unix_millis(F.col("modificationTime")).alias("landed_ms")] if landed else []))
+        else:
+            reader = self.spark.readStream.format(c.format).options(**spark_opts)
+            if c.format in PERMISSIVE_FORMATS:
+                reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord",
+                                                                    CORRUPT_COLUMN)
+            if plan.ddl is not None:
+                reader = reader.schema(plan.ddl)
+            df = reader.load()
+            if landed:
+                df = df.withColumn("landed_ms",
+                                   F.unix_millis(F.col("_metadata.file_modification_time")))
+        if plan.in_order:
             # Spark runs a micro-batch's files as parallel tasks in no particular order; the
             # source's watermark follows the largest event time it has seen, so events of an
             # earlier file arriving after a later one would be late. One task, whose writer
             # sends the batch's rows in event-time window order (streaming cannot sort).
             df = df.coalesce(1)
-        if tier.get("landed_ms", "false").lower() == "true" and c.format in FILE_FORMATS:
-            df = df.withColumn("landed_ms",
-                               F.unix_millis(F.col("_metadata.file_modification_time")))
         writer = (df.writeStream.format("cameo").options(**self._cameo_options())
                   .option("subscribers", subscribers_option(
                       [Subscriber(spec.name, step.id) for spec, step in feeds]))
@@ -318,8 +328,10 @@ class SparkTier:
         for key in ("batch_size", "columns"):
             if key in tier:
                 writer = writer.option(key, tier[key])
-        if in_order:
+        if plan.in_order:
             writer = writer.option("order_task", "true")
+        if plan.read == "arrow":
+            writer = writer.option("files", c.format)
         if c.trigger_ms:
             writer = writer.trigger(processingTime=f"{c.trigger_ms} milliseconds")
         return writer.start()
