@@ -96,6 +96,7 @@ bench-peers: $(BENCH) $(FLINK_VENV)/.installed system  ## cameo next to Spark (F
 .PHONY: bench-spark
 bench-spark: $(STAMP) system  ## Spark tier: events/s into the runtime, latency per trigger (docs/spark.md), the make run demo measured
 	$(PY) -m bench.spark_throughput --repeat 3 --json bench/results/spark_throughput.json
+	$(PY) -m bench.spark_throughput --repeat 3 --format parquet --json bench/results/spark_throughput_parquet.json
 	$(PY) -m bench.spark_latency --json bench/results/spark_latency.json
 	$(PY) -m bench.demo --json bench/results/demo.json
 	$(PY) -m bench.report

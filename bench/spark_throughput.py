@@ -1,13 +1,17 @@
 """Events/s through Spark into the runtime: JSON files -> Spark -> `cameo` sink -> executors.
 
 Run: `python -m bench.spark_throughput [--rows N] [--files F] [--format json|parquet]
-[--push rows|columns|both] [--max-files-per-trigger M] [--repeat R] [--quick-jit] [--json F]`
+[--push rows|columns|both] [--read spark|arrow|both] [--max-files-per-trigger M] [--repeat R]
+[--quick-jit] [--json F]`
 
 What is measured: N small rows ({"ts", "level", "key", "value"}, ~70 bytes as
 JSON) already landed in F files (JSON, or the same rows as Parquet); one input
 query (file source, `cameo` sink) feeds a filter dataflow on a pool of 2
 executors. With `--push both` each repeat runs the sink pushing rows (one dict
-per event, msgpack) and pushing Arrow columns, one after the other. The clock runs from
+per event, msgpack) and pushing Arrow columns, one after the other; with `--read
+both`, Arrow columns once more with the files read by the writer (`cameo.read`:
+Spark's `binaryFile` source lists the files, pyarrow reads them,
+`spark_ingest.files`) instead of Spark's reader. The clock runs from
 the query's start to the moment the runtime counted all N events in
 (`stats()["events_in"]`), so Spark's per-batch planning and checkpoint
 writes, JSON parsing, Arrow -> events, msgpack, Ray calls and the runtime's
@@ -17,7 +21,9 @@ long-running tier pays once. Also printed: Spark's own rate (input rows over
 the batches' triggerExecution time), and events per CPU second of every process
 the run used (`bench.harness.cpu`: Spark's JVM and Python workers, the executors,
 Ray, the driver), counted from the query's start until the runtime is idle (the
-figure that carries to a cluster). `--json F` writes every run's figures.
+figure that carries to a cluster), and when the first event came in (the query's
+start and its micro-batch's planning) with the rate from then on. `--json F` writes
+every run's figures.
 """
 
 from __future__ import annotations
@@ -54,8 +60,11 @@ def run_once(tier: SparkTier, rt: Any, name: str, folder: str, rows: int, opts: 
     with CpuMeter() as machine:
         t0 = time.monotonic()
         tier.deploy(dataflow(name, folder, opts, parallelism, fmt))
+        first = None  # the query's start and first micro-batch's planning, before any event
         while True:
             n = rt.stats(name)["events_in"]
+            if n and first is None:
+                first = time.monotonic() - t0
             if n >= rows:
                 break
             tier.raise_if_failed()
@@ -71,6 +80,9 @@ def run_once(tier: SparkTier, rt: Any, name: str, folder: str, rows: int, opts: 
     spark_rows = sum(p["numInputRows"] for p in progress)
     spark_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
     return {"rows": rows, "seconds": elapsed, "events_per_s": rows / elapsed,
+            "first_event_s": first,
+            # Of the events, once they flow: the rate a long micro-batch tends to.
+            "flowing_events_per_s": rows / (elapsed - first) if first and elapsed > first else None,
             "batches": len(progress), "spark_rows_per_s": spark_rows / (spark_ms / 1000) if spark_ms else None,
             "machine": machine.summary(rows)}
 
@@ -117,6 +129,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--format", choices=("json", "parquet"), default="json")
     p.add_argument("--push", choices=("rows", "columns", "both"), default="both",
                    help="how the sink hands events to the runtime")
+    p.add_argument("--read", choices=("spark", "arrow", "both"), default="both",
+                   help="who reads the files: Spark's reader, or the writer with pyarrow "
+                        "(pushing Arrow columns)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--parallelism", type=int, default=1, help="source instances in the runtime")
     p.add_argument("--executors", type=int, default=2)
@@ -143,27 +158,36 @@ def main(argv: list[str] | None = None) -> None:
 
     with spark_on_pool("bench-spark", run, args.executors, arrow_batch_rows=args.arrow_batch_rows,
                        quick_jit=args.quick_jit) as (rt, spark, tier):
-        warm = run_once(tier, rt, "warmup", os.path.join(run, "warm"), 20_000, {},
-                        fmt=args.format)
-        print(f"warm-up: {warm['events_per_s']:,.0f} events/s (cold Python workers and JIT)")
+        pushes = ("rows", "columns") if args.push == "both" else (args.push,)
+        reads = ("spark", "arrow") if args.read == "both" else (args.read,)
+        for read in reads:
+            warm = run_once(tier, rt, f"warmup-{read}", os.path.join(run, "warm"), 20_000,
+                            {"cameo.read": read}, fmt=args.format)
+            print(f"warm-up, {read} reads: {warm['events_per_s']:,.0f} events/s "
+                  "(cold Python workers and JIT)")
         results = []
-        arms = ("rows", "columns") if args.push == "both" else (args.push,)
+        # The writer reads files into columns: its rows arm would measure nothing new.
+        arms = [(push, read) for read in reads for push in pushes
+                if read == "spark" or push == "columns"]
         for i in range(args.repeat):
-            for arm in arms:
-                name = f"tput-{arm}-{i}"
+            for push, read in arms:
+                name = f"tput-{push}-{read}-{i}"
                 r = run_once(tier, rt, name, data, args.files * (args.rows // args.files),
-                             {**opts, "cameo.columns": str(arm == "columns").lower()},
-                             args.parallelism, fmt=args.format)
-                results.append({"push": arm, **r})
-                print(f"run {i} {arm:7s}: {r['rows']:,} events in {r['seconds']:.2f} s = "
-                      f"{r['events_per_s']:,.0f} events/s into the runtime; {r['batches']} "
-                      f"Spark batches; Spark's own rate {r['spark_rows_per_s'] or 0:,.0f} rows/s; "
+                             {**opts, "cameo.columns": str(push == "columns").lower(),
+                              "cameo.read": read}, args.parallelism, fmt=args.format)
+                results.append({"push": push, "read": read, **r})
+                print(f"run {i} {push:7s} {read:5s}: {r['rows']:,} events in {r['seconds']:.2f} s = "
+                      f"{r['events_per_s']:,.0f} events/s into the runtime (the first after "
+                      f"{r['first_event_s']:.2f} s, then {r['flowing_events_per_s'] or 0:,.0f}/s); "
+                      f"{r['batches']} Spark batches; Spark's own rate "
+                      f"{r['spark_rows_per_s'] or 0:,.0f} {'files' if read == 'arrow' else 'rows'}/s; "
                       f"{r['machine']['events_per_cpu_s'] or 0:,} events per CPU s of every "
                       f"process ({r['machine']['cores_busy']} cores busy)")
                 shutil.rmtree(os.path.join(tier.checkpoint_root, name), ignore_errors=True)
-        for arm in arms:
-            rates = sorted(r["events_per_s"] for r in results if r["push"] == arm)
-            print(f"{arm}: median {rates[len(rates) // 2]:,.0f} events/s")
+        for push, read in arms:
+            rates = sorted(r["events_per_s"] for r in results
+                           if (r["push"], r["read"]) == (push, read))
+            print(f"{push}, {read} reads: median {rates[len(rates) // 2]:,.0f} events/s")
         alone = spark_alone(spark, data, args.files * (args.rows // args.files), opts,
                             os.path.join(run, "noop-checkpoint"), args.format)
         print(f"baseline: the same files into Spark's noop sink: {alone['rows_per_s']:,.0f} rows/s, "
