@@ -52,6 +52,14 @@ def failure_fix(message: str, dataflow: str, root: str, kind: str, step: str) ->
     """The fix a `SparkQueryFailed` offers for Spark's message."""
     resume = (f"`SparkTier.start({dataflow!r})` resumes the stopped queries from their "
               f"checkpoints (the dataflow still runs; `SparkTier.cancel({dataflow!r})` ends it)")
+    if "FAILED_READ_FILE" in message or "exceeds the max length allowed" in message:
+        # Spark names the file; the cause (in its log) may be binaryFile.maxLength.
+        return ("Spark could not read the file it names. Where the writer reads an input's "
+                "files (cameo.read, the default for Parquet and JSON), a file larger than "
+                "`SparkConfig.max_file_bytes` is refused this way: read the input with "
+                "Spark's reader (connector option cameo.read=spark), which splits a large "
+                "file, or raise max_file_bytes; otherwise replace the file if it is "
+                f"unreadable; then {resume}")
     if "basePath" in message or "checkpoint" in message.lower():
         where = os.path.join(root, dataflow, f"{kind}-{step}")
         return (f"the query's checkpoint (by default {where}) does not fit its connector (a "

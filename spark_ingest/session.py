@@ -59,6 +59,9 @@ class SparkConfig:
         arrow_batch_bytes: bytes per Arrow batch handed to the Python writer, whichever
             limit comes first: files read by the writer (`cameo.read`) are one row each,
             and without it the JVM reads a task's every file before the writer gets one.
+        max_file_bytes: the largest file of an input the writer reads (Spark's
+            `binaryFile.maxLength`): a file is one value in Spark and one read in the
+            writer, so a larger one fails its query, naming the file, with the fix.
         python: the Python of Spark's Python workers (default: this interpreter).
         conf: any other Spark settings, as (key, value) pairs.
         niceness: with a local master, the OS priority (0..19) of Spark's work: its task
@@ -102,6 +105,7 @@ class SparkConfig:
     log_level: str = "WARN"
     arrow_batch_rows: int = 10_000
     arrow_batch_bytes: int = 4 << 20
+    max_file_bytes: int = 256 << 20
     python: str | None = None
     conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     niceness: int = 10
@@ -114,9 +118,10 @@ class SparkConfig:
     def __post_init__(self) -> None:
         if self.shuffle_partitions < 1:
             raise ValueError(f"SparkConfig.shuffle_partitions: expected >= 1, got {self.shuffle_partitions}")
-        if self.arrow_batch_rows < 1 or self.arrow_batch_bytes < 1:
-            raise ValueError(f"SparkConfig.arrow_batch_rows and arrow_batch_bytes: expected >= 1, "
-                             f"got {self.arrow_batch_rows} and {self.arrow_batch_bytes}")
+        if min(self.arrow_batch_rows, self.arrow_batch_bytes, self.max_file_bytes) < 1:
+            raise ValueError(f"SparkConfig.arrow_batch_rows, arrow_batch_bytes and max_file_bytes: "
+                             f"expected >= 1, got {self.arrow_batch_rows}, "
+                             f"{self.arrow_batch_bytes} and {self.max_file_bytes}")
         if not 0 <= self.niceness <= 19:
             raise ValueError(f"SparkConfig.niceness: expected 0..19 (0: the caller's priority), "
                              f"got {self.niceness}")
@@ -162,6 +167,7 @@ class SparkConfig:
             "spark.sql.streaming.checkpointLocation": self.checkpoint_root,
             "spark.sql.execution.arrow.maxRecordsPerBatch": str(self.arrow_batch_rows),
             "spark.sql.execution.arrow.maxBytesPerBatch": str(self.arrow_batch_bytes),
+            "spark.sql.sources.binaryFile.maxLength": str(min(self.max_file_bytes, 2**31 - 1)),
             # Streaming ignores AQE and warns about it on every query start.
             "spark.sql.adaptive.enabled": "false",
             "spark.sql.session.timeZone": "UTC",

@@ -128,3 +128,34 @@ def test_a_dead_input_query_is_reported_by_status_stop_and_drain(tier: SparkTier
         assert ids(out) == [*range(10), *range(100, 110)]
     finally:
         tier.cancel(name)
+
+
+def test_a_file_too_large_to_read_whole_fails_its_query_with_the_fix_and_loses_nothing(
+        tier: SparkTier) -> None:
+    """The writer reads each file whole (`cameo.read`): a file over the limit fails the
+    input query, naming the file and the fix; with the limit raised, the query resumes
+    from its checkpoint and every event arrives once."""
+    spark, key = tier.spark, "spark.sql.sources.binaryFile.maxLength"
+    name = f"large-{next(_names)}"
+    data, out = folder("data", name), folder("out", name)
+    land(data, range(0, 3))  # ~30 bytes
+    land(data, range(100, 200))  # ~1,300 bytes: over the limit
+    limit = spark.conf.get(key)
+    # A query takes the session's settings as its thread starts: the limit stays low
+    # until the query has failed on it.
+    spark.conf.set(key, "200")
+    try:
+        tier.deploy(build(name, data, out))
+        with pytest.raises(SparkQueryFailed) as failed:
+            tier.drain(name, close=True)
+    finally:
+        spark.conf.set(key, limit)
+    try:
+        assert "ids-100.json" in failed.value.spark_message, failed.value
+        assert "cameo.read=spark" in failed.value.fix and "max_file_bytes" in failed.value.fix
+
+        tier.start(name)  # the fix: the limit raised (back to the tier's)
+        tier.drain(name, close=True)
+        assert ids(out) == [*range(0, 3), *range(100, 200)]
+    finally:
+        tier.cancel(name)

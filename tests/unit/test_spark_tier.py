@@ -801,6 +801,9 @@ def test_spark_messages_are_cut_to_what_failed() -> None:
     assert "fresh_checkpoints=True" in failure_fix("Wrong basePath /b", "d", "/ck", "in", "s")
     assert "/ck/d/in-s" in failure_fix("Wrong basePath /b", "d", "/ck", "in", "s")
     assert "SparkTier.start('d')" in failure_fix("Path does not exist", "d", "/ck", "in", "s")
+    too_large = failure_fix("[FAILED_READ_FILE.NO_HINT] Encountered error while reading file "
+                            "file:///in/a.json.  SQLSTATE: KD001", "d", "/ck", "in", "s")
+    assert "cameo.read=spark" in too_large and "max_file_bytes" in too_large
 
     e = SparkQueryFailed("d", "cameo-in-d-s", "input", "s", "boom", "fix it", ("cameo-out-d-o",))
     assert str(e) == ("the input query 'cameo-in-d-s' of dataflow 'd' (step 's') failed in Spark "
