@@ -240,7 +240,7 @@ class CameoStreamWriter(DataSourceStreamArrowWriter):
         partition = ctx.partitionId() if ctx else -1
         todo = [(t, rt) for t in self.targets
                 if (rt := self._runtime(t, batch_id, query, partition)) is not None]
-        if self.opts.files:  # the rows are files: read here, as one batch per Spark batch
+        if self.opts.files:  # the rows are files: read here, one Arrow batch per batch of files
             fields = file_fields(self.targets)
             read = (read_files(raw, self.opts.files, fields, self.opts.corrupt_column)
                     for raw in iterator)
