@@ -74,13 +74,11 @@ class ReadPlan(NamedTuple):
         in_order: one task sends each micro-batch in event-time order.
         read: "arrow": Spark lists the files and the writer reads them
             (`spark_ingest.files`); "spark": Spark reads the events.
-        why_spark: why not "arrow", where the format is a file's.
     """
 
     ddl: str | None
     in_order: bool
     read: str = "spark"
-    why_spark: str = ""
 
 
 def read_plan(feeds: list[tuple[DataflowSpec, SourceStep]], c: ConnectorSpec) -> ReadPlan:
@@ -100,7 +98,7 @@ def read_plan(feeds: list[tuple[DataflowSpec, SourceStep]], c: ConnectorSpec) ->
     if asked.lower() == "arrow" and read != "arrow":
         raise ValueError(f"connector option cameo.read=arrow: the writer cannot read this input "
                          f"as Spark would: {why}. Fix: leave cameo.read out (auto) or set spark")
-    return ReadPlan(ddl, in_order, read, why)
+    return ReadPlan(ddl, in_order, read)
 
 
 #: The checkpoint folder's prefix of each role's query ("<kind>-<step>").
