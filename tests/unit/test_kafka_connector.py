@@ -10,13 +10,17 @@ import json
 import math
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from cameo_actors import Dataflow
 from cameo_actors.errors import SpecError
 from cameo_actors.operators.base import Output
 from cameo_actors.operators.build import build_operator
+from cameo_actors.runtime._private.executor import kafka_events
 from cameo_actors.runtime._private.executor.kafka_batches import native
 from cameo_actors.runtime._private.executor.kafka_client import (
     WAIT_MAX_MS,
@@ -27,6 +31,7 @@ from cameo_actors.runtime._private.executor.kafka_client import (
 )
 from cameo_actors.runtime._private.executor.kafka_events import (
     PartitionRead,
+    column_messages,
     parse_json_values,
     record_event,
     watermark_of,
@@ -118,6 +123,48 @@ def test_the_watermark_is_the_least_partitions_and_an_idle_one_is_left_out() -> 
     fresh = PartitionRead("t", 2)
     assert watermark_of([busy, fresh], now=10.0, idle_s=1.0, lateness=0.0) == -math.inf
     assert watermark_of([], now=10.0, idle_s=1.0, lateness=0.0) == -math.inf
+
+
+def _judged(messages: list[Any], window_ms: int) -> tuple[list[int], list[int]]:
+    """The events of `messages` as a step after the source would judge them, in order:
+    behind the watermark (`t < wm`: a process, an interval join), and in a tumbling
+    window the watermark has ended (a window)."""
+    wm, behind, ended = -math.inf, [], []
+    for message in messages:
+        if not isinstance(message, pa.RecordBatch):
+            wm = max(wm, message)
+            continue
+        for t in message.column("t").to_pylist():
+            behind.append(t < wm)
+            ended.append(t - t % window_ms + window_ms <= wm)
+    return behind, ended
+
+
+@settings(max_examples=300, deadline=None)
+@given(deltas=st.lists(st.integers(-6, 3), min_size=1, max_size=200),
+       lateness=st.integers(0, 4), window_ms=st.integers(1, 8))
+def test_blocks_of_records_join_into_messages_where_no_event_is_judged_otherwise(
+        deltas: list[int], lateness: int, window_ms: int) -> None:
+    # Event times that mostly rise, with falls (late events, or not, by the lateness), in
+    # blocks of 4 records, at most 16 to a message: the same rule as 1,000 and 16,000.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kafka_events, "WATERMARK_EVERY", 4)
+        patch.setattr(kafka_events, "JOINED_MAX", 16)
+        times = [sum(deltas[:i + 1]) for i in range(len(deltas))]
+        batch = pa.record_batch({"t": times})
+
+        def advance(i: int, j: int) -> float:
+            return float(max(times[:j]) - lateness)
+
+        apart, wm_apart = column_messages(batch, advance, -math.inf, "t", join=False)
+        joined, wm_joined = column_messages(batch, advance, -math.inf, "t", join=True)
+    assert [len(m) for m in apart if isinstance(m, pa.RecordBatch)][:-1] == \
+        [4] * ((len(times) - 1) // 4)  # apart: a message a block
+    assert wm_apart == wm_joined
+    assert _judged(joined, window_ms) == _judged(apart, window_ms)
+    sizes = [len(m) for m in joined if isinstance(m, pa.RecordBatch)]
+    assert max(sizes) <= 16
+    assert pa.concat_batches([m for m in joined if isinstance(m, pa.RecordBatch)]) == batch
 
 
 def test_which_client_reads_a_source_and_the_docs_examples() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgpack
 import pytest
@@ -401,3 +402,42 @@ def test_stateless_steps_run_as_many_instances_as_their_input() -> None:
         "s": 4, "f": 4, "m": 4, "k": 4, "w": 1, "after": 1, "o": 1}
     # The wire form names every parallelism: a spec read back is the same.
     assert DataflowSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_source_knows_whether_its_event_time_reaches_the_steps_that_judge_lateness() -> None:
+    import doctest
+
+    from cameo_actors.dataflow import validate
+    from cameo_actors.dataflow.validate import time_reaches_as_is
+
+    def source(df: Dataflow, name: str = "s") -> Any:
+        return df.source(name, schema={"t": "int", "k": "str", "u": "int"}, event_time="t")
+
+    def flow(build: Any) -> DataflowSpec:
+        return build(Dataflow("d", latency_target_ms=100)).spec
+
+    kept = flow(lambda df: source(df).filter("u > 1").key_by("k").window(tumbling_ms=10)
+                .aggregate(n=count()).sink("o"))
+    renamed_twice = flow(lambda df: source(df).map({"a": "t", "k": "k"})
+                         .map({"b": " a ", "k": "k"}).key_by("k").process("m:f", time_field="b")
+                         .sink("o"))
+    other_field = flow(lambda df: source(df).window(tumbling_ms=10, time_field="u")
+                       .aggregate(n=count()).sink("o"))
+    python_map = flow(lambda df: source(df).map(function="m:f").window(tumbling_ms=10)
+                      .aggregate(n=count()).sink("o"))
+    dropped = flow(lambda df: source(df).map({"k": "k"}).key_by("k").process("m:f").sink("o"))
+    to_sinks_only = flow(lambda df: source(df).map({"v": "u * 2"}).sink("o"))
+    assert [time_reaches_as_is(spec, "s") for spec in (kept, renamed_twice, to_sinks_only)] \
+        == [True, True, True]
+    assert [time_reaches_as_is(spec, "s") for spec in (other_field, python_map, dropped)] \
+        == [False, False, False]
+
+    def joined(right_time: str) -> DataflowSpec:
+        df = Dataflow("d", latency_target_ms=100)
+        left = source(df, "l").key_by("k")
+        right = source(df, "r").map({"t": right_time, "k": "k"}).key_by("k")
+        return left.join(right, tumbling_ms=10).sink("o").spec
+
+    assert time_reaches_as_is(joined("t"), "r") and time_reaches_as_is(joined("t + 1"), "l")
+    assert not time_reaches_as_is(joined("t + 1"), "r")  # the join's right port
+    assert doctest.testmod(validate).failed == 0

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from cameo_actors.dataflow.validate import KAFKA_RECORD_FIELDS
+from cameo_actors.dataflow.validate import KAFKA_RECORD_FIELDS, time_reaches_as_is
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.executor.kafka_batches import (
     META_FIELDS,
@@ -38,7 +38,9 @@ from cameo_actors.runtime._private.executor.kafka_client import (
     waits_of,
 )
 from cameo_actors.runtime._private.executor.kafka_events import (
+    WATERMARK_EVERY,
     PartitionRead,
+    column_messages,
     largest_by_run,
     parse_json_body,
     parse_json_values,
@@ -73,10 +75,6 @@ FETCH_CLIENT_SETTINGS = {"kafka.bootstrap.servers", "kafka.fetch.wait.max.ms",
 QUEUED_KB = 8_192
 #: The fewest records parsed into columns at once (fewer: as rows).
 MIN_COLUMNS = 64
-#: Records between two watermarks of a source instance: as many as a pushed call of a
-#: thousand events (an event late through the API is late here too). Per 2,000 records
-#: bench.kafka's Kafka arm took a fifth less CPU than per 500.
-WATERMARK_EVERY = 1000
 DEFAULT_IDLE_MS = 1_000.0
 _PARTITION_EOF = -191  # KafkaError._PARTITION_EOF: a fetch reached a partition's end
 
@@ -141,6 +139,10 @@ class KafkaReader(Connector):
         idle_ms = getattr(step, "idle_timeout_ms", None)  # the source's, for each partition
         self.idle_s = float(idle_ms if idle_ms is not None else DEFAULT_IDLE_MS) / 1000.0
         self.bounded = self.options.get("endingOffsets", "") == "latest"
+        # Whether blocks of records may go as one message (`_deliver`): where every step
+        # that judges lateness reads the event time as this source took it in.
+        hosted = core.hosting.dataflows.get(act.dataflow)
+        self.joins_blocks = hosted is not None and time_reaches_as_is(hosted.spec, step.id)
         self.parts: dict[tuple[str, int], PartitionRead] = {}
         self.watermark = -math.inf
         self.ended = False
@@ -399,28 +401,34 @@ class KafkaReader(Connector):
     def _deliver(self, got: Got, now: float) -> None:
         """What a read got, into the instance's mailbox: its events, a watermark after
         every WATERMARK_EVERY records (whether an event is late is as fine-grained as
-        through the API), the malformed records to the error output, the end of a bounded
-        read."""
+        through the API; as columns, blocks joined where that changes nothing:
+        `column_messages`), the malformed records to the error output, the end of a
+        bounded read."""
         items: list[Any] = []
         errors: list[list[Any]] = []
         reads = list(self.parts.values())
         n = 0
-        for i in range(0, got.n, WATERMARK_EVERY):
-            if got.batch is not None:
-                events: Any = got.batch.slice(i, min(WATERMARK_EVERY, got.n - i))
-                self._saw(events, got.of[i:i + WATERMARK_EVERY])
-            else:
+        if got.batch is not None:
+            def advance(i: int, j: int) -> float:  # the watermark once records i to j are seen
+                self._saw(got.batch.slice(i, j - i), got.of[i:j])
+                return self._watermark(now)
+
+            items, self.watermark = column_messages(got.batch, advance, self.watermark,
+                                                    self.event_time, self.joins_blocks)
+            n = got.n
+        else:
+            for i in range(0, got.n, WATERMARK_EVERY):
                 events = [e for j, m in enumerate(got.rows[i:i + WATERMARK_EVERY])
                           if (e := record_event(m, reads[got.of[i + j]], self.record_fields,
                                                 self.event_time, self.act.step.id, errors))
                           is not None]
-            if len(events):
-                items.append(events)
-                n += len(events)
-            wm = self._watermark(now)
-            if wm > self.watermark:
-                self.watermark = wm
-                items.append(wm)
+                if events:
+                    items.append(events)
+                    n += len(events)
+                wm = self._watermark(now)
+                if wm > self.watermark:
+                    self.watermark = wm
+                    items.append(wm)
         if errors:
             self.malformed += len(errors)
             items.append({"errors": errors})
