@@ -37,8 +37,7 @@ def table(figures: dict[str, Any]) -> list[str]:
                 + ("" if figures.get("spark") is None else
                    f"{k['events_per_cpu_s'] / figures['spark']['events_per_cpu_s']:.2f}x of "
                    "the same events through the Spark tier; ")
-                + ("the goal of " if k["events_per_cpu_s"] < GOAL_PER_CPU_S else "at the goal of ")
-                + f"{GOAL_PER_CPU_S / 1e3:,.0f}k is "
+                + f"the goal of {GOAL_PER_CPU_S / 1e3:,.0f}k is "
                 + ("not met." if k["events_per_cpu_s"] < GOAL_PER_CPU_S else "met."))
     lines += ["", sentence]
     demo = figures.get("demo")

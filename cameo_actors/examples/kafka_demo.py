@@ -40,13 +40,15 @@ class Reader(threading.Thread):
 
     def __init__(self, broker: KafkaBroker, topic: str) -> None:
         super().__init__(name=f"read-{topic}", daemon=True)
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
 
         self.consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "demo",
                                   "isolation.level": "read_committed", "fetch.wait.max.ms": 5})
-        # Assigned, not subscribed: a group's first assignment took 3-23 s on Tansu.
-        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
-                              for p in broker.partitions(topic)])
+        # Assigned, not subscribed: a group's first assignment took 3-23 s on Tansu. From
+        # offset 0, the start of a topic the demo made: from OFFSET_BEGINNING, librdkafka
+        # first asks the broker where that is, and it asked 0.5 s after the consumer
+        # started, so the first alerts waited for the consumer, not the pool.
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in broker.partitions(topic)])
         self.rows: list[tuple[float, dict[str, Any]]] = []
         self.stopped = threading.Event()
 
