@@ -396,6 +396,29 @@ def test_idle_partitions_do_not_hold_the_windows_back(pools: Any, kafka: KafkaBr
         rt.cancel(name)
 
 
+def test_an_instance_without_a_partition_does_not_hold_the_windows_back(
+        pools: Any, kafka: KafkaBroker) -> None:
+    """A source of two instances on a topic of one partition: the instance with none
+    says it is idle, so the windows fire while the dataflow runs, not only when it is
+    closed; the instance with the partition reads it all."""
+    rt = pools["phoenix2"]
+    name = "kf-fewer"
+    kafka.create_topic(f"{name}-in", 1)
+    kafka.create_topic(f"{name}-out", 1)
+    flow = kafka_window(name, kafka, f"{name}-in", f"{name}-out")
+    kafka.produce(f"{name}-in", [(r["key"].encode(), json.dumps(r).encode(), 0, int(r["ts"]))
+                                 for r in events(2_000, seed=61)])
+    rt.deploy(flow)
+    try:
+        wait_for(lambda: len(output(kafka, f"{name}-out")) > 0,
+                 "results before the dataflow is closed", 60)
+        readers = sorted((c for c in read_all(rt, name).values() if "partitions" in c),
+                         key=lambda c: len(c["partitions"]))
+        assert [list(c["partitions"]) for c in readers] == [[], [f"{name}-in/0"]]
+    finally:
+        rt.cancel(name)
+
+
 def test_a_dataflow_deployed_again_under_its_name_writes_its_results_again(
         pools: Any, kafka: KafkaBroker) -> None:
     """The writer's place in the output is the deployment's: a dataflow cancelled and

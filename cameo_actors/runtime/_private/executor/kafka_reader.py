@@ -241,7 +241,24 @@ class KafkaReader(Connector):
                 raise LookupError(f"topic {topic!r} does not exist on the broker "
                                   f"({t if t is not None else 'not listed'})")
             every += [(topic, p) for p in t]
-        return every[self.act.aid.instance::self.instances]
+        mine = every[self.act.aid.instance::self.instances]
+        if not mine:
+            self._no_partitions()
+        return mine
+
+    def _no_partitions(self) -> None:
+        """This instance has no partition (its source has more instances than its topics
+        have partitions): it will have no watermark, so it tells the steps after it that
+        it is idle, and they leave it out of theirs, as with a source idle for its
+        timeout (`ExecutorCore.idle_sources`)."""
+        core, act = self.core, self.act
+
+        def idle() -> None:
+            hosted = core.hosting.dataflows.get(act.dataflow)
+            if core.hosting.activations.get(self.aid) is act and not act.idle_sent \
+                    and hosted is not None:
+                core.send_barriers(hosted.spec, act.id, act.went_idle(), core.clock.now_ms())
+        self.submit(idle)
 
     def _positions(self, mine: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Where to read each of `mine` from: the instance's position (what it took in),
