@@ -124,6 +124,11 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
     written = CounterMetricFamily("cameo_kafka_written_records", "Result rows a Kafka sink "
                                   "instance wrote in committed transactions since it started "
                                   "on its executor", labels=[*DF_LABELS, "instance"])
+    failures = CounterMetricFamily("cameo_kafka_failures", "Reads or writes of a Kafka reader "
+                                   "or writer that failed (the broker away, a topic missing, "
+                                   "a produce or a transaction refused), each tried again "
+                                   "after a backoff, since it started on its executor",
+                                   labels=[*DF_LABELS, "instance"])
     waiting = GaugeMetricFamily("cameo_kafka_waiting", "1 while a Kafka reader or writer waits "
                                 "for its broker (down, or a topic missing)",
                                 labels=[*DF_LABELS, "instance"])
@@ -160,6 +165,7 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
         recoveries.add_metric(labels, d.get("recoveries", 0))
         for instance, c in sorted(d.get("connectors", {}).items()):
             waiting.add_metric([*labels, instance], float(c["state"] == "waiting for the broker"))
+            failures.add_metric([*labels, instance], c.get("failures", 0))
             for partition, p in sorted(c.get("partitions", {}).items()):
                 lag.add_metric([*labels, instance, partition], p["lag"])
             if "written" in c:
@@ -175,7 +181,7 @@ def families(snapshot: PoolSnapshot, *, tenant: str | None = None,
             transitions.add_metric([t, state], n)
     out: list[Metric] = [lat, results, within, target, weight, recent, ev_in, ev_out, errors,
                          backlog, running, transitions, checkpoints, ckpt_seconds, ckpt_bytes,
-                         ckpt_age, recoveries, lag, written, waiting]
+                         ckpt_age, recoveries, lag, written, waiting, failures]
     migrations = snapshot.get("migrations", [])
     if tenant is not None:  # MigrationInfo names the dataflow, not its tenant
         own = {d["name"] for d in snapshot.get("dataflows", []) if d["tenant"] == tenant}

@@ -137,6 +137,8 @@ def render_status(s: dict[str, Any], *, color: bool = False, now: float | None =
                 what = f"reads {len(c['partitions'])} partition(s), lag {lag:,} records"
             else:
                 what = f"wrote {c.get('written', 0):,} rows, log offset {c.get('position', 0):,}"
+            if c.get("failures"):
+                what += f", {c['failures']:,} failed and tried again"
             line = f"    {instance}  {c['state']}  {what}"
             lines.append(_paint(line + f"  ({c['error']})", RED, color) if c.get("error")
                          else line)

@@ -331,6 +331,7 @@ def test_a_broker_absent_at_deploy_is_shown_and_tried_again_until_it_comes(
 
         wait_for(waiting, "every reader and writer waiting for the broker", 30)
         assert state_of(rt, name) == "running"
+        assert all(c["failures"] >= 1 for c in read_all(rt, name).values())  # tried again
         with late:
             late.create_topic("kf-late-in", PARTITIONS)
             late.create_topic("kf-late-out", 1)

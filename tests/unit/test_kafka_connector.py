@@ -269,7 +269,7 @@ CONNECTORS: dict[str, dict[str, Any]] = {
     "k/s/0": {"state": "reading", "error": "", "malformed": 1, "watermark": 10.0,
               "partitions": {"in/0": {"offset": 7, "lag": 3}, "in/2": {"offset": 4, "lag": 0}}},
     "k/o/0": {"state": "waiting for the broker", "error": "KafkaException: down",
-              "position": 12, "written": 12},
+              "failures": 2, "position": 12, "written": 12},
 }
 
 
@@ -296,6 +296,9 @@ def test_stats_metrics_and_status_show_each_connectors_state_and_lag() -> None:
     written = [s.value for s in fams["cameo_kafka_written_records"].samples
                if s.name.endswith("_total")]
     assert written == [12]
+    failures = {s.labels["instance"]: s.value for s in fams["cameo_kafka_failures"].samples
+                if s.name.endswith("_total")}
+    assert failures == {"k/s/0": 0, "k/o/0": 2}
     status = {"name": "k", "tenant": "t", "state": "running", "latency_target_ms": 100,
               "weight": 1.0, "latency": {}, "within_target": None, "results": 0,
               "events_in": 0, "events_out": 0, "backlog": 0, "errors": {}, "executors": [0, 1],
@@ -304,5 +307,5 @@ def test_stats_metrics_and_status_show_each_connectors_state_and_lag() -> None:
               "connectors": CONNECTORS}
     text = render_status(status, now=0)
     assert "k/s/0  reading  reads 2 partition(s), lag 3 records" in text
-    assert "k/o/0  waiting for the broker  wrote 12 rows, log offset 12  " \
-           "(KafkaException: down)" in text
+    assert "k/o/0  waiting for the broker  wrote 12 rows, log offset 12, 2 failed and tried " \
+           "again  (KafkaException: down)" in text

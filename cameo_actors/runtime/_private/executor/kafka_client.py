@@ -112,6 +112,7 @@ class Connector(threading.Thread):
         self.core, self.call, self.act, self.aid = core, call, act, act.id
         self.waits = waits_of(core, act)
         self.state, self.error = "starting", ""
+        self.failures = 0  # reads or writes that failed and were tried again
         self.stopped = threading.Event()
 
     def stop(self) -> None:
@@ -129,10 +130,11 @@ class Connector(threading.Thread):
 
     def report(self) -> dict[str, Any]:
         """What stats show of it (read from another thread: a snapshot)."""
-        return {"state": self.state, "error": self.error}
+        return {"state": self.state, "error": self.error, "failures": self.failures}
 
     def failed(self, e: Exception, backoff: float) -> None:
         self.state, self.error = WAITING, f"{type(e).__name__}: {e}"
+        self.failures += 1
         logger.warning("kafka %s: %s; trying again in %.1f s", self.aid, self.error, backoff)
 
 
