@@ -349,7 +349,7 @@ class MigrationInfo(TypedDict):
     dataflow: str
     step: str
     kind: str  # "scale", "migrate", "move_instance"
-    strategy: str  # "all_at_once", "batched", "fluid"
+    strategy: str  # "all_at_once", "batched", "fluid"; "checkpoint" (a Kafka source)
     state: str  # "running", "done", "failed"
     from_parallelism: int
     to_parallelism: int

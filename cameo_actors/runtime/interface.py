@@ -196,7 +196,10 @@ class ControlAPI(Interface):
         """Give keyed step `step` `parallelism` instances while the dataflow runs: bins
         move epoch by epoch, `strategy` "all_at_once", "batched" (`batch_bins` bins per
         epoch, default an eighth) or "fluid" (one bin per epoch). Returns once started,
-        or with `wait` once done (up to `timeout_s`).
+        or with `wait` once done (up to `timeout_s`). A Kafka source rescales through a
+        checkpoint instead (its record's strategy "checkpoint"): the dataflow is
+        checkpointed and restored from it with the source's new instances, each reading
+        its share of the partitions on from the offsets there; done when this returns.
 
         Raises:
             ReconfigError: not a keyed step, a parallelism out of range, an unknown

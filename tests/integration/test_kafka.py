@@ -420,6 +420,33 @@ def test_an_instance_without_a_partition_does_not_hold_the_windows_back(
         rt.cancel(name)
 
 
+def test_a_source_rescaled_reads_its_partitions_on_from_the_checkpoint_each_once(
+        pools: Any, kafka: KafkaBroker) -> None:
+    """A source of two instances over four partitions scaled to three, then to one,
+    mid-stream: its partitions go to the new instances, each read on from the offsets
+    the checkpoint holds, and the output topic, read with read_committed, is
+    run_local's results, each once (no event late for a partition that moved)."""
+    rt = pools["phoenix2"]
+    name = "kf-rescale"
+    flow = window_between_topics(kafka, name)
+    data = events(6_000, seed=67)
+    produce(kafka, f"{name}-in", data[:2_000])
+    rt.deploy(flow)
+    try:
+        wait_for(lambda: caught_up(rt, name, 2_000), "the first third read", 60)
+        for parallelism, upto, shares in ((3, 4_000, [1, 1, 2]), (1, 6_000, [4])):
+            info = rt.scale(name, "s", parallelism)
+            assert (info["state"], info["to_parallelism"]) == ("done", parallelism), info
+            produce(kafka, f"{name}-in", data[upto - 2_000:upto])
+            wait_for(lambda n=upto: caught_up(rt, name, n), f"{upto} records read", 60)
+            readers = [c for c in read_all(rt, name).values() if "partitions" in c]
+            assert sorted(len(c["partitions"]) for c in readers) == shares
+        assert rt.describe(name)["spec"]["steps"][0]["parallelism"] == 1
+        finish_and_check(rt, name, kafka, f"{name}-out", expected(flow, {"s": data}))
+    finally:
+        rt.cancel(name)
+
+
 def test_a_dataflow_deployed_again_under_its_name_writes_its_results_again(
         pools: Any, kafka: KafkaBroker) -> None:
     """The writer's place in the output is the deployment's: a dataflow cancelled and

@@ -170,6 +170,7 @@ def test_blocks_of_records_join_into_messages_where_no_event_is_judged_otherwise
 def test_which_client_reads_a_source_and_the_docs_examples() -> None:
     import doctest
 
+    from cameo_actors.runtime._private.controller import source_rescale
     from cameo_actors.runtime._private.executor import kafka_client, kafka_events, kafka_reader
 
     plain = {**KAFKA, "subscribe": "t", "kafka.fetch.wait.max.ms": "5"}
@@ -177,7 +178,7 @@ def test_which_client_reads_a_source_and_the_docs_examples() -> None:
     assert not reads_by_fetch({**plain, "client": "librdkafka"}, columns=True)
     assert not reads_by_fetch({**plain, "kafka.sasl.mechanism": "PLAIN"}, columns=True)
     assert not reads_by_fetch(plain, columns=False)  # record fields: rows, through librdkafka
-    for module in (kafka_client, kafka_events, kafka_reader):
+    for module in (kafka_client, kafka_events, kafka_reader, source_rescale):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 

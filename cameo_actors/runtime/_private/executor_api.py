@@ -44,12 +44,16 @@ class Placed:
         deployment: names this deployment (a redeploy under the same name gets another).
         generation: times it was restored after a failure (a restored source counts its
             calls anew).
+        merged: a restore that rescales a Kafka source (`source_rescale`): each new
+            instance -> the old instances whose offsets it takes too, each with whether
+            it runs that one's in-flight messages.
     """
 
     spec: SpecDict
     placement: Placement
     deployment: str = ""
     generation: int = 0
+    merged: dict[str, builtins.list[tuple[str, bool]]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -253,9 +257,11 @@ class ExecutorAPI(Protocol):
         """Checkpoint `ckpt` completed: results before it become readable, ingress logs
         are trimmed, its parts are what the next ones build on."""
 
-    def fetch(self, dataflow: str, placement: Placement, parts: PartChains) -> Fetched:
-        """Read and check this executor's parts of a checkpoint ahead of `restore`.
-        Raises `CheckpointDamaged` if a part is missing or damaged."""
+    def fetch(self, dataflow: str, placement: Placement, parts: PartChains,
+              merged: dict[str, builtins.list[tuple[str, bool]]] | None = None) -> Fetched:
+        """Read and check this executor's parts of a checkpoint ahead of `restore` (and
+        those of the old instances its new ones merge: `Placed.merged`). Raises
+        `CheckpointDamaged` if a part is missing or damaged."""
 
     def restore(self, placed: Placed, parts: PartChains) -> builtins.list[str]:
         """Host the dataflow again from a checkpoint, held until `resume`; the ids."""

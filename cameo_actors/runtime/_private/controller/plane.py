@@ -74,7 +74,7 @@ class ControlPlane:
         self.recovery = Recovery(config, self.pool, self.registry, self.checkpoints,
                                  self.stopped, spawn)
         self.reconfig = Reconfiguration(config, self.pool, self.registry, self.checkpoints,
-                                        spawn)
+                                        spawn, self.recovery)
         self.scaling = AutoScaling(config, self.pool, self.registry, self.reconfig)
         self.tracing = Tracing(config, self.pool, self.registry)
         self.lifecycle = Lifecycle(config, self.pool, self.registry, self.admission,

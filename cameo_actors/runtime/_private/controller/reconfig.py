@@ -14,8 +14,10 @@ from dataclasses import replace
 from typing import Any, cast
 
 from cameo_actors.dataflow.spec import DataflowSpec
+from cameo_actors.dataflow.validate import MAX_PARALLELISM
 from cameo_actors.errors import CameoError, ReconfigConflict, ReconfigError
 from cameo_actors.operators.lease import can_lease
+from cameo_actors.runtime._private.checkpoint.parts import interval_s
 from cameo_actors.runtime._private.checkpoint.shared import FIX as SHARED_STORAGE_FIX
 from cameo_actors.runtime._private.controller.checkpoints import CheckpointCoordinator
 from cameo_actors.runtime._private.controller.gateway import Spawn, in_thread
@@ -29,8 +31,9 @@ from cameo_actors.runtime._private.controller.plans import (
     scale_plan,
 )
 from cameo_actors.runtime._private.controller.pool import Pool
-from cameo_actors.runtime._private.controller.recovery import short_cause
+from cameo_actors.runtime._private.controller.recovery import Recovery, short_cause
 from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime._private.controller.source_rescale import kafka_source
 from cameo_actors.runtime._private.executor_api import ExecutorAPI
 from cameo_actors.runtime._private.placement import Placement, is_keyed_step
 from cameo_actors.runtime.boundary import (
@@ -57,9 +60,11 @@ REBALANCE_WINDOW_S = 1.0
 
 class Reconfiguration:
     def __init__(self, config: RuntimeConfig, pool: Pool, registry: Registry,
-                 checkpoints: CheckpointCoordinator, spawn: Spawn = in_thread) -> None:
+                 checkpoints: CheckpointCoordinator, spawn: Spawn = in_thread,
+                 recovery: Recovery | None = None) -> None:
         self.config, self.pool, self.registry, self.spawn = config, pool, registry, spawn
         self.checkpoints = checkpoints
+        self.recovery = recovery  # what rescales a Kafka source (through a checkpoint)
         self.lock = pool.lock
         self.runner = MigrationRunner(config, pool, registry)
         #: reconfigurations by id (oldest first), and the one under way per dataflow
@@ -73,7 +78,12 @@ class Reconfiguration:
     def scale(self, name: str, step: str, parallelism: int, *, strategy: str = "batched",
               batch_bins: int | None = None, wait: bool = False,
               timeout_s: float = WAIT_TIMEOUT_S) -> MigrationInfo:
-        """Give a keyed step `parallelism` instances while the dataflow runs."""
+        """Give a keyed step `parallelism` instances while the dataflow runs (or a Kafka
+        source, through a checkpoint: `_rescale_source`)."""
+        with self.lock:
+            spec = DataflowSpec.from_dict(self.registry.live(name)["spec"])
+        if self.recovery is not None and kafka_source(spec, step):
+            return self._rescale_source(name, spec, step, parallelism, wait, timeout_s)
         with self.lock:
             info, placement, where = self._keyed(name, step, strategy, batch_bins)
             bins = placement.bins
@@ -86,6 +96,45 @@ class Reconfiguration:
                            self.pool.load, strategy, batch_bins)
             started = self._start(info, m)
         return self._ended(started, timeout_s) if wait else started
+
+    def _rescale_source(self, name: str, spec: DataflowSpec, step: str, parallelism: int,
+                        wait: bool, timeout_s: float) -> MigrationInfo:
+        """Kafka source `step` given `parallelism` instances through a checkpoint
+        (`Recovery.rescale`, `source_rescale`); over when this returns, `wait` or not."""
+        assert self.recovery is not None
+        where = f"dataflow {name!r}, step {step!r}"
+        before = spec.step(step).parallelism
+        if type(parallelism) is not int or not 1 <= parallelism <= MAX_PARALLELISM \
+                or parallelism == before:
+            raise ReconfigError(where, f"a parallelism from 1 to {MAX_PARALLELISM}, other than "
+                                f"the source's {before}", parallelism,
+                                "ask for another number of instances")
+        if interval_s(spec, self.config) <= 0:
+            raise ReconfigConflict(where, "a dataflow that takes checkpoints (a source "
+                                   "rescales through one)", "checkpoints off",
+                                   "deploy it again with checkpoints on, then rescale")
+        with self.lock:
+            running = self.migrating.get(name)
+            if running is not None:
+                raise ReconfigConflict(where, "no other migration of the dataflow under way",
+                                       f"migration {running} is running",
+                                       "wait for it to finish (cameo migrations) and retry")
+            m = Migration(self._next_id(), name, step, MigrationKind.SCALE, "checkpoint",
+                          self.registry.placements[name], [], {}, [], before, parallelism)
+            self.migrating[name] = m.id
+        try:
+            error = self.recovery.rescale(name, step, parallelism, timeout_s)
+        finally:
+            with self.lock:
+                self.migrating.pop(name, None)
+        with self.lock:
+            m.placement = self.registry.placements.get(name, m.placement)
+            m.finish(error)
+            self.migrations[m.id] = m
+        if error and wait:
+            raise ReconfigFailed(f"migration {m.id} (scale of {name}/{step}) failed: {error}",
+                                 dict(m.info()))
+        return m.info()
 
     @serves(ControlAPI.migrate)
     def migrate(self, name: str, step: str, *, bins: Sequence[int] | None = None,

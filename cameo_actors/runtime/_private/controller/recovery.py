@@ -24,6 +24,7 @@ from cameo_actors.runtime._private.controller.checkpoints import CheckpointCoord
 from cameo_actors.runtime._private.controller.gateway import Spawn, in_thread
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
+from cameo_actors.runtime._private.controller.source_rescale import Merged, rescaled
 from cameo_actors.runtime._private.executor_api import ExecutorAPI, Placed
 from cameo_actors.runtime._private.placement import Placement, moved_off
 from cameo_actors.runtime._private.process_watch import ProcessWatch
@@ -63,6 +64,9 @@ class Recovery:
         #: them (`_restart`): a restore that needs one leaves the work to that thread
         self.relinking: set[int] = set()
         self.losses: Counter[str] = Counter()
+        #: dataflows whose next restore gives a Kafka source another parallelism
+        #: (`rescale`): name -> (step, parallelism)
+        self.rescales: dict[str, tuple[str, int]] = {}
         #: the processes of executors on this host, whose exits are known at once
         self.processes = ProcessWatch(self._exited)
 
@@ -308,6 +312,41 @@ class Recovery:
         return {"node": node, "executors": on, "dataflows": hit, "ray_refused": refused,
                 "seconds": round(time.time() - began, 3)}
 
+    def rescale(self, name: str, step: str, parallelism: int,
+                timeout_s: float | None = None) -> str | None:
+        """Give Kafka source `step` of `name` `parallelism` instances through a checkpoint
+        (`source_rescale`): checkpointed now, then restored from it with the source's new
+        instances, as after a loss. Returns once restored: None, or why the restore failed
+        (the dataflow failed with it).
+
+        Raises:
+            ReconfigConflict: the checkpoint could not be taken, or the dataflow is being
+                restored already (nothing changed).
+        """
+        why = f"source {step!r} rescaled to {parallelism} instance(s)"
+        with self.lock:
+            if name in self.restoring or name in self.rescales:
+                raise ReconfigConflict(f"dataflow {name!r}", "a dataflow not being restored",
+                                       "a restore under way", "wait for it, then retry")
+        if not self.checkpoints.now([name]).get(name):
+            raise ReconfigConflict(f"dataflow {name!r}", "a checkpoint taken now (the "
+                                   "source rescales through it)", "none completed",
+                                   "see its checkpoints (cameo status), then retry")
+        with self.lock:
+            info = self.registry.dataflows.get(name)
+            if info is None or info["state"] not in LIVE_STATES:
+                raise ReconfigConflict(f"dataflow {name!r}", "a live dataflow",
+                                       info["state"] if info else "gone", "deploy it again")
+            self.rescales[name] = (step, parallelism)
+            self.mark(name, why)
+        try:
+            self.recover_all([name], why, timeout_s)
+        finally:
+            with self.lock:
+                self.rescales.pop(name, None)
+        info = self.registry.dataflows[name]
+        return None if info["state"] in LIVE_STATES else str(info.get("error"))
+
     def placement_of(self, manifest: dict[str, Any]) -> Placement:
         """A checkpoint's placement, the instances of a lost executor a spare replaces
         moved to the spare, those of executors gone for good to the executors left
@@ -409,6 +448,12 @@ class Recovery:
         # The checkpoint's steps (their parallelism) and placement, today's target and weight.
         restored = {**manifest["spec"], "latency_target_ms": info["spec"]["latency_target_ms"],
                     "scheduling": info["spec"]["scheduling"]}
+        merged: Merged = {}
+        if name in self.rescales:
+            executors = self.pool.usable() if self.config.isolation == "shared" \
+                else sorted(placement.executors())
+            restored, placement, merged = rescaled(restored, placement, *self.rescales[name],
+                                                   executors)
         before = registry.placements.get(name)
         left = set(before.executors()) - placement.executors() if before else set()
         gateway.call_each([i for i in sorted(left) if i not in self.pool.dead
@@ -416,7 +461,7 @@ class Recovery:
         involved = sorted(placement.executors())
         timeout = self.config.recovery_timeout_s
         try:
-            placed = Placed(restored, placement, info["deployment"], generation)
+            placed = Placed(restored, placement, info["deployment"], generation, merged)
             gateway.gather(gateway.send_all(involved, ExecutorAPI.restore, placed,
                                             part_chains(manifest)), timeout)
             gateway.gather(gateway.send_all(involved, ExecutorAPI.resume, name), timeout)

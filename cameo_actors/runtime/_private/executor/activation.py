@@ -303,9 +303,17 @@ class Activation:
 
     def restore(self, state: dict[str, Any]) -> None:
         self.operator.restore(state["operator"])
+        restored: dict[int, dict[str, float]] = {}
         for port, c, wm in state["channels"]:
             if port < len(self.channels):
-                self.channels[port][c] = wm
+                restored.setdefault(port, {})[c] = wm
+        for port, chans in restored.items():
+            if chans.keys() == self.channels[port].keys():
+                self.channels[port].update(chans)
+            else:  # its upstream's instances changed (a source rescaled: `source_rescale`):
+                low = min(chans.values())  # each starts from the least (the port's own)
+                for c in self.channels[port]:
+                    self.channels[port][c] = low
         self.positions = dict(state["positions"])
 
     # -- changes of the physical plan (migration.py) ---------------------------------

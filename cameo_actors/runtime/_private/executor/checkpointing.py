@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import msgpack
@@ -274,8 +274,8 @@ class Checkpointing:
 
     # -- restoring ----------------------------------------------------------------------------
     def restore(self, spec: DataflowSpec, ids: list[str], parts: dict[str, ChainRead],
-                old: DataflowOutputs | None, chains: dict[str, list[str]] | None = None
-                ) -> None:
+                old: DataflowOutputs | None, chains: dict[str, list[str]] | None = None,
+                merged: dict[str, list[tuple[str, bool]]] | None = None) -> None:
         """Activations `ids` of `spec`, just deployed again, as checkpoint `parts`
         (activation -> its part, after the parts it builds on) has them, held until
         `resume`: their recorded in-flight messages first in each mailbox, then each
@@ -283,7 +283,9 @@ class Checkpointing:
         (`read_chain`, off this thread). `old`: the dataflow's outputs here
         before (its error output is kept, and commits made since the checkpoint).
         `chains`: where `parts` are stored (the same shape): what the activations' next
-        parts may build on."""
+        parts may build on. `merged`: a Kafka source rescaled (`source_rescale`): a new
+        instance takes the offsets of the old ones named, and runs the in-flight messages
+        of those marked."""
         if old is not None:
             out = self.egress.dataflows[spec.name]
             out.errors, out.error_log, out.error_log_dropped = \
@@ -308,12 +310,18 @@ class Checkpointing:
                 results.restore(*part["results"])
                 if old is not None and aid in old.results:  # commits made since the checkpoint
                     results.commit(min(old.results[aid].committed_offset, results.end_offset))
-            for port, upstream, is_wm, payload in part["inflight"]:
-                # Size 0: the credits of these were returned before the failure.
-                msg = Message.ingress(aid, payload, dataflow=spec.name, tenant=spec.tenant,
-                                      ingest_ms=now, port=port, is_watermark=is_wm, size=0)
-                msg.upstream = upstream
-                self.sched.enqueue(msg, now)
+            self._replay(spec, aid, part["inflight"], now)
+        for aid, sources in (merged or {}).items():
+            taker = self.hosting.activations.get(aid)
+            for source, runs_inflight in sources if taker is not None else ():
+                read = parts.get(source)
+                if read is not None and taker is not None:
+                    # The furthest of each: a part may hold others' older ones, taken in
+                    # at a rescale before.
+                    for key, at in read.part["state"]["positions"].items():
+                        taker.positions[key] = max(at, taker.positions.get(key, at))
+                    if runs_inflight:
+                        self._replay(spec, aid, read.part["inflight"], now)
         for aid in ids:
             log = self.ingress_logs.get(aid)
             act = self.hosting.activations[aid]
@@ -323,6 +331,15 @@ class Checkpointing:
                     if seq >= positions.get(client, 0):  # those before are in the state
                         self.ingress.ingest(client, seq, aid, unpack_ingest(blob, act.step.id),
                                             now)
+
+    def _replay(self, spec: DataflowSpec, aid: str, inflight: list[Any], now: float) -> None:
+        """A part's in-flight messages into `aid`'s mailbox, first."""
+        for port, upstream, is_wm, payload in inflight:
+            # Size 0: the credits of these were returned before the failure.
+            msg = Message.ingress(aid, payload, dataflow=spec.name, tenant=spec.tenant,
+                                  ingest_ms=now, port=port, is_watermark=is_wm, size=0)
+            msg.upstream = upstream
+            self.sched.enqueue(msg, now)
 
     def resume(self, dataflow: str) -> None:
         """Every executor restored its part of `dataflow`: its activations run again."""

@@ -229,14 +229,16 @@ class ExecutorCore:
     # == restoring: deployed again, then as the checkpoint has it (checkpointing.py) =====
     def restore(self, spec: DataflowSpec, placement: Placement, deployment: str,
                 parts: dict[str, ChainRead], generation: int,
-                chains: dict[str, list[str]] | None = None) -> list[str]:
+                chains: dict[str, list[str]] | None = None,
+                merged: dict[str, list[tuple[str, bool]]] | None = None) -> list[str]:
         """Deploy `spec` here again as checkpoint `parts` (activation -> its chain of parts,
         read and unpacked: `read_chain`; stored at `chains`) has it, held until `resume`
-        (`Checkpointing.restore`). Its error output here is kept."""
+        (`Checkpointing.restore`; `merged`: a Kafka source rescaled). Its error output here
+        is kept."""
         old = self.egress.dataflows.get(spec.name)
         self.cancel(spec.name, keep_logs=True)
         ids = self.deploy(spec, placement, deployment, generation)
-        self.checkpointing.restore(spec, ids, parts, old, chains)
+        self.checkpointing.restore(spec, ids, parts, old, chains, merged)
         return ids
 
     # == 1. admit ===================================================================

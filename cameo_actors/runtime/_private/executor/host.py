@@ -259,8 +259,9 @@ class ExecutorHost(ExecutorAPI):
             self.parts.completed(dataflow, hosted.deployment, chains.values())
         self.worker.call(self.core.checkpointing.checkpointed, dataflow, ckpt, positions, chains)
 
-    def fetch(self, dataflow: str, placement: Placement, parts: PartChains) -> Fetched:
-        mine = {str(a) for a in placement.on(self.index)}
+    def fetch(self, dataflow: str, placement: Placement, parts: PartChains,
+              merged: dict[str, list[tuple[str, bool]]] | None = None) -> Fetched:
+        mine = _with_merged({str(a) for a in placement.on(self.index)}, merged)
         wanted = {aid: paths for aid, paths in parts.items() if aid in mine}
         self.fetched.pop(dataflow, None)
         paths = [path for chain in wanted.values() for path in chain]
@@ -279,18 +280,18 @@ class ExecutorHost(ExecutorAPI):
     def restore(self, placed: Placed, parts: PartChains) -> list[str]:
         name = placed.name
         self.resets[name] += 1
-        mine = {str(a) for a in placed.placement.on(self.index)}
+        mine = _with_merged({str(a) for a in placed.placement.on(self.index)}, placed.merged)
         wanted = {aid: chain for aid, chain in parts.items() if aid in mine}
         fetched, read = self.fetched.pop(name, ({}, {}))
         if fetched != wanted:
-            self.fetch(name, placed.placement, parts)
+            self.fetch(name, placed.placement, parts, placed.merged)
             _, read = self.fetched.pop(name, ({}, {}))
         for key in [k for k in self.written if k[0] == name]:
             del self.written[key]
         self.kafka.stop(name)
         spec = DataflowSpec.from_dict(placed.spec)
         ids = self.worker.call(self.core.restore, spec, placed.placement, placed.deployment,
-                               read, placed.generation, wanted)
+                               read, placed.generation, wanted, placed.merged)
         self.kafka.start(spec, placed.placement)  # from the offsets restored
         return ids
 
@@ -432,3 +433,8 @@ class ExecutorHost(ExecutorAPI):
             return Traces([], 0)
         activities, lost = self.worker.call(tracer.drain)
         return Traces(activities, lost)
+
+
+def _with_merged(mine: set[str], merged: dict[str, list[tuple[str, bool]]] | None) -> set[str]:
+    """The activations placed here, and the old instances whose parts they merge."""
+    return mine | {old for aid in mine for old, _ in (merged or {}).get(aid, ())}
