@@ -46,7 +46,7 @@ from cameo_actors.dataflow.spec import (
     WindowStep,
     schema_type,
 )
-from cameo_actors.dataflow.validate import stream_key
+from cameo_actors.dataflow.streams import stream_key
 
 #: A column: (name, cameo type: int | float | str | bool | any, each maybe nullable: "int?");
 #: "any" is JSON text.

@@ -40,11 +40,11 @@ from cameo_actors.dataflow.spec import (
     UnionStep,
     WindowStep,
 )
+from cameo_actors.dataflow.streams import stream_time_field
 from cameo_actors.dataflow.validate import (
     check_fault_tolerance,
     check_step_rules,
     check_window_shape,
-    stream_time_field,
     validate,
 )
 from cameo_actors.errors import SpecError

@@ -6,7 +6,7 @@ from cameo_actors.dataflow import spec as steps
 from cameo_actors.dataflow.expressions import compile_scalar
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import DataflowSpec, Step
-from cameo_actors.dataflow.validate import stream_key
+from cameo_actors.dataflow.streams import stream_key
 from cameo_actors.operators.base import Operator
 from cameo_actors.operators.interval_join import IntervalJoinOperator
 from cameo_actors.operators.join import WindowJoinOperator

@@ -11,7 +11,7 @@ from typing import Any
 from cameo_actors import Dataflow
 from cameo_actors.clock import FakeClock
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.dataflow.validate import stream_key
+from cameo_actors.dataflow.streams import stream_key
 from cameo_actors.errors import ReconfigConflict, ReconfigError
 from cameo_actors.operators.column_results import results_table
 from cameo_actors.runtime._private.exchange.ingest import pack_ingest

@@ -20,7 +20,8 @@ import cameo_actors
 from cameo_actors import Dataflow, DataflowSpec, KeyedProcess, SpecError, count, max_by, top
 from cameo_actors.dataflow.functions import FunctionResolver
 from cameo_actors.dataflow.spec import AggSpec, JoinStep, ProcessStep, WindowStep
-from cameo_actors.dataflow.validate import check_pool_limits, stream_time_field
+from cameo_actors.dataflow.streams import stream_time_field
+from cameo_actors.dataflow.validate import check_pool_limits
 from cameo_actors.operators.aggregates import (
     MalformedEvent,
     canonical_bytes,

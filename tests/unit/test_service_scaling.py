@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cameo_actors import Dataflow
 from cameo_actors.dataflow.builder import count
 from cameo_actors.dataflow.spec import DataflowSpec
-from cameo_actors.dataflow.validate import stream_key
+from cameo_actors.dataflow.streams import stream_key
 from cameo_actors.runtime.boundary import LIVE_STATES
 from cameo_actors.runtime.exceptions import DataflowEnded, RuntimeUnavailable
 from cameo_actors.scaling import ScalingConfigError, settings_from_dict

@@ -275,7 +275,7 @@ def test_schema_types_and_event_time_are_checked() -> None:
 def test_key_by_keeps_key_through_filter() -> None:
     spec = (Dataflow("d", latency_target_ms=1).source("s", schema={"ts": "int", "k": "str"}, event_time="ts")
             .key_by("k").filter("ts > 0").window(tumbling_ms=5).aggregate(n=count()).sink("o")).spec
-    from cameo_actors.dataflow.validate import stream_key
+    from cameo_actors.dataflow.streams import stream_key
 
     assert stream_key(spec, spec.steps[2].id) == "k"
     assert isinstance(spec.steps[1], KeyByStep)
@@ -407,8 +407,8 @@ def test_stateless_steps_run_as_many_instances_as_their_input() -> None:
 def test_a_source_knows_whether_its_event_time_reaches_the_steps_that_judge_lateness() -> None:
     import doctest
 
-    from cameo_actors.dataflow import validate
-    from cameo_actors.dataflow.validate import time_reaches_as_is
+    from cameo_actors.dataflow import streams
+    from cameo_actors.dataflow.streams import time_reaches_as_is
 
     def source(df: Dataflow, name: str = "s") -> Any:
         return df.source(name, schema={"t": "int", "k": "str", "u": "int"}, event_time="t")
@@ -440,4 +440,4 @@ def test_a_source_knows_whether_its_event_time_reaches_the_steps_that_judge_late
 
     assert time_reaches_as_is(joined("t"), "r") and time_reaches_as_is(joined("t + 1"), "l")
     assert not time_reaches_as_is(joined("t + 1"), "r")  # the join's right port
-    assert doctest.testmod(validate).failed == 0
+    assert doctest.testmod(streams).failed == 0

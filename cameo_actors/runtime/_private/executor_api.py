@@ -31,6 +31,10 @@ from cameo_actors.runtime.boundary import (
 SpecDict = dict[str, Any]
 #: Activation -> the paths in storage of its checkpoint part, after those it builds on.
 PartChains = dict[str, builtins.list[str]]
+#: A restore that rescales a Kafka source (`controller/source_rescale.py`): each new
+#: instance -> the old instances whose offsets it takes too, each with whether it runs
+#: that one's in-flight messages.
+MergedParts = dict[str, builtins.list[tuple[str, bool]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +48,14 @@ class Placed:
         deployment: names this deployment (a redeploy under the same name gets another).
         generation: times it was restored after a failure (a restored source counts its
             calls anew).
-        merged: a restore that rescales a Kafka source (`source_rescale`): each new
-            instance -> the old instances whose offsets it takes too, each with whether
-            it runs that one's in-flight messages.
+        merged: a restore that rescales a Kafka source (`MergedParts`).
     """
 
     spec: SpecDict
     placement: Placement
     deployment: str = ""
     generation: int = 0
-    merged: dict[str, builtins.list[tuple[str, bool]]] = field(default_factory=dict)
+    merged: MergedParts = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -258,7 +260,7 @@ class ExecutorAPI(Protocol):
         are trimmed, its parts are what the next ones build on."""
 
     def fetch(self, dataflow: str, placement: Placement, parts: PartChains,
-              merged: dict[str, builtins.list[tuple[str, bool]]] | None = None) -> Fetched:
+              merged: MergedParts | None = None) -> Fetched:
         """Read and check this executor's parts of a checkpoint ahead of `restore` (and
         those of the old instances its new ones merge: `Placed.merged`). Raises
         `CheckpointDamaged` if a part is missing or damaged."""

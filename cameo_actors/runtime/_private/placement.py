@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec, JoinStep, ProcessStep, Step, WindowStep
-from cameo_actors.dataflow.validate import stream_key
+from cameo_actors.dataflow.streams import stream_key
 from cameo_actors.operators.bins import DEFAULT_BINS
 from cameo_actors.runtime.boundary import ActivationId
 

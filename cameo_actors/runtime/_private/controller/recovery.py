@@ -24,8 +24,8 @@ from cameo_actors.runtime._private.controller.checkpoints import CheckpointCoord
 from cameo_actors.runtime._private.controller.gateway import Spawn, in_thread
 from cameo_actors.runtime._private.controller.pool import Pool
 from cameo_actors.runtime._private.controller.registry import Registry
-from cameo_actors.runtime._private.controller.source_rescale import Merged, rescaled
-from cameo_actors.runtime._private.executor_api import ExecutorAPI, Placed
+from cameo_actors.runtime._private.controller.source_rescale import rescaled
+from cameo_actors.runtime._private.executor_api import ExecutorAPI, MergedParts, Placed
 from cameo_actors.runtime._private.placement import Placement, moved_off
 from cameo_actors.runtime._private.process_watch import ProcessWatch
 from cameo_actors.runtime.boundary import LIVE_STATES, RECOVERING, NodeDrained, RestoreSummary
@@ -448,7 +448,7 @@ class Recovery:
         # The checkpoint's steps (their parallelism) and placement, today's target and weight.
         restored = {**manifest["spec"], "latency_target_ms": info["spec"]["latency_target_ms"],
                     "scheduling": info["spec"]["scheduling"]}
-        merged: Merged = {}
+        merged: MergedParts = {}
         if name in self.rescales:
             executors = self.pool.usable() if self.config.isolation == "shared" \
                 else sorted(placement.executors())

@@ -24,11 +24,9 @@ from typing import Any
 
 from cameo_actors.dataflow.spec import DataflowSpec, SourceStep
 from cameo_actors.dataflow.validate import validate
+from cameo_actors.runtime._private.executor_api import MergedParts
 from cameo_actors.runtime._private.placement import Placement
 from cameo_actors.runtime.boundary import ActivationId
-
-#: new source instance -> [(old instance, whether it runs that one's in-flight messages)]
-Merged = dict[str, list[tuple[str, bool]]]
 
 
 def kafka_source(spec: DataflowSpec, step: str) -> bool:
@@ -39,7 +37,7 @@ def kafka_source(spec: DataflowSpec, step: str) -> bool:
 
 
 def rescaled(spec_dict: dict[str, Any], placement: Placement, step: str, parallelism: int,
-             executors: list[int]) -> tuple[dict[str, Any], Placement, Merged]:
+             executors: list[int]) -> tuple[dict[str, Any], Placement, MergedParts]:
     """The spec, placement and merge of a restore that gives source `step` `parallelism`
     instances: those numbered below it stay where they are, new ones go to the
     executors of `executors` hosting fewest of the dataflow's instances.
@@ -71,7 +69,7 @@ def rescaled(spec_dict: dict[str, Any], placement: Placement, step: str, paralle
         if aid not in instances:
             instances[aid] = ex = min(executors, key=lambda e: (load[e], e))
             load[ex] += 1
-    merged: Merged = {
+    merged: MergedParts = {
         str(ActivationId(name, step, i)): [
             (str(ActivationId(name, step, k)), k >= parallelism and k % parallelism == i)
             for k in old if k != i]

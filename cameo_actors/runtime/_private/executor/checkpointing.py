@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from cameo_actors.runtime._private.executor.hosting import Hosting
     from cameo_actors.runtime._private.executor.ingress import Ingress
     from cameo_actors.runtime._private.executor.parts import MessagePath
+    from cameo_actors.runtime._private.executor_api import MergedParts
     from cameo_actors.runtime.config import RuntimeConfig
     from cameo_actors.scheduling import Scheduler
 
@@ -275,7 +276,7 @@ class Checkpointing:
     # -- restoring ----------------------------------------------------------------------------
     def restore(self, spec: DataflowSpec, ids: list[str], parts: dict[str, ChainRead],
                 old: DataflowOutputs | None, chains: dict[str, list[str]] | None = None,
-                merged: dict[str, list[tuple[str, bool]]] | None = None) -> None:
+                merged: MergedParts | None = None) -> None:
         """Activations `ids` of `spec`, just deployed again, as checkpoint `parts`
         (activation -> its part, after the parts it builds on) has them, held until
         `resume`: their recorded in-flight messages first in each mailbox, then each

@@ -80,6 +80,7 @@ from cameo_actors.runtime._private.executor.reports import Reports
 from cameo_actors.runtime._private.executor.sizing import MessageSizing
 from cameo_actors.runtime._private.executor.source_log import IngressLog
 from cameo_actors.runtime._private.executor.tracing import Egressed, make_tracer
+from cameo_actors.runtime._private.executor_api import MergedParts
 from cameo_actors.runtime._private.placement import Placement
 from cameo_actors.runtime.config import RuntimeConfig
 from cameo_actors.scheduling import Feedback, Message, Scheduler
@@ -230,7 +231,7 @@ class ExecutorCore:
     def restore(self, spec: DataflowSpec, placement: Placement, deployment: str,
                 parts: dict[str, ChainRead], generation: int,
                 chains: dict[str, list[str]] | None = None,
-                merged: dict[str, list[tuple[str, bool]]] | None = None) -> list[str]:
+                merged: MergedParts | None = None) -> list[str]:
         """Deploy `spec` here again as checkpoint `parts` (activation -> its chain of parts,
         read and unpacked: `read_chain`; stored at `chains`) has it, held until `resume`
         (`Checkpointing.restore`; `merged`: a Kafka source rescaled). Its error output here

@@ -34,6 +34,7 @@ from cameo_actors.runtime._private.executor_api import (
     ExecutorUsage,
     Fetched,
     Incarnation,
+    MergedParts,
     PartChains,
     Placed,
     SourcePressure,
@@ -260,7 +261,7 @@ class ExecutorHost(ExecutorAPI):
         self.worker.call(self.core.checkpointing.checkpointed, dataflow, ckpt, positions, chains)
 
     def fetch(self, dataflow: str, placement: Placement, parts: PartChains,
-              merged: dict[str, list[tuple[str, bool]]] | None = None) -> Fetched:
+              merged: MergedParts | None = None) -> Fetched:
         mine = _with_merged({str(a) for a in placement.on(self.index)}, merged)
         wanted = {aid: paths for aid, paths in parts.items() if aid in mine}
         self.fetched.pop(dataflow, None)
@@ -435,6 +436,6 @@ class ExecutorHost(ExecutorAPI):
         return Traces(activities, lost)
 
 
-def _with_merged(mine: set[str], merged: dict[str, list[tuple[str, bool]]] | None) -> set[str]:
+def _with_merged(mine: set[str], merged: MergedParts | None) -> set[str]:
     """The activations placed here, and the old instances whose parts they merge."""
     return mine | {old for aid in mine for old, _ in (merged or {}).get(aid, ())}

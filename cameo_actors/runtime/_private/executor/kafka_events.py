@@ -71,7 +71,7 @@ def column_messages(batch: Any, advance: Callable[[int, int], float], watermark:
     so the cut changes no result, and the steps after the source pay their cost per
     message once for many blocks (the Kafka arm of `bench.kafka` measures it).
     Only where the steps that judge lateness read the source's event time as it is
-    (`validate.time_reaches_as_is`).
+    (`streams.time_reaches_as_is`).
 
     >>> import pyarrow as pa
     >>> def sizes(batch, join):

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from cameo_actors.dataflow.validate import KAFKA_RECORD_FIELDS, time_reaches_as_is
+from cameo_actors.dataflow.streams import time_reaches_as_is
+from cameo_actors.dataflow.validate import KAFKA_RECORD_FIELDS
 from cameo_actors.operators.base import END_OF_STREAM
 from cameo_actors.runtime._private.executor.kafka_batches import (
     META_FIELDS,
