@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from cameo_actors import KeyedProcess
+from cameo_actors.operators.process import ProcessContext
+
 
 def split_words(e: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"ts": e["ts"], "word": w} for w in e["text"].split()]
@@ -31,3 +34,17 @@ def with_record(e: dict[str, Any]) -> dict[str, Any]:
     name starting with `_` is not for expressions)."""
     return {**{k: v for k, v in e.items() if not k.startswith("_")}, "rkey": e["_key"],
             "part": e["_partition"], "offset": e["_offset"], "rts": e["_timestamp"]}
+
+
+class BucketCount(KeyedProcess):
+    """Counts per key and 50 ms bucket, emitted by a timer at the bucket's end: a
+    tumbling count written as a process (its results do not depend on batching)."""
+
+    def on_event(self, state: dict[str, Any], event: dict[str, Any], ctx: ProcessContext) -> Any:
+        start = event["ts"] - event["ts"] % 50
+        state[str(start)] = state.get(str(start), 0) + 1
+        ctx.set_timer(start + 50)
+
+    def on_timer(self, state: dict[str, Any], time: float, ctx: ProcessContext) -> Any:
+        start = int(time) - 50
+        return {"key": ctx.key, "ts": start + 49, "start": start, "n": state.pop(str(start))}

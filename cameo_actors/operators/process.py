@@ -23,6 +23,10 @@ this advance and is set again fires at the next one, and at the end of the
 stream (an infinite watermark) a timer `on_timer` sets later than the one
 firing stays pending (a timer that re-arms itself would never end).
 
+On the rocksdb backend the states and timers live in a store with a cache of
+hot keys (`stored_keys`, `process_timers`): a checkpoint is the store's files,
+a restore opens them, and a bin moves as the store's bytes.
+
 Bad records are data: with a `time_field`, an event without a valid time is
 "malformed" and one behind the watermark "late"; an event whose key function
 raises or returns an unhashable key is "malformed"; a call that raises or
@@ -41,7 +45,6 @@ call changed in state before it raised stays.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -52,7 +55,9 @@ from cameo_actors.errors import SpecError
 from cameo_actors.operators.aggregates import is_time
 from cameo_actors.operators.base import Event, Output, short_repr
 from cameo_actors.operators.bins import KeyBins
-from cameo_actors.operators.state_store import StateBackend
+from cameo_actors.operators.process_timers import StoredTimers, TimerHeap
+from cameo_actors.operators.state_store import StateBackend, backend_folder
+from cameo_actors.operators.stored_keys import StoredKeys, StoredState, StoreHome, stored_entries
 from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowing import (
     KeyFn,
@@ -168,12 +173,13 @@ def make_process(obj: Any, step_id: str, path: str) -> Any:
     return inst
 
 
-def _order(key: Any) -> bytes:
-    """The order of keys whose timers fire at the same time: msgpack of the key."""
-    try:
-        return msgpack.packb(encode_key(key), use_bin_type=True)  # type: ignore[no-any-return]
-    except Exception:  # a key msgpack cannot carry: after every one it can
-        return b"\xff" + repr(key).encode("utf-8", "backslashreplace")
+#: The store's prefixes of a process's maps (`stored_keys`): states, each key's timers,
+#: every timer in firing order.
+STATES, TIMERS, DUE = b"s", b"t", b"u"
+
+
+def _as_list(timers: set[Any]) -> list[Any]:
+    return sorted(timers)
 
 
 class ProcessOperator(WindowedOperator):
@@ -211,21 +217,24 @@ class ProcessOperator(WindowedOperator):
         self.name = name or type(process).__qualname__
         self.user_function_count = 0
         self._ctx = ProcessContext(self)
-        self._states: dict[Any, dict[str, Any]] = {}
-        self._timers: dict[Any, set[Any]] = {}
-        # The keys of `_states` and `_timers`, by bin: a key is added when it gets its
-        # first state or timer, discarded when it has neither left.
+        # key -> state, key -> its timers; on the rocksdb backend both in its store
+        # (`_stored`, None in memory), where a changed value is set again to be written.
+        self._states: dict[Any, dict[str, Any]] | StoredKeys = {}
+        self._timers: dict[Any, set[Any]] | StoredKeys = {}
+        self._stored: StoredState | None = None
+        # In memory, the keys of `_states` and `_timers` by bin: a key is added when it
+        # gets its first state or timer, discarded when it has neither left (a store's
+        # key order has the bins).
         self._index = KeyBins()
-        # (time, key order, seq, key) per timer set; cancelled, fired or moved ones are
-        # stale: `_timers` is the truth.
-        self._heap: list[tuple[Any, bytes, int, Any]] = []
-        self._seq = 0
+        # Every timer set, in firing order; cancelled, fired or moved ones are stale:
+        # `_timers` is the truth.
+        self._queue: TimerHeap | StoredTimers = TimerHeap()
         # While timers fire: the watermark advanced to, the timer firing, what fired,
-        # and the entries to push after the advance (see the module doc's guards).
+        # and the timers to queue after the advance (see the module doc's guards).
         self._advancing: float | None = None
         self._firing: Any = None
         self._fired: set[tuple[Any, Any]] = set()
-        self._deferred: list[tuple[Any, bytes, int, Any]] = []
+        self._deferred: list[tuple[Any, Any]] = []
 
     # -- timers ------------------------------------------------------------------------
     def _set_timer(self, key: Any, t: Any) -> None:
@@ -233,31 +242,40 @@ class ProcessOperator(WindowedOperator):
             raise TypeError(f"set_timer: expected a finite int or float time (ms), or "
                             f"math.inf for the end of the stream, got {type(t).__name__} "
                             f"{short_repr(t)}")
-        ts = self._timers.get(key)
+        timers = self._timers
+        ts = timers.get(key)
         if ts is None:
-            ts = self._timers[key] = set()
-            if key not in self._states:
+            ts = timers[key] = set()
+            if self._stored is None and key not in self._states:
                 self._index.add(key)
         elif t in ts:
             return
         ts.add(t)
-        entry = (t, _order(key), self._seq, key)
-        self._seq += 1
+        if self._stored is not None:
+            timers[key] = ts  # changed: written back
         adv = self._advancing
         if adv is not None and t <= adv and (
                 (t, key) in self._fired or (adv == _INF and t > self._firing)):
-            self._deferred.append(entry)
+            self._deferred.append((t, key))
         else:
-            heapq.heappush(self._heap, entry)
+            self._queue.push(t, key)
 
     def _cancel_timer(self, key: Any, t: Any) -> None:
-        ts = self._timers.get(key)
-        if ts is not None:
-            ts.discard(t)
-            if not ts:
-                del self._timers[key]
-                if key not in self._states:
-                    self._index.discard(key)
+        self._drop_timer(key, self._timers.get(key), t)
+
+    def _drop_timer(self, key: Any, ts: set[Any] | None, t: Any) -> None:
+        """`t` is no longer one of `key`'s timers `ts` (nothing if it was not)."""
+        if ts is None or t not in ts:
+            return
+        ts.discard(t)
+        timers = self._timers
+        if ts:
+            if self._stored is not None:
+                timers[key] = ts
+        else:
+            del timers[key]
+            if self._stored is None and key not in self._states:
+                self._index.discard(key)
 
     # -- calls ---------------------------------------------------------------------------
     def _call(self, out: Output, k: Any, fn: Any, arg: Any, what: str, record: Any) -> None:
@@ -288,14 +306,15 @@ class ProcessOperator(WindowedOperator):
                 self._user_error(out, f"{self.name}.{what} returned {type(r).__name__} "
                                       f"{short_repr(r)}, expected an event dict (or an iterable "
                                       "of them, or None)", record)
+        in_memory = self._stored is None
         if state:
-            if fresh:
+            if fresh or not in_memory:  # a stored state is written back once changed
                 states[k] = state
-                if k not in self._timers:
+                if fresh and in_memory and k not in self._timers:
                     self._index.add(k)
         elif not fresh:
             del states[k]
-            if k not in self._timers:
+            if in_memory and k not in self._timers:
                 self._index.discard(k)
 
     def _user_error(self, out: Output, message: str, record: Any) -> None:
@@ -328,28 +347,27 @@ class ProcessOperator(WindowedOperator):
 
     def advance_to(self, watermark: float, out: Output) -> None:
         """Fire every timer at or before `watermark` (see the module doc)."""
-        heap, timers, states, on_timer = self._heap, self._timers, self._states, self._on_timer
-        if not heap or heap[0][0] > watermark:
+        queue, timers, on_timer = self._queue, self._timers, self._on_timer
+        first = queue.next_time()
+        if first is None or first > watermark:
             return
         self._advancing, self._fired, self._deferred = watermark, set(), []
+        queue.begin(watermark)
         try:
-            while heap and heap[0][0] <= watermark:
-                t, _, _, k = heapq.heappop(heap)
+            while (due := queue.pop_due()) is not None:
+                t, k = due
                 ts = timers.get(k)
                 if ts is None or t not in ts:
                     continue  # cancelled, moved away, or a second entry of a fired one
-                ts.discard(t)
-                if not ts:
-                    del timers[k]
-                    if k not in states:
-                        self._index.discard(k)
+                self._drop_timer(k, ts, t)
                 self._fired.add((t, k))
                 self._firing = t
                 if on_timer is not None:
                     self._call(out, k, on_timer, t, "on_timer", {"timer": t, "key": encode_key(k)})
         finally:
-            for entry in self._deferred:
-                heapq.heappush(heap, entry)
+            queue.end()
+            for t, k in self._deferred:
+                queue.push(t, k)
             self._advancing, self._firing, self._fired, self._deferred = None, None, set(), []
 
     # -- state -------------------------------------------------------------------------
@@ -384,16 +402,45 @@ class ProcessOperator(WindowedOperator):
         return {"keys": self._each_row(self.state_keys()),
                 "user_function_count": self.user_function_count}
 
+    def _cut_fields(self) -> dict[str, Any]:
+        """A checkpoint's rows: none with a store (its files are the part)."""
+        if self._stored is None:
+            return self._snapshot_windows()
+        return {"keys": iter(()), "user_function_count": self.user_function_count}
+
+    def _stored_state(self) -> StoredState | None:
+        return self._stored
+
     def _restore_windows(self, state: dict[str, Any]) -> None:
-        self._states, self._timers, self._heap, self._seq = {}, {}, [], 0
-        self._index.clear()
         self.user_function_count = state["user_function_count"]
+        files = state.get("stored") or []
+        if self._stored is not None:
+            if files:
+                self._stored.load(files)
+            else:
+                self._stored.clear()
+        else:
+            self._states, self._timers = {}, {}
+            self._queue.clear()
+            self._index.clear()
+            if files:  # a store's checkpoint, restored in memory (the pool changed backend)
+                folder = backend_folder(None)
+                timers = dict(stored_entries(files, folder, TIMERS))
+                states = stored_entries(files, folder, STATES)
+                self._load([[encode_key(k), blob, msgpack.unpackb(timers.pop(k, b"\x90"))]
+                            for k, blob in states])
+                self._load([[encode_key(k), None, msgpack.unpackb(blob)]
+                            for k, blob in timers.items()])
         self._load(state["keys"])
 
     def _load(self, rows: list[Any]) -> None:
+        stored = self._stored
+        if stored is not None:
+            states = stored.maps[0]
+            states.put_packed((decode_key(k), blob) for k, blob, _ in rows if blob is not None)
         for k_data, blob, ts in rows:
             k = decode_key(k_data)
-            if blob is not None:
+            if blob is not None and stored is None:
                 self._states[k] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
                 self._index.add(k)
             for t in ts:
@@ -404,9 +451,21 @@ class ProcessOperator(WindowedOperator):
         return [*states, *(k for k in self._timers if k not in states)]
 
     def _use_bins(self, bins: int, backend: StateBackend) -> None:
-        self._index = KeyBins(bins)  # per-key state: in memory in every backend (for now)
+        self._index = KeyBins(bins)
+        if not backend.stored:
+            self._stored, self._states, self._timers = None, {}, {}
+            self._queue = TimerHeap()
+            return
+        home = StoreHome(backend)
+        self._states = StoredKeys(bins, home, STATES)
+        self._timers = StoredKeys(bins, home, TIMERS, encode=_as_list, decode=set)
+        self._queue = queue = StoredTimers(home, DUE)
+        self._stored = StoredState(home, [self._states, self._timers], queue.clear)
 
     def state_bins(self) -> list[int]:
+        states, timers = self._states, self._timers
+        if isinstance(states, StoredKeys) and isinstance(timers, StoredKeys):
+            return sorted({*states.bins(), *timers.bins()})
         return self._index.bins()
 
     def take_bins(self, bins: Iterable[int]) -> tuple[list[Any], int]:
@@ -418,14 +477,21 @@ class ProcessOperator(WindowedOperator):
             ValueError: a key's state is not plain data (nothing is taken then).
         """
         bins = list(bins)
+        states, timers = self._states, self._timers
+        if isinstance(states, StoredKeys) and isinstance(timers, StoredKeys):
+            # The store's bytes as they are; the queue's entries of the keys are stale now.
+            taken = dict(states.take(bins))
+            moved = {k: msgpack.unpackb(blob) for k, blob in timers.take(bins)}
+            rows = [[encode_key(k), blob, moved.pop(k, [])] for k, blob in taken.items()]
+            rows += [[encode_key(k), None, ts] for k, ts in moved.items()]
+            return rows, len(rows)
         by_bin = self._index.keys
         keys = [k for b in bins for k in by_bin.get(b, ())]
         rows = self._rows(keys)  # raises before anything is taken
         self._index.take(bins)
-        states, timers = self._states, self._timers
         for k in keys:
             states.pop(k, None)
-            timers.pop(k, None)  # its heap entries are stale now
+            timers.pop(k, None)  # its queue entries are stale now
         return rows, len(rows)
 
     def _put_state(self, rows: list[Any], owned: bool) -> None:

@@ -144,7 +144,7 @@ def unpack_state(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-def _after(prefix: bytes) -> bytes:
+def after(prefix: bytes) -> bytes:
     """The first key after every key starting with `prefix` (`prefix` not all 0xff)."""
     i = len(prefix) - 1
     while prefix[i] == 0xFF:
@@ -214,12 +214,15 @@ class KeyStore:
         found: bytes | None = self.db.get(key)
         return found
 
-    def write(self, pairs: Iterable[tuple[bytes, bytes]]) -> int:
-        """Put every (key, value) in one atomic batch; how many."""
+    def write(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Put every (key, value) in one atomic batch, a value None as a delete; how many."""
         batch = WriteBatch(raw_mode=True)
         n = 0
         for k, v in pairs:
-            batch.put(k, v)
+            if v is None:
+                batch.delete(k)
+            else:
+                batch.put(k, v)
             n += 1
         if n:
             self.db.write(batch)
@@ -248,7 +251,11 @@ class KeyStore:
 
     def delete_prefix(self, prefix: bytes) -> None:
         """Remove every key starting with `prefix` (one range tombstone)."""
-        self.db.delete_range(prefix, _after(prefix))
+        self.delete_range(prefix, after(prefix))
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """Remove every key from `start` to before `end` (one range tombstone)."""
+        self.db.delete_range(start, end)
 
     def is_empty(self) -> bool:
         it = self.db.iter()

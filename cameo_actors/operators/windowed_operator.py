@@ -21,6 +21,7 @@ from cameo_actors.operators.state_store import (
     is_store_piece,
     joined,
 )
+from cameo_actors.operators.stored_keys import StoredState
 from cameo_actors.operators.stored_windows import StoredWindows, store_entries
 from cameo_actors.operators.windowing import Rejects
 
@@ -145,11 +146,18 @@ class WindowedOperator(Operator):
         state = self._aligned_state()
         if state is not None and state.__class__ is StoredWindows:
             state.after_batch()
+        else:
+            stored = self._stored_state()
+            if stored is not None:
+                stored.after_batch()
         return out
 
     def disk_bytes(self) -> int:
         state = self._aligned_state()
-        return state.disk_bytes() if isinstance(state, StoredWindows) else 0
+        if isinstance(state, StoredWindows):
+            return state.disk_bytes()
+        stored = self._stored_state()
+        return stored.disk_bytes() if stored is not None else 0
 
     # -- a checkpoint's snapshot in steps ----------------------------------------------------
     def _aligned_state(self) -> KeyedWindows[Any] | None:
@@ -158,18 +166,31 @@ class WindowedOperator(Operator):
         is kept otherwise (packed at once)."""
         return None
 
+    def _stored_state(self) -> StoredState | None:
+        """The state kept per key in a store (the rocksdb backend), whose cut is its files
+        after any rows (`_cut_fields`); None when the state is all in the rows."""
+        return None
+
+    def _cut_fields(self) -> dict[str, Any]:
+        """What a checkpoint's cut holds besides `_stored_state`'s files: the snapshot's
+        fields, lists of rows as iterators (packed in steps)."""
+        return self._snapshot_windows()
+
     def begin_snapshot(self, incremental: bool = False) -> dict[str, Any]:
         state = self._aligned_state()
         head = self._envelope()
         if state is None:  # kept per key: its lists of rows (iterators) packed in steps
             self._rows_to_pack = []
-            for k, v in self._snapshot_windows().items():
+            for k, v in self._cut_fields().items():
                 if isinstance(v, Iterator):
                     self._rows_to_pack.append((k, v))
                     head[k] = []
                 else:
                     head[k] = v
             head["listed"] = [k for k, _ in self._rows_to_pack]
+            stored = self._stored_state()
+            if stored is not None and stored.start_packing(incremental):
+                head["delta"] = True  # the store's new files: its rows are none
             return head
         head["aligned"] = {}
         if state.start_packing(incremental):
@@ -190,7 +211,10 @@ class WindowedOperator(Operator):
             if chunk:
                 budget -= len(chunk)
                 self._row_pieces.append(msgpack.packb([field, chunk], use_bin_type=True))
-        return not to_pack
+        if to_pack:
+            return False
+        stored = self._stored_state()
+        return stored is None or (budget > 0 and stored.pack_some(budget))
 
     def index_step(self, budget: int) -> bool:
         state = self._aligned_state()
@@ -202,6 +226,9 @@ class WindowedOperator(Operator):
             head["pieces"] = state.packed()
         elif "listed" in head:
             head["pieces"], self._row_pieces, self._rows_to_pack = self._row_pieces, [], []
+            stored = self._stored_state()
+            if stored is not None:
+                head["pieces"] += stored.packed()
         return head
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -217,11 +244,15 @@ class WindowedOperator(Operator):
         self.rejects.late_count = state["late_count"]
         self.rejects.malformed_count = state["malformed_count"]
         if "listed" in state:  # rows per key packed in steps (`end_snapshot`)
-            state = {**state, **{field: [] for field in state["listed"]}}
+            state = {**state, **{field: [] for field in state["listed"]}, "stored": []}
             for piece in state.get("pieces", ()):  # none: no key had state at the cut
                 if isinstance(piece, bytes):  # as the steps packed it, not unpacked yet
                     piece = msgpack.unpackb(piece, raw=False, strict_map_key=False)
-                state[piece[0]].extend(piece[1])
+                piece = joined(piece)
+                if is_store_piece(piece):
+                    state["stored"].append(piece)
+                else:
+                    state[piece[0]].extend(piece[1])
         elif "pieces" in state:  # aligned windows packed in steps (`end_snapshot`)
             pieces = [joined(p) for p in state["pieces"]]
             stored = [p for p in pieces if is_store_piece(p)]

@@ -53,9 +53,9 @@ from cameo_actors.scheduling import Message
 from cameo_actors.testing import run_local
 from tests.shared.gateway import ControlPlane, StoredCluster
 from tests.shared.inprocess import InProcessCluster
-from tests.shared.zoo import events, flows
+from tests.shared.zoo import SCHEMA, events, flows
 
-KINDS = ["filter", "tumbling", "sliding", "session", "join", "union"]
+KINDS = ["filter", "tumbling", "sliding", "session", "join", "union", "process"]
 #: A stored state's cache in these tests: most entries written back and read again.
 SMALL_CACHE = 2
 
@@ -77,6 +77,11 @@ def canon(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def flow(kind: str, name: str, p: int) -> Dataflow:
+    if kind == "process":  # state kept per key, with timers (not in the shared zoo)
+        d = Dataflow(f"{name}-process", latency_target_ms=200, tenant="tprocess")
+        (d.source("s", schema=SCHEMA, event_time="ts", allowed_lateness_ms=40).key_by("key")
+         .process("tests.udfs:BucketCount", time_field="ts", parallelism=p).sink("o"))
+        return d
     return next(d for d in flows(name, p) if d.name == f"{name}-{kind}")
 
 

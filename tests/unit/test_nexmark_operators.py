@@ -32,6 +32,7 @@ from cameo_actors.operators.bins import DEFAULT_BINS, stable_hash
 from cameo_actors.operators.build import build_operator
 from cameo_actors.operators.interval_join import IntervalJoinOperator
 from cameo_actors.operators.process import ProcessContext, ProcessOperator, make_process
+from cameo_actors.operators.state_store import BACKENDS
 from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windows import WindowOperator
 from cameo_actors.runtime._private.controller.plans import STRATEGIES
@@ -408,20 +409,6 @@ class Faulty(KeyedProcess):
 
     def on_timer(self, state: dict[str, Any], time: float, ctx: ProcessContext) -> Any:
         raise RuntimeError("boom")
-
-
-class BucketCount(KeyedProcess):
-    """Counts per key and 50 ms bucket, emitted by a timer at the bucket's end: a
-    tumbling count written as a process (its results do not depend on batching)."""
-
-    def on_event(self, state: dict[str, Any], event: dict[str, Any], ctx: ProcessContext) -> Any:
-        start = event["ts"] - event["ts"] % 50
-        state[str(start)] = state.get(str(start), 0) + 1
-        ctx.set_timer(start + 50)
-
-    def on_timer(self, state: dict[str, Any], time: float, ctx: ProcessContext) -> Any:
-        start = int(time) - 50
-        return {"key": ctx.key, "ts": start + 49, "start": start, "n": state.pop(str(start))}
 
 
 class NoArgs:
@@ -1053,7 +1040,7 @@ def migrating_flows(name: str, p: int) -> list[Dataflow]:
     (left.join(right, interval_ms=(-20, 30), parallelism=p)
      .map({"key": "key", "ts": "ts", "lv": "left.value", "rv": "right.value"}).sink("o"))
     d2 = df("process")
-    (src(d2).key_by("key").process(f"{HERE}:BucketCount", time_field="ts", parallelism=p)
+    (src(d2).key_by("key").process("tests.udfs:BucketCount", time_field="ts", parallelism=p)
      .sink("o"))
     d3 = df("maxby")
     (src(d3).key_by("key").window(sliding_ms=60, slide_ms=20, parallelism=p)
@@ -1063,15 +1050,17 @@ def migrating_flows(name: str, p: int) -> list[Dataflow]:
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 3), p=st.integers(1, 3), seed=st.integers(0, 1000),
-       bins=st.sampled_from([4, 64]), strategy=st.sampled_from(STRATEGIES))
+       bins=st.sampled_from([4, 64]), strategy=st.sampled_from(STRATEGIES),
+       backend=st.sampled_from(BACKENDS))
 def test_migrations_of_the_new_steps_keep_results_equal_run_local(
-        n: int, p: int, seed: int, bins: int, strategy: str) -> None:
+        n: int, p: int, seed: int, bins: int, strategy: str, backend: str) -> None:
     data = events(400, seed=seed)
     for d in migrating_flows(f"nx{seed}", p):
         expected = run_local(d, {s.id: data for s in d.spec.sources}).sinks["o"]
         assert expected
-        plane, done = run_with_migrations(d.spec, data, n, seed, 10, bins, strategy, 2)
-        assert canon(plane.results(d.name)) == canon(expected), (d.name, n, p, bins, strategy)
+        plane, done = run_with_migrations(d.spec, data, n, seed, 10, bins, strategy, 2, backend)
+        assert canon(plane.results(d.name)) == canon(expected), \
+            (d.name, n, p, bins, strategy, backend)
         assert [m["state"] for m in done] == ["done", "done"]
 
 
