@@ -16,7 +16,8 @@ put every key in state, and the state then stays that size), value (i % 1000) / 
 in binary: sums do not depend on order). The day-long window holds one entry per key and
 fires only at the close; "ticks" gives results all along (about one row per group and
 5,000 events). State sizes: "small" = 4,000 keys; "large" = 1,750,000 keys, about 100 MB
-of checkpoint (`--quick`: 175,000 keys, about 10 MB).
+of checkpoint (`--quick`: 175,000 keys, about 10 MB); "huge" = 17,500,000 keys, about 1 GB
+(only when asked for: `--sizes huge`).
 
 Per state size and checkpoint interval (1 s and 5 s; `--quick`: 1 s only), on Ray:
 
@@ -103,7 +104,7 @@ import sys
 import threading
 import time
 from array import array
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,10 @@ GROUPS = 4
 DAY_MS = 86_400_000
 #: Events per push call (the runtime sends them as one ingest call).
 PUSH_EVENTS = 2_000
+#: State sizes (`--sizes`; `Setup.keys`).
+SIZES = ("small", "large", "huge")
+#: bulk's state step (`--state`).
+STATES = ("window", "process")
 #: What is measured (`--parts`).
 PARTS = ("throughput", "alerts", "recovery")
 #: The goals (reported, not asserted).
@@ -148,6 +153,8 @@ class Setup:
     load: float = 0.5  # share of the measured capacity bulk gets in the steady phases
     alerts_eps: float = 300.0
     seed: int = 11
+    state: str = "window"  # the state step: "window" or "process" (`bulk_dataflow`)
+    huge_keys: int = 17_500_000
     recovery_timeout_s: float = 300.0  # the kill to the first new result, at most
 
     @classmethod
@@ -171,22 +178,28 @@ class Setup:
                    after_s=1.0)
 
     def keys(self, size: str) -> int:
-        return self.small_keys if size == "small" else self.large_keys
+        return {"small": self.small_keys, "huge": self.huge_keys}.get(size, self.large_keys)
 
     def throughput_events(self, size: str) -> int:
-        return self.small_events if size == "small" else int(self.large_keys * self.large_events_factor)
+        return self.small_events if size == "small" else int(self.keys(size) * self.large_events_factor)
 
 
-def bulk_dataflow(name: str, interval_s: float, incremental: bool = True) -> Dataflow:
-    """The checkpointed tenant: a day-long keyed window (the state) and 100 ms tick counts
-    (results all along); checkpoints every `interval_s` (0: off), incremental or full."""
+def bulk_dataflow(name: str, interval_s: float, incremental: bool = True,
+                  state: str = "window") -> Dataflow:
+    """The checkpointed tenant: a day-long keyed window (the state; with `state` "process",
+    a keyed process keeping the same per key: `KeyTotals`) and 100 ms tick counts (results
+    all along); checkpoints every `interval_s` (0: off), incremental or full."""
     df = (Dataflow(name, latency_target_ms=1000, tenant="analytics", state_bytes=3_500_000_000)
           .fault_tolerance(checkpoint_interval_ms=interval_s * 1000, incremental=incremental))
     src = df.source(BULK_SOURCE, schema=SCHEMA, event_time="ts")
-    (src.key_by("key").window(tumbling_ms=DAY_MS, id=STATE_STEP)
-     .aggregate(n=count(), total=sum_("value"), lo=min_("value"), hi=max_("value"),
-                mean=avg("value"), bytes=sum_("size"))
-     .sink(STATE_SINK))
+    if state == "process":
+        (src.key_by("key").process("bench.harness.key_totals:KeyTotals", id=STATE_STEP)
+         .sink(STATE_SINK))
+    else:
+        (src.key_by("key").window(tumbling_ms=DAY_MS, id=STATE_STEP)
+         .aggregate(n=count(), total=sum_("value"), lo=min_("value"), hi=max_("value"),
+                    mean=avg("value"), bytes=sum_("size"))
+         .sink(STATE_SINK))
     src.key_by("g").window(tumbling_ms=TICK_MS, id="tick").aggregate(n=count()).sink(TICK_SINK)
     return df
 
@@ -308,11 +321,11 @@ def _busy_share(a: tuple[float, float], b: tuple[float, float], executors: int) 
 
 
 # -- throughput ---------------------------------------------------------------------------------
-def _throughput_run(rt: Any, name: str, arm: Arm, events: list[dict[str, Any]]
+def _throughput_run(rt: Any, name: str, arm: Arm, events: list[dict[str, Any]], state: str
                     ) -> tuple[float, dict[str, Any]]:
     """A fresh bulk copy: `events` pushed flat out, then `wait_idle`; (events/s, its
     checkpoints)."""
-    rt.deploy(bulk_dataflow(name, *arm))
+    rt.deploy(bulk_dataflow(name, *arm, state=state))
     try:
         t0 = time.perf_counter()
         rt.push(name, BULK_SOURCE, events, batch_size=PUSH_EVENTS)
@@ -336,7 +349,7 @@ def throughput(rt: Any, s: Setup, size: str, log: Any = print) -> dict[str, Any]
     for r in range(s.repeats):
         for arm in runs:
             eps, ck = _throughput_run(rt, f"tp-{size}-{_label(arm).replace(' ', '')}-{r}", arm,
-                                      events)
+                                      events, s.state)
             runs[arm].append(eps)
             ckpts[arm].append(ck)
         log(f"  throughput round {r + 1}: " + ", ".join(
@@ -383,7 +396,7 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
         for r in range(s.alerts_repeats):
             for arm in p99s:
                 name = rt.deploy(bulk_dataflow(
-                    f"al-{size}-{_label(arm).replace(' ', '')}-{r}", *arm))
+                    f"al-{size}-{_label(arm).replace(' ', '')}-{r}", *arm, state=s.state))
                 feed = BulkFeed(rt.handle(), name, keys, keys, rate)
                 feed.start()
                 try:
@@ -465,11 +478,11 @@ def _transitions(history: list[dict[str, Any]], after: float) -> tuple[float | N
     return rec, back
 
 
-def reference(keys: int, n: int) -> Fingerprint:
+def reference(keys: int, n: int, state: str) -> Fingerprint:
     """bulk's results on events 0..n-1 by `run_local`'s engine, in-process."""
     from cameo_actors.testing import LocalEngine
 
-    engine = LocalEngine(bulk_dataflow("reference", 0).spec)
+    engine = LocalEngine(bulk_dataflow("reference", 0, state=state).spec)
     fp = Fingerprint()
 
     def drain() -> None:
@@ -519,7 +532,7 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
     name = f"rec-{size}-{interval:g}"
     fig: dict[str, Any] = {"keys": keys, "rate_eps": rate}
     rt.deploy(alerts_flow())
-    rt.deploy(bulk_dataflow(name, interval))
+    rt.deploy(bulk_dataflow(name, interval, state=s.state))
     threads: list[Any] = []
     feed: BulkFeed | None = None
     got = Fingerprint()
@@ -565,7 +578,7 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
         time.sleep(max(0.0, c["last_at"] + interval / 2 - time.time()))
         before = rt.describe(name, refresh=True)
         c = before["checkpoints"]
-        pid = next(e["pid"] for e in rt.executor_stats() if e["executor"] == victim)
+        pid = _pid(rt, victim)
         fig["rss_mb_before"] = process_memory_mb(pid, "VmRSS")
         kill_t = time.time()
         kill["ms"] = kill_t * 1000
@@ -643,7 +656,7 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
                          "reason": h["reason"]} for h in final["history"] if h["at"] >= kill_t - 1.0],
             "reader_key_errors": reader.key_errors})
         began = time.monotonic()
-        expected = reference(keys, feed.pushed)
+        expected = reference(keys, feed.pushed, s.state)
         log(f"  reference: {sum(expected.rows.values()):,} rows from {feed.pushed:,} events in "
             f"{time.monotonic() - began:.1f} s")
         fig.update({"results_match": got == expected, "result_rows": got.rows,
@@ -670,6 +683,17 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
     return fig
 
 
+def _pid(rt: Any, executor: int, timeout_s: float = 30.0) -> int:
+    """The executor's process id; its stats are asked again while it is too busy to give
+    them (an entry without "pid": the call timed out)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        entry = next(e for e in rt.executor_stats() if e["executor"] == executor)
+        if "pid" in entry or time.monotonic() > deadline:
+            return int(entry["pid"])
+        time.sleep(0.2)
+
+
 def _rss_mb(rt: Any, executor: int) -> float | None:
     """VmRSS of an executor's (new) process, MB."""
     for e in rt.executor_stats():
@@ -683,7 +707,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """One flat row per (state backend, interval, size, parts: incremental or full): the
     table and the goals read these. Recovery is measured with incremental parts (the
     default) only."""
-    return [row for backend, runs in results["backends"].items()
+    state = results.get("state", "window")
+    return [{"state": state, **row} for backend, runs in results["backends"].items()
             for row in _rows(backend, runs)]
 
 
@@ -813,7 +838,8 @@ def run_size(s: Setup, size: str, shared: Any, kill: Any, parts: tuple[str, ...]
             capacity = out["throughput"]["off_eps"]
         elif capacity is None:
             capacity = _throughput_run(shared, f"cap-{size}", OFF,
-                                       make_events(0, s.throughput_events(size), s.keys(size)))[0]
+                                       make_events(0, s.throughput_events(size), s.keys(size)),
+                                       s.state)[0]
             log(f"  capacity without checkpoints: {capacity:,.0f} events/s")
     except Exception as e:
         out["error"] = f"throughput: {e!r}"
@@ -855,7 +881,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                       help="interval 1 s only, large = 175,000 keys (~10 MB), short arms")
     size.add_argument("--smoke", action="store_true",
                       help="--quick's shape, one round of each part, 1.5 s arms (tests)")
-    parser.add_argument("--sizes", default="small,large", help="comma-separated: small, large")
+    parser.add_argument("--sizes", default="small,large",
+                        help="comma-separated, of small, large, huge (about 1 GB)")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"comma-separated, of {', '.join(PARTS)}")
     parser.add_argument("--capacity", type=float,
@@ -864,6 +891,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--backends", default=",".join(BACKENDS),
                         help=f"comma-separated state backends, of {', '.join(BACKENDS)}: each "
                              f"measured on pools of its own, one after the other")
+    parser.add_argument("--state", choices=STATES, default="window",
+                        help="bulk's state step: the day-long window (aligned windows' state) "
+                             "or a keyed process keeping the same per key (state kept per key)")
     parser.add_argument("--standby", type=int, default=0,
                         help="standby executors of the recovery pool (RuntimeConfig."
                              "standby_executors): the killed executor's dataflows are restored "
@@ -880,9 +910,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"unknown backends {sorted(set(backends) - set(BACKENDS))}; expected some "
                      f"of {BACKENDS}")
     s = Setup.smoke() if args.smoke else Setup.quick() if args.quick else Setup.full()
+    s = replace(s, state=args.state)
     sizes = [x.strip() for x in args.sizes.split(",") if x.strip()]
-    if set(sizes) - {"small", "large"}:
-        parser.error(f"unknown sizes {sorted(set(sizes) - {'small', 'large'})}")
+    if set(sizes) - set(SIZES):
+        parser.error(f"unknown sizes {sorted(set(sizes) - set(SIZES))}; expected some of {SIZES}")
     parts = tuple(x.strip() for x in args.parts.split(",") if x.strip())
     if set(parts) - set(PARTS):
         parser.error(f"unknown parts {sorted(set(parts) - set(PARTS))}; expected some of {PARTS}")
@@ -891,7 +922,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     started = ensure_ray()
     t0 = time.monotonic()
-    results: dict[str, Any] = {"backends": {}, "standby_executors": args.standby}
+    results: dict[str, Any] = {"backends": {}, "standby_executors": args.standby,
+                               "state": args.state}
     try:
         for backend in backends:
             runs = results["backends"][backend] = {"sizes": {}}
@@ -939,7 +971,7 @@ def _child_args(args: argparse.Namespace) -> list[str]:
     """The command line of one run of each arm: this one's, without the side by side."""
     out = ["--quick"] if args.quick else ["--smoke"] if args.smoke else []
     out += ["--sizes", args.sizes, "--parts", args.parts, "--backends", args.backends,
-            "--standby", str(args.standby)]
+            "--standby", str(args.standby), "--state", args.state]
     return out + (["--capacity", str(args.capacity)] if args.capacity else [])
 
 
