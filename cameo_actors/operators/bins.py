@@ -11,7 +11,9 @@ and put without a pass over the rest:
   a key first comes into the window (`keyed_windows.KeyedWindows`); on the rocksdb
   backend, the same over a store keyed end, bin, key (`stored_windows.StoredWindows`);
 - state kept per key (sessions, keyed processes, interval joins): the keys of
-  each bin indexed as they gain and lose state (`KeyBins`), next to it.
+  each bin indexed as they gain and lose state (`KeyBins`), next to it; a keyed
+  process on the rocksdb backend keeps its states and timers in a store keyed
+  bin, key instead (`stored_keys.StoredKeys`).
 
 A key's bin costs a hash when it comes in, never per event of a key already
 there. (Checkpoints pack aligned windows in bounded steps too, each window

@@ -230,11 +230,11 @@ class ProcessOperator(WindowedOperator):
         # `_timers` is the truth.
         self._queue: TimerHeap | StoredTimers = TimerHeap()
         # While timers fire: the watermark advanced to, the timer firing, what fired,
-        # and the timers to queue after the advance (see the module doc's guards).
+        # and the (time, key) to queue after the advance (see the module doc's guards).
         self._advancing: float | None = None
         self._firing: Any = None
         self._fired: set[tuple[Any, Any]] = set()
-        self._deferred: list[tuple[Any, Any]] = []
+        self._deferred: dict[tuple[Any, Any], None] = {}
 
     # -- timers ------------------------------------------------------------------------
     def _set_timer(self, key: Any, t: Any) -> None:
@@ -256,7 +256,7 @@ class ProcessOperator(WindowedOperator):
         adv = self._advancing
         if adv is not None and t <= adv and (
                 (t, key) in self._fired or (adv == _INF and t > self._firing)):
-            self._deferred.append((t, key))
+            self._deferred[t, key] = None
         else:
             self._queue.push(t, key)
 
@@ -351,14 +351,16 @@ class ProcessOperator(WindowedOperator):
         first = queue.next_time()
         if first is None or first > watermark:
             return
-        self._advancing, self._fired, self._deferred = watermark, set(), []
+        self._advancing, self._fired, self._deferred = watermark, set(), {}
         queue.begin(watermark)
         try:
             while (due := queue.pop_due()) is not None:
                 t, k = due
                 ts = timers.get(k)
-                if ts is None or t not in ts:
-                    continue  # cancelled, moved away, or a second entry of a fired one
+                if ts is None or t not in ts or (t, k) in self._deferred:
+                    # cancelled, moved away, a second entry of a fired one, or an entry
+                    # left by a cancelled one of a timer set again and deferred
+                    continue
                 self._drop_timer(k, ts, t)
                 self._fired.add((t, k))
                 self._firing = t
@@ -368,7 +370,7 @@ class ProcessOperator(WindowedOperator):
             queue.end()
             for t, k in self._deferred:
                 queue.push(t, k)
-            self._advancing, self._firing, self._fired, self._deferred = None, None, set(), []
+            self._advancing, self._firing, self._fired, self._deferred = None, None, set(), {}
 
     # -- state -------------------------------------------------------------------------
     def _config(self) -> list[Any]:

@@ -37,8 +37,11 @@ from cameo_actors.operators.state_store import (
 )
 
 _crc32 = zlib.crc32
-#: Dirty keys written back after each batch, and cached keys dropped per batch while the
-#: cache is over its bound (as `stored_windows`: a few µs each).
+#: Dirty keys a checkpoint's cut may find: beyond, `TRICKLE_KEYS` are written back after
+#: each batch (a few µs each), so that a cut takes a few steps; below, none is, as a key
+#: changed again before the cut would be written twice. Cached keys dropped per batch
+#: while the cache is over its bound.
+DIRTY_KEYS = 10_000
 TRICKLE_KEYS = 500
 EVICT_KEYS = 2_000
 #: Dirty keys written per step of a checkpoint: a quarter of the step's budget (each is
@@ -188,7 +191,7 @@ class StoredKeys:
     def after_batch(self) -> None:
         """Drop the oldest cached keys while the cache is over its bound (`EVICT_KEYS` at
         most, written back first when dirty), then write back `TRICKLE_KEYS` dirty keys
-        (neither while a checkpoint's cut is written)."""
+        while there are over `DIRTY_KEYS` (neither while a checkpoint's cut is written)."""
         if self.frozen:
             return
         cache, dirty = self.cache, self.dirty
@@ -197,8 +200,8 @@ class StoredKeys:
             self.write_back([k for k in old if k in dirty])
             for k in old:
                 del cache[k]
-        if dirty:
-            self.write_back([dirty.pop() for _ in range(min(TRICKLE_KEYS, len(dirty)))])
+        if len(dirty) > DIRTY_KEYS:
+            self.write_back([dirty.pop() for _ in range(min(TRICKLE_KEYS, len(dirty) - DIRTY_KEYS))])
 
     def reset(self, stored: bool) -> None:
         """Forget the cache: the store holds this map's keys (`stored`) or none."""

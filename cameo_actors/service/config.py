@@ -136,7 +136,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "(readable once the checkpoint after them completed) or at_least_once (at once, "
            f"with ids) (default {POOL_DEFAULTS['delivery']})"),
     Option("state_backend", "--state-backend", ("CAMEO_STATE_BACKEND",),
-           "where a new pool keeps the state of aligned windows and windowed joins: memory "
+           "where a new pool keeps the state of aligned windows, windowed joins and keyed "
+           "processes: memory "
            "(Python objects on the executor's heap) or rocksdb (an embedded store per step "
            "instance on the node's disk, its hot entries cached; for state larger than memory "
            f"or fast restores) (default {POOL_DEFAULTS['state_backend']})"),

@@ -471,6 +471,16 @@ def test_process_timer_loops_end() -> None:
     assert op._timers == {"a": {5, 6, 7, 8, 9, 10, INF}}
 
 
+def test_process_a_guard_holds_over_an_entry_a_cancelled_timer_left() -> None:
+    # 82 is set and cancelled (its queue entry stays, stale), 81 set; at the end of the
+    # stream 81 fires and sets 82 again, later than itself: pending, though the stale
+    # entry of the cancelled 82 comes due in the same advance.
+    op = process(Toggle)
+    op.on_batch([P(72, v=2), P(72, v=3), P(71, v=2)])
+    assert [e["ts"] for e in op.on_watermark(INF).events] == [81]
+    assert op._timers == {"a": {82}}
+
+
 def test_process_late_malformed_and_user_function_errors() -> None:
     op = process(Faulty)
     op.on_watermark(10)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from cameo_actors.operators import stored_keys
 from cameo_actors.operators.base import Output
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.process import ProcessContext, ProcessOperator
@@ -64,6 +65,25 @@ def test_the_cache_keeps_its_bound_and_what_left_it_is_read_back(tmp_path: Path)
     assert keys.get("k7") == {"n": 7} and keys.get(("t", 1)) is None
     assert sorted(keys) == sorted(f"k{i}" for i in range(50) if i != 3)
     assert keys.bins() == sorted({bin_of(f"k{i}") for i in range(50) if i != 3})
+
+
+def test_changed_keys_are_written_back_beyond_what_a_cut_may_find(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stored_keys, "DIRTY_KEYS", 5)
+    monkeypatch.setattr(stored_keys, "TRICKLE_KEYS", 3)
+    keys = stored(tmp_path, cache=100)
+    for i in range(4):
+        keys[i] = {"v": i}
+    keys.after_batch()
+    assert len(keys.dirty) == 4 and not keys.stored  # few: left for the cut
+    for i in range(4, 10):
+        keys[i] = {"v": i}
+    keys.after_batch()
+    assert len(keys.dirty) == 7 and keys.stored  # 3 of the 10 written
+    keys.after_batch()
+    assert len(keys.dirty) == 5  # down to what a cut may find
+    keys.after_batch()
+    assert len(keys.dirty) == 5 and keys.cached() == 10
 
 
 def test_taking_bins_hands_on_the_stores_bytes_and_removes_them(tmp_path: Path) -> None:
