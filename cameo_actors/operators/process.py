@@ -436,14 +436,14 @@ class ProcessOperator(WindowedOperator):
         self._load(state["keys"])
 
     def _load(self, rows: list[Any]) -> None:
-        stored = self._stored
-        if stored is not None:
-            states = stored.maps[0]
+        states = self._states
+        stored = isinstance(states, StoredKeys)
+        if isinstance(states, StoredKeys):  # the states' bytes as they are
             states.put_packed((decode_key(k), blob) for k, blob, _ in rows if blob is not None)
         for k_data, blob, ts in rows:
             k = decode_key(k_data)
-            if blob is not None and stored is None:
-                self._states[k] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+            if blob is not None and not stored:
+                states[k] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
                 self._index.add(k)
             for t in ts:
                 self._set_timer(k, t)  # indexes a key with timers only
