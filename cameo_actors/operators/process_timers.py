@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from cameo_actors.operators.state_store import after, end_bytes, packers, unpack_state
+from cameo_actors.operators.state_store import end_bytes, packers, unpack_state
 from cameo_actors.operators.stored_keys import StoreHome
 from cameo_actors.operators.windowing import decode_key, encode_key
 
@@ -70,28 +70,33 @@ class StoredTimers:
     heap's), the time as set for its value (an int stays an int).
 
     An advance reads the due entries with one iterator (a snapshot as it starts), merged
-    with a small heap of the timers set during it that are due by its watermark, then
-    deletes every entry up to the watermark with one range delete: the iterator never
-    walks over the deletes of earlier fires.
+    with a small heap of the timers set during it that are due by its watermark, and
+    deletes what it read with point deletes in one batch. Every read starts at the
+    earliest time still queued (`next_t`), never at the prefix: a queue's deletes lie
+    before it until a compaction drops them, and a seek past them skips them at once
+    (many small range deletes would instead slow every later iterator).
     """
 
     __slots__ = ("home", "prefix", "next_t", "watermark", "_due", "head", "fresh", "read")
 
     def __init__(self, home: StoreHome, prefix: bytes) -> None:
         self.home, self.prefix = home, prefix
-        self.next_t: Any = None  # no entry before it (entries are never earlier)
+        self.next_t: Any = None  # no entry is earlier (None: none at all)
         self.watermark: float | None = None  # while advancing
         self._due: Any = None
-        self.head: tuple[Any, bytes] | None = None
+        self.head: tuple[Any, bytes, bytes] | None = None  # (time, key order, store key)
         self.fresh: list[tuple[Any, bytes, Any]] = []
-        self.read = False
+        self.read: list[bytes] = []
 
     def push(self, t: Any, key: Any) -> None:
         wm = self.watermark
         if wm is not None and t <= wm:
             heapq.heappush(self.fresh, (t, order(key), key))
             return
-        self.home.store.write([(self.prefix + end_bytes(t) + order(key), packers.pack(t))])
+        self._write(t, order(key))
+
+    def _write(self, t: Any, key_order: bytes) -> None:
+        self.home.store.write([(self.prefix + end_bytes(t) + key_order, packers.pack(t))])
         if self.next_t is None or t < self.next_t:
             self.next_t = t
 
@@ -99,43 +104,53 @@ class StoredTimers:
         return self.next_t
 
     def begin(self, watermark: float) -> None:
-        self.watermark, self.fresh, self.read = watermark, [], False
-        self._due = self.home.store.scan(self.prefix)
+        self.watermark, self.fresh, self.read = watermark, [], []
+        self._due = self.home.store.scan_from(self.prefix + end_bytes(self.next_t))
         self.head = self._next()
 
-    def _next(self) -> tuple[Any, bytes] | None:
+    def _next(self) -> tuple[Any, bytes, bytes] | None:
         item = next(self._due, None)
-        if item is None:
+        if item is None or not item[0].startswith(self.prefix):
             return None
         t = unpack_state(item[1])
         if t > self.watermark:
             return None
-        return t, bytes(item[0][len(self.prefix) + 8:])
+        k = bytes(item[0])
+        return t, k[len(self.prefix) + 8:], k
 
     def pop_due(self) -> tuple[Any, Any] | None:
         head, fresh = self.head, self.fresh
-        if fresh and (head is None or fresh[0][:2] < head):
+        if fresh and (head is None or fresh[0][:2] < head[:2]):
             t, _, key = heapq.heappop(fresh)
             return t, key
         if head is None:
             return None
-        self.head, self.read = self._next(), True
+        self.read.append(head[2])
+        self.head = self._next()
         return head[0], decode_key(msgpack.unpackb(head[1], raw=False, strict_map_key=False))
 
     def end(self) -> None:
-        if self.read and self.watermark is not None:  # every entry up to it was read
-            self.home.store.delete_range(self.prefix, self.prefix + after(end_bytes(self.watermark)))
-        self.watermark, self._due, self.head, self.fresh = None, None, None, []
-        self.reread()
+        """The advance is over: what it read is deleted; what it did not fire (it was cut
+        short) stays queued."""
+        if self.read:
+            self.home.store.write((k, None) for k in self.read)
+        low = self.watermark if self.head is None else self.head[0]
+        fresh, self.fresh = self.fresh, []
+        self.watermark, self._due, self.head, self.read = None, None, None, []
+        self.reread(low)
+        for t, key_order, _ in fresh:
+            self._write(t, key_order)
 
-    def reread(self) -> None:
-        """`next_t` from the store (after an advance, a restore or a clear)."""
+    def reread(self, low: Any = None) -> None:
+        """`next_t` from the store, read from `low` (no entry is earlier; None: from the
+        first), after an advance, a restore or a clear."""
         self.next_t = None
         if self.home.opened:
-            first = next(self.home.store.scan(self.prefix), None)
-            if first is not None:
+            start = self.prefix if low is None else self.prefix + end_bytes(low)
+            first = next(self.home.store.scan_from(start), None)
+            if first is not None and first[0].startswith(self.prefix):
                 self.next_t = unpack_state(first[1])
 
     def clear(self) -> None:
-        self.watermark, self._due, self.head, self.fresh = None, None, None, []
+        self.watermark, self._due, self.head, self.fresh, self.read = None, None, None, [], []
         self.reread()

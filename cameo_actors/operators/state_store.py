@@ -144,7 +144,7 @@ def unpack_state(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-def after(prefix: bytes) -> bytes:
+def _after(prefix: bytes) -> bytes:
     """The first key after every key starting with `prefix` (`prefix` not all 0xff)."""
     i = len(prefix) - 1
     while prefix[i] == 0xFF:
@@ -251,11 +251,7 @@ class KeyStore:
 
     def delete_prefix(self, prefix: bytes) -> None:
         """Remove every key starting with `prefix` (one range tombstone)."""
-        self.delete_range(prefix, after(prefix))
-
-    def delete_range(self, start: bytes, end: bytes) -> None:
-        """Remove every key from `start` to before `end` (one range tombstone)."""
-        self.db.delete_range(start, end)
+        self.db.delete_range(prefix, _after(prefix))
 
     def is_empty(self) -> bool:
         it = self.db.iter()

@@ -235,12 +235,13 @@ class StoredKeys:
         store, cache, at = self.home.store, self.cache, len(self.prefix) + BIN.size
         for b in bins:
             prefix = self.prefix + BIN.pack(b)
-            taken = [(key_of(k[at:]), bytes(v)) for k, v in store.scan(prefix)]
-            if taken:
-                store.delete_prefix(prefix)
-                for k, _ in taken:
-                    cache.pop(k, None)
-                out += taken
+            found = list(store.scan(prefix))
+            if found:
+                store.write((k, None) for k, _ in found)  # point deletes: as stored_windows
+                for k, v in found:
+                    key = key_of(k[at:])
+                    cache.pop(key, None)
+                    out.append((key, bytes(v)))
         return out
 
     def put_packed(self, items: Iterable[tuple[Any, bytes]]) -> None:

@@ -378,12 +378,14 @@ class StoredWindows(KeyedWindows[Any]):
             if not w.stored:
                 continue
             for b in bins:
-                prefix = bin_prefix(w.prefix, b)
-                entries = {key_of(k[_KEY_AT:]): unpack_state(v) for k, v in self.store.scan(prefix)}
-                if entries:
-                    self.store.delete_prefix(prefix)
-                    n += len(entries)
-                    rows.append([end, b, _entries(entries)])
+                found = list(self.store.scan(bin_prefix(w.prefix, b)))
+                if found:
+                    # Point deletes, not a range: many small range tombstones make every
+                    # later iterator slower (RocksDB fragments them all per iterator).
+                    self.store.write((k, None) for k, _ in found)
+                    n += len(found)
+                    rows.append([end, b, _entries({key_of(k[_KEY_AT:]): unpack_state(v)
+                                                   for k, v in found})])
         return rows, n
 
     def put(self, rows: list[Any], state: Callable[[Any], Any], owned: bool = False) -> None:

@@ -4,6 +4,7 @@ moved by bin as the store's bytes; the same results as in memory."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from cameo_actors.operators import stored_keys
 from cameo_actors.operators.base import Output
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.process import ProcessContext, ProcessOperator
+from cameo_actors.operators.process_timers import StoredTimers, TimerHeap
 from cameo_actors.operators.state_store import IN_MEMORY, ROCKSDB, StateBackend
 from cameo_actors.operators.stored_keys import StoredKeys, StoredState, StoreHome
 from tests.shared.zoo import canon
@@ -249,3 +251,28 @@ def test_a_process_checkpoint_restores_into_the_other_backend(tmp_path: Path, so
     again = cut(op, process(target, tmp_path), [])
     assert canon(again.on_watermark(float("inf")).events) == \
         canon(op.on_watermark(float("inf")).events)
+
+
+def test_timers_in_the_store_fire_in_the_heaps_order_and_an_advance_cut_short_keeps_the_rest(
+        tmp_path: Path) -> None:
+    home = StoreHome(StateBackend(ROCKSDB, str(tmp_path), 2))
+    queues: list[Any] = [TimerHeap(), StoredTimers(home, b"u")]
+    for q in queues:
+        for t, k in [(5, "b"), (5, "a"), (3, ("t", 1)), (9, "a"), (math.inf, "z")]:
+            q.push(t, k)
+
+    def fire(q: Any, wm: float, at_most: int = 99) -> list[Any]:
+        q.begin(wm)
+        out = []
+        while len(out) < at_most and (due := q.pop_due()) is not None:
+            out.append(due)
+            if due == (3, ("t", 1)):
+                q.push(4, "c")  # due in the same advance, in its order
+        q.end()
+        return out
+
+    assert [fire(q, 6, at_most=2) for q in queues] == [[(3, ("t", 1)), (4, "c")]] * 2
+    assert [q.next_time() for q in queues] == [5, 5]
+    assert [fire(q, 10) for q in queues] == [[(5, "a"), (5, "b"), (9, "a")]] * 2
+    assert [fire(q, math.inf) for q in queues] == [[(math.inf, "z")]] * 2
+    assert [q.next_time() for q in queues] == [None, None]
