@@ -1,6 +1,7 @@
-"""State kept per key in the rocksdb backend (`operators/stored_keys.py`): a keyed
-process's states in a store with a cache of hot keys, checkpointed by the store's files,
-moved by bin as the store's bytes; the same results as in memory."""
+"""State kept per key in the rocksdb backend (`operators/stored_keys.py`,
+`operators/process_timers.py`): a keyed process's states and timers in a store with a
+cache of hot keys, checkpointed by the store's files, moved by bin as the store's bytes;
+the same results as in memory."""
 
 from __future__ import annotations
 
