@@ -381,7 +381,7 @@ class StoredWindows(KeyedWindows[Any]):
                 found = list(self.store.scan(bin_prefix(w.prefix, b)))
                 if found:
                     # Point deletes, not a range: many small range tombstones make every
-                    # later iterator slower (RocksDB fragments them all per iterator).
+                    # later iterator slower until a compaction drops them (docs/runtime.md).
                     self.store.write((k, None) for k, _ in found)
                     n += len(found)
                     rows.append([end, b, _entries({key_of(k[_KEY_AT:]): unpack_state(v)
