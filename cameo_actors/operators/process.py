@@ -426,9 +426,8 @@ class ProcessOperator(WindowedOperator):
             self._queue.clear()
             self._index.clear()
             if files:  # a store's checkpoint, restored in memory (the pool changed backend)
-                folder = backend_folder(None)
-                timers = dict(stored_entries(files, folder, TIMERS))
-                states = stored_entries(files, folder, STATES)
+                states, listed = stored_entries(files, backend_folder(None), STATES, TIMERS)
+                timers = dict(listed)
                 self._load([[encode_key(k), blob, msgpack.unpackb(timers.pop(k, b"\x90"))]
                             for k, blob in states])
                 self._load([[encode_key(k), None, msgpack.unpackb(blob)]
@@ -438,7 +437,7 @@ class ProcessOperator(WindowedOperator):
     def _load(self, rows: list[Any]) -> None:
         states = self._states
         stored = isinstance(states, StoredKeys)
-        if isinstance(states, StoredKeys):  # the states' bytes as they are
+        if isinstance(states, StoredKeys):  # the states' bytes as they are (typed apart)
             states.put_packed((decode_key(k), blob) for k, blob, _ in rows if blob is not None)
         for k_data, blob, ts in rows:
             k = decode_key(k_data)

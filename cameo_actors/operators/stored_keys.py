@@ -249,11 +249,6 @@ class StoredKeys:
         if self.home.store.write((self._key(k), blob) for k, blob in items):
             self.stored = True
 
-    def entries(self) -> list[tuple[Any, bytes]]:
-        """Every (key, value as msgpack bytes) in the store (every dirty key written first)."""
-        self.write_back(list(self.dirty))
-        return _scan(self.home, self.prefix) if self.stored else []
-
 
 class StoredState:
     """The maps of one activation's store, checkpointed together: a cut writes every
@@ -330,17 +325,14 @@ class StoredState:
         self.on_open()
 
 
-def stored_entries(pieces: list[Any], folder: str, prefix: bytes) -> list[tuple[Any, bytes]]:
-    """A `StoredState` checkpoint's (key, value as msgpack bytes) of one map: a pool that
-    went back to memory restores from it."""
+def stored_entries(pieces: list[Any], folder: str, *prefixes: bytes
+                   ) -> list[list[tuple[Any, bytes]]]:
+    """A `StoredState` checkpoint's (key, value as msgpack bytes) of each map, its files
+    opened once: a pool that went back to memory restores from it."""
     home = StoreHome(StateBackend("rocksdb", folder))
     home.open(pieces)
     try:
-        return _scan(home, prefix)
+        return [[(key_of(k[len(p) + BIN.size:]), bytes(v)) for k, v in home.store.scan(p)]
+                for p in prefixes]
     finally:
         home.close()
-
-
-def _scan(home: StoreHome, prefix: bytes) -> list[tuple[Any, bytes]]:
-    at = len(prefix) + BIN.size
-    return [(key_of(k[at:]), bytes(v)) for k, v in home.store.scan(prefix)]
