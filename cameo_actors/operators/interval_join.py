@@ -15,10 +15,15 @@ ports) is late: it goes to the error output as kind "late". An event without
 a valid time, or whose key function raises or returns an unhashable key, is
 "malformed". Both are counted (`late_count`, `malformed_count`).
 
-State is per key: each side's events in time order, the keys indexed by bin
-(`bins.KeyBins`) as they come and go, for live migration. A watermark w drops
-the left events with ``tl + upper_ms < w`` and the right ones with
-``tr - lower_ms < w``: no event that is not late can match them any more.
+State is per key: each side's events in time order. A watermark w drops the left
+events with ``tl + upper_ms < w`` and the right ones with ``tr - lower_ms < w``: no
+event that is not late can match them any more; a queue of each key's earliest expiry
+says which keys to look at. In memory the keys are a dict, indexed by bin
+(`bins.KeyBins`) for live migration, and the queue a heap. On the rocksdb backend both
+live in the step's store (`stored_keys`, `process_timers`), a key's events as one
+value with a cache of hot keys: a checkpoint is the store's files, a restore opens
+them, a bin moves as the store's bytes. There the events are kept as msgpack carries
+them, as a checkpoint keeps them in memory: a tuple in an event comes back a list.
 
 >>> op = IntervalJoinOperator("j", lower_ms=0, upper_ms=100,
 ...                           left_key_fn=lambda e: e["id"], right_key_fn=lambda e: e["id"],
@@ -37,10 +42,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from cameo_actors.operators.aggregates import is_time
-from cameo_actors.operators.base import Event, Output
+from cameo_actors.operators.base import Event, Output, short_repr
 from cameo_actors.operators.bins import KeyBins
 from cameo_actors.operators.join import check_sides
-from cameo_actors.operators.state_store import StateBackend
+from cameo_actors.operators.process_timers import StoredTimers
+from cameo_actors.operators.state_store import StateBackend, backend_folder, unpack_state
+from cameo_actors.operators.stored_keys import StoredKeys, StoredState, StoreHome, stored_entries
 from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowing import (
     KeyFn,
@@ -54,6 +61,8 @@ from cameo_actors.operators.windowing import (
 _SIDES = ("left", "right")
 #: Fields of every result; the left time field may not be one of them.
 RESULT_FIELDS = ("key", "left", "right")
+#: The store's prefixes (`stored_keys`): each key's events, each key's earliest expiry.
+KEYS, EXPIRY = b"j", b"x"
 
 
 class _Key:
@@ -67,6 +76,11 @@ class _Key:
 
     def __bool__(self) -> bool:
         return bool(self.times[0] or self.times[1])
+
+
+def _sides(state: _Key) -> list[list[Event]]:
+    """A key's value in the store: its left and right events."""
+    return [state.events[0], state.events[1]]
 
 
 class IntervalJoinOperator(WindowedOperator):
@@ -114,13 +128,18 @@ class IntervalJoinOperator(WindowedOperator):
         self.upper_ms = upper_ms
         self.key_fns = (left_key_fn, right_key_fn)
         self.time_fields = (left_time_field, right_time_field)
-        self._keys: dict[Any, _Key] = {}
-        self._index = KeyBins()  # the keys of `_keys`, by bin
+        # key -> its events; on the rocksdb backend in its store (`_stored`, None in
+        # memory), where a changed key is set again to be written.
+        self._keys: dict[Any, _Key] | StoredKeys = {}
+        self._stored: StoredState | None = None
+        self._index = KeyBins()  # in memory, the keys of `_keys` by bin
         # (time at which the key's earliest event may expire, seq, key): each key with
         # events has an entry at or before its earliest expiry; entries of keys gone or
-        # already pruned are stale and skipped.
+        # already pruned are stale and skipped. On the rocksdb backend the store's
+        # queue (`_queue`) instead, the heap unused.
         self._expiry: list[tuple[Any, int, Any]] = []
         self._seq = 0
+        self._queue: StoredTimers | None = None
 
     def _expires(self, port: int, t: Any) -> Any:
         """When an event at t on `port` stops mattering: dropped once this is < the watermark."""
@@ -155,8 +174,9 @@ class IntervalJoinOperator(WindowedOperator):
                 continue
             state = keys.get(k)
             if state is None:
-                state = keys[k] = _Key()
-                self._index.add(k)
+                state = _Key()
+                if self._stored is None:
+                    self._index.add(k)
             # The other side's events that join this one, in time order.
             times, partners = state.times[other], state.events[other]
             if times:
@@ -172,6 +192,7 @@ class IntervalJoinOperator(WindowedOperator):
                     tp = times[i]
                     emit({"key": k, result_tf: t if t >= tp else tp, "left": left, "right": right})
             self._insert(state, k, port, t, ev)
+            keys[k] = state  # (in the store: changed, to be written back)
 
     def _insert(self, state: _Key, k: Any, port: int, t: Any, ev: Event) -> None:
         times = state.times[port]
@@ -182,18 +203,37 @@ class IntervalJoinOperator(WindowedOperator):
             self._push(self._expires(port, t), k)
 
     def _push(self, at: Any, k: Any) -> None:
+        if self._queue is not None:
+            self._queue.push(at, k)
+            return
         heapq.heappush(self._expiry, (at, self._seq, k))
         self._seq += 1
+
+    def _due(self, watermark: float) -> dict[Any, None]:
+        """The keys whose earliest expiry is before `watermark`, taken off the queue (the
+        store's takes those at it as well: pruning finds nothing there and queues them
+        again)."""
+        due: dict[Any, None] = {}
+        queue = self._queue
+        if queue is None:
+            heap = self._expiry
+            while heap and heap[0][0] < watermark:
+                due[heapq.heappop(heap)[2]] = None
+            return due
+        first = queue.next_time()
+        if first is not None and first < watermark:
+            queue.begin(watermark)
+            while (entry := queue.pop_due()) is not None:
+                due[entry[1]] = None
+            queue.end()
+        return due
 
     # -- retention ---------------------------------------------------------------------
     def advance_to(self, watermark: float, out: Output) -> None:
         """Nothing fires: drop the events that can no longer join."""
-        heap, keys = self._expiry, self._keys
-        due: dict[Any, None] = {}
-        while heap and heap[0][0] < watermark:
-            due[heapq.heappop(heap)[2]] = None
+        keys = self._keys
         upper, lower = self.upper_ms, self.lower_ms
-        for k in due:
+        for k in self._due(watermark):
             state = keys.get(k)
             if state is None:
                 continue  # moved away, or pruned to nothing before
@@ -201,14 +241,17 @@ class IntervalJoinOperator(WindowedOperator):
             n = bisect_left(lt, True, key=lambda tl: tl + upper >= watermark)
             if n:
                 del lt[:n], state.events[0][:n]
-            n = bisect_left(rt, True, key=lambda tr: tr - lower >= watermark)
-            if n:
-                del rt[:n], state.events[1][:n]
-            if state:
-                self._push_earliest(k, state)
-            else:
+            m = bisect_left(rt, True, key=lambda tr: tr - lower >= watermark)
+            if m:
+                del rt[:m], state.events[1][:m]
+            if not state:
                 del keys[k]
-                self._index.discard(k)
+                if self._stored is None:
+                    self._index.discard(k)
+                continue
+            if n or m:
+                keys[k] = state
+            self._push_earliest(k, state)
 
     def _push_earliest(self, k: Any, state: _Key) -> None:
         lt, rt = state.times
@@ -224,42 +267,93 @@ class IntervalJoinOperator(WindowedOperator):
         return [encode_key(k), list(state.events[0]), list(state.events[1])]
 
     def _snapshot_windows(self) -> dict[str, Any]:
-        return {"keys": (self._row(k, s) for k, s in self._keys.items())}
+        keys = self._keys
+        items = keys.items() if isinstance(keys, dict) else ((k, keys.get(k)) for k in keys)
+        return {"keys": (self._row(k, s) for k, s in items)}
+
+    def _cut_fields(self) -> dict[str, Any]:
+        """A checkpoint's rows: none with a store (its files are the part)."""
+        return self._snapshot_windows() if self._stored is None else {"keys": iter(())}
+
+    def _stored_state(self) -> StoredState | None:
+        return self._stored
 
     def _restore_windows(self, state: dict[str, Any]) -> None:
-        self._keys, self._expiry, self._seq = {}, [], 0
-        self._index.clear()
+        files = state.get("stored") or []
+        self._expiry, self._seq = [], 0
+        if self._stored is not None:
+            if files:
+                self._stored.load(files)
+            else:
+                self._stored.clear()
+        else:
+            self._keys = {}
+            self._index.clear()
+            if files:  # a store's checkpoint, restored in memory (the pool changed backend)
+                (entries,) = stored_entries(files, backend_folder(None), KEYS)
+                self._load([[encode_key(k), blob] for k, blob in entries], True)
         self._load(state["keys"], False)
 
+    def _from_sides(self, sides: list[Any]) -> _Key:
+        """A key's state from its events per side (each in time order): the lists kept."""
+        state = _Key()
+        lefts, rights = sides
+        ltf, rtf = self.time_fields
+        state.events = (lefts, rights)
+        state.times = ([e[ltf] for e in lefts], [e[rtf] for e in rights])
+        return state
+
     def _load(self, rows: list[Any], owned: bool) -> None:
-        """Add rows ``[key, lefts, rights]`` (each side in time order); their lists
-        are kept if `owned`, else copied."""
-        keys, index, (ltf, rtf) = self._keys, self._index, self.time_fields
-        for k_data, lefts, rights in rows:
+        """Add rows ``[key, lefts, rights]`` (each side in time order; their lists kept
+        if `owned`, else copied) or ``[key, msgpack bytes of [lefts, rights]]`` (a
+        store's value: kept as it is in a store)."""
+        keys, stored = self._keys, self._stored is not None
+        for row in rows:
+            blob = row[1] if len(row) == 2 else None
+            if blob is not None:
+                lefts, rights = unpack_state(blob)
+            else:
+                lefts, rights = row[1], row[2]
+                if not (owned and lefts.__class__ is list and rights.__class__ is list):
+                    lefts, rights = list(lefts), list(rights)
             if not lefts and not rights:
                 continue
-            k = decode_key(k_data)
-            state = keys[k] = _Key()
-            if not (owned and lefts.__class__ is list and rights.__class__ is list):
-                lefts, rights = list(lefts), list(rights)
-            state.events = (lefts, rights)
-            state.times = ([e[ltf] for e in lefts], [e[rtf] for e in rights])
+            k = decode_key(row[0])
+            state = self._from_sides([lefts, rights])
+            if isinstance(keys, StoredKeys) and blob is not None:
+                keys.put_packed([(k, blob)])  # the store's bytes as they are
+            else:
+                keys[k] = state
             self._push_earliest(k, state)
-            index.add(k)
+            if not stored:
+                self._index.add(k)
 
     def state_keys(self) -> list[Any]:
         return list(self._keys)
 
     def _use_bins(self, bins: int, backend: StateBackend) -> None:
-        self._index = KeyBins(bins)  # per-key state: in memory in every backend (for now)
+        self._index = KeyBins(bins)
+        if not backend.stored:
+            self._stored, self._queue, self._keys = None, None, {}
+            return
+        home = StoreHome(backend)
+        self._keys = StoredKeys(bins, home, KEYS, encode=_sides, decode=self._from_sides)
+        self._queue = queue = StoredTimers(home, EXPIRY)
+        self._stored = StoredState(home, [self._keys], queue.clear)
 
     def state_bins(self) -> list[int]:
-        return self._index.bins()
+        keys = self._keys
+        return keys.bins() if isinstance(keys, StoredKeys) else self._index.bins()
 
     def take_bins(self, bins: Iterable[int]) -> tuple[list[Any], int]:
-        """Rows ``[key, lefts, rights]`` per key with state (key encoded with
-        `encode_key`; each side's buffered events in time order); and how many keys."""
+        """Rows per key with state, the key encoded with `encode_key`: ``[key, lefts,
+        rights]`` in memory (each side's buffered events in time order), ``[key, msgpack
+        bytes of [lefts, rights]]`` from a store (its bytes as they are); and how many
+        keys."""
         keys = self._keys
+        if isinstance(keys, StoredKeys):  # the queue's entries of these keys are stale now
+            rows = [[encode_key(k), blob] for k, blob in keys.take(bins)]
+            return rows, len(rows)
         # The popped lists are no longer live here: no copy needed.
         rows = [[encode_key(k), s.events[0], s.events[1]]
                 for k in self._index.take(bins) if (s := keys.pop(k, None)) is not None]
@@ -268,8 +362,9 @@ class IntervalJoinOperator(WindowedOperator):
     def _put_state(self, rows: list[Any], owned: bool) -> None:
         seen: set[Any] = set()
         for row in rows:  # check everything first: all or nothing
-            if not isinstance(row, list) or len(row) != 3:
-                raise ValueError(f"not an interval join state row: {row!r}")
+            if not (isinstance(row, list) and (len(row) == 3 or (
+                    len(row) == 2 and isinstance(row[1], bytes)))):
+                raise ValueError(f"not an interval join state row: {short_repr(row)}")
             k = decode_key(row[0])
             if k in self._keys or k in seen:
                 raise ValueError(f"key {k!r} already has state here")

@@ -1,11 +1,12 @@
 """State kept per key in the rocksdb backend (`operators/stored_keys.py`,
-`operators/process_timers.py`): a keyed process's states and timers in a store with a
-cache of hot keys, checkpointed by the store's files, moved by bin as the store's bytes;
-the same results as in memory."""
+`operators/process_timers.py`): a keyed process's states and timers, and an interval
+join's events, in a store with a cache of hot keys, checkpointed by the store's files,
+moved by bin as the store's bytes; the same results as in memory."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from cameo_actors.operators import stored_keys
 from cameo_actors.operators.base import Output
 from cameo_actors.operators.bins import stable_hash
+from cameo_actors.operators.interval_join import IntervalJoinOperator
 from cameo_actors.operators.process import ProcessContext, ProcessOperator
 from cameo_actors.operators.process_timers import StoredTimers, TimerHeap
 from cameo_actors.operators.state_store import IN_MEMORY, ROCKSDB, StateBackend
@@ -146,14 +148,18 @@ class Cumulative(BucketCount):
         return out
 
 
+def backend_of(name: str, tmp_path: Path) -> StateBackend:
+    return IN_MEMORY if name == "memory" else StateBackend(ROCKSDB, str(tmp_path), 1)  # nearly
+    # every key stored
+
+
 def process(backend: str, tmp_path: Path, cls: type = Cumulative) -> ProcessOperator:
     op = ProcessOperator("p", cls(), key_fn=lambda e: e["k"], time_field="ts")
-    op.use_bins(BINS, IN_MEMORY if backend == "memory"
-                else StateBackend(ROCKSDB, str(tmp_path), 1))  # nearly every key stored
+    op.use_bins(BINS, backend_of(backend, tmp_path))
     return op
 
 
-def cut(op: ProcessOperator, fresh: ProcessOperator, chain: list[Any]) -> ProcessOperator:
+def cut(op: Any, fresh: Any, chain: list[Any]) -> Any:
     """A checkpoint's cut in steps of 5, restored into `fresh` as the runtime restores a
     chain: the last part's head, every part's pieces in order (`chain` gathers them)."""
     head = op.begin_snapshot(incremental=bool(chain))
@@ -169,22 +175,24 @@ def cut(op: ProcessOperator, fresh: ProcessOperator, chain: list[Any]) -> Proces
     return fresh
 
 
-def run(backend: str, steps: list[Any], tmp_path: Path, cls: type = Cumulative) -> list[str]:
-    """Results and errors of `steps` on two operators, each key on the owner of its bin: a "cut"
-    restores each from its checkpoint (a chain of parts on the store), a "move" hands
-    bins to the other one (through msgpack)."""
-    ops = [process(backend, tmp_path, cls), process(backend, tmp_path, cls)]
+def run(make: Callable[[], Any], steps: list[Any], rows: bool = False) -> list[str]:
+    """Results and errors of `steps` on two operators from `make`, each key on the owner
+    of its bin: a "cut" restores each from its checkpoint (a chain of parts on the
+    store), a "move" hands bins to the other one (through msgpack). A batch or a
+    watermark may name its port (third item). With `rows`, also each operator's state
+    rows before the end of the stream (what it still holds, not only what it emits)."""
+    ops = [make(), make()]
     owner = {b: b % 2 for b in range(BINS)}
     chains: list[list[Any]] = [[], []]
     outs: list[Output] = []
-    for what, arg in steps:
+    for what, arg, *port in steps:
         if what == "batch":
             for i, op in enumerate(ops):
-                outs.append(op.on_batch([e for e in arg if owner[bin_of(e["k"])] == i]))
+                outs.append(op.on_batch([e for e in arg if owner[bin_of(key(e))] == i], *port))
         elif what == "wm":
-            outs += [op.on_watermark(arg) for op in ops]
+            outs += [op.on_watermark(arg, *port) for op in ops]
         elif what == "cut":
-            ops = [cut(op, process(backend, tmp_path, cls), chains[i]) for i, op in enumerate(ops)]
+            ops = [cut(op, make(), chains[i]) for i, op in enumerate(ops)]
         else:
             for src in (0, 1):
                 bins = [b for b in arg if owner[b] == src]
@@ -195,9 +203,17 @@ def run(backend: str, steps: list[Any], tmp_path: Path, cls: type = Cumulative) 
             owner.update((b, 1 - owner[b]) for b in arg)
             for op in ops:  # (listing bins writes every dirty key: not after every step)
                 assert op.state_bins() == sorted({bin_of(k) for k in op.state_keys()})
-    outs += [op.on_watermark(float("inf")) for op in ops]
+    held = [sorted(map(repr, op.snapshot()["keys"])) for op in ops] if rows else []
+    for port in range(ops[0].n_inputs):
+        outs += [op.on_watermark(float("inf"), port) for op in ops]
     return canon([e for o in outs for e in o.events]) + sorted(
-        f"{e.kind}: {e.message}" for o in outs for e in o.errors)
+        f"{e.kind}: {e.message}" for o in outs for e in o.errors) + [str(held)]
+
+
+def key(e: dict[str, Any]) -> Any:
+    """An event's key: a list in the event (as msgpack gives it back) is a tuple key."""
+    k = e["k"]
+    return tuple(k) if isinstance(k, list) else k
 
 
 @st.composite
@@ -232,7 +248,8 @@ def test_property_a_stored_process_gives_the_results_it_gives_in_memory(
     """Checkpoints (incremental chains of the store's files), restores and bin moves
     change no result, and the store changes none against memory: states, timers set and
     cancelled by events, timers set by timers within the same advance."""
-    assert run("rocksdb", steps, tmp_path, cls) == run("memory", steps, tmp_path, cls)
+    assert run(lambda: process("rocksdb", tmp_path, cls), steps) == \
+        run(lambda: process("memory", tmp_path, cls), steps)
 
 
 def test_a_stored_process_keeps_its_states_in_the_store(tmp_path: Path) -> None:
@@ -277,3 +294,84 @@ def test_timers_in_the_store_fire_in_the_heaps_order_and_an_advance_cut_short_ke
     assert [fire(q, 10) for q in queues] == [[(5, "a"), (5, "b"), (9, "a")]] * 2
     assert [fire(q, math.inf) for q in queues] == [[(math.inf, "z")]] * 2
     assert [q.next_time() for q in queues] == [None, None]
+
+
+# -- an interval join on both backends --------------------------------------------------------
+def ijoin(backend: str, tmp_path: Path, lower: int = -10, upper: int = 20
+          ) -> IntervalJoinOperator:
+    op = IntervalJoinOperator("ij", lower_ms=lower, upper_ms=upper, left_key_fn=key,
+                              right_key_fn=key, left_time_field="t", right_time_field="ts")
+    op.use_bins(BINS, backend_of(backend, tmp_path))
+    return op
+
+
+@st.composite
+def join_scripts(draw: st.DrawFn) -> list[Any]:
+    """Batches and watermarks on either port, cuts, moves; keys as events carry them (a
+    tuple key as a list, as msgpack gives it back)."""
+    steps: list[Any] = []
+    t = [0, 0]
+    for _ in range(draw(st.integers(1, 14))):
+        kind = draw(st.sampled_from(["batch", "batch", "batch", "wm", "cut", "move"]))
+        port = draw(st.integers(0, 1))
+        tf = ("t", "ts")[port]
+        if kind == "batch":
+            evs = draw(st.lists(st.tuples(st.integers(-5, 60), st.sampled_from(
+                ["a", "b", "c", ["t", 1], 5]), st.integers(0, 3)), max_size=10))
+            steps.append(("batch", [{tf: t[port] + dt, "k": k, "v": v} for dt, k, v in evs], port))
+        elif kind == "wm":
+            t[port] += draw(st.integers(0, 50))
+            steps.append(("wm", t[port], port))
+        elif kind == "move":
+            steps.append(("move", draw(st.lists(st.integers(0, BINS - 1), unique=True))))
+        else:
+            steps.append(("cut", None))
+    return steps
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(steps=join_scripts(), lower=st.integers(-30, 30), width=st.integers(0, 40))
+@example(steps=[  # a key pruned, then joined again, across a cut and a move
+    ("batch", [{"t": 1, "k": "a", "v": 0}, {"t": 40, "k": "a", "v": 1}], 0),
+    ("wm", 35, 0), ("wm", 35, 1), ("cut", None), ("move", [bin_of("a")]),
+    ("batch", [{"ts": 45, "k": "a", "v": 2}], 1)], lower=0, width=10)
+def test_property_a_stored_interval_join_gives_the_results_it_gives_in_memory(
+        steps: list[Any], lower: int, width: int, tmp_path: Path) -> None:
+    """Checkpoints (chains of the store's files), restores and bin moves change no pair,
+    and the store changes none against memory: events buffered per key and dropped as
+    the watermarks pass them (the store's expiry queue against the heap): the same pairs
+    out, the same events held."""
+    assert run(lambda: ijoin("rocksdb", tmp_path, lower, lower + width), steps, rows=True) == \
+        run(lambda: ijoin("memory", tmp_path, lower, lower + width), steps, rows=True)
+
+
+def test_a_stored_interval_join_keeps_its_events_in_the_store_and_drops_them_there(
+        tmp_path: Path) -> None:
+    op = ijoin("rocksdb", tmp_path)
+    op.on_batch([{"t": 100 + i, "k": f"k{i}"} for i in range(50)], 0)
+    op.on_batch([{"ts": 300, "k": "k0"}], 1)
+    assert op._keys.cached() <= 2 and len(op.state_keys()) == 50  # (the cache holds 1)
+    again = cut(op, ijoin("rocksdb", tmp_path), [])
+    assert again.disk_bytes() > 0 and again._keys.cached() == 0  # nothing unpacked
+    assert again.on_batch([{"ts": 110, "k": "k5"}], 1).events == [
+        {"key": "k5", "t": 110, "left": {"t": 105, "k": "k5"}, "right": {"ts": 110, "k": "k5"}}]
+    for port in (0, 1):
+        again.on_watermark(140, port)  # lefts expire at t + 20 < 140: up to k19
+    assert sorted(again.state_keys()) == sorted(["k0", *(f"k{i}" for i in range(20, 50))])
+    rows, n = again.take_bins(range(BINS))
+    assert n == 31 and all(isinstance(blob, bytes) for _, blob in rows)  # the store's bytes
+    memory = ijoin("memory", tmp_path)
+    memory.put_state(msgpack.unpackb(msgpack.packb(rows), raw=False), owned=True)
+    assert memory._keys["k0"].times == ([], [300])
+
+
+@pytest.mark.parametrize("source, target", [("rocksdb", "memory"), ("memory", "rocksdb")])
+def test_an_interval_join_checkpoint_restores_into_the_other_backend(
+        tmp_path: Path, source: str, target: str) -> None:
+    op = ijoin(source, tmp_path)
+    op.on_batch([{"t": t, "k": k} for t in (1, 60) for k in ("a", "b", ["t", 1])], 0)
+    again = cut(op, ijoin(target, tmp_path), [])
+    rights = [{"ts": t, "k": k} for t in (5, 70) for k in ("a", ["t", 1])]
+    expected = canon(op.on_batch(rights, 1).events)
+    assert len(expected) == 4 and canon(again.on_batch(rights, 1).events) == expected
