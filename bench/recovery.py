@@ -130,7 +130,7 @@ PUSH_EVENTS = 2_000
 #: State sizes (`--sizes`; `Setup.keys`).
 SIZES = ("small", "large", "huge")
 #: bulk's state step (`--state`).
-STATES = ("window", "process")
+STATES = ("window", "process", "join")
 #: What is measured (`--parts`).
 PARTS = ("throughput", "alerts", "recovery")
 #: The goals (reported, not asserted).
@@ -153,7 +153,7 @@ class Setup:
     load: float = 0.5  # share of the measured capacity bulk gets in the steady phases
     alerts_eps: float = 300.0
     seed: int = 11
-    state: str = "window"  # the state step: "window" or "process" (`bulk_dataflow`)
+    state: str = "window"  # the state step: "window", "process" or "join" (`bulk_dataflow`)
     huge_keys: int = 17_500_000
     recovery_timeout_s: float = 300.0  # the kill to the first new result, at most
 
@@ -185,15 +185,25 @@ class Setup:
 
 
 def bulk_dataflow(name: str, interval_s: float, incremental: bool = True,
-                  state: str = "window") -> Dataflow:
+                  state: str = "window", keys: int = 1) -> Dataflow:
     """The checkpointed tenant: a day-long keyed window (the state; with `state` "process",
-    a keyed process keeping the same per key: `KeyTotals`) and 100 ms tick counts (results
-    all along); checkpoints every `interval_s` (0: off), incremental or full."""
+    a keyed process keeping the same per key: `KeyTotals`; with "join", an interval join
+    of each event with its key's next one, `keys` events later) and 100 ms tick counts
+    (results all along); checkpoints every `interval_s` (0: off), incremental or full."""
     df = (Dataflow(name, latency_target_ms=1000, tenant="analytics", state_bytes=3_500_000_000)
           .fault_tolerance(checkpoint_interval_ms=interval_s * 1000, incremental=incremental))
     src = df.source(BULK_SOURCE, schema=SCHEMA, event_time="ts")
     if state == "process":
         (src.key_by("key").process("bench.harness.key_totals:KeyTotals", id=STATE_STEP)
+         .sink(STATE_SINK))
+    elif state == "join":
+        # A key's events come `keys` events apart: each side holds about one event per
+        # key, and each event pairs with its key's next one (one result per event).
+        period = (keys // EVENTS_PER_MS) if keys % EVENTS_PER_MS == 0 else keys / EVENTS_PER_MS
+        (src.key_by("key", id="lefts")
+         .join(src.key_by("key", id="rights"), interval_ms=(period, period), id=STATE_STEP)
+         .map({"key": "key", "ts": "ts", "a": "left.value", "b": "right.value",
+               "bytes": "left.size + right.size"}, id="pairs")
          .sink(STATE_SINK))
     else:
         (src.key_by("key").window(tumbling_ms=DAY_MS, id=STATE_STEP)
@@ -321,11 +331,11 @@ def _busy_share(a: tuple[float, float], b: tuple[float, float], executors: int) 
 
 
 # -- throughput ---------------------------------------------------------------------------------
-def _throughput_run(rt: Any, name: str, arm: Arm, events: list[dict[str, Any]], state: str
-                    ) -> tuple[float, dict[str, Any]]:
+def _throughput_run(rt: Any, name: str, arm: Arm, events: list[dict[str, Any]], state: str,
+                    keys: int) -> tuple[float, dict[str, Any]]:
     """A fresh bulk copy: `events` pushed flat out, then `wait_idle`; (events/s, its
     checkpoints)."""
-    rt.deploy(bulk_dataflow(name, *arm, state=state))
+    rt.deploy(bulk_dataflow(name, *arm, state=state, keys=keys))
     try:
         t0 = time.perf_counter()
         rt.push(name, BULK_SOURCE, events, batch_size=PUSH_EVENTS)
@@ -349,7 +359,7 @@ def throughput(rt: Any, s: Setup, size: str, log: Any = print) -> dict[str, Any]
     for r in range(s.repeats):
         for arm in runs:
             eps, ck = _throughput_run(rt, f"tp-{size}-{_label(arm).replace(' ', '')}-{r}", arm,
-                                      events, s.state)
+                                      events, s.state, keys)
             runs[arm].append(eps)
             ckpts[arm].append(ck)
         log(f"  throughput round {r + 1}: " + ", ".join(
@@ -396,7 +406,8 @@ def alerts_p99(rt: Any, s: Setup, size: str, capacity: float, log: Any = print) 
         for r in range(s.alerts_repeats):
             for arm in p99s:
                 name = rt.deploy(bulk_dataflow(
-                    f"al-{size}-{_label(arm).replace(' ', '')}-{r}", *arm, state=s.state))
+                    f"al-{size}-{_label(arm).replace(' ', '')}-{r}", *arm, state=s.state,
+                    keys=keys))
                 feed = BulkFeed(rt.handle(), name, keys, keys, rate)
                 feed.start()
                 try:
@@ -482,7 +493,7 @@ def reference(keys: int, n: int, state: str) -> Fingerprint:
     """bulk's results on events 0..n-1 by `run_local`'s engine, in-process."""
     from cameo_actors.testing import LocalEngine
 
-    engine = LocalEngine(bulk_dataflow("reference", 0, state=state).spec)
+    engine = LocalEngine(bulk_dataflow("reference", 0, state=state, keys=keys).spec)
     fp = Fingerprint()
 
     def drain() -> None:
@@ -532,7 +543,7 @@ def recovery(rt: Any, s: Setup, size: str, interval: float, rate: float, log: An
     name = f"rec-{size}-{interval:g}"
     fig: dict[str, Any] = {"keys": keys, "rate_eps": rate}
     rt.deploy(alerts_flow())
-    rt.deploy(bulk_dataflow(name, interval, state=s.state))
+    rt.deploy(bulk_dataflow(name, interval, state=s.state, keys=keys))
     threads: list[Any] = []
     feed: BulkFeed | None = None
     got = Fingerprint()
@@ -892,8 +903,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help=f"comma-separated state backends, of {', '.join(BACKENDS)}: each "
                              f"measured on pools of its own, one after the other")
     parser.add_argument("--state", choices=STATES, default="window",
-                        help="bulk's state step: the day-long window (aligned windows' state) "
-                             "or a keyed process keeping the same per key (state kept per key)")
+                        help="bulk's state step: the day-long window (aligned windows' state), "
+                             "a keyed process keeping the same per key (state kept per key), "
+                             "or an interval join of each event with its key's next one "
+                             "(events kept per key)")
     parser.add_argument("--standby", type=int, default=0,
                         help="standby executors of the recovery pool (RuntimeConfig."
                              "standby_executors): the killed executor's dataflows are restored "
