@@ -130,7 +130,7 @@ PUSH_EVENTS = 2_000
 #: State sizes (`--sizes`; `Setup.keys`).
 SIZES = ("small", "large", "huge")
 #: bulk's state step (`--state`).
-STATES = ("window", "process", "join")
+STATES = ("window", "process", "join", "session")
 #: What is measured (`--parts`).
 PARTS = ("throughput", "alerts", "recovery")
 #: The goals (reported, not asserted).
@@ -153,7 +153,7 @@ class Setup:
     load: float = 0.5  # share of the measured capacity bulk gets in the steady phases
     alerts_eps: float = 300.0
     seed: int = 11
-    state: str = "window"  # the state step: "window", "process" or "join" (`bulk_dataflow`)
+    state: str = "window"  # the state step: window, process, join or session (`bulk_dataflow`)
     huge_keys: int = 17_500_000
     recovery_timeout_s: float = 300.0  # the kill to the first new result, at most
 
@@ -188,7 +188,8 @@ def bulk_dataflow(name: str, interval_s: float, incremental: bool = True,
                   state: str = "window", keys: int = 1) -> Dataflow:
     """The checkpointed tenant: a day-long keyed window (the state; with `state` "process",
     a keyed process keeping the same per key: `KeyTotals`; with "join", an interval join
-    of each event with its key's next one, `keys` events later) and 100 ms tick counts
+    of each event with its key's next one, `keys` events later; with "session", a session
+    window of a day's gap, the window's aggregates per key) and 100 ms tick counts
     (results all along); checkpoints every `interval_s` (0: off), incremental or full."""
     df = (Dataflow(name, latency_target_ms=1000, tenant="analytics", state_bytes=3_500_000_000)
           .fault_tolerance(checkpoint_interval_ms=interval_s * 1000, incremental=incremental))
@@ -206,9 +207,11 @@ def bulk_dataflow(name: str, interval_s: float, incremental: bool = True,
                "bytes": "left.size + right.size"}, id="pairs")
          .sink(STATE_SINK))
     else:
-        (src.key_by("key").window(tumbling_ms=DAY_MS, id=STATE_STEP)
-         .aggregate(n=count(), total=sum_("value"), lo=min_("value"), hi=max_("value"),
-                    mean=avg("value"), bytes=sum_("size"))
+        keyed = src.key_by("key")
+        window = (keyed.window(session_gap_ms=DAY_MS, id=STATE_STEP) if state == "session" else
+                  keyed.window(tumbling_ms=DAY_MS, id=STATE_STEP))
+        (window.aggregate(n=count(), total=sum_("value"), lo=min_("value"), hi=max_("value"),
+                          mean=avg("value"), bytes=sum_("size"))
          .sink(STATE_SINK))
     src.key_by("g").window(tumbling_ms=TICK_MS, id="tick").aggregate(n=count()).sink(TICK_SINK)
     return df
@@ -706,9 +709,9 @@ def _pid(rt: Any, executor: int, timeout_s: float = 30.0) -> int:
 
 
 def _rss_mb(rt: Any, executor: int) -> float | None:
-    """VmRSS of an executor's (new) process, MB."""
+    """VmRSS of an executor's (new) process, MB (None while it is too busy to say)."""
     for e in rt.executor_stats():
-        if e["executor"] == executor:
+        if e["executor"] == executor and "pid" in e:
             return process_memory_mb(e["pid"], "VmRSS")
     return None
 
@@ -905,8 +908,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--state", choices=STATES, default="window",
                         help="bulk's state step: the day-long window (aligned windows' state), "
                              "a keyed process keeping the same per key (state kept per key), "
-                             "or an interval join of each event with its key's next one "
-                             "(events kept per key)")
+                             "an interval join of each event with its key's next one "
+                             "(events kept per key), or a session window of a day's gap "
+                             "(sessions kept per key)")
     parser.add_argument("--standby", type=int, default=0,
                         help="standby executors of the recovery pool (RuntimeConfig."
                              "standby_executors): the killed executor's dataflows are restored "

@@ -46,7 +46,8 @@ def _row(figures: dict[str, Any], r: dict[str, Any]) -> str:
     if rec.get("error"):
         equal = "failed (its `error` in the JSON)"
     rss = "" if r.get("rss_mb") is None else f"{r['rss_mb']:,.0f} MB"
-    kept = " in a process" if r.get("state") == "process" else ""
+    kept = {"process": " in a process", "join": " in a join",
+            "session": " in sessions"}.get(r.get("state", ""), "")
     return (f"| {r['backend']} | {r['keys']:,} keys{kept} | {r['interval_s']:g} s | {r['parts']} | "
             f"{ckpt} | {overhead} | {alerts} | {_s(r['recovery_s'])} | "
             f"{_s(r['detect_s'], 2)} | "

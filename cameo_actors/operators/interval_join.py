@@ -209,23 +209,16 @@ class IntervalJoinOperator(WindowedOperator):
         heapq.heappush(self._expiry, (at, self._seq, k))
         self._seq += 1
 
-    def _due(self, watermark: float) -> dict[Any, None]:
+    def _due(self, watermark: float) -> Iterable[Any]:
         """The keys whose earliest expiry is before `watermark`, taken off the queue (the
         store's takes those at it as well: pruning finds nothing there and queues them
         again)."""
+        if self._queue is not None:
+            return self._queue.take_due(watermark)
+        heap = self._expiry
         due: dict[Any, None] = {}
-        queue = self._queue
-        if queue is None:
-            heap = self._expiry
-            while heap and heap[0][0] < watermark:
-                due[heapq.heappop(heap)[2]] = None
-            return due
-        first = queue.next_time()
-        if first is not None and first < watermark:
-            queue.begin(watermark)
-            while (entry := queue.pop_due()) is not None:
-                due[entry[1]] = None
-            queue.end()
+        while heap and heap[0][0] < watermark:
+            due[heapq.heappop(heap)[2]] = None
         return due
 
     # -- retention ---------------------------------------------------------------------
@@ -339,7 +332,7 @@ class IntervalJoinOperator(WindowedOperator):
         home = StoreHome(backend)
         self._keys = StoredKeys(bins, home, KEYS, encode=_sides, decode=self._from_sides)
         self._queue = queue = StoredTimers(home, EXPIRY)
-        self._stored = StoredState(home, [self._keys], queue.clear)
+        self._stored = StoredState(home, [self._keys], [queue])
 
     def state_bins(self) -> list[int]:
         keys = self._keys

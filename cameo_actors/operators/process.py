@@ -461,7 +461,7 @@ class ProcessOperator(WindowedOperator):
         self._states = StoredKeys(bins, home, STATES)
         self._timers = StoredKeys(bins, home, TIMERS, encode=_as_list, decode=set)
         self._queue = queue = StoredTimers(home, DUE)
-        self._stored = StoredState(home, [self._states, self._timers], queue.clear)
+        self._stored = StoredState(home, [self._states, self._timers], [queue])
 
     def state_bins(self) -> list[int]:
         states, timers = self._states, self._timers

@@ -69,15 +69,19 @@ class StoredTimers:
     sorts times as numbers; msgpack is self-delimiting, so key orders compare as the
     heap's), the time as set for its value (an int stays an int).
 
-    An advance reads the due entries with one iterator (a snapshot as it starts), merged
-    with a small heap of the timers set during it that are due by its watermark, and
-    deletes what it read with point deletes in one batch. Every read starts at the
+    Entries pushed are written in one batch after the step's batch of events (`flush`,
+    from `StoredState.after_batch`), or before anything reads the queue or a checkpoint
+    takes the store: a write per push cost more than the push. An advance reads the due
+    entries with one iterator (a snapshot as it starts), merged with a small heap of the
+    timers set during it that are due by its watermark, and deletes what it read with
+    point deletes in one batch. Every read starts at the
     earliest time still queued (`next_t`), never at the prefix: a queue's deletes lie
     before it until a compaction drops them, and a seek past them skips them at once
     (many small range deletes would instead slow every later iterator).
     """
 
-    __slots__ = ("home", "prefix", "next_t", "watermark", "_due", "head", "fresh", "read")
+    __slots__ = ("home", "prefix", "next_t", "watermark", "_due", "head", "fresh", "read",
+                 "pending")
 
     def __init__(self, home: StoreHome, prefix: bytes) -> None:
         self.home, self.prefix = home, prefix
@@ -87,6 +91,7 @@ class StoredTimers:
         self.head: tuple[Any, bytes, bytes] | None = None  # (time, key order, store key)
         self.fresh: list[tuple[Any, bytes, Any]] = []
         self.read: list[bytes] = []
+        self.pending: list[tuple[bytes, bytes]] = []  # pushed, not written yet
 
     def push(self, t: Any, key: Any) -> None:
         wm = self.watermark
@@ -96,14 +101,21 @@ class StoredTimers:
         self._write(t, order(key))
 
     def _write(self, t: Any, key_order: bytes) -> None:
-        self.home.store.write([(self.prefix + end_bytes(t) + key_order, packers.pack(t))])
+        self.pending.append((self.prefix + end_bytes(t) + key_order, packers.pack(t)))
         if self.next_t is None or t < self.next_t:
             self.next_t = t
+
+    def flush(self) -> None:
+        """Write the entries pushed since the last flush."""
+        if self.pending:
+            self.home.store.write(self.pending)
+            self.pending = []
 
     def next_time(self) -> Any:
         return self.next_t
 
     def begin(self, watermark: float) -> None:
+        self.flush()
         self.watermark, self.fresh, self.read = watermark, [], []
         self._due = self.home.store.scan_from(self.prefix + end_bytes(self.next_t))
         self.head = self._next()
@@ -141,9 +153,24 @@ class StoredTimers:
         for t, key_order, _ in fresh:
             self._write(t, key_order)
 
+    def take_due(self, watermark: float) -> list[Any]:
+        """The keys of the entries at or before `watermark`, each once, in firing order;
+        their entries deleted (a queue of one entry per key and time, as the interval
+        join's and the sessions' queues of when to look at a key again)."""
+        first = self.next_t
+        if first is None or first > watermark:
+            return []
+        due: dict[Any, None] = {}
+        self.begin(watermark)
+        while (entry := self.pop_due()) is not None:
+            due[entry[1]] = None
+        self.end()
+        return list(due)
+
     def reread(self, low: Any = None) -> None:
         """`next_t` from the store, read from `low` (no entry is earlier; None: from the
         first), after an advance, a restore or a clear."""
+        self.flush()
         self.next_t = None
         if self.home.opened:
             start = self.prefix if low is None else self.prefix + end_bytes(low)
@@ -152,5 +179,7 @@ class StoredTimers:
                 self.next_t = unpack_state(first[1])
 
     def clear(self) -> None:
+        """The store was cleared or replaced (a restore): forget what was not written."""
         self.watermark, self._due, self.head, self.fresh, self.read = None, None, None, [], []
+        self.pending = []
         self.reread()

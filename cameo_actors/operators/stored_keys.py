@@ -21,9 +21,9 @@ store (`state_store.KeyStore`) that holds the rest.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, Protocol
 
 from cameo_actors.operators.bins import check_bins, stable_hash
 from cameo_actors.operators.state_store import (
@@ -250,21 +250,32 @@ class StoredKeys:
             self.stored = True
 
 
+class Queue(Protocol):
+    """A queue in the same store whose writes wait for a batch's end
+    (`process_timers.StoredTimers`)."""
+
+    def flush(self) -> None:
+        """Write what waits."""
+
+    def clear(self) -> None:
+        """The store was cleared or replaced: forget what waits, read the queue again."""
+
+
 class StoredState:
-    """The maps of one activation's store, checkpointed together: a cut writes every
-    map's dirty keys in bounded steps, then takes the store's checkpoint once.
+    """The maps and queues of one activation's store, checkpointed together: a cut writes
+    every map's dirty keys in bounded steps, then takes the store's checkpoint once.
 
     Args:
         home: the store.
         maps: its maps of keys.
-        on_open: called after a restore opened a checkpoint's files.
+        queues: its queues (flushed after each batch and at a cut, cleared at a restore).
     """
 
-    __slots__ = ("home", "maps", "on_open", "to_write", "incremental", "pieces")
+    __slots__ = ("home", "maps", "queues", "to_write", "incremental", "pieces")
 
-    def __init__(self, home: StoreHome, maps: list[StoredKeys],
-                 on_open: Callable[[], None] = lambda: None) -> None:
-        self.home, self.maps, self.on_open = home, maps, on_open
+    def __init__(self, home: StoreHome, maps: list[StoredKeys], queues: Sequence[Queue] = ()
+                 ) -> None:
+        self.home, self.maps, self.queues = home, maps, queues
         self.to_write: list[tuple[StoredKeys, Iterator[Any]]] = []
         self.incremental = False
         self.pieces: list[Any] = []
@@ -273,12 +284,16 @@ class StoredState:
         return self.home.disk_bytes()
 
     def after_batch(self) -> None:
+        for q in self.queues:
+            q.flush()
         for m in self.maps:
             m.after_batch()
 
     def start_packing(self, incremental: bool) -> bool:
         """A checkpoint's cut: the dirty keys are to be written, then the store's files
         taken (`pack_some`); whether the part may build on the last (only new files)."""
+        for q in self.queues:
+            q.flush()
         self.to_write = [(m, iter(list(m.dirty))) for m in self.maps]
         for m in self.maps:
             m.frozen = True
@@ -315,14 +330,16 @@ class StoredState:
         self.home.open(pieces)
         for m in self.maps:
             m.reset(True)
-        self.on_open()
+        for q in self.queues:
+            q.clear()
 
     def clear(self) -> None:
         self.home.close()
         for m in self.maps:
             m.reset(False)
         self.to_write, self.pieces = [], []
-        self.on_open()
+        for q in self.queues:
+            q.clear()
 
 
 def stored_entries(pieces: list[Any], folder: str, *prefixes: bytes

@@ -70,8 +70,7 @@ class WindowedOperator(Operator):
     def use_bins(self, bins: int, backend: StateBackend = IN_MEMORY) -> None:
         """Keep the keyed state in `bins` bins (the pool's count, a power of two), as
         the routing table does, in the pool's `backend` (where the operator kind has one:
-        aligned windows, windowed and interval joins, processes; sessions keep their
-        state in memory); set before any state comes in.
+        every windowed kind and processes); set before any state comes in.
 
         Raises:
             ValueError: `bins` is not a power of two, or state is here already.

@@ -10,13 +10,14 @@ closed windows into results.
 - `AlignedWindower`: tumbling and sliding windows, on the `AlignedWindows`
   grid; state in a `KeyedWindows` (end -> key -> accumulator, keys by bin).
 - `SessionWindower`: per key, sessions of events less than gap apart,
-  merged when an event bridges two.
+  merged when an event bridges two (on the rocksdb backend
+  `stored_sessions.StoredSessions`, the same sessions in the step's store).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from cameo_actors.operators.aggregates import CompiledAggregates, MalformedEvent
@@ -32,6 +33,13 @@ from cameo_actors.operators.windowing import AlignedWindows, Rejects, decode_key
 Admitted = tuple[Event, Any, Any, Any, Any]
 #: A window a watermark completed, for one key: (start, end, key, accumulator).
 Closed = tuple[Any, Any, Any, Any]
+
+
+class FiredLast(Protocol):
+    """key -> last event time of its latest fired session (`Windower.fired_last`)."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        ...
 
 
 class Windower(Protocol):
@@ -51,7 +59,10 @@ class Windower(Protocol):
 
     slide: float
     length: float
-    fired_last: dict[Any, float]
+
+    @property
+    def fired_last(self) -> FiredLast:
+        ...
 
     def first_end(self, t: float) -> float:
         """The earliest end a window holding t can have."""
@@ -209,7 +220,7 @@ class AlignedWindower(AlignedWindows):
         self.state.put(rows, self.aggs.copy, owned)
 
 
-class _Session:
+class Session:
     """One open session of one key: events from `first` to `last`, each less than gap from the next."""
 
     __slots__ = ("key", "first", "last", "acc", "seq", "alive")
@@ -221,6 +232,45 @@ class _Session:
         self.acc = acc
         self.seq = seq  # creation order: a stable tie-break for sessions ending together
         self.alive = True
+
+
+def fold(lst: list[Session], k: Any, t: float, ev: Event, gap: float, aggs: CompiledAggregates,
+         open_session: Callable[[Any, float, Any], Session]) -> None:
+    """Add an event at t of key k to the key's open sessions `lst` (sorted by first,
+    disjoint, at least gap apart): it joins at most two neighbours, and then bridges
+    them (the later one merged into the earlier, marked dead); else it opens a session
+    (`open_session`). Raises MalformedEvent when an aggregate rejects the event."""
+    a = b = None
+    pos = len(lst)
+    for i, s in enumerate(lst):
+        if s.first - t >= gap:
+            pos = i
+            break
+        if t - s.last < gap:
+            if a is None:
+                a = s
+            else:
+                b = s
+                break
+    count_only = aggs.count_only
+    if a is None:
+        acc = 1 if count_only else aggs.new(ev)
+        lst.insert(pos, open_session(k, t, acc))
+    elif b is None:
+        if count_only:
+            a.acc += 1
+        else:
+            aggs.add(a.acc, ev)
+        if t < a.first:
+            a.first = t
+        elif t > a.last:
+            a.last = t
+    else:
+        piece = 1 if count_only else aggs.new(ev)  # checks the event before any merge
+        a.acc = aggs.merge(aggs.merge(a.acc, b.acc), piece)
+        a.last = b.last
+        b.alive = False
+        lst.remove(b)
 
 
 class SessionWindower:
@@ -246,8 +296,8 @@ class SessionWindower:
         # key -> open sessions sorted by first; a lazy heap of (end lower bound, seq,
         # session); the last event time of each key's latest fired session, while a
         # new event could still fall within gap of it (oldest first).
-        self.sessions: dict[Any, list[_Session]] = {}
-        self.heap: list[tuple[float, int, _Session]] = []
+        self.sessions: dict[Any, list[Session]] = {}
+        self.heap: list[tuple[float, int, Session]] = []
         self.fired_last: dict[Any, float] = {}
         self.seq = 0
         # The keys of `sessions` and `fired_last`, by bin.
@@ -262,8 +312,7 @@ class SessionWindower:
 
     def add(self, admitted: Iterable[Admitted], watermark: float, out: Output) -> None:
         gap, sessions, rejects, fired_last = self.gap, self.sessions, self.rejects, self.fired_last
-        count_only, new, add, merge = (self.aggs.count_only, self.aggs.new, self.aggs.add,
-                                       self.aggs.merge)
+        aggs, count_only, new, open_session = self.aggs, self.aggs.count_only, self.aggs.new, self._open
         for ev, t, k, _start, _end in admitted:
             try:
                 lst = sessions.get(k)
@@ -277,50 +326,19 @@ class SessionWindower:
                     if k not in fired_last:  # a key with no state until now
                         self.index.add(k)
                     continue
-                # Sessions of a key are disjoint and >= gap apart: t joins at most two
-                # neighbours, and then bridges them.
-                a = b = None
-                pos = len(lst)
-                for i, s in enumerate(lst):
-                    if s.first - t >= gap:
-                        pos = i
-                        break
-                    if t - s.last < gap:
-                        if a is None:
-                            a = s
-                        else:
-                            b = s
-                            break
-                if a is None:
-                    acc = 1 if count_only else new(ev)
-                    lst.insert(pos, self._open(k, t, acc))
-                elif b is None:
-                    if count_only:
-                        a.acc += 1
-                    else:
-                        add(a.acc, ev)
-                    if t < a.first:
-                        a.first = t
-                    elif t > a.last:
-                        a.last = t
-                else:
-                    piece = 1 if count_only else new(ev)  # checks the event before any merge
-                    a.acc = merge(merge(a.acc, b.acc), piece)
-                    a.last = b.last
-                    b.alive = False
-                    lst.remove(b)
+                fold(lst, k, t, ev, gap, aggs, open_session)
             except MalformedEvent as exc:
                 rejects.malformed(out, ev, str(exc))
 
-    def _open(self, key: Any, t: float, acc: Any) -> _Session:
-        s = _Session(key, t, t, acc, self.seq)
+    def _open(self, key: Any, t: float, acc: Any) -> Session:
+        s = Session(key, t, t, acc, self.seq)
         self.seq += 1
         heapq.heappush(self.heap, (t + self.gap, s.seq, s))
         return s
 
     def close(self, watermark: float) -> Iterator[Closed]:
         heap, gap = self.heap, self.gap
-        due: list[_Session] = []
+        due: list[Session] = []
         while heap and heap[0][0] <= watermark:
             _, seq, s = heapq.heappop(heap)
             if not s.alive:
@@ -377,7 +395,7 @@ class SessionWindower:
             k = decode_key(k_data)
             lst = self.sessions[k] = []
             for first, last, acc, seq in rows:
-                s = _Session(k, first, last, copy_acc(acc), seq)
+                s = Session(k, first, last, copy_acc(acc), seq)
                 lst.append(s)
                 self.heap.append((last + self.gap, seq, s))
         heapq.heapify(self.heap)
@@ -389,7 +407,7 @@ class SessionWindower:
             index.add(k)
 
     def use_bins(self, bins: int, backend: StateBackend) -> None:
-        self.index = KeyBins(bins)  # per-key state: in memory in every backend (for now)
+        self.index = KeyBins(bins)  # (on the rocksdb backend: `StoredSessions` instead)
 
     def state_keys(self) -> list[Any]:
         return [*self.sessions, *(k for k in self.fired_last if k not in self.sessions)]
@@ -403,7 +421,7 @@ class SessionWindower:
         the key's latest fired session, oldest first); and how many keys."""
         keys = self.index.take(bins)
         sessions, fired_last = self.sessions, self.fired_last
-        moved: list[_Session] = []
+        moved: list[Session] = []
         fired: list[list[Any]] = []
         for k in keys:
             lst = sessions.pop(k, None)
@@ -441,9 +459,9 @@ class SessionWindower:
                 raise ValueError(f"key {k!r} already has session state here")
 
         copy_acc, gap, heap = self.aggs.copy, self.gap, self.heap
-        added: dict[Any, list[_Session]] = {}
+        added: dict[Any, list[Session]] = {}
         for k, first, last, acc in opened:  # new seqs, in the rows' order
-            s = _Session(k, first, last, acc if owned else copy_acc(acc), self.seq)
+            s = Session(k, first, last, acc if owned else copy_acc(acc), self.seq)
             self.seq += 1
             heapq.heappush(heap, (last + gap, s.seq, s))
             added.setdefault(k, []).append(s)

@@ -48,7 +48,9 @@ from cameo_actors.operators.base import Event, Output
 from cameo_actors.operators.bins import stable_hash
 from cameo_actors.operators.columns import Columns
 from cameo_actors.operators.keyed_windows import KeyedWindows
-from cameo_actors.operators.state_store import StateBackend
+from cameo_actors.operators.state_store import StateBackend, backend_folder
+from cameo_actors.operators.stored_keys import StoredState
+from cameo_actors.operators.stored_sessions import StoredSessions, session_rows
 from cameo_actors.operators.window_columns import fold_columns
 from cameo_actors.operators.windowed_operator import WindowedOperator
 from cameo_actors.operators.windowers import Admitted, AlignedWindower, SessionWindower, Windower
@@ -307,9 +309,9 @@ class WindowOperator(WindowedOperator):
                 except Exception as exc:
                     rejects.key_raised(out, ev, exc)
                     continue
-            if fired_last:
-                # Within gap of a session already emitted: it belongs to that session,
-                # which cannot be reopened.
+            if not slide:
+                # Sessions: within gap of a session already emitted, it belongs to that
+                # session, which cannot be reopened.
                 try:
                     last = fired_last.get(k)
                 except TypeError:
@@ -384,7 +386,21 @@ class WindowOperator(WindowedOperator):
     def _snapshot_windows(self) -> dict[str, Any]:
         return self._windower.snapshot()
 
+    def _cut_fields(self) -> dict[str, Any]:
+        windower = self._windower
+        return windower.cut_fields() if isinstance(windower, StoredSessions) else windower.snapshot()
+
+    def _stored_state(self) -> StoredState | None:
+        windower = self._windower
+        return windower.stored if isinstance(windower, StoredSessions) else None
+
     def _restore_windows(self, state: dict[str, Any]) -> None:
+        files = state.get("stored")
+        if files and isinstance(self._windower, SessionWindower):
+            # a store's checkpoint, restored in memory (the pool changed its backend)
+            sessions, fired = session_rows(files, backend_folder(None))
+            state = {**state, "sessions": [*state["sessions"], *sessions],
+                     "fired_last": [*state["fired_last"], *fired]}
         self._windower.restore(state)
 
     def _aligned_state(self) -> KeyedWindows[Any] | None:
@@ -392,6 +408,12 @@ class WindowOperator(WindowedOperator):
         return windower.state if isinstance(windower, AlignedWindower) else None
 
     def _use_bins(self, bins: int, backend: StateBackend) -> None:
+        if self.gap_ms is not None:  # sessions: a windower of the backend's kind
+            if backend.stored:
+                self._windower = StoredSessions(self.gap_ms, aggs=self._aggs,
+                                                rejects=self.rejects, bins=bins, backend=backend)
+                return
+            self._windower = SessionWindower(self.gap_ms, aggs=self._aggs, rejects=self.rejects)
         self._windower.use_bins(bins, backend)
 
     def state_keys(self) -> list[Any]:

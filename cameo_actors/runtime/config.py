@@ -145,11 +145,11 @@ class RuntimeConfig:
             most a quarter of `credit_events`, so a sender is never held on its own
             unsent events).
         state_backend: where keyed steps keep the state of aligned (tumbling, sliding)
-            windows, windowed and interval joins and keyed processes (their states and
-            timers): "memory" (Python objects on the executor's heap) or "rocksdb" (an
-            embedded store per activation, a bounded cache of hot entries in memory;
-            checkpoints are the store's own files, a restore opens them). Sessions and
-            lessees' partials stay in memory in both (docs/runtime.md, "State").
+            windows, session windows, windowed and interval joins and keyed processes
+            (their states and timers): "memory" (Python objects on the executor's heap)
+            or "rocksdb" (an embedded store per activation, a bounded cache of hot
+            entries in memory; checkpoints are the store's own files, a restore opens
+            them). Lessees' partials stay in memory in both (docs/runtime.md, "State").
         store_dir: where the executors' stores live (a local disk of each node; a store
             is deleted with its activation). None: `cameo-state` in the system's temp folder.
         state_cache_entries: decoded entries each store keeps in memory; beyond, the

@@ -1,6 +1,6 @@
 """State kept per key in the rocksdb backend (`operators/stored_keys.py`,
-`operators/process_timers.py`): a keyed process's states and timers, and an interval
-join's events, in a store with a cache of hot keys, checkpointed by the store's files,
+`operators/process_timers.py`, `operators/stored_sessions.py`): a keyed process's states
+and timers, an interval join's events and a session window's sessions, in a store with a cache of hot keys, checkpointed by the store's files,
 moved by bin as the store's bytes; the same results as in memory."""
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from cameo_actors.operators.process import ProcessContext, ProcessOperator
 from cameo_actors.operators.process_timers import StoredTimers, TimerHeap
 from cameo_actors.operators.state_store import IN_MEMORY, ROCKSDB, StateBackend
 from cameo_actors.operators.stored_keys import StoredKeys, StoredState, StoreHome
+from cameo_actors.operators.stored_sessions import StoredSessions
+from cameo_actors.operators.windows import WindowOperator
 from tests.shared.zoo import canon
 from tests.udfs import BucketCount
-from tests.unit.test_nexmark_operators import Toggle
+from tests.unit.test_nexmark_operators import EVENT_AGGS, Toggle
 
 BINS = 8
 
@@ -197,17 +199,26 @@ def run(make: Callable[[], Any], steps: list[Any], rows: bool = False) -> list[s
             for src in (0, 1):
                 bins = [b for b in arg if owner[b] == src]
                 rows, n = ops[src].take_bins(bins)
-                assert n == len(rows) and not set(bins) & set(ops[src].state_bins())
+                # (n: keys; a session window has a row per session)
+                assert n <= len(rows) and not set(bins) & set(ops[src].state_bins())
                 ops[1 - src].put_state(msgpack.unpackb(msgpack.packb(rows), raw=False),
                                        owned=True)
             owner.update((b, 1 - owner[b]) for b in arg)
             for op in ops:  # (listing bins writes every dirty key: not after every step)
                 assert op.state_bins() == sorted({bin_of(k) for k in op.state_keys()})
-    held = [sorted(map(repr, op.snapshot()["keys"])) for op in ops] if rows else []
+    held = [held_rows(op) for op in ops] if rows else []
     for port in range(ops[0].n_inputs):
         outs += [op.on_watermark(float("inf"), port) for op in ops]
     return canon([e for o in outs for e in o.events]) + sorted(
         f"{e.kind}: {e.message}" for o in outs for e in o.errors) + [str(held)]
+
+
+def held_rows(op: Any) -> list[str]:
+    """An operator's state rows (a join's per key, a session window's open and fired
+    sessions), in no order."""
+    snap = op.snapshot()
+    return sorted(f"{field}: {row!r}" for field in ("keys", "sessions", "fired_last")
+                  for row in snap.get(field, ()))
 
 
 def key(e: dict[str, Any]) -> Any:
@@ -375,3 +386,63 @@ def test_an_interval_join_checkpoint_restores_into_the_other_backend(
     rights = [{"ts": t, "k": k} for t in (5, 70) for k in ("a", ["t", 1])]
     expected = canon(op.on_batch(rights, 1).events)
     assert len(expected) == 4 and canon(again.on_batch(rights, 1).events) == expected
+
+
+# -- session windows on both backends ---------------------------------------------------------
+def sessions(backend: str, tmp_path: Path, gap: int = 10) -> WindowOperator:
+    op = WindowOperator("s", kind="session", gap_ms=gap, time_field="ts", aggregates=EVENT_AGGS,
+                        key_fn=key)
+    op.use_bins(BINS, backend_of(backend, tmp_path))
+    return op
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(steps=scripts(), gap=st.integers(1, 40))
+@example(steps=[  # sessions bridged, fired, an event within gap of the fired one (late),
+    # and its fired time kept across a cut and a move, then forgotten
+    ("batch", [{"ts": 0, "k": "a", "v": 1}, {"ts": 15, "k": "a", "v": 2},
+               {"ts": 8, "k": "a", "v": 3}]),
+    ("wm", 30), ("cut", None), ("move", [bin_of("a")]),
+    ("batch", [{"ts": 30, "k": "a", "v": 4}, {"ts": 60, "k": "a", "v": 5}]), ("wm", 200)], gap=10)
+@example(steps=[  # a session that grew after it was queued: looked at early, queued again
+    ("batch", [{"ts": 0, "k": "a", "v": 1}, {"ts": 5, "k": "a", "v": 1}]), ("wm", 12)], gap=10)
+def test_property_stored_sessions_give_the_results_they_give_in_memory(
+        steps: list[Any], gap: int, tmp_path: Path) -> None:
+    """Checkpoints (chains of the store's files), restores and bin moves change no
+    session, and the store changes none against memory: sessions opened, grown, bridged
+    and fired, late events within gap of a fired one, the same state held."""
+    # A tuple key comes as a list in the events: accumulators keep events, and a store
+    # keeps them as msgpack does (lists).
+    steps = [(what, [{**e, "k": list(e["k"]) if isinstance(e["k"], tuple) else e["k"]}
+                     for e in arg]) if what == "batch" else (what, arg) for what, arg in steps]
+    assert run(lambda: sessions("rocksdb", tmp_path, gap), steps, rows=True) == \
+        run(lambda: sessions("memory", tmp_path, gap), steps, rows=True)
+
+
+def test_stored_sessions_live_in_the_store_and_fire_in_the_order_memory_fires_them(
+        tmp_path: Path) -> None:
+    ops = [sessions("rocksdb", tmp_path), sessions("memory", tmp_path)]
+    assert isinstance(ops[0]._windower, StoredSessions)
+    evs = [{"ts": t, "k": k, "v": i} for i, (t, k) in enumerate(
+        [(5, "b"), (0, "a"), (3, "c"), (2, "a"), (40, "a"), (5, "d")])]
+    outs = [op.on_batch(evs) and op.on_watermark(20).events for op in ops]
+    assert outs[0] == outs[1] and [r["key"] for r in outs[0]] == ["a", "c", "b", "d"]
+    again = cut(ops[0], sessions("rocksdb", tmp_path), [])
+    assert again.disk_bytes() > 0 and sorted(again.state_keys()) == ["a", "b", "c", "d"]
+    assert again.on_batch([{"ts": 14, "k": "b", "v": 9}]).errors[0].kind == "late"
+    assert again.on_watermark(100).events == ops[1].on_watermark(100).events
+    assert again.state_keys() == []  # every fired time forgotten once it cannot matter
+
+
+@pytest.mark.parametrize("source, target", [("rocksdb", "memory"), ("memory", "rocksdb")])
+def test_a_session_checkpoint_restores_into_the_other_backend(
+        tmp_path: Path, source: str, target: str) -> None:
+    op = sessions(source, tmp_path)
+    op.on_batch([{"ts": t, "k": k, "v": t} for t in (1, 4, 40) for k in ("a", "b", ["t", 1])])
+    op.on_watermark(20)  # the first sessions fire; their fired times stay
+    again = cut(op, sessions(target, tmp_path), [])
+    late = [{"ts": 12, "k": "a", "v": 0}]  # within gap of a's fired session (last 4)
+    assert [e.kind for e in again.on_batch(late).errors] == ["late"]
+    assert canon(again.on_watermark(float("inf")).events) == \
+        canon(op.on_watermark(float("inf")).events) != []
