@@ -26,6 +26,10 @@ second of event time, up to 500 ms out of order, the queries allowing 2 s):
   2 and 4 (four on two cores is oversubscribed: its wall time says little, its CPU per
   event what it costs).
 
+With `--state-backends memory,rocksdb`, the Ray arms of one executor run again on a pool
+keeping its keyed state in each other backend (`RuntimeConfig.state_backend`), after
+the memory ones: their modes are keyed `mode@backend` (`ray@rocksdb`, ...).
+
 Every run's results are compared with the DuckDB reference (cameo_actors/nexmark/reference.py);
 a mismatch fails the benchmark (exit status 1) before any figure is printed.
 
@@ -71,6 +75,7 @@ from bench.harness.output import save_json
 from cameo_actors.nexmark.generator import SCHEMA, NexmarkConfig, NexmarkStream, generate
 from cameo_actors.nexmark.queries import QUERIES, SINK, SOURCE
 from cameo_actors.nexmark.reference import difference, reference
+from cameo_actors.operators.state_store import BACKENDS, MEMORY
 
 BATCH = 2_000
 #: Rows per push of the Arrow runs (`ray_arrow`).
@@ -254,8 +259,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--scale-queries", nargs="+", default=list(SCALE_QUERIES),
                         choices=list(QUERIES), help="the queries run on more than one executor "
                         f"(default {' '.join(SCALE_QUERIES)}: keyed windows and a join)")
+    parser.add_argument("--state-backends", default="memory",
+                        help="comma-separated state backends of the one-executor pools, "
+                             f"of {', '.join(BACKENDS)} (default memory); the others run "
+                             "one executor only")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
+    backends = [b.strip() for b in args.state_backends.split(",") if b.strip()]
+    if not backends or set(backends) - set(BACKENDS):
+        parser.error(f"--state-backends: expected some of {', '.join(BACKENDS)}, got "
+                     f"{args.state_backends!r}")
     events = args.events or (20_000 if args.quick else 300_000)
     repeat = args.repeat or (1 if args.quick else 3)
     chosen = args.query or list(QUERIES)
@@ -267,11 +280,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     columns = None if args.no_ray else as_table(stream)
     print(f"{events:,} events generated in {time.perf_counter() - t0:.1f} s "
           f"({stream.counts()}, {len(stream.late)} late)")
+    ray_modes = ("ray", "ray_busy", "ray_cpu", "ray_arrow", "ray_arrow_busy", "ray_arrow_cpu")
     out: dict[str, Any] = {
         "events": events, "rate_eps": args.rate, "late": len(stream.late), "repeat": repeat,
-        "batch": BATCH, "arrow_batch": ARROW_BATCH,
-        "cores": {"in_process": 1, "ray": 1, "ray_busy": 1, "ray_cpu": 1, "ray_arrow": 1,
-                  "ray_arrow_busy": 1, "ray_arrow_cpu": 1},
+        "batch": BATCH, "arrow_batch": ARROW_BATCH, "state_backends": backends,
+        "cores": {"in_process": 1, **{mode + _at(b): 1 for b in backends for mode in ray_modes}},
         "queries": {}, "peers": PEERS,
     }
     expected = {query: reference(query, stream) for query in chosen}
@@ -290,26 +303,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             from bench.harness.cluster import ensure_ray
 
             started = ensure_ray()
-        for n in sizes:  # one pool at a time: an idle one beside a run skews it
+        pools = [(b, n) for b in backends for n in sizes if b == MEMORY or n == 1]
+        for backend, n in pools:  # one pool at a time: an idle one beside a run skews it
             from cameo_actors.runtime import Runtime, RuntimeConfig
 
-            rt = Runtime.start(RuntimeConfig(num_executors=n), pool=f"bench-nexmark{n}")
+            at = _at(backend)
+            rt = Runtime.start(RuntimeConfig(num_executors=n, state_backend=backend),
+                               pool=f"bench-nexmark{n}{at.replace('@', '-')}")
             try:
                 for query in chosen if n == 1 else [q for q in chosen if q in args.scale_queries]:
                     for r in range(repeat):
                         for mode, table_or_none in (("ray", None), ("ray_arrow", columns)):
                             seconds, busy, cpu_s, rows = run_on_ray(
                                 rt, query, stream, f"x{n}-{r}-{mode}", table_or_none, n)
-                            check(query, f"{MODE_WORDS[mode]}, {n} executors", rows,
-                                  expected[query])
-                            arm = f"ray_x{n}" + mode[3:]
+                            check(query, f"{MODE_WORDS[mode]}, {n} executors, state in "
+                                         f"{backend}", rows, expected[query])
+                            arm = f"ray_x{n}" + mode[3:] + at
                             machine[query].setdefault(arm, []).append((events, cpu_s, seconds))
                             if n == 1:
-                                runs[query][mode].append(events / seconds)
-                                runs[query][f"{mode}_busy"].append(events / busy if busy > 0
-                                                                   else 0.0)
-                                runs[query][f"{mode}_cpu"].append(events / cpu_s if cpu_s > 0
-                                                                  else 0.0)
+                                runs[query][mode + at].append(events / seconds)
+                                runs[query][f"{mode}_busy{at}"].append(events / busy if busy > 0
+                                                                       else 0.0)
+                                runs[query][f"{mode}_cpu{at}"].append(events / cpu_s if cpu_s > 0
+                                                                      else 0.0)
             finally:
                 rt.shutdown(stop_ray=False)
     except Mismatch as e:
@@ -338,6 +354,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(table(out))
     save_json(args.json, out)
     return out
+
+
+def _at(backend: str) -> str:
+    """A mode's suffix for a state backend other than memory."""
+    return "" if backend == MEMORY else f"@{backend}"
 
 
 def table(out: dict[str, Any]) -> str:

@@ -52,7 +52,8 @@ def scale_out(figures: dict[str, Any]) -> list[str]:
     """The queries run on 1, 2 and 4 executors (parallelism 1, 2, 4): CPU µs per event of
     every process of the run, rows and Arrow; in brackets, events per CPU second against
     one executor's, and the cores the run kept busy (its CPU over its wall time)."""
-    arms = sorted({arm for q in figures["queries"].values() for arm in q.get("cpu", {})},
+    arms = sorted({arm for q in figures["queries"].values() for arm in q.get("cpu", {})
+                   if "@" not in arm},  # (other state backends: `backends`)
                   key=lambda a: (a.endswith("_arrow"), int(a[5:].split("_")[0])))
     if not arms:
         return ["(no run on more than one executor in this file)"]
@@ -75,5 +76,27 @@ def scale_out(figures: dict[str, Any]) -> list[str]:
             vs = "" if arm.startswith("ray_x1") or one is None else f"{got[0] / one[0]:.2f}x; "
             cores = "" if got[2] is None else f"{got[2]:.1f} cores"
             cells.append(f"{got[1]:.1f} ({vs}{cores})" if vs or cores else f"{got[1]:.1f}")
+        lines.append(f"| {NAMES.get(q, q)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def backends(figures: dict[str, Any]) -> list[str]:
+    """`--state-backends memory,rocksdb`: per query, events per CPU second of every process
+    on one executor, rows and Arrow, with the state in memory and in each other backend
+    (its ratio to memory's in brackets)."""
+    others = [b for b in figures.get("state_backends", ["memory"]) if b != "memory"]
+    if not others:
+        return ["(every run of this file kept its state in memory)"]
+    head = [f"{kind}, {b}" for kind in ("rows", "Arrow") for b in ("memory", *others)]
+    lines = ["| query | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+    for q, fig in figures["queries"].items():
+        cells = []
+        for mode in ("ray_cpu", "ray_arrow_cpu"):
+            base = fig.get(mode, {}).get("per_core")
+            cells.append(k(base))
+            for b in others:
+                got = fig.get(f"{mode}@{b}", {}).get("per_core")
+                ratio = f" ({got / base:.2f}x)" if got and base else ""
+                cells.append(k(got) + ratio)
         lines.append(f"| {NAMES.get(q, q)} | " + " | ".join(cells) + " |")
     return lines

@@ -301,6 +301,7 @@ class IntervalJoinOperator(WindowedOperator):
         if `owned`, else copied) or ``[key, msgpack bytes of [lefts, rights]]`` (a
         store's value: kept as it is in a store)."""
         keys, stored = self._keys, self._stored is not None
+        packed: list[tuple[Any, bytes]] = []  # the store's bytes as they are, in one batch
         for row in rows:
             blob = row[1] if len(row) == 2 else None
             if blob is not None:
@@ -313,13 +314,15 @@ class IntervalJoinOperator(WindowedOperator):
                 continue
             k = decode_key(row[0])
             state = self._from_sides([lefts, rights])
-            if isinstance(keys, StoredKeys) and blob is not None:
-                keys.put_packed([(k, blob)])  # the store's bytes as they are
+            if stored and blob is not None:
+                packed.append((k, blob))
             else:
                 keys[k] = state
             self._push_earliest(k, state)
             if not stored:
                 self._index.add(k)
+        if packed and isinstance(keys, StoredKeys):
+            keys.put_packed(packed)
 
     def state_keys(self) -> list[Any]:
         return list(self._keys)
