@@ -122,3 +122,22 @@ def test_a_ratio_is_refused_for_runs_far_from_the_stated_load() -> None:
                    "not 85% (within 15%): no ratio")
     assert scenarios.off_load({"fifo": 0.72, "cameo": 0.75}, 0.85, flat_out=0.85) is None
     assert doctest.testmod(scenarios).failed == 0
+
+
+@pytest.mark.parametrize("state", ["window", "process", "join", "session"])
+def test_the_recovery_benchmarks_state_steps_keep_what_they_say(state: str) -> None:
+    """bench.recovery's bulk: each key's events come `keys` apart; the day window and the
+    day-gap session fire one row per key at the end, the process at each key's 2nd event
+    (of 3 here), the interval join one pair per event with its key's next one."""
+    from bench.recovery import STATE_SINK, bulk_dataflow, make_events
+    from cameo_actors.testing import run_local
+
+    keys = 400
+    rows = run_local(bulk_dataflow("b", 0, state=state, keys=keys),
+                     {"events": make_events(0, 3 * keys, keys)}).sinks[STATE_SINK]
+    assert len(rows) == {"join": 2 * keys}.get(state, keys)
+    assert len({r["key"] for r in rows}) == keys
+    if state == "join":  # each of a key's 3 events with its next one
+        assert set(Counter(r["key"] for r in rows).values()) == {2}
+    else:
+        assert {r["n"] for r in rows} == {2 if state == "process" else 3}

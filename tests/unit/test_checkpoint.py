@@ -55,7 +55,7 @@ from tests.shared.gateway import ControlPlane, StoredCluster
 from tests.shared.inprocess import InProcessCluster
 from tests.shared.zoo import SCHEMA, events, flows
 
-KINDS = ["filter", "tumbling", "sliding", "session", "join", "union", "process"]
+KINDS = ["filter", "tumbling", "sliding", "session", "join", "interval", "union", "process"]
 #: A stored state's cache in these tests: most entries written back and read again.
 SMALL_CACHE = 2
 
@@ -81,6 +81,14 @@ def flow(kind: str, name: str, p: int) -> Dataflow:
         d = Dataflow(f"{name}-process", latency_target_ms=200, tenant="tprocess")
         (d.source("s", schema=SCHEMA, event_time="ts", allowed_lateness_ms=40).key_by("key")
          .process("tests.udfs:BucketCount", time_field="ts", parallelism=p).sink("o"))
+        return d
+    if kind == "interval":  # an interval join of two sources (not in the shared zoo)
+        d = Dataflow(f"{name}-interval", latency_target_ms=200, tenant="tinterval")
+        left, right = (d.source(sid, schema=SCHEMA, event_time="ts", allowed_lateness_ms=40)
+                       .filter(cond).key_by("key") for sid, cond in
+                       (("l", "level == 'ERROR'"), ("r", "level != 'ERROR'")))
+        (left.join(right, interval_ms=(-20, 30), parallelism=p)
+         .map({"key": "key", "ts": "ts", "lv": "left.value", "rv": "right.value"}).sink("o"))
         return d
     return next(d for d in flows(name, p) if d.name == f"{name}-{kind}")
 
