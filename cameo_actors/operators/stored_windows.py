@@ -368,15 +368,15 @@ class StoredWindows(KeyedWindows[Any]):
         """As `KeyedWindows.take`: the bins' entries, read from the store by range (every
         dirty entry is written first), and removed."""
         bins = list(bins)
-        wanted, mask = set(bins), self.mask
+        # After this every cached entry is in the store too: a bin's range holds all of
+        # the bin, and its keys say which cached entries to drop (no pass over the
+        # cache, which a migration's step of one bin would make per bin).
         self._write_back_all()
         rows: list[Any] = []
         n = 0
         for end, w in self.windows.items():
-            for k in [k for k in w if stable_hash(k) & mask in wanted]:
-                dict.__delitem__(w, k)
             if not w.stored:
-                continue
+                continue  # nothing in it: a window with entries was written just now
             for b in bins:
                 found = list(self.store.scan(bin_prefix(w.prefix, b)))
                 if found:
@@ -384,8 +384,12 @@ class StoredWindows(KeyedWindows[Any]):
                     # later iterator slower until a compaction drops them (docs/runtime.md).
                     self.store.write((k, None) for k, _ in found)
                     n += len(found)
-                    rows.append([end, b, _entries({key_of(k[_KEY_AT:]): unpack_state(v)
-                                                   for k, v in found})])
+                    entries: dict[Any, Any] = {}
+                    for k, v in found:
+                        key = key_of(k[_KEY_AT:])
+                        cached = dict.pop(w, key, None)  # the same state, unpacked
+                        entries[key] = unpack_state(v) if cached is None else cached
+                    rows.append([end, b, _entries(entries)])
         return rows, n
 
     def put(self, rows: list[Any], state: Callable[[Any], Any], owned: bool = False) -> None:
