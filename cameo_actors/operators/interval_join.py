@@ -275,10 +275,7 @@ class IntervalJoinOperator(WindowedOperator):
         files = state.get("stored") or []
         self._expiry, self._seq = [], 0
         if self._stored is not None:
-            if files:
-                self._stored.load(files)
-            else:
-                self._stored.clear()
+            self._stored.restore(files)
         else:
             self._keys = {}
             self._index.clear()

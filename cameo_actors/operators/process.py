@@ -417,10 +417,7 @@ class ProcessOperator(WindowedOperator):
         self.user_function_count = state["user_function_count"]
         files = state.get("stored") or []
         if self._stored is not None:
-            if files:
-                self._stored.load(files)
-            else:
-                self._stored.clear()
+            self._stored.restore(files)
         else:
             self._states, self._timers = {}, {}
             self._queue.clear()

@@ -333,6 +333,13 @@ class StoredState:
         for q in self.queues:
             q.clear()
 
+    def restore(self, pieces: list[Any]) -> None:
+        """A checkpoint's store files (`load`), or none: empty (`clear`)."""
+        if pieces:
+            self.load(pieces)
+        else:
+            self.clear()
+
     def clear(self) -> None:
         self.home.close()
         for m in self.maps:

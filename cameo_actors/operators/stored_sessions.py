@@ -24,7 +24,14 @@ from cameo_actors.operators.base import Output
 from cameo_actors.operators.process_timers import StoredTimers
 from cameo_actors.operators.state_store import StateBackend, unpack_state
 from cameo_actors.operators.stored_keys import StoredKeys, StoredState, StoreHome, stored_entries
-from cameo_actors.operators.windowers import Admitted, Closed, Session, fold
+from cameo_actors.operators.windowers import (
+    Admitted,
+    Closed,
+    Session,
+    SessionEnds,
+    decode_moved,
+    fold,
+)
 from cameo_actors.operators.windowing import Rejects, decode_key, encode_key
 
 #: The store's prefixes: each key's state, when to look at a key's open sessions, when
@@ -86,7 +93,7 @@ def session_rows(pieces: list[Any], folder: str) -> tuple[list[Any], list[Any]]:
     return sessions, fired
 
 
-class StoredSessions:
+class StoredSessions(SessionEnds):
     """Session windows in a store (see the module doc); the `Windower` of a session
     window on the rocksdb backend.
 
@@ -97,8 +104,6 @@ class StoredSessions:
         bins: the pool's bin count.
         backend: the pool's state backend (rocksdb).
     """
-
-    slide: float = 0
 
     def __init__(self, gap: float, *, aggs: CompiledAggregates, rejects: Rejects, bins: int,
                  backend: StateBackend) -> None:
@@ -112,13 +117,6 @@ class StoredSessions:
         self.stale = StoredTimers(home, STALE)
         self.stored = StoredState(home, [self.keys], [self.ends, self.stale])
         self.fired_last = _FiredLast(self.keys)
-
-    def first_end(self, t: float) -> float:
-        return t + self.gap
-
-    def first_open_end(self, t: float, watermark: float) -> float | None:
-        end = t + self.gap
-        return end if end > watermark else None
 
     # -- events and watermarks ---------------------------------------------------------------
     def add(self, admitted: Iterable[Admitted], watermark: float, out: Output) -> None:
@@ -201,11 +199,7 @@ class StoredSessions:
     def restore(self, state: dict[str, Any]) -> None:
         """A checkpoint: the store's files (``state["stored"]``) and the rows of one made in
         memory, or a `snapshot`."""
-        files = state.get("stored") or []
-        if files:
-            self.stored.load(files)
-        else:
-            self.stored.clear()
+        self.stored.restore(state.get("stored") or [])
         self.seq = state["seq"]
         states: dict[Any, _KeyState] = {}
         copy_acc = self.aggs.copy
@@ -252,20 +246,7 @@ class StoredSessions:
         return [row for _, row in opened] + fired, len(taken)
 
     def put(self, rows: list[Any], owned: bool) -> None:
-        opened: list[tuple[Any, Any, Any, Any]] = []
-        fired: dict[Any, Any] = {}
-        for row in rows:  # decode and check everything first: all or nothing
-            if row[0] == "session":
-                _, k_data, first, last, acc = row
-                opened.append((decode_key(k_data), first, last, acc))
-            elif row[0] == "fired":
-                _, k_data, last = row
-                k = decode_key(k_data)
-                if k in fired:
-                    raise ValueError(f"key {k!r} has two fired sessions in the rows")
-                fired[k] = last
-            else:
-                raise ValueError(f"not a session state row: {row!r}")
+        opened, fired = decode_moved(rows)
         for k in (*(o[0] for o in opened), *fired):
             if k in self.keys:
                 raise ValueError(f"key {k!r} already has session state here")

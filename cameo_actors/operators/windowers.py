@@ -273,7 +273,46 @@ def fold(lst: list[Session], k: Any, t: float, ev: Event, gap: float, aggs: Comp
         lst.remove(b)
 
 
-class SessionWindower:
+def decode_moved(rows: list[Any]) -> tuple[list[tuple[Any, Any, Any, Any]], dict[Any, Any]]:
+    """`SessionWindower.take`'s rows, decoded and checked (all before any is put): the
+    open sessions as (key, first, last, acc), the fired ones as key -> last.
+
+    Raises:
+        ValueError: a row of another kind, or a key with two fired sessions.
+    """
+    opened: list[tuple[Any, Any, Any, Any]] = []
+    fired: dict[Any, Any] = {}
+    for row in rows:
+        if row[0] == "session":
+            _, k_data, first, last, acc = row
+            opened.append((decode_key(k_data), first, last, acc))
+        elif row[0] == "fired":
+            _, k_data, last = row
+            k = decode_key(k_data)
+            if k in fired:
+                raise ValueError(f"key {k!r} has two fired sessions in the rows")
+            fired[k] = last
+        else:
+            raise ValueError(f"not a session state row: {row!r}")
+    return opened, fired
+
+
+class SessionEnds:
+    """When sessions end, whatever keeps them (`SessionWindower`, `StoredSessions`): a
+    session starts at its first event and ends `gap` after its last."""
+
+    slide: float = 0  # a session starts at its first event, on no grid
+    gap: float
+
+    def first_end(self, t: float) -> float:
+        return t + self.gap
+
+    def first_open_end(self, t: float, watermark: float) -> float | None:
+        end = t + self.gap
+        return end if end > watermark else None
+
+
+class SessionWindower(SessionEnds):
     """Session windows: per key, events less than `gap` apart form one session
     ``[first, last + gap)``; an event within gap of two sessions merges them.
 
@@ -286,8 +325,6 @@ class SessionWindower:
         aggs: the compiled aggregates.
         rejects: where bad events go.
     """
-
-    slide: float = 0  # a session starts at its first event, on no grid
 
     def __init__(self, gap: float, *, aggs: CompiledAggregates, rejects: Rejects) -> None:
         self.gap = self.length = gap
@@ -303,13 +340,6 @@ class SessionWindower:
         # The keys of `sessions` and `fired_last`, by bin.
         self.index = KeyBins()
 
-    def first_end(self, t: float) -> float:
-        return t + self.gap
-
-    def first_open_end(self, t: float, watermark: float) -> float | None:
-        end = t + self.gap
-        return end if end > watermark else None
-
     def add(self, admitted: Iterable[Admitted], watermark: float, out: Output) -> None:
         gap, sessions, rejects, fired_last = self.gap, self.sessions, self.rejects, self.fired_last
         aggs, count_only, new, open_session = self.aggs, self.aggs.count_only, self.aggs.new, self._open
@@ -322,7 +352,7 @@ class SessionWindower:
             try:
                 if lst is None:
                     acc = 1 if count_only else new(ev)
-                    sessions[k] = [self._open(k, t, acc)]
+                    sessions[k] = [open_session(k, t, acc)]
                     if k not in fired_last:  # a key with no state until now
                         self.index.add(k)
                     continue
@@ -440,20 +470,7 @@ class SessionWindower:
 
     def put(self, rows: list[Any], owned: bool) -> None:
         sessions, fired_last = self.sessions, self.fired_last
-        opened: list[tuple[Any, Any, Any, Any]] = []
-        fired: dict[Any, float] = {}
-        for row in rows:  # decode and check everything first: all or nothing
-            if row[0] == "session":
-                _, k_data, first, last, acc = row
-                opened.append((decode_key(k_data), first, last, acc))
-            elif row[0] == "fired":
-                _, k_data, last = row
-                k = decode_key(k_data)
-                if k in fired:
-                    raise ValueError(f"key {k!r} has two fired sessions in the rows")
-                fired[k] = last
-            else:
-                raise ValueError(f"not a session state row: {row!r}")
+        opened, fired = decode_moved(rows)
         for k in (*(o[0] for o in opened), *fired):
             if k in sessions or k in fired_last:
                 raise ValueError(f"key {k!r} already has session state here")
