@@ -6,6 +6,10 @@ Both keep stale entries (a timer cancelled, fired or moved away): the process ch
 each entry against its keys' timers as it comes due. An advance to a watermark reads
 the due entries in order (`begin`, `pop_due`, `end`); a timer set during it that is due
 by that watermark comes out of the same advance, in its order.
+
+`StoredTimers` also queues when to look at a key again for the interval join (its
+earliest expiry) and session windows (a session's end, a fired session's last use):
+`take_due`.
 """
 
 from __future__ import annotations
@@ -74,10 +78,10 @@ class StoredTimers:
     takes the store: a write per push cost more than the push. An advance reads the due
     entries with one iterator (a snapshot as it starts), merged with a small heap of the
     timers set during it that are due by its watermark, and deletes what it read with
-    point deletes in one batch. Every read starts at the
-    earliest time still queued (`next_t`), never at the prefix: a queue's deletes lie
-    before it until a compaction drops them, and a seek past them skips them at once
-    (many small range deletes would instead slow every later iterator).
+    point deletes in one batch. Every read starts at the earliest time still queued
+    (`next_t`), never at the prefix: a queue's deletes lie before it until a compaction
+    drops them, and a seek past them skips them at once (many small range deletes would
+    instead slow every later iterator).
     """
 
     __slots__ = ("home", "prefix", "next_t", "watermark", "_due", "head", "fresh", "read",

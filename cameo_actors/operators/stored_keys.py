@@ -1,10 +1,11 @@
-"""State kept per key in an embedded store: a keyed process's states and timers on the
-rocksdb backend (`StoredKeys`, `StoredState`), a bounded cache of hot keys over a RocksDB
-store (`state_store.KeyStore`) that holds the rest.
+"""State kept per key in an embedded store on the rocksdb backend (`StoredKeys`,
+`StoredState`): a keyed process's states and timers, an interval join's events, session
+windows' sessions; a bounded cache of hot keys over a RocksDB store
+(`state_store.KeyStore`) that holds the rest.
 
 - One store per activation (`StoreHome`), opened when first written; each map of keys in
   it has a prefix of its own (a process: its states, its keys' timers, its timers in
-  firing order: `process_timers`).
+  firing order: `process_timers`), and so does each queue of times (`StoredState.queues`).
 - A map's store key is ``prefix | bin | key`` (`BIN`, `key_bytes`), so a bin is one
   range: taking bins reads and deletes ranges, and hands their values on as the msgpack
   bytes the store holds.

@@ -1,7 +1,8 @@
 """State kept per key in the rocksdb backend (`operators/stored_keys.py`,
 `operators/process_timers.py`, `operators/stored_sessions.py`): a keyed process's states
-and timers, an interval join's events and a session window's sessions, in a store with a cache of hot keys, checkpointed by the store's files,
-moved by bin as the store's bytes; the same results as in memory."""
+and timers, an interval join's events and a session window's sessions, in a store with
+a cache of hot keys, checkpointed by the store's files, moved by bin; the same results
+as in memory."""
 
 from __future__ import annotations
 
@@ -151,8 +152,9 @@ class Cumulative(BucketCount):
 
 
 def backend_of(name: str, tmp_path: Path) -> StateBackend:
-    return IN_MEMORY if name == "memory" else StateBackend(ROCKSDB, str(tmp_path), 1)  # nearly
-    # every key stored
+    """The backend named; rocksdb with a cache of one entry, so nearly every key is read
+    from the store."""
+    return IN_MEMORY if name == "memory" else StateBackend(ROCKSDB, str(tmp_path), 1)
 
 
 def process(backend: str, tmp_path: Path, cls: type = Cumulative) -> ProcessOperator:
