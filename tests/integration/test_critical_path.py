@@ -71,12 +71,15 @@ def test_the_straggler_is_ranked_first(pools: Any) -> None:
         why = run_fed(rt, {"cp-chain": 500.0}, lambda: explained(rt, "cp-chain", 300))
         # What a user sees: `cameo explain` through the service ranks the straggler first.
         printed = cameo_explain(service.url, service.admin, "cp-chain", "--last", "30s")
-        headline, first = printed.splitlines()[:2]
+        headline, *ranked = printed.splitlines()
         assert headline.startswith("cp-chain: ") and "results within the 500 ms target" in headline
-        assert "processing in cp-chain/enrich on executor" in first, printed
         # First comes enrich's processing: alone, or with another step waiting behind it (when
-        # the shared machine is slow and messages queue).
-        top = why["critical_path"][0]
+        # the shared machine is slow and messages queue). The feeder's own wait to get its
+        # events in ("ingest") may rank above it on a loaded machine (23% in one CI run, over
+        # four lines of enrich's): it is the client's, not a step's.
+        steps = [line for line in ranked if " ingest into " not in line]
+        assert "processing in cp-chain/enrich on executor" in steps[0], printed
+        top = next(s for s in why["critical_path"] if s["kind"] != "ingest")
         assert top["kind"] in ("processing", "waiting"), why["words"]
         assert top["step" if top["kind"] == "processing" else "behind_step"] == "enrich", \
             why["words"]
