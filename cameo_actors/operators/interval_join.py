@@ -154,6 +154,7 @@ class IntervalJoinOperator(WindowedOperator):
         other = 1 - port
         lower, upper, keys = self.lower_ms, self.upper_ms, self._keys
         result_tf, emit = self.time_fields[0], out.events.append
+        in_memory = self._stored is None
         for ev in events:
             t = event_time(ev, tf)
             if t is None:
@@ -175,7 +176,8 @@ class IntervalJoinOperator(WindowedOperator):
             state = keys.get(k)
             if state is None:
                 state = _Key()
-                if self._stored is None:
+                if in_memory:  # kept by reference from now on; a store's copy is set below
+                    keys[k] = state
                     self._index.add(k)
             # The other side's events that join this one, in time order.
             times, partners = state.times[other], state.events[other]
@@ -192,7 +194,8 @@ class IntervalJoinOperator(WindowedOperator):
                     tp = times[i]
                     emit({"key": k, result_tf: t if t >= tp else tp, "left": left, "right": right})
             self._insert(state, k, port, t, ev)
-            keys[k] = state  # (in the store: changed, to be written back)
+            if not in_memory:
+                keys[k] = state  # changed: to be written back
 
     def _insert(self, state: _Key, k: Any, port: int, t: Any, ev: Event) -> None:
         times = state.times[port]
